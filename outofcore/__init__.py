@@ -1,0 +1,29 @@
+"""outofcore: out-of-core matrix multiplication of zarr arrays on Dask.
+
+>>> import outofcore
+>>> c = outofcore.matmul("a.zarr", "b.zarr", "c.zarr", memory="512MiB")  # doctest: +SKIP
+>>> outofcore.verify("a.zarr", "b.zarr", c).passed                        # doctest: +SKIP
+True
+
+The heavy modules (Dask, zarr, BLAS) load on first use of ``matmul`` or
+``verify``, so ``import scheduler.plan`` and ``outofcore.errors`` stay light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["matmul", "verify", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "matmul":
+        from outofcore.api import matmul
+
+        return matmul
+    if name == "verify":
+        from outofcore.verify import verify
+
+        return verify
+    raise AttributeError(f"module 'outofcore' has no attribute {name!r}")

@@ -1,0 +1,192 @@
+"""Opening and checking the zarr arrays of a job: A and B in, C out.
+
+Every check here runs in the client before any task is submitted, and none of
+them writes anything: inputs are opened read-only, and the output is only
+created (or replaced) by :func:`create_output`, after all checks passed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.errors import NodeTypeValidationError
+from zarr.storage import LocalStore, MemoryStore
+
+from outofcore.engines import SUPPORTED_DTYPES
+from outofcore.errors import InputError, OutputExistsError
+
+ArrayLike = zarr.Array | str | os.PathLike
+
+
+def open_input(source: ArrayLike, name: str) -> zarr.Array:
+    """Open input ``name`` (``"A"`` or ``"B"``) read-only and check it is a 2-D float array.
+
+    Parameters
+    ----------
+    source
+        A ``zarr.Array``, or a path or fsspec URL of one.
+    name
+        How error messages call this operand.
+    """
+    if isinstance(source, zarr.Array):
+        array = source
+    else:
+        location = os.fspath(source)
+        try:
+            array = zarr.open_array(location, mode="r")
+        except FileNotFoundError:
+            raise InputError(f"input {name}: no zarr array at {location!r}") from None
+        except NodeTypeValidationError:
+            raise InputError(
+                f"input {name}: {location!r} is a zarr group, not an array; "
+                "give the path of the array inside it"
+            ) from None
+        except (ValueError, KeyError, OSError) as exc:
+            raise InputError(f"input {name}: {location!r} is not a zarr array ({exc})") from None
+    if array.ndim != 2:
+        raise InputError(
+            f"input {name} ({describe(array)}) has {array.ndim} dimensions with shape "
+            f"{array.shape}; matmul needs 2-D arrays"
+        )
+    check_dtype(array.dtype, f"input {name} ({describe(array)})")
+    return array
+
+
+def check_dtype(dtype: Any, what: str) -> np.dtype:
+    """Return ``dtype`` as a numpy dtype, or raise naming what is wrong and what to do."""
+    dtype = np.dtype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        raise InputError(
+            f"{what} has dtype {dtype}; outofcore multiplies float32 or float64. "
+            "Convert it first, e.g. write A.astype('float64') to a new zarr array"
+        )
+    return dtype
+
+
+def check_operands(a: zarr.Array, b: zarr.Array) -> np.dtype:
+    """Check that ``A @ B`` is defined: inner dimensions and dtypes agree."""
+    if a.shape[1] != b.shape[0]:
+        raise InputError(
+            f"inner dimensions differ: A is {a.shape[0]}x{a.shape[1]} and B is "
+            f"{b.shape[0]}x{b.shape[1]} ({a.shape[1]} != {b.shape[0]})"
+        )
+    if a.dtype != b.dtype:
+        raise InputError(
+            f"mixed dtypes: A is {a.dtype} and B is {b.dtype}; convert one so both are "
+            "float32 or both float64"
+        )
+    return np.dtype(a.dtype)
+
+
+def describe(array: zarr.Array) -> str:
+    """Where an array lives, for messages: its store URL and path."""
+    store = array.store
+    where = str(store)
+    if array.path:
+        where = f"{where.rstrip('/')}/{array.path}"
+    return where
+
+
+def _location(array: zarr.Array) -> str | None:
+    """A comparable location (absolute local path or URL) of an array, or None in memory."""
+    store = array.store
+    if isinstance(store, MemoryStore):
+        return None
+    if isinstance(store, LocalStore):
+        root = os.path.realpath(os.fspath(store.root))
+        return os.path.join(root, array.path) if array.path else root
+    return describe(array).rstrip("/")
+
+
+def _location_of_target(target: ArrayLike) -> str:
+    if isinstance(target, zarr.Array):
+        location = _location(target)
+        return location if location is not None else f"memory:{id(target.store)}"
+    text = os.fspath(target)
+    if "://" in text and not text.startswith("file://"):
+        return text.rstrip("/")
+    return os.path.realpath(text.removeprefix("file://"))
+
+
+def check_output_target(target: ArrayLike, inputs: dict[str, zarr.Array]) -> None:
+    """Refuse an output that is, contains or lies inside an input array."""
+    out = _location_of_target(target)
+    for name, array in inputs.items():
+        location = _location(array)
+        if location is None:
+            same_store = isinstance(target, zarr.Array) and target.store is array.store
+            if same_store and target.path == array.path:
+                raise InputError(f"the output is the same array as input {name}")
+            continue
+        if out == location:
+            raise InputError(f"the output {out!r} is the same array as input {name}")
+        if location.startswith(out.rstrip("/") + "/") or out.startswith(location + "/"):
+            raise InputError(
+                f"the output {out!r} and input {name} ({location!r}) are nested in one "
+                "another; writing the output could damage the input"
+            )
+
+
+def open_existing_output(
+    target: ArrayLike, shape: tuple[int, int], dtype: np.dtype, overwrite: bool
+) -> zarr.Array | None:
+    """Return an existing output array to write into, or None when one must be created.
+
+    A ``zarr.Array`` given as output is used as is after its shape and dtype
+    are checked.  An existing array at a path is refused unless ``overwrite``;
+    with ``overwrite`` it is replaced by :func:`create_output`.
+    """
+    if isinstance(target, zarr.Array):
+        if target.read_only:
+            raise InputError(f"the output {describe(target)} was opened read-only")
+        if tuple(target.shape) != tuple(shape) or np.dtype(target.dtype) != dtype:
+            raise InputError(
+                f"the output {describe(target)} is {target.shape} {target.dtype}, but "
+                f"A @ B is {shape} {dtype}"
+            )
+        return target
+    location = os.fspath(target)
+    if _exists(location) and not overwrite:
+        raise OutputExistsError(
+            f"the output {location!r} already exists; pass overwrite=True "
+            "(--overwrite) to replace it, or choose another path"
+        )
+    return None
+
+
+def _exists(location: str) -> bool:
+    if "://" not in location or location.startswith("file://"):
+        return os.path.exists(location.removeprefix("file://"))
+    try:
+        zarr.open(location, mode="r")
+    except (FileNotFoundError, KeyError, ValueError):
+        return False
+    return True
+
+
+def output_grid(array: zarr.Array) -> tuple[int, int]:
+    """The grid writes must follow so that no stored chunk is partly written."""
+    return tuple(array.shards or array.chunks)
+
+
+def create_output(
+    target: str | os.PathLike,
+    shape: tuple[int, int],
+    dtype: np.dtype,
+    chunks: tuple[int, int],
+    overwrite: bool,
+    attributes: dict[str, Any],
+) -> zarr.Array:
+    """Create the output array (replacing an old one only when ``overwrite``)."""
+    return zarr.create_array(
+        os.fspath(target),
+        shape=shape,
+        chunks=chunks,
+        dtype=dtype,
+        overwrite=overwrite,
+        attributes=attributes,
+        fill_value=np.nan,
+    )

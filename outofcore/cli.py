@@ -1,0 +1,290 @@
+"""The ``outofcore`` command line: matmul, random, plan, verify, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from outofcore.errors import OutOfCoreError
+from outofcore.sizes import format_size, parse_size
+
+DEMO_SIZE = 4096
+DEMO_CHUNK = 512
+DEMO_MEMORY = "40MiB"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``outofcore`` command; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except OutOfCoreError as exc:
+        print(f"outofcore: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("outofcore: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="outofcore", description="Out-of-core matrix multiplication of zarr arrays on Dask."
+    )
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = commands.add_parser("matmul", help="compute C = A @ B into a zarr array")
+    run.add_argument("a", help="path or URL of the zarr array A (m×k)")
+    run.add_argument("b", help="path or URL of the zarr array B (k×n)")
+    run.add_argument("-o", "--out", required=True, help="path or URL of the output C (m×n)")
+    _add_memory(run, "1GiB")
+    run.add_argument("--backend", choices=["auto", "cpu", "cuda", "cupy"], default="auto")
+    run.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Dask scheduler address (default: start a LocalCluster); 'sync' runs in-process",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        help="workers of the LocalCluster (default: one per core); with --scheduler, "
+        "workers to wait for",
+    )
+    run.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    _add_json(run)
+    run.set_defaults(run=_matmul)
+
+    rand = commands.add_parser("random", help="write a seeded random array (inputs for tests)")
+    rand.add_argument("path")
+    rand.add_argument("--shape", required=True, type=_pair, metavar="M,N")
+    rand.add_argument("--chunks", required=True, type=_pair, metavar="R,C")
+    rand.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    rand.add_argument("--seed", type=int, default=0)
+    rand.add_argument("--overwrite", action="store_true")
+    rand.set_defaults(run=_random)
+
+    plan = commands.add_parser("plan", help="print the plan of A @ B for a memory budget")
+    plan.add_argument("a")
+    plan.add_argument("b")
+    _add_memory(plan, "1GiB")
+    plan.add_argument("--workers", type=int, default=1, help="workers the plan is made for")
+    _add_json(plan)
+    plan.set_defaults(run=_plan)
+
+    check = commands.add_parser("verify", help="check C = A @ B by Freivalds' method")
+    check.add_argument("a")
+    check.add_argument("b")
+    check.add_argument("c")
+    check.add_argument("--rounds", type=int, default=2)
+    check.add_argument("--seed", type=int)
+    _add_json(check)
+    check.set_defaults(run=_verify)
+
+    demo = commands.add_parser(
+        "demo", help="generate inputs larger than the budget, multiply, verify, summarise"
+    )
+    demo.add_argument("--size", type=int, default=DEMO_SIZE, help="m = k = n")
+    demo.add_argument("--chunk", type=int, default=DEMO_CHUNK)
+    _add_memory(demo, DEMO_MEMORY)
+    demo.add_argument("--workers", type=int)
+    demo.add_argument("--dir", type=Path, help="keep the arrays here (default: a temporary dir)")
+    _add_json(demo)
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def _add_memory(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--memory",
+        default=default,
+        type=_size,
+        metavar="SIZE",
+        help=f"memory budget per worker, e.g. 512MiB (default {default})",
+    )
+
+
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _pair(text: str) -> tuple[int, int]:
+    try:
+        first, second = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected two integers like 1000,2000, got {text!r}"
+        ) from None
+    return first, second
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except OutOfCoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _matmul(args: argparse.Namespace) -> int:
+    from outofcore.api import run_job  # noqa: PLC0415 (fast --help)
+
+    result = run_job(
+        args.a,
+        args.b,
+        args.out,
+        memory=args.memory,
+        backend=args.backend,
+        client=args.scheduler,
+        workers=args.workers,
+        overwrite=args.overwrite,
+        progress=not args.json,
+    )
+    _print(result.summary, args.json, _format_summary)
+    return 0
+
+
+def _random(args: argparse.Namespace) -> int:
+    from outofcore.generate import random_array  # noqa: PLC0415
+
+    started = time.perf_counter()
+    array = random_array(
+        args.path, args.shape, args.chunks, args.dtype, seed=args.seed, overwrite=args.overwrite
+    )
+    nbytes = array.nbytes
+    print(
+        f"wrote {args.path}: {array.shape[0]}x{array.shape[1]} {array.dtype}, chunks "
+        f"{array.chunks}, {format_size(nbytes)} in {time.perf_counter() - started:.2f} s"
+    )
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from outofcore.arrays import check_operands, open_input  # noqa: PLC0415
+    from scheduler.plan import Problem, make_plan  # noqa: PLC0415
+
+    a, b = open_input(args.a, "A"), open_input(args.b, "B")
+    dtype = check_operands(a, b)
+    problem = Problem(
+        m=a.shape[0],
+        k=a.shape[1],
+        n=b.shape[1],
+        itemsize=dtype.itemsize,
+        a_chunks=tuple(a.chunks),
+        b_chunks=tuple(b.chunks),
+    )
+    plan = make_plan(problem, args.memory, args.workers)
+    _print(plan.summary(), args.json, _format_plan)
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from outofcore.verify import verify  # noqa: PLC0415
+
+    report = verify(args.a, args.b, args.c, rounds=args.rounds, seed=args.seed)
+    _print(report.as_dict(), args.json, _format_verify)
+    return 0 if report.passed else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from outofcore.api import run_job  # noqa: PLC0415
+    from outofcore.generate import random_array  # noqa: PLC0415
+    from outofcore.verify import verify  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="outofcore-demo-") as scratch:
+        folder = args.dir or Path(scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        size, chunk = args.size, args.chunk
+        paths = {name: str(folder / f"{name}.zarr") for name in ("a", "b", "c")}
+        say = (lambda *_: None) if args.json else print
+        say(f"Generating A and B: {size}x{size} float32 each, chunks {chunk}x{chunk}, in {folder}")
+        for seed, name in enumerate(("a", "b")):
+            random_array(paths[name], (size, size), (chunk, chunk), seed=seed, overwrite=True)
+        inputs = 2 * size * size * 4
+        say(
+            f"Inputs hold {format_size(inputs)}; the budget is {format_size(args.memory)} "
+            "per worker"
+        )
+        result = run_job(
+            paths["a"],
+            paths["b"],
+            paths["c"],
+            memory=args.memory,
+            workers=args.workers,
+            overwrite=True,
+            progress=not args.json,
+        )
+        say(_format_summary(result.summary))
+        report = verify(paths["a"], paths["b"], paths["c"])
+        if args.json:
+            print(json.dumps({**result.summary, "verify": report.as_dict()}, indent=2))
+        else:
+            print(_format_verify(report.as_dict()))
+    return 0 if report.passed else 1
+
+
+def _print(data: dict[str, Any], as_json: bool, formatter: Any) -> None:
+    print(json.dumps(data, indent=2) if as_json else formatter(data))
+
+
+def _format_summary(s: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"C = A @ B written to {s['output']}: {s['shape'][0]}x{s['shape'][1]} {s['dtype']}, "
+            f"k = {s['k']}, backend {s['backend']}, {s['workers']} worker(s)",
+            f"  tiles          {s['tiles']} of {s['tile'][0]}x{s['tile'][1]}, panels "
+            f"{s['tk']} deep ({s['tiles_skipped']} skipped)",
+            f"  time           {s['seconds']:.2f} s, {s['gflops']:.1f} GFLOP/s",
+            f"  read           {format_size(s['bytes_read'])} "
+            f"({s['read_over_lower_bound']:.2f}x the lower bound "
+            f"{format_size(s['io_lower_bound'])})",
+            f"  written        {format_size(s['bytes_written'])}",
+            f"  memory         peak worker RSS {format_size(s['peak_worker_bytes'])}; "
+            f"task projected {format_size(s['task_bytes_projected'])} of a "
+            f"{format_size(s['budget_bytes'])} budget",
+            f"  task time      compute {s['compute_seconds']:.2f} s, waiting for reads "
+            f"{s['read_wait_seconds']:.2f} s, writing {s['write_seconds']:.2f} s (summed)",
+        ]
+    )
+
+
+def _format_plan(p: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"A {p['m']}x{p['k']} (chunks {p['a_chunks'][0]}x{p['a_chunks'][1]}) @ "
+            f"B {p['k']}x{p['n']} (chunks {p['b_chunks'][0]}x{p['b_chunks'][1]}), "
+            f"{p['itemsize'] * 8}-bit floats",
+            f"  budget         {format_size(p['budget_bytes'])} per worker, "
+            f"{p['workers']} worker(s)",
+            f"  tiles          {p['tiles']} ({p['tiles_grid'][0]}x{p['tiles_grid'][1]}) of "
+            f"{p['tile'][0]}x{p['tile'][1]}, {p['panels_per_tile']} panel(s) of {p['tk']}",
+            f"  output chunks  {p['out_chunks'][0]}x{p['out_chunks'][1]}",
+            f"  task memory    {format_size(p['task_bytes'])} projected",
+            f"  bytes read     {format_size(p['bytes_read'])} predicted, lower bound "
+            f"{format_size(p['io_lower_bound'])} ({p['read_over_lower_bound']:.2f}x)",
+            f"  bytes written  {format_size(p['bytes_written'])}",
+            f"  work           {p['flops'] / 1e9:.1f} GFLOP",
+        ]
+    )
+
+
+def _format_verify(v: dict[str, Any]) -> str:
+    verdict = "PASSED" if v["passed"] else "FAILED"
+    text = (
+        f"verify (Freivalds, {v['rounds']} rounds): {verdict}; largest relative residual "
+        f"{v['max_relative_residual']:.3g} (tolerance {v['tolerance']:.3g})"
+    )
+    if not v["passed"]:
+        text += (
+            f"; {v['failing_rows']} row(s) fail, the first is row {v['first_failing_row']}"
+            f" ({v['nonfinite_mismatches']} with NaN/Inf where none was expected or vice versa)"
+        )
+    return text
+
+
+if __name__ == "__main__":
+    sys.exit(main())

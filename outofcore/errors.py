@@ -1,0 +1,30 @@
+"""Exceptions raised by outofcore; all derive from :class:`OutOfCoreError`.
+
+Each is raised before any task runs and names the offending values.
+"""
+
+from __future__ import annotations
+
+
+class OutOfCoreError(Exception):
+    """Base class of every error outofcore raises on purpose."""
+
+
+class InputError(OutOfCoreError, ValueError):
+    """An input or output array is missing, malformed or incompatible."""
+
+
+class BudgetError(OutOfCoreError, ValueError):
+    """The memory budget cannot hold even the smallest tile the chunking allows."""
+
+
+class BackendError(OutOfCoreError, RuntimeError):
+    """The requested compute backend is unknown or not usable here."""
+
+
+class ClusterError(OutOfCoreError, RuntimeError):
+    """The Dask scheduler could not be reached or has no workers."""
+
+
+class OutputExistsError(InputError):
+    """The output exists and ``overwrite`` was not asked for."""

@@ -1,0 +1,53 @@
+"""Making input arrays: seeded random zarr arrays written chunk by chunk."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import zarr
+
+from outofcore import arrays
+from outofcore.errors import InputError, OutputExistsError
+
+
+def random_array(
+    path: str | os.PathLike,
+    shape: tuple[int, int],
+    chunks: tuple[int, int],
+    dtype: str = "float32",
+    seed: int = 0,
+    overwrite: bool = False,
+    threads: int | None = None,
+) -> zarr.Array:
+    """Write a ``shape`` array of standard normal values to a new zarr array.
+
+    Each chunk draws from its own generator seeded with ``(seed, i, j)``, so
+    the values depend only on the seed, shape and chunks, never on the order
+    chunks are written in; memory use is a few chunks.
+    """
+    if len(shape) != 2 or min(shape) < 1:
+        raise InputError(f"shape {shape}: need two dimensions >= 1")
+    if len(chunks) != 2 or min(chunks) < 1:
+        raise InputError(f"chunks {chunks}: need two chunk sizes >= 1")
+    np_dtype = arrays.check_dtype(dtype, f"random array {os.fspath(path)!r}")
+    if not overwrite and os.path.exists(os.fspath(path)):
+        raise OutputExistsError(
+            f"{os.fspath(path)!r} already exists; pass overwrite=True (--overwrite) to replace it"
+        )
+    array = zarr.create_array(
+        os.fspath(path), shape=shape, chunks=chunks, dtype=np_dtype, overwrite=overwrite
+    )
+    grid = [range(0, extent, step) for extent, step in zip(shape, chunks, strict=True)]
+
+    def write_chunk(origin: tuple[int, int]) -> None:
+        r0, c0 = origin
+        r1, c1 = min(r0 + chunks[0], shape[0]), min(c0 + chunks[1], shape[1])
+        rng = np.random.default_rng((seed, r0 // chunks[0], c0 // chunks[1]))
+        array[r0:r1, c0:c1] = rng.standard_normal((r1 - r0, c1 - c0), dtype=np_dtype)
+
+    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
+        list(pool.map(write_chunk, itertools.product(*grid)))
+    return array

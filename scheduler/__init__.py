@@ -1,0 +1,1 @@
+"""Planning (pure data, :mod:`scheduler.plan`) and execution of outofcore jobs."""

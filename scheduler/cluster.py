@@ -1,0 +1,114 @@
+"""Getting an executor for a job: a LocalCluster, a named scheduler, or in-process.
+
+``client`` as users pass it to :func:`outofcore.matmul`:
+
+* ``None``: start a LocalCluster sized to this machine and the budget, and
+  close it after the job;
+* ``"sync"``: no Dask at all, the synchronous in-process executor;
+* a scheduler address such as ``"tcp://10.0.0.5:8786"``: connect to it;
+* a ``distributed.Client``: use it as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+
+from outofcore.errors import ClusterError
+from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor
+
+#: Memory a worker process needs besides its task (interpreter, libraries, Dask).
+WORKER_OVERHEAD_BYTES = 768 * 2**20
+CONNECT_TIMEOUT_SECONDS = float(os.environ.get("OUTOFCORE_CONNECT_TIMEOUT", "10"))
+SYNC = ("sync", "synchronous")
+
+
+def local_worker_count(budget_bytes: int, requested: int | None = None) -> int:
+    """Workers for a LocalCluster: one per core, as many as this machine's memory holds."""
+    if requested is not None:
+        if requested < 1:
+            raise ClusterError(f"workers = {requested}: need at least one worker")
+        return requested
+    cores = os.cpu_count() or 1
+    available = psutil.virtual_memory().available
+    by_memory = int(0.8 * available // (budget_bytes + WORKER_OVERHEAD_BYTES))
+    return max(1, min(cores, by_memory))
+
+
+@contextlib.contextmanager
+def open_executor(
+    client: Any,
+    *,
+    budget_bytes: int,
+    workers: int | None = None,
+    announce: bool = True,
+) -> Iterator[Executor]:
+    """Yield an executor for ``client`` (see the module docstring), cleaning up after.
+
+    Raises
+    ------
+    ClusterError
+        When a scheduler address does not answer within the timeout, or a
+        cluster has fewer workers than ``workers`` asked for.
+    """
+    if isinstance(client, str) and client.lower() in SYNC:
+        yield SynchronousExecutor()
+        return
+    from distributed import Client, LocalCluster  # noqa: PLC0415
+
+    if client is None:
+        n_workers = local_worker_count(budget_bytes, workers)
+        cluster = LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=int(budget_bytes * 1.25) + WORKER_OVERHEAD_BYTES,
+            dashboard_address=":0",
+            silence_logs=logging.ERROR,
+        )
+        try:
+            with Client(cluster) as local_client:
+                if announce:
+                    print(
+                        f"Started a LocalCluster: {n_workers} worker(s), dashboard at "
+                        f"{local_client.dashboard_link}",
+                        file=sys.stderr,
+                    )
+                yield DaskExecutor(local_client)
+        finally:
+            cluster.close()
+        return
+    if isinstance(client, str):
+        address = client
+        try:
+            connected = Client(address, timeout=CONNECT_TIMEOUT_SECONDS)
+        except (OSError, TimeoutError) as exc:
+            raise ClusterError(
+                f"no Dask scheduler answered at {address!r} within "
+                f"{CONNECT_TIMEOUT_SECONDS:g} s ({type(exc).__name__}); is `dask scheduler` "
+                "running there, and is the address (tcp://HOST:PORT) right?"
+            ) from None
+        with connected:
+            _wait_for_workers(connected, address, workers)
+            yield DaskExecutor(connected)
+        return
+    _wait_for_workers(client, getattr(client.scheduler, "address", "?"), workers)
+    yield DaskExecutor(client)
+
+
+def _wait_for_workers(client: Any, address: str, workers: int | None) -> None:
+    wanted = workers or 1
+    try:
+        client.wait_for_workers(wanted, timeout=CONNECT_TIMEOUT_SECONDS * 3)
+    except TimeoutError:
+        have = len(client.scheduler_info(n_workers=-1)["workers"])
+        raise ClusterError(
+            f"the scheduler at {address!r} has {have} worker(s); waited "
+            f"{CONNECT_TIMEOUT_SECONDS * 3:g} s for {wanted}"
+        ) from None

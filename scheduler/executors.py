@@ -1,0 +1,136 @@
+"""Executors run the tile tasks of a plan; they are interchangeable.
+
+* :class:`SynchronousExecutor` runs every task in this process, one after the
+  other: for tests, debugging and in-memory arrays.
+* :class:`DaskExecutor` submits one Dask task per tile to a
+  ``distributed.Client`` (a LocalCluster or a real cluster).
+
+Both call the same task function with the same arguments, and report each
+finished task through a callback, so progress and summaries do not depend on
+the executor.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from scheduler.plan import TileTask
+
+R = TypeVar("R")
+TaskFunction = Callable[[Any, TileTask], R]
+
+
+@dataclass(frozen=True)
+class WorkerShape:
+    """How many workers run tasks, and the threads each task may give BLAS."""
+
+    workers: int
+    threads_per_worker: int
+    blas_threads: int
+
+
+class Executor(Protocol):
+    """Runs ``fn(job, task)`` for every task and reports each result as it lands."""
+
+    def worker_shape(self) -> WorkerShape: ...
+
+    def run(
+        self,
+        fn: TaskFunction,
+        job: Any,
+        tasks: Sequence[TileTask],
+        on_result: Callable[[Any], None],
+        resources: dict[str, float] | None = None,
+    ) -> list[Any]: ...
+
+
+class SynchronousExecutor:
+    """Runs tasks in order in the calling thread (no Dask)."""
+
+    def worker_shape(self) -> WorkerShape:
+        return WorkerShape(workers=1, threads_per_worker=1, blas_threads=os.cpu_count() or 1)
+
+    def run(
+        self,
+        fn: TaskFunction,
+        job: Any,
+        tasks: Sequence[TileTask],
+        on_result: Callable[[Any], None],
+        resources: dict[str, float] | None = None,
+    ) -> list[Any]:
+        results = []
+        for task in tasks:
+            result = fn(job, task)
+            on_result(result)
+            results.append(result)
+        return results
+
+
+class DaskExecutor:
+    """One Dask task per tile on a ``distributed.Client``.
+
+    Parameters
+    ----------
+    client
+        A connected ``distributed.Client``.
+    retries
+        How often Dask reruns a task that raised or whose worker died.
+    """
+
+    def __init__(self, client: Any, retries: int = 2) -> None:
+        self.client = client
+        self.retries = retries
+
+    def worker_shape(self) -> WorkerShape:
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        if not workers:
+            return WorkerShape(workers=0, threads_per_worker=1, blas_threads=1)
+        per_host = Counter(info["host"] for info in workers.values())
+        cores = self.client.run(os.cpu_count)
+        blas = min(
+            max(1, (cores.get(address) or 1) // per_host[info["host"]])
+            for address, info in workers.items()
+        )
+        threads = max(info["nthreads"] for info in workers.values())
+        return WorkerShape(workers=len(workers), threads_per_worker=threads, blas_threads=blas)
+
+    def run(
+        self,
+        fn: TaskFunction,
+        job: Any,
+        tasks: Sequence[TileTask],
+        on_result: Callable[[Any], None],
+        resources: dict[str, float] | None = None,
+    ) -> list[Any]:
+        from distributed import as_completed  # noqa: PLC0415 (keeps Dask out of plain imports)
+
+        prefix = f"outofcore-{uuid.uuid4().hex[:8]}"
+        [job_future] = self.client.scatter([job], broadcast=True, hash=False)
+        futures = [
+            self.client.submit(
+                fn,
+                job_future,
+                task,
+                key=f"{prefix}-{task.key}",
+                priority=-task.index,
+                pure=False,
+                retries=self.retries,
+                resources=resources,
+            )
+            for task in tasks
+        ]
+        results = []
+        try:
+            for future in as_completed(futures):
+                result = future.result()
+                on_result(result)
+                results.append(result)
+        finally:
+            self.client.cancel(futures)
+            self.client.cancel(job_future)
+        return results

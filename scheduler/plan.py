@@ -1,0 +1,407 @@
+"""The plan: tile sizes, task list and I/O model for ``C = A @ B``, as pure data.
+
+Nothing here imports Dask, numba or zarr.  A plan is made from shapes, chunk
+grids, the element size and a per-worker memory budget; it is checked against
+the budget before anything runs and is the single source of truth for what
+the tasks do.
+
+Memory contract of one task (bytes)::
+
+    w * (tm*tn + depth * tk * (tm + tn))  +  codec buffers
+
+with ``depth = 2`` panels in flight (one multiplied, one being decoded) and
+codec buffers ``io_concurrency * 2 * chunk`` (a compressed and a decoded
+copy of each chunk in flight).  Panels are released before the tile is
+written, so the peak is the larger of the reading and the writing phase
+(:func:`task_bytes`).
+
+Bytes read by the whole job (every task reads its A row-panel and B
+column-panel once)::
+
+    nt * w * m * k  +  mt * w * k * n        (mt, nt = tiles down and across)
+
+plus whatever a k-panel boundary that splits a chunk reads twice.  The lower
+bound printed beside it is ``max(|A| + |B|, 2*m*n*k*w / sqrt(M/w) - 2*M)``
+for a budget of ``M`` bytes (Smith et al., arXiv:1702.02017).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from outofcore.errors import BudgetError, InputError
+
+PANELS_IN_FLIGHT = 2
+DEFAULT_IO_CONCURRENCY = 2
+#: Preferred k-panel depth: deep enough for BLAS to run near peak.
+TARGET_TK = 1024
+#: Largest side of an output chunk we create (a tile may hold several).
+MAX_OUTPUT_CHUNK = 2048
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The shapes and chunkings of one product ``C (m×n) = A (m×k) @ B (k×n)``."""
+
+    m: int
+    k: int
+    n: int
+    itemsize: int
+    a_chunks: tuple[int, int]
+    b_chunks: tuple[int, int]
+    #: The grid an existing output must be written in (its shards, else chunks).
+    out_grid: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("m", "k", "n"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} = {getattr(self, name)}: every dimension must be >= 1")
+        grids = {"a_chunks": self.a_chunks, "b_chunks": self.b_chunks}
+        if self.out_grid is not None:
+            grids["out_grid"] = self.out_grid
+        for name, grid in grids.items():
+            if len(grid) != 2 or min(grid) < 1:
+                raise InputError(f"{name} = {grid}: need two chunk sizes >= 1")
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations of the product (a multiply and an add each)."""
+        return 2 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class TileTask:
+    """One output tile ``C[row0:row1, col0:col1]``; a Dask task computes it."""
+
+    index: int
+    i: int
+    j: int
+    row0: int
+    row1: int
+    col0: int
+    col1: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.row1 - self.row0, self.col1 - self.col0)
+
+    @property
+    def key(self) -> str:
+        """Stable name of the tile, used for Dask keys and the job journal."""
+        return f"tile-{self.i}-{self.j}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything decided before the job runs; see the module docstring."""
+
+    problem: Problem
+    budget_bytes: int
+    workers: int
+    tm: int
+    tn: int
+    tk: int
+    out_chunks: tuple[int, int]
+    io_concurrency: int
+    panels: tuple[tuple[int, int], ...]
+    tasks: tuple[TileTask, ...] = field(repr=False)
+
+    @property
+    def tiles_down(self) -> int:
+        return math.ceil(self.problem.m / self.tm)
+
+    @property
+    def tiles_across(self) -> int:
+        return math.ceil(self.problem.n / self.tn)
+
+    @property
+    def task_bytes(self) -> int:
+        """Projected peak bytes of one task (tile, panels in flight, codec buffers)."""
+        p = self.problem
+        return task_bytes(p, self.tm, self.tn, self.tk, self.io_concurrency)
+
+    @property
+    def bytes_read(self) -> int:
+        """Predicted bytes of A and B read by all tasks together."""
+        p = self.problem
+        a_per_tile_row = p.m * _touched(self.panels, p.a_chunks[1], p.k)
+        b_per_tile_col = p.n * _touched(self.panels, p.b_chunks[0], p.k)
+        return p.itemsize * (self.tiles_across * a_per_tile_row + self.tiles_down * b_per_tile_col)
+
+    @property
+    def bytes_written(self) -> int:
+        p = self.problem
+        return p.itemsize * p.m * p.n
+
+    @property
+    def io_lower_bound(self) -> int:
+        """No schedule with this budget reads fewer bytes (see the module docstring)."""
+        return io_lower_bound(self.problem, self.budget_bytes)
+
+    def summary(self) -> dict:
+        """Return the plan as plain JSON-ready values (without the task list)."""
+        return {
+            "m": self.problem.m,
+            "k": self.problem.k,
+            "n": self.problem.n,
+            "itemsize": self.problem.itemsize,
+            "a_chunks": list(self.problem.a_chunks),
+            "b_chunks": list(self.problem.b_chunks),
+            "budget_bytes": self.budget_bytes,
+            "workers": self.workers,
+            "tile": [self.tm, self.tn],
+            "tk": self.tk,
+            "out_chunks": list(self.out_chunks),
+            "tiles": len(self.tasks),
+            "tiles_grid": [self.tiles_down, self.tiles_across],
+            "panels_per_tile": len(self.panels),
+            "task_bytes": self.task_bytes,
+            "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written,
+            "io_lower_bound": self.io_lower_bound,
+            "read_over_lower_bound": self.bytes_read / self.io_lower_bound,
+            "flops": self.problem.flops,
+        }
+
+    def as_dict(self) -> dict:
+        """Every field, tasks included, as plain data (for the job journal)."""
+        return asdict(self)
+
+
+def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int) -> int:
+    """Projected peak bytes of one task with a ``tm×tn`` tile and ``tk``-deep panels.
+
+    While reading, the tile, the panels in flight and the codec buffers of the
+    input chunks being decoded are live; while writing (panels released), the
+    tile and the buffers of the output chunks being encoded.
+    """
+    tm, tn, tk = min(tm, problem.m), min(tn, problem.n), min(tk, problem.k)
+    input_chunk = max(
+        problem.a_chunks[0] * problem.a_chunks[1], problem.b_chunks[0] * problem.b_chunks[1]
+    )
+    out_rows, out_cols = problem.out_grid or (_output_chunk(tm), _output_chunk(tn))
+    reading = PANELS_IN_FLIGHT * tk * (tm + tn) + io_concurrency * 2 * input_chunk
+    out_chunk = min(out_rows, tm) * min(out_cols, tn)
+    chunks_in_flight = min(io_concurrency, math.ceil(tm / out_rows) * math.ceil(tn / out_cols))
+    writing = chunks_in_flight * 2 * out_chunk
+    return problem.itemsize * (tm * tn + max(reading, writing))
+
+
+def io_lower_bound(problem: Problem, budget_bytes: int) -> int:
+    """``max(|A|+|B|, 2·m·n·k·w/√(M/w) − 2M)`` bytes for a budget of ``M`` bytes."""
+    p, w, budget = problem, problem.itemsize, budget_bytes
+    inputs = w * (p.m * p.k + p.k * p.n)
+    communication = 2 * p.m * p.n * p.k * w / math.sqrt(budget / w) - 2 * budget
+    return int(max(inputs, communication))
+
+
+def make_plan(
+    problem: Problem,
+    budget_bytes: int,
+    workers: int = 1,
+    *,
+    tile: tuple[int, int] | None = None,
+    tk: int | None = None,
+    io_concurrency: int = DEFAULT_IO_CONCURRENCY,
+) -> Plan:
+    """Choose tile sizes for ``problem`` within ``budget_bytes`` per worker.
+
+    Tiles are as large as the budget allows (that minimises bytes read), then
+    split until there are at least ``workers`` of them.  Tile edges fall on
+    A's row chunks, B's column chunks and the output grid; k-panel edges on
+    the chunks of A's columns and B's rows where their common multiple fits.
+
+    Parameters
+    ----------
+    problem
+        Shapes, element size and chunk grids.
+    budget_bytes
+        Memory one task may use on a worker.
+    workers
+        Workers that will run tasks; the plan makes at least this many tiles
+        when the shapes allow.
+    tile, tk
+        Force the tile shape or panel depth (tests and experiments); they are
+        still checked against the chunk grids and the budget.
+    io_concurrency
+        Chunks decoded at once per task (sizes the codec buffers).
+
+    Raises
+    ------
+    BudgetError
+        When even the smallest aligned tile does not fit, naming the bytes.
+    """
+    if workers < 1:
+        raise InputError(f"workers = {workers}: need at least one worker")
+    if io_concurrency < 1:
+        raise InputError(f"io_concurrency = {io_concurrency}: need at least 1")
+    p = problem
+    row_unit = _unit(p.m, p.a_chunks[0], p.out_grid[0] if p.out_grid else None)
+    col_unit = _unit(p.n, p.b_chunks[1], p.out_grid[1] if p.out_grid else None)
+    k_unit = _k_unit(p)
+
+    if tk is None:
+        preferred = _choose_tk(p, k_unit)
+        # Shallower panels leave room for a tile when the preferred depth does not.
+        fits_preferred = task_bytes(p, row_unit, col_unit, preferred, io_concurrency)
+        tk = preferred if fits_preferred <= budget_bytes else k_unit
+    _check_multiple("tk", tk, k_unit, p.k)
+    if tile is None:
+        tm, tn = _largest_tile(p, row_unit, col_unit, tk, budget_bytes, io_concurrency)
+        tm, tn = _split_for_workers(p, tm, tn, row_unit, col_unit, workers)
+    else:
+        tm, tn = tile
+        _check_multiple("tile rows", tm, row_unit, p.m)
+        _check_multiple("tile columns", tn, col_unit, p.n)
+    tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
+    projected = task_bytes(p, tm, tn, tk, io_concurrency)
+    if projected > budget_bytes:
+        raise BudgetError(
+            f"a {tm}x{tn} tile with {tk}-deep panels needs {projected} bytes per task "
+            f"({_mib(projected)}), over the budget of {budget_bytes} bytes ({_mib(budget_bytes)})"
+        )
+    out_chunks = p.out_grid or (_output_chunk(tm), _output_chunk(tn))
+    panels = tuple((k0, min(k0 + tk, p.k)) for k0 in range(0, p.k, tk))
+    return Plan(
+        problem=p,
+        budget_bytes=budget_bytes,
+        workers=workers,
+        tm=tm,
+        tn=tn,
+        tk=tk,
+        out_chunks=out_chunks,
+        io_concurrency=io_concurrency,
+        panels=panels,
+        tasks=_tasks_in_locality_order(p, tm, tn),
+    )
+
+
+def _unit(extent: int, *grids: int | None) -> int:
+    """Smallest tile edge step that keeps tile edges on every grid (capped at ``extent``)."""
+    unit = math.lcm(*(g for g in grids if g))
+    return min(unit, extent)
+
+
+def _k_unit(p: Problem) -> int:
+    """Panel depth step: a common multiple of both chunkings when one fits in k."""
+    common = math.lcm(p.a_chunks[1], p.b_chunks[0])
+    if common <= p.k:
+        return common
+    # The grids do not meet inside k: panels follow the coarser chunking and the
+    # finer one is read twice where a panel edge cuts its chunk (bytes_read says so).
+    return min(max(p.a_chunks[1], p.b_chunks[0]), p.k)
+
+
+def _choose_tk(p: Problem, k_unit: int) -> int:
+    if k_unit >= p.k:
+        return p.k
+    steps = max(1, TARGET_TK // k_unit)
+    return min(steps * k_unit, p.k)
+
+
+def _check_multiple(name: str, value: int, unit: int, extent: int) -> None:
+    if value < 1 or (value < extent and value % unit):
+        raise InputError(
+            f"{name} = {value} does not fall on the chunk grid: use a multiple of {unit} "
+            f"(or {extent} or more for the whole dimension)"
+        )
+
+
+def _largest_tile(
+    p: Problem, row_unit: int, col_unit: int, tk: int, budget: int, io_concurrency: int
+) -> tuple[int, int]:
+    """Largest near-square aligned tile within ``budget``; grows one side once the other is full."""
+
+    def fits(tm: int, tn: int) -> bool:
+        return task_bytes(p, min(tm, p.m), min(tn, p.n), min(tk, p.k), io_concurrency) <= budget
+
+    if not fits(row_unit, col_unit):
+        smallest = task_bytes(p, row_unit, col_unit, min(tk, p.k), io_concurrency)
+        raise BudgetError(
+            f"budget of {budget} bytes ({_mib(budget)}) is too small: the smallest tile "
+            f"the chunking allows ({row_unit}x{col_unit}, panels {min(tk, p.k)} deep, "
+            f"A chunks {p.a_chunks}, B chunks {p.b_chunks}) needs {smallest} bytes "
+            f"({_mib(smallest)}) per task; raise the budget or rechunk the inputs smaller"
+        )
+    # Grow both sides together (a square tile reads least), then whichever still can.
+    tm, tn = row_unit, col_unit
+    grown = True
+    while grown:
+        grown = False
+        for side in ("rows", "cols") if tm * p.n <= tn * p.m else ("cols", "rows"):
+            if side == "rows" and tm < p.m and fits(_grow(tm, row_unit, p.m), tn):
+                tm = _grow(tm, row_unit, p.m)
+                grown = True
+            elif side == "cols" and tn < p.n and fits(tm, _grow(tn, col_unit, p.n)):
+                tn = _grow(tn, col_unit, p.n)
+                grown = True
+    return tm, tn
+
+
+def _grow(size: int, unit: int, extent: int) -> int:
+    """Next aligned size: doubling while small, then whole steps, capped at the extent."""
+    return min(extent, max(size + unit, size + (size // unit // 2) * unit))
+
+
+def _split_for_workers(
+    p: Problem, tm: int, tn: int, row_unit: int, col_unit: int, workers: int
+) -> tuple[int, int]:
+    """Shrink the tile until every worker gets one, while the grid allows."""
+    while math.ceil(p.m / tm) * math.ceil(p.n / tn) < workers:
+        rows_can = tm > row_unit
+        cols_can = tn > col_unit
+        if not (rows_can or cols_can):
+            break
+        if rows_can and (tm >= tn or not cols_can):
+            tm = max(row_unit, _round_up(math.ceil(tm / 2), row_unit))
+        else:
+            tn = max(col_unit, _round_up(math.ceil(tn / 2), col_unit))
+    return tm, tn
+
+
+def _round_up(value: int, unit: int) -> int:
+    return math.ceil(value / unit) * unit
+
+
+def _output_chunk(tile_edge: int) -> int:
+    """Largest divisor of the tile edge no bigger than ``MAX_OUTPUT_CHUNK``."""
+    parts = math.ceil(tile_edge / MAX_OUTPUT_CHUNK)
+    while tile_edge % parts:
+        parts += 1
+    return tile_edge // parts
+
+
+def chunk_span(start: int, stop: int, chunk: int, extent: int) -> int:
+    """Elements decoded along one axis to read ``[start, stop)`` with chunks of ``chunk``."""
+    return min(math.ceil(stop / chunk) * chunk, extent) - (start // chunk) * chunk
+
+
+def _touched(panels: tuple[tuple[int, int], ...], chunk: int, extent: int) -> int:
+    """Elements along k that reading every panel decodes, given chunks of ``chunk``."""
+    return sum(chunk_span(k0, k1, chunk, extent) for k0, k1 in panels)
+
+
+def _tasks_in_locality_order(p: Problem, tm: int, tn: int) -> tuple[TileTask, ...]:
+    """Row by row, alternating direction, so neighbours share an A or B panel."""
+    tasks = []
+    down, across = math.ceil(p.m / tm), math.ceil(p.n / tn)
+    for i in range(down):
+        columns = range(across) if i % 2 == 0 else range(across - 1, -1, -1)
+        for j in columns:
+            tasks.append(
+                TileTask(
+                    index=len(tasks),
+                    i=i,
+                    j=j,
+                    row0=i * tm,
+                    row1=min((i + 1) * tm, p.m),
+                    col0=j * tn,
+                    col1=min((j + 1) * tn, p.n),
+                )
+            )
+    return tuple(tasks)
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"

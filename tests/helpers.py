@@ -1,0 +1,37 @@
+"""Shared test helpers: seeded data on disk and a dtype- and k-aware comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+
+def write_zarr(path: Path, data: np.ndarray, chunks: tuple[int, int]) -> zarr.Array:
+    """Write ``data`` to a new zarr array at ``path`` with ``chunks``."""
+    array = zarr.create_array(str(path), shape=data.shape, chunks=chunks, dtype=data.dtype)
+    array[...] = data
+    return array
+
+
+def random_matrix(rng: np.random.Generator, shape: tuple[int, int], dtype: str) -> np.ndarray:
+    """Normal values with a nonzero mean, so errors do not cancel by luck."""
+    return (rng.standard_normal(shape) + 0.25).astype(dtype)
+
+
+def assert_product_close(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """``got`` equals ``a @ b`` (float64 reference) within the worst-case rounding bound.
+
+    |got - ref| <= 2 * k * u * (|a| @ |b|) elementwise, u the dtype's unit roundoff.
+    """
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    bound = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    k = a.shape[1]
+    u = np.finfo(a.dtype).eps / 2
+    tolerance = 2 * k * u * bound + np.finfo(a.dtype).tiny
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    assert got.dtype == a.dtype, (got.dtype, a.dtype)
+    excess = np.abs(got.astype(np.float64) - ref) - tolerance
+    worst = np.unravel_index(np.argmax(excess), excess.shape) if excess.size else None
+    assert (excess <= 0).all(), f"largest error over tolerance at {worst}: {excess[worst]}"

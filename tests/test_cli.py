@@ -1,0 +1,113 @@
+"""The ``outofcore`` command end to end, as a user runs it (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import zarr
+from helpers import assert_product_close
+
+
+def outofcore(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "outofcore.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+    )
+
+
+def test_random_plan_matmul_verify_on_ragged_chunks_with_a_64mib_budget(tmp_path):
+    a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
+    made = outofcore("random", a, "--shape", "3000,2000", "--chunks", "700,450", "--seed", "1")
+    assert made.returncode == 0, made.stderr
+    made = outofcore("random", b, "--shape", "2000,2500", "--chunks", "300,600", "--seed", "2")
+    assert made.returncode == 0, made.stderr
+
+    plan = outofcore("plan", a, b, "--memory", "64MiB", "--json")
+    assert plan.returncode == 0, plan.stderr
+    planned = json.loads(plan.stdout)
+    assert planned["task_bytes"] <= 64 * 2**20
+    assert planned["tile"][0] % 700 == 0 or planned["tile"][0] == 3000
+
+    run = outofcore("matmul", a, b, "-o", c, "--memory", "64MiB", "--workers", "2", "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    for key in (
+        "tiles",
+        "tiles_skipped",
+        "seconds",
+        "gflops",
+        "bytes_read",
+        "bytes_written",
+        "io_lower_bound",
+        "peak_worker_bytes",
+    ):
+        assert key in summary
+    assert summary["tiles"] >= 2 and summary["tiles_skipped"] == 0
+    assert summary["bytes_written"] == 3000 * 2500 * 4
+    assert summary["bytes_read"] >= summary["io_lower_bound"]
+    assert summary["peak_worker_bytes"] > 0
+
+    a_np = zarr.open_array(a, mode="r")[...]
+    b_np = zarr.open_array(b, mode="r")[...]
+    assert_product_close(zarr.open_array(c, mode="r")[...], a_np, b_np)
+
+    checked = outofcore("verify", a, b, c, "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert json.loads(checked.stdout)["passed"] is True
+
+    # A budget too small is refused with the numbers, exit status 2, nothing written.
+    small = outofcore("matmul", a, b, "-o", str(tmp_path / "d.zarr"), "--memory", "4MiB")
+    assert small.returncode == 2
+    assert "budget of 4194304 bytes (4.0 MiB) is too small" in small.stderr
+    assert "needs" in small.stderr and "700x600" in small.stderr
+    assert not (tmp_path / "d.zarr").exists()
+
+    # The human summary.
+    again = outofcore(
+        "matmul", a, b, "-o", c, "--memory", "64MiB", "--scheduler", "sync", "--overwrite"
+    )
+    assert again.returncode == 0, again.stderr
+    assert "GFLOP/s" in again.stdout and "lower bound" in again.stdout
+
+
+def test_verify_exits_one_on_a_wrong_product(tmp_path):
+    rng = np.random.default_rng(0)
+    a_np = rng.standard_normal((50, 40)).astype("f4")
+    b_np = rng.standard_normal((40, 30)).astype("f4")
+    for name, data in (("a", a_np), ("b", b_np), ("c", a_np @ b_np)):
+        zarr.create_array(
+            str(tmp_path / f"{name}.zarr"), shape=data.shape, chunks=(16, 16), dtype="f4"
+        )[...] = data
+    c = zarr.open_array(str(tmp_path / "c.zarr"))
+    c[7, 7] = c[7, 7] + 100
+    out = outofcore("verify", *(str(tmp_path / f"{x}.zarr") for x in "abc"))
+    assert out.returncode == 1
+    assert "FAILED" in out.stdout and "row 7" in out.stdout
+
+
+def test_demo_runs_and_verifies(tmp_path):
+    out = outofcore(
+        "demo", "--size", "640", "--chunk", "128", "--memory", "2MiB", "--json", "--workers", "2"
+    )
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["verify"]["passed"] is True
+    assert summary["tiles"] > 1
+    # The inputs are larger than the budget the demo uses.
+    assert 2 * 640 * 640 * 4 > summary["budget_bytes"]
+
+
+def test_errors_are_one_line_with_status_two(tmp_path):
+    out = outofcore(
+        "matmul", str(tmp_path / "x.zarr"), str(tmp_path / "y.zarr"), "-o", str(tmp_path / "z.zarr")
+    )
+    assert out.returncode == 2
+    assert out.stderr.startswith("outofcore: error: input A: no zarr array at")
+    bad = outofcore("plan", "a", "b", "--memory", "lots")
+    assert bad.returncode == 2 and "cannot read the size 'lots'" in bad.stderr

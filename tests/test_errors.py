@@ -1,0 +1,195 @@
+"""Bad input: a clear error naming the values, before any task runs, nothing written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import zarr
+from helpers import random_matrix, write_zarr
+
+import outofcore
+from outofcore.errors import (
+    BackendError,
+    BudgetError,
+    ClusterError,
+    InputError,
+    OutputExistsError,
+)
+from outofcore.sizes import parse_size
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    rng = np.random.default_rng(1)
+    a = write_zarr(tmp_path / "a.zarr", random_matrix(rng, (40, 30), "float32"), (10, 10))
+    b = write_zarr(tmp_path / "b.zarr", random_matrix(rng, (30, 20), "float32"), (10, 10))
+    return tmp_path, a, b
+
+
+def snapshot(folder):
+    """Every file under ``folder`` with its size and modification time."""
+    state = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            info = os.stat(path)
+            state[path] = (info.st_size, info.st_mtime_ns)
+    return state
+
+
+def run(a, b, out, **kwargs):
+    return outofcore.matmul(a, b, out, client="sync", progress=False, **kwargs)
+
+
+def test_not_two_dimensional(inputs):
+    folder, _, b = inputs
+    zarr.create_array(str(folder / "v.zarr"), shape=(30,), chunks=(10,), dtype="f4")[...] = 1
+    before = snapshot(folder)
+    with pytest.raises(InputError, match=r"1 dimensions with shape \(30,\)"):
+        run(folder / "v.zarr", b, folder / "c.zarr")
+    assert snapshot(folder) == before
+
+
+def test_inner_dimensions_differ(inputs):
+    folder, a, _ = inputs
+    write_zarr(folder / "b2.zarr", np.ones((31, 20), "f4"), (10, 10))
+    before = snapshot(folder)
+    with pytest.raises(InputError, match=r"A is 40x30 and B is 31x20 \(30 != 31\)"):
+        run(a, folder / "b2.zarr", folder / "c.zarr")
+    assert snapshot(folder) == before
+
+
+def test_mixed_dtypes(inputs):
+    folder, a, _ = inputs
+    write_zarr(folder / "b64.zarr", np.ones((30, 20), "f8"), (10, 10))
+    with pytest.raises(InputError, match="A is float32 and B is float64"):
+        run(a, folder / "b64.zarr", folder / "c.zarr")
+    assert not (folder / "c.zarr").exists()
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float16", "complex64"])
+def test_unsupported_dtype_says_what_to_do(inputs, dtype):
+    folder, _, b = inputs
+    write_zarr(folder / "bad.zarr", np.ones((40, 30), dtype), (10, 10))
+    with pytest.raises(InputError, match=f"dtype {dtype}.*float32 or float64.*astype"):
+        run(folder / "bad.zarr", b, folder / "c.zarr")
+    assert not (folder / "c.zarr").exists()
+
+
+def test_missing_input_path(inputs):
+    folder, a, _ = inputs
+    with pytest.raises(InputError, match="input B: no zarr array at .*nowhere.zarr"):
+        run(a, folder / "nowhere.zarr", folder / "c.zarr")
+    assert not (folder / "c.zarr").exists()
+
+
+def test_input_that_is_a_group_or_not_zarr(inputs):
+    folder, a, _ = inputs
+    zarr.open_group(str(folder / "group.zarr"), mode="w")
+    with pytest.raises(InputError, match="is a zarr group, not an array"):
+        run(a, folder / "group.zarr", folder / "c.zarr")
+    (folder / "plain").mkdir()
+    (folder / "plain" / "notes.txt").write_text("hello")
+    with pytest.raises(InputError, match="input B"):
+        run(a, folder / "plain", folder / "c.zarr")
+    assert not (folder / "c.zarr").exists()
+
+
+def test_existing_output_needs_overwrite(inputs):
+    folder, a, b = inputs
+    run(a, b, folder / "c.zarr")
+    before = snapshot(folder / "c.zarr")
+    with pytest.raises(OutputExistsError, match="c.zarr' already exists; pass overwrite=True"):
+        run(a, b, folder / "c.zarr")
+    assert snapshot(folder / "c.zarr") == before
+    time.sleep(0.01)
+    c = run(a, b, folder / "c.zarr", overwrite=True)
+    assert c.attrs["outofcore"]["complete"] is True
+
+
+def test_output_is_an_input_even_with_overwrite(inputs):
+    folder, a, b = inputs
+    before = snapshot(folder)
+    with pytest.raises(InputError, match="same array as input A"):
+        run(a, b, folder / "a.zarr", overwrite=True)
+    with pytest.raises(InputError, match="same array as input B"):
+        run(a, b, b, overwrite=True)
+    with pytest.raises(InputError, match="nested"):
+        run(a, b, folder, overwrite=True)  # replacing the folder would delete both inputs
+    assert snapshot(folder) == before
+
+
+def test_existing_output_of_wrong_shape_or_dtype(inputs):
+    folder, a, b = inputs
+    wrong_shape = zarr.create_array(
+        str(folder / "ws.zarr"), shape=(40, 21), chunks=(10, 7), dtype="f4"
+    )
+    with pytest.raises(InputError, match=r"\(40, 21\) float32, but A @ B is \(40, 20\) float32"):
+        run(a, b, wrong_shape)
+    wrong_dtype = zarr.create_array(
+        str(folder / "wd.zarr"), shape=(40, 20), chunks=(10, 10), dtype="f8"
+    )
+    with pytest.raises(InputError, match="float64, but A @ B is .* float32"):
+        run(a, b, wrong_dtype)
+
+
+def test_budget_too_small_is_refused_with_numbers(inputs):
+    folder, a, b = inputs
+    with pytest.raises(BudgetError, match=r"budget of 1000 bytes .* needs \d+ bytes"):
+        run(a, b, folder / "c.zarr", memory=1000)
+    assert not (folder / "c.zarr").exists()
+
+
+def test_scheduler_address_that_does_not_answer(inputs, monkeypatch):
+    folder, a, b = inputs
+    monkeypatch.setattr("scheduler.cluster.CONNECT_TIMEOUT_SECONDS", 2.0)
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=r"'tcp://127.0.0.1:9' within 2 s"):
+        outofcore.matmul(a, b, folder / "c.zarr", client="tcp://127.0.0.1:9", progress=False)
+    assert time.monotonic() - started < 30
+    assert not (folder / "c.zarr").exists()
+
+
+def test_unknown_backend(inputs):
+    folder, a, b = inputs
+    with pytest.raises(BackendError, match="unknown backend 'tpu'"):
+        run(a, b, folder / "c.zarr", backend="tpu")
+
+
+def test_cuda_backend_without_gpu_is_a_clear_error(inputs):
+    # A fresh process without the simulator (other test modules turn it on here).
+    folder, a, b = inputs
+    code = (
+        "import outofcore, sys\n"
+        "from outofcore.engines import gpu_visible\n"
+        "from outofcore.errors import BackendError\n"
+        "if gpu_visible(): print('GPU'); sys.exit(0)\n"
+        "try:\n"
+        f"    outofcore.matmul({str(a.store.root)!r}, {str(b.store.root)!r}, "
+        f"{str(folder / 'c.zarr')!r}, backend='cuda', client='sync')\n"
+        "except BackendError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    if out.stdout.strip() != "GPU":  # on a GPU machine the backend is legitimately usable
+        assert "backend 'cuda' needs a CUDA GPU and driver" in out.stdout
+        assert not (folder / "c.zarr").exists()
+
+
+@pytest.mark.parametrize("text", ["lots", "-5MiB", "12 parsecs", "0"])
+def test_bad_memory_sizes(text):
+    with pytest.raises(InputError):
+        parse_size(text)
+
+
+def test_sizes():
+    assert parse_size("512MiB") == 512 * 2**20
+    assert parse_size("1.5GB") == 1_500_000_000
+    assert parse_size(4096) == 4096

@@ -1,0 +1,171 @@
+"""The plan: pure data, aligned to the chunk grids, within the budget."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from outofcore.errors import BudgetError, InputError
+from scheduler.plan import Problem, io_lower_bound, make_plan, task_bytes
+
+dims = st.integers(min_value=1, max_value=3000)
+chunk = st.integers(min_value=1, max_value=700)
+
+
+@st.composite
+def problems(draw: st.DrawFn) -> Problem:
+    m, k, n = draw(dims), draw(dims), draw(dims)
+    return Problem(
+        m=m,
+        k=k,
+        n=n,
+        itemsize=draw(st.sampled_from([4, 8])),
+        a_chunks=(draw(chunk), draw(chunk)),
+        b_chunks=(draw(chunk), draw(chunk)),
+    )
+
+
+def test_plan_module_imports_neither_dask_nor_numba_nor_zarr():
+    code = (
+        "import sys, scheduler.plan; "
+        "bad = [m for m in ('dask', 'distributed', 'numba', 'zarr') if m in sys.modules]; "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+@given(problems(), st.integers(min_value=1, max_value=6), st.integers(min_value=20, max_value=28))
+def test_plan_tiles_cover_output_once_on_the_grids_within_budget(problem, workers, log2_budget):
+    budget = 2**log2_budget
+    try:
+        plan = make_plan(problem, budget, workers)
+    except BudgetError as exc:
+        assert str(budget) in str(exc)
+        return
+    covered = [[0] * plan.tiles_across for _ in range(plan.tiles_down)]
+    for task in plan.tasks:
+        covered[task.i][task.j] += 1
+        assert task.row0 % problem.a_chunks[0] == 0 or task.row0 == 0
+        assert task.col0 % problem.b_chunks[1] == 0 or task.col0 == 0
+        assert task.row0 % plan.out_chunks[0] == 0
+        assert task.col0 % plan.out_chunks[1] == 0
+        assert 0 < task.row1 - task.row0 <= plan.tm and task.row1 <= problem.m
+        assert 0 < task.col1 - task.col0 <= plan.tn and task.col1 <= problem.n
+    assert all(count == 1 for row in covered for count in row)
+    assert sum(t.shape[0] * t.shape[1] for t in plan.tasks) == problem.m * problem.n
+    assert plan.panels[0][0] == 0 and plan.panels[-1][1] == problem.k
+    assert all(a[1] == b[0] for a, b in zip(plan.panels, plan.panels[1:], strict=False))
+    assert plan.task_bytes <= budget
+    assert plan.bytes_read >= plan.io_lower_bound or plan.bytes_read >= problem.itemsize * (
+        problem.m * problem.k + problem.k * problem.n
+    )
+    if len(plan.tasks) < workers:  # only when no aligned split is left
+        assert plan.tm <= math.lcm(problem.a_chunks[0], plan.out_chunks[0]) or plan.tm >= problem.m
+
+
+def test_bigger_budget_reads_less():
+    problem = Problem(m=8192, k=8192, n=8192, itemsize=4, a_chunks=(512, 512), b_chunks=(512, 512))
+    small = make_plan(problem, 64 * 2**20)
+    large = make_plan(problem, 1024 * 2**20)
+    assert large.tm * large.tn > small.tm * small.tn
+    assert large.bytes_read < small.bytes_read
+    # Output-stationary with near-square tiles stays close to the lower bound.
+    assert large.bytes_read <= 2.0 * large.io_lower_bound
+
+
+def test_bytes_read_formula_for_aligned_panels():
+    problem = Problem(m=1000, k=600, n=900, itemsize=8, a_chunks=(100, 200), b_chunks=(200, 300))
+    plan = make_plan(problem, 64 * 2**20, tile=(500, 300), tk=400)
+    assert (plan.tiles_down, plan.tiles_across) == (2, 3)
+    # Panels [0,400) and [400,600): both fall on the 200-wide chunk grid, nothing read twice.
+    expected = 8 * (3 * 1000 * 600 + 2 * 600 * 900)
+    assert plan.bytes_read == expected
+
+
+def test_panel_that_splits_a_chunk_is_counted_twice():
+    problem = Problem(m=10, k=10, n=10, itemsize=4, a_chunks=(10, 4), b_chunks=(4, 10))
+    plan = make_plan(problem, 2**20, tile=(10, 10), tk=4)
+    assert plan.panels == ((0, 4), (4, 8), (8, 10))
+    assert plan.bytes_read == 4 * (10 * 10 + 10 * 10)
+    odd = Problem(m=10, k=10, n=10, itemsize=4, a_chunks=(10, 3), b_chunks=(5, 10))
+    # lcm(3, 5) = 15 > k: panels follow the coarser (5) grid; A's 3-wide chunks that a
+    # panel edge cuts are decoded by both panels.
+    plan = make_plan(odd, 2**20, tile=(10, 10))
+    assert plan.tk == 10 or plan.panels == ((0, 5), (5, 10))
+    plan = make_plan(odd, 2**20, tile=(10, 10), tk=5)
+    a_touched = (6 - 0) + (10 - 3)  # chunks [0,6) for the first panel, [3,10) for the second
+    assert plan.bytes_read == 4 * (10 * a_touched + 10 * 10)
+
+
+def test_budget_too_small_names_the_numbers():
+    problem = Problem(
+        m=4096, k=4096, n=4096, itemsize=4, a_chunks=(1024, 1024), b_chunks=(1024, 1024)
+    )
+    with pytest.raises(BudgetError) as info:
+        make_plan(problem, 8 * 2**20)
+    message = str(info.value)
+    assert str(8 * 2**20) in message
+    assert "1024x1024" in message
+    needed = task_bytes(problem, 1024, 1024, 1024, 2)
+    assert str(needed) in message
+
+
+def test_forced_tile_must_fall_on_the_grid():
+    problem = Problem(m=100, k=100, n=100, itemsize=4, a_chunks=(30, 10), b_chunks=(10, 25))
+    with pytest.raises(InputError, match="multiple of 30"):
+        make_plan(problem, 2**30, tile=(40, 50))
+    with pytest.raises(InputError, match="multiple of 25"):
+        make_plan(problem, 2**30, tile=(60, 40))
+
+
+def test_lower_bound_formula():
+    problem = Problem(
+        m=16384, k=16384, n=16384, itemsize=4, a_chunks=(2048,) * 2, b_chunks=(2048,) * 2
+    )
+    budget = 64 * 2**20  # the communication term dominates: 8 GiB - 128 MiB
+    expected = 2 * 16384**3 * 4 / math.sqrt(budget / 4) - 2 * budget
+    assert expected > 2 * 16384**2 * 4
+    assert io_lower_bound(problem, budget) == int(expected)
+    # With a large budget the inputs themselves are the bound.
+    assert io_lower_bound(problem, 512 * 2**20) == 2 * 16384**2 * 4
+    tiny = Problem(m=10, k=10, n=10, itemsize=4, a_chunks=(10, 10), b_chunks=(10, 10))
+    assert io_lower_bound(tiny, 2**30) == 4 * 200
+
+
+def test_plan_splits_tiles_for_workers():
+    problem = Problem(m=1024, k=256, n=1024, itemsize=4, a_chunks=(128, 128), b_chunks=(128, 128))
+    assert len(make_plan(problem, 2**30, workers=1).tasks) == 1
+    assert len(make_plan(problem, 2**30, workers=4).tasks) >= 4
+
+
+def test_task_order_keeps_neighbours_adjacent():
+    problem = Problem(m=400, k=10, n=400, itemsize=4, a_chunks=(100, 10), b_chunks=(10, 100))
+    plan = make_plan(problem, 2**30, tile=(100, 100))
+    for before, after in zip(plan.tasks, plan.tasks[1:], strict=False):
+        assert before.i == after.i or before.j == after.j  # shares an A or a B panel
+
+
+def test_plan_of_a_million_square_problem_is_fast():
+    import time
+
+    problem = Problem(
+        m=10**6, k=10**6, n=10**6, itemsize=4, a_chunks=(4096, 4096), b_chunks=(4096, 4096)
+    )
+    started = time.perf_counter()
+    plan = make_plan(problem, 8 * 2**30, workers=64)
+    assert time.perf_counter() - started < 5
+    assert plan.task_bytes <= 8 * 2**30
+    assert len(plan.tasks) == plan.tiles_down * plan.tiles_across
+
+
+@pytest.mark.parametrize("bad", [{"m": 0}, {"a_chunks": (0, 1)}])
+def test_problem_rejects_nonsense(bad):
+    fields = dict(m=5, k=5, n=5, itemsize=4, a_chunks=(5, 5), b_chunks=(5, 5)) | bad
+    with pytest.raises(InputError):
+        Problem(**fields)

@@ -1,0 +1,67 @@
+"""Freivalds verification: passes correct products, catches a planted wrong element."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import random_matrix, write_zarr
+
+from outofcore.errors import InputError
+from outofcore.verify import verify
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_correct_product_passes(tmp_path, dtype):
+    rng = np.random.default_rng(2)
+    a = random_matrix(rng, (301, 257), dtype)
+    b = random_matrix(rng, (257, 199), dtype)
+    write_zarr(tmp_path / "a.zarr", a, (64, 50))
+    write_zarr(tmp_path / "b.zarr", b, (50, 64))
+    write_zarr(tmp_path / "c.zarr", a @ b, (100, 100))  # computed in dtype, like our tasks
+    report = verify(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", rounds=3)
+    assert report.passed, report
+    assert report.rounds == 3
+    assert 0 < report.max_relative_residual < report.tolerance
+
+
+def test_one_planted_wrong_element_in_a_large_c_is_caught(tmp_path):
+    rng = np.random.default_rng(4)
+    m, k, n = 2000, 1500, 1800
+    a = random_matrix(rng, (m, k), "float32")
+    b = random_matrix(rng, (k, n), "float32")
+    c = a @ b
+    write_zarr(tmp_path / "a.zarr", a, (512, 512))
+    write_zarr(tmp_path / "b.zarr", b, (512, 512))
+    stored = write_zarr(tmp_path / "c.zarr", c, (512, 512))
+    assert verify(tmp_path / "a.zarr", tmp_path / "b.zarr", stored).passed
+    # One element off by 5% of the largest |C|: one element in 3.6 million.
+    row, col = 1234, 567
+    stored[row, col] = c[row, col] + 0.05 * np.abs(c).max()
+    report = verify(tmp_path / "a.zarr", tmp_path / "b.zarr", stored, rounds=2)
+    assert not report.passed
+    assert report.failing_rows == 1 and report.first_failing_row == row
+    assert report.max_relative_residual > report.tolerance
+
+
+def test_nan_where_numpy_has_nan_passes_and_a_stray_nan_fails(tmp_path):
+    rng = np.random.default_rng(6)
+    a = random_matrix(rng, (40, 30), "float64")
+    b = random_matrix(rng, (30, 20), "float64")
+    a[5, 3] = np.nan
+    c = a @ b
+    write_zarr(tmp_path / "a.zarr", a, (16, 16))
+    write_zarr(tmp_path / "b.zarr", b, (16, 16))
+    stored = write_zarr(tmp_path / "c.zarr", c, (16, 16))
+    assert verify(tmp_path / "a.zarr", tmp_path / "b.zarr", stored).passed
+    stored[9, 9] = np.nan
+    report = verify(tmp_path / "a.zarr", tmp_path / "b.zarr", stored)
+    assert not report.passed and report.nonfinite_mismatches == 1
+
+
+def test_wrong_shape_of_c(tmp_path):
+    rng = np.random.default_rng(8)
+    write_zarr(tmp_path / "a.zarr", random_matrix(rng, (4, 3), "float32"), (2, 2))
+    write_zarr(tmp_path / "b.zarr", random_matrix(rng, (3, 5), "float32"), (2, 2))
+    write_zarr(tmp_path / "c.zarr", random_matrix(rng, (4, 4), "float32"), (2, 2))
+    with pytest.raises(InputError, match=r"C is \(4, 4\) but A @ B is \(4, 5\)"):
+        verify(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr")
