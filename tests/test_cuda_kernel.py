@@ -1,0 +1,254 @@
+"""The numba CUDA GEMM kernels, run on numba's CUDA simulator (no GPU needed).
+
+The simulator runs one Python thread per CUDA thread, so the cases are tiny
+and most use tiny tile parameters; two cases run the production parameters.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba.cuda is imported
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import outofcore.cuda as ooc_cuda  # noqa: E402
+from outofcore.errors import InputError  # noqa: E402
+
+if not ooc_cuda.simulator_enabled() and not ooc_cuda.is_available():
+    pytest.skip(
+        "numba.cuda was imported without NUMBA_ENABLE_CUDASIM=1 and no GPU is visible",
+        allow_module_level=True,
+    )
+
+from numba import cuda  # noqa: E402
+
+from outofcore.cuda import kernels  # noqa: E402
+from outofcore.cuda.kernels import PRODUCTION, TileParams  # noqa: E402
+
+TINY = TileParams(bm=8, bn=8, bk=4, tm=2, tn=2)  # 4x4 threads
+TALL = TileParams(bm=16, bn=8, bk=2, tm=4, tn=2)  # non-square block, 4x4 threads
+DTYPES = [np.float32, np.float64]
+
+
+def operands(m: int, n: int, k: int, dtype, seed: int = 0):
+    rng = np.random.default_rng(seed + 1000 * m + 100 * n + k)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    c = rng.standard_normal((m, n)).astype(dtype)
+    return a, b, c
+
+
+def assert_product(out, a, b, c0, accumulate: bool) -> None:
+    """``out`` equals ``c0 + a @ b`` (or ``a @ b``) within a dtype- and k-dependent bound."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    expected = a64 @ b64 + (c0.astype(np.float64) if accumulate else 0.0)
+    magnitude = np.abs(a64) @ np.abs(b64) + (np.abs(c0) if accumulate else 0.0)
+    eps = np.finfo(out.dtype).eps
+    bound = 2 * (a.shape[1] + 1) * eps * magnitude + np.finfo(out.dtype).tiny
+    err = np.abs(np.asarray(out, dtype=np.float64) - expected)
+    assert out.dtype == a.dtype
+    assert np.all(err <= bound), (
+        f"max error {err.max():.3g}, bound there {bound.flat[err.argmax()]:.3g}"
+    )
+
+
+SHAPES = [
+    (1, 1, 1),
+    (7, 13, 5),  # primes, below one block
+    (17, 3, 11),  # crosses block rows, ragged k-tiles
+    (13, 17, 1),  # k = 1
+    (3, 19, 9),  # wide, odd number of k-tiles
+    (16, 8, 8),  # exact multiples
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_tiled_kernel_matches_numpy(m, n, k, dtype):
+    a, b, c = operands(m, n, k, dtype)
+    c0 = c.copy()
+    out = ooc_cuda.gemm(a, b, c, params=TINY)
+    assert out is c
+    assert_product(c, a, b, c0, accumulate=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 1, 1), (19, 5, 7), (2, 23, 3)])
+def test_non_square_block_parameters(m, n, k, dtype):
+    a, b, c = operands(m, n, k, dtype, seed=1)
+    c0 = c.copy()
+    ooc_cuda.gemm(a, b, c, params=TALL)
+    assert_product(c, a, b, c0, accumulate=True)
+
+
+@pytest.mark.parametrize(("dtype", "shape"), [(np.float32, (130, 5, 9)), (np.float64, (67, 3, 10))])
+def test_production_parameters(dtype, shape):
+    """The real tile shape: two block rows, two k-tiles, ragged everywhere."""
+    a, b, c = operands(*shape, dtype, seed=2)
+    c0 = c.copy()
+    ooc_cuda.gemm(a, b, c)  # params=None: PRODUCTION[dtype]
+    assert_product(c, a, b, c0, accumulate=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_accumulate_false_overwrites_even_nan(dtype):
+    a, b, c = operands(9, 10, 6, dtype)
+    c[...] = np.nan
+    ooc_cuda.gemm(a, b, c, accumulate=False, params=TINY)
+    assert_product(c, a, b, np.zeros_like(c), accumulate=False)
+
+
+def test_accumulate_adds_twice():
+    a, b, c = operands(5, 6, 7, np.float64)
+    c0 = c.copy()
+    ooc_cuda.gemm(a, b, c, params=TINY)
+    ooc_cuda.gemm(a, b, c, params=TINY)
+    np.testing.assert_allclose(c, c0 + 2 * (a @ b), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_kernel_matches_numpy_and_tiled(dtype):
+    a, b, c = operands(11, 6, 5, dtype)
+    c_ref, c_tiled = c.copy(), c.copy()
+    d_ref = cuda.to_device(c_ref)
+    kernels.launch_reference(cuda.to_device(a), cuda.to_device(b), d_ref, True, block=(4, 4))
+    d_ref.copy_to_host(c_ref)
+    assert_product(c_ref, a, b, c, accumulate=True)
+    ooc_cuda.gemm(a, b, c_tiled, params=TINY)
+    np.testing.assert_allclose(c_tiled, c_ref, rtol=8 * np.finfo(dtype).eps * 5, atol=1e-6)
+
+
+def test_device_arrays_stay_on_device():
+    a, b, c = operands(6, 5, 4, np.float32)
+    d_c = cuda.to_device(c)
+    out = ooc_cuda.gemm(cuda.to_device(a), cuda.to_device(b), d_c, params=TINY)
+    assert out is d_c
+    assert_product(d_c.copy_to_host(), a, b, c, accumulate=True)
+
+
+def test_mixed_host_and_device_operands():
+    a, b, c = operands(6, 5, 4, np.float64)
+    c0 = c.copy()
+    ooc_cuda.gemm(cuda.to_device(a), b, c, params=TINY)
+    assert_product(c, a, b, c0, accumulate=True)
+
+
+def test_launch_on_a_stream():
+    a, b, c = operands(6, 5, 4, np.float32)
+    c0 = c.copy()
+    stream = cuda.stream()
+    ooc_cuda.gemm(a, b, c, stream=stream, params=TINY)
+    assert_product(c, a, b, c0, accumulate=True)
+
+
+def test_tall_matrices_take_several_launches(monkeypatch):
+    """A grid taller than CUDA's y limit is cut into row slabs (limit shrunk to 1 here)."""
+    monkeypatch.setattr(kernels, "MAX_GRID_Y", 1)
+    a, b, c = operands(21, 5, 3, np.float32)
+    c0 = c.copy()
+    ooc_cuda.gemm(a, b, c, params=TINY)
+    assert_product(c, a, b, c0, accumulate=True)
+
+
+def test_empty_shapes():
+    a, b, c = operands(0, 5, 3, np.float32)
+    assert ooc_cuda.gemm(a, b, c, params=TINY) is c
+    a, b, c = operands(4, 5, 0, np.float32)
+    ooc_cuda.gemm(a, b, c, accumulate=False, params=TINY)
+    np.testing.assert_array_equal(c, 0)
+
+
+def test_is_available_under_the_simulator():
+    assert ooc_cuda.simulator_enabled()
+    assert ooc_cuda.is_available()
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "c", "message"),
+    [
+        (
+            np.ones((3, 4)),
+            np.ones((5, 2)),
+            np.ones((3, 2)),
+            "inner dimensions differ: a is 3x4, b is 5x2",
+        ),
+        (
+            np.ones((3, 4)),
+            np.ones((4, 2)),
+            np.ones((2, 3)),
+            r"c has shape \(2, 3\); a @ b needs \(3, 2\)",
+        ),
+        (np.ones(3), np.ones((3, 2)), np.ones((1, 2)), r"a must be 2-D, got shape \(3,\)"),
+        (
+            np.ones((3, 4), np.float32),
+            np.ones((4, 2)),
+            np.ones((3, 2)),
+            "a float32, b float64, c float64",
+        ),
+        (
+            np.ones((3, 4), np.int32),
+            np.ones((4, 2), np.int32),
+            np.ones((3, 2), np.int32),
+            "unsupported dtype int32",
+        ),
+        (
+            np.ones((3, 4), np.float16),
+            np.ones((4, 2), np.float16),
+            np.ones((3, 2), np.float16),
+            "unsupported dtype float16",
+        ),
+        (
+            np.ones((3, 8))[:, ::2],
+            np.ones((4, 2)),
+            np.ones((3, 2)),
+            r"a must be C-contiguous \(strides \(64, 16\)",
+        ),
+        (
+            np.ones((3, 4)),
+            np.asfortranarray(np.ones((4, 2))),
+            np.ones((3, 2)),
+            "b must be C-contiguous",
+        ),
+        (
+            [[1.0]],
+            np.ones((1, 1)),
+            np.ones((1, 1)),
+            "a must be a numpy array or a CUDA device array, not list",
+        ),
+    ],
+)
+def test_bad_input_is_a_clear_error(a, b, c, message):
+    with pytest.raises(InputError, match=message):
+        ooc_cuda.gemm(a, b, c, params=TINY)
+
+
+def test_non_contiguous_device_array_is_rejected():
+    d_a = cuda.to_device(np.ones((3, 8), np.float32))[:, :4]
+    with pytest.raises(InputError, match="a must be C-contiguous"):
+        ooc_cuda.gemm(d_a, np.ones((4, 2), np.float32), np.ones((3, 2), np.float32), params=TINY)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (TileParams(8, 8, 4, 3, 2), "tm and tn must be even"),
+        (TileParams(8, 8, 4, 0, 2), "every parameter must be >= 1"),
+        (TileParams(10, 8, 4, 4, 2), "bm must be a multiple of tm"),
+        (TileParams(8, 8, 1, 2, 2), "multiples of the thread count"),
+        (TileParams(256, 256, 8, 2, 2), "threads per block exceed 1024"),
+    ],
+)
+def test_bad_tile_parameters(params, message):
+    a, b, c = operands(2, 2, 2, np.float32)
+    with pytest.raises(InputError, match=message):
+        ooc_cuda.gemm(a, b, c, params=params)
+
+
+def test_production_parameters_are_valid():
+    for dtype, params in PRODUCTION.items():
+        params.check()
+        assert params.threads == (16, 16)
+        assert np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64))
+    assert PRODUCTION[np.dtype(np.float32)] == TileParams(128, 128, 8, 8, 8)
