@@ -1,0 +1,109 @@
+"""The compile report: the kernels compiled for sm_90 without a GPU, and its parsers.
+
+The compile test runs ``python -m outofcore.cuda.report`` in a subprocess,
+because the other CUDA test modules switch this process to numba's simulator,
+which cannot compile PTX.  It needs the cuda-tools toolchain wheels
+(``numba-cuda[cu13]``, ``nvidia-cuda-cuobjdump``, ``nvidia-cuda-nvdisasm``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from outofcore.cuda import report
+
+REPO = Path(__file__).resolve().parents[1]
+
+SASS = """
+        Function : kernel
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                 /* 0x000 */
+        /*0010*/                   LDS.128 R4, [R2] ;                     /* 0x000 */
+        /*0020*/                   FFMA R8, R4, R5, R8 ;                  /* 0x000 */
+        /*0030*/                   FFMA R9, R6, R7, R9 ;                  /* 0x000 */
+        /*0040*/                   LDS R10, [R2+0x10] ;                   /* 0x000 */
+        /*0050*/                   FFMA R8, R10, R10, R8 ;                /* 0x000 */
+        /*0060*/                   IADD3 R2, R2, 0x20, RZ ;               /* 0x000 */
+        /*0070*/               @P0 BRA 0x10 ;                             /* 0x000 */
+        /*0080*/                   FFMA R8, R8, R8, R8 ;                  /* 0x000 */
+        /*0090*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;          /* 0x000 */
+        /*00a0*/              @!P1 BRA 0x0 ;                              /* 0x000 */
+        /*00b0*/                   EXIT ;                                 /* 0x000 */
+        /*00c0*/                   BRA 0xc0;                              /* 0x000 */
+        /*00d0*/                   NOP;                                   /* 0x000 */
+"""
+
+LOG = """ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for k
+ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 127 registers, used 1 barriers
+info    : used 127 registers, used 1 barriers, 0 stack, 17408 bytes smem, 745 bytes cmem[0], \
+16 bytes lmem
+"""
+
+
+def test_inner_loop_is_the_smallest_loop_with_the_most_fma():
+    stats = report.inner_loop(report.parse_sass(SASS), "FFMA")
+    assert (stats.start, stats.end) == (0x10, 0x70)
+    assert stats.instructions == 7
+    assert stats.fma == 3
+    assert (stats.shared_loads, stats.shared_loads_128) == (2, 1)
+    assert stats.fma_per_lds == 1.5
+    assert stats.fma_share == pytest.approx(3 / 7)
+
+
+def test_info_log_parsing():
+    r = report.VariantReport(name="k", dtype="float32", arch="sm_90", params={})
+    report.parse_info_log(LOG, r)
+    assert (r.registers, r.spill_stores, r.spill_loads) == (127, 4, 12)
+    assert (r.stack_bytes, r.shared_bytes, r.local_bytes) == (8, 17408, 16)
+    report.check(r)
+    assert any("spills" in p for p in r.problems)
+    assert any("FFMA per shared load" in p or "no FMA" in p for p in r.problems)
+
+
+def test_issue_bound_depends_on_the_fma_pipe_width():
+    r = report.VariantReport(name="k", dtype="float32", arch="sm_90", params={})
+    r.loop = report.LoopStats(instructions=100, fma=80, shared_loads=8)
+    assert r.issue_bound == pytest.approx(0.8)  # H100: 32 FP32 lanes per sub-partition
+    r.arch = "sm_80"
+    assert r.issue_bound == 1.0  # A100: an FFMA takes the 16-lane pipe two clocks
+
+
+MISSING = report.missing_toolchain()
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"cuda-tools toolchain not installed: {MISSING}")
+def test_kernels_compile_for_sm90_without_spills_and_meet_targets():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-m", "outofcore.cuda.report", "--json", "--arch", "sm_90"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    result = json.loads(done.stdout)
+    assert result["problems"] == [], result["problems"]
+    assert done.returncode == 0
+    variants = {v["dtype"]: v for v in result["variants"] if v["arch"] == "sm_90"}
+    assert set(variants) == {"float32", "float64"}
+    for v in variants.values():
+        assert v["compiled"], v["error"]
+        assert v["spill_stores"] == v["spill_loads"] == v["local_bytes"] == 0
+        assert 0 < v["registers"] <= 255
+    f32 = variants["float32"]["loop"]
+    assert f32["fma_per_lds"] >= report.MIN_FMA_PER_LDS
+    assert f32["fma_share"] >= report.MIN_FMA_SHARE
+    assert f32["shared_loads_128"] == f32["shared_loads"]  # every shared load is 128-bit wide
+    assert f32["float64_ops"] == 0  # accumulates in float32
+    # registers allow two 256-thread blocks per SM (65536 registers)
+    assert variants["float32"]["registers"] <= 128
