@@ -19,6 +19,7 @@ from outofcore.sizes import parse_size
 from outofcore.tile import TileJob, TileResult, compute_tile
 from scheduler.cluster import open_executor
 from scheduler.executors import SynchronousExecutor
+from scheduler.gpu_cluster import GPU_RESOURCE
 from scheduler.plan import Plan, Problem, make_plan
 
 #: Key of the job record in the output array's attributes.
@@ -108,10 +109,12 @@ def run_job(
     progress: bool = True,
     tile: tuple[int, int] | None = None,
     tk: int | None = None,
+    gpus: tuple[int, ...] | None = None,
 ) -> JobResult:
     """Run one product like :func:`matmul` and return the plan and summary too.
 
-    ``tile`` and ``tk`` force the plan's tile shape and panel depth.
+    ``tile`` and ``tk`` force the plan's tile shape and panel depth; ``gpus``
+    starts one worker per listed GPU on this node instead of a CPU LocalCluster.
     """
     budget = parse_size(memory)
     backend_name = resolve_backend(backend)
@@ -132,7 +135,9 @@ def run_job(
     )
     make_plan(problem, budget, tile=tile, tk=tk)  # refuse a budget too small before any cluster
 
-    with open_executor(client, budget_bytes=budget, workers=workers, announce=progress) as executor:
+    with open_executor(
+        client, budget_bytes=budget, workers=workers, gpus=gpus, announce=progress
+    ) as executor:
         shape_of_workers = executor.worker_shape()
         if not isinstance(executor, SynchronousExecutor):
             _check_shareable({"A": a_array, "B": b_array, "the output": existing})
@@ -177,6 +182,11 @@ def run_job(
                 job,
                 plan.tasks,
                 on_result=lambda _: bar.update(1),
+                resources=(
+                    {GPU_RESOURCE: 1}
+                    if backend_name in ("cuda", "cupy") and shape_of_workers.gpu_workers
+                    else None
+                ),
             )
         seconds = time.perf_counter() - started
 

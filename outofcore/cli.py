@@ -56,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
         help="workers of the LocalCluster (default: one per core); with --scheduler, "
         "workers to wait for",
     )
+    run.add_argument(
+        "--gpus",
+        metavar="LIST",
+        help="start one worker per GPU on this node, e.g. 0,1,2,3 (GPU tasks land only there)",
+    )
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")
     _add_json(run)
     run.set_defaults(run=_matmul)
@@ -132,6 +137,7 @@ def _size(text: str) -> int:
 
 def _matmul(args: argparse.Namespace) -> int:
     from outofcore.api import run_job  # noqa: PLC0415 (fast --help)
+    from scheduler.gpu_cluster import parse_gpus  # noqa: PLC0415
 
     result = run_job(
         args.a,
@@ -143,6 +149,7 @@ def _matmul(args: argparse.Namespace) -> int:
         workers=args.workers,
         overwrite=args.overwrite,
         progress=not args.json,
+        gpus=parse_gpus(args.gpus) if args.gpus else None,
     )
     _print(result.summary, args.json, _format_summary)
     return 0

@@ -22,6 +22,7 @@ import psutil
 
 from outofcore.errors import ClusterError
 from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor
+from scheduler.gpu_cluster import gpu_worker_specs
 
 #: Memory a worker process needs besides its task (interpreter, libraries, Dask).
 WORKER_OVERHEAD_BYTES = 768 * 2**20
@@ -41,15 +42,47 @@ def local_worker_count(budget_bytes: int, requested: int | None = None) -> int:
     return max(1, min(cores, by_memory))
 
 
+def start_local_cluster(
+    budget_bytes: int, workers: int | None = None, gpus: tuple[int, ...] | None = None
+) -> Any:
+    """Start the LocalCluster a job with ``budget_bytes`` per worker runs on.
+
+    One single-threaded worker process per worker (see :func:`local_worker_count`),
+    or with ``gpus`` one per listed GPU (:mod:`scheduler.gpu_cluster`); each gets
+    a memory limit of its budget plus the interpreter's overhead.
+    """
+    from distributed import LocalCluster, Scheduler, SpecCluster  # noqa: PLC0415
+
+    memory_limit = int(budget_bytes * 1.25) + WORKER_OVERHEAD_BYTES
+    if gpus:
+        return SpecCluster(
+            workers=gpu_worker_specs(gpus, memory_limit),
+            scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
+            silence_logs=logging.ERROR,
+        )
+    return LocalCluster(
+        n_workers=local_worker_count(budget_bytes, workers),
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=memory_limit,
+        dashboard_address=":0",
+        silence_logs=logging.ERROR,
+    )
+
+
 @contextlib.contextmanager
 def open_executor(
     client: Any,
     *,
     budget_bytes: int,
     workers: int | None = None,
+    gpus: tuple[int, ...] | None = None,
     announce: bool = True,
 ) -> Iterator[Executor]:
     """Yield an executor for ``client`` (see the module docstring), cleaning up after.
+
+    ``gpus`` (with ``client=None``) starts one worker per listed GPU instead
+    of one per core (see :mod:`scheduler.gpu_cluster`).
 
     Raises
     ------
@@ -60,18 +93,13 @@ def open_executor(
     if isinstance(client, str) and client.lower() in SYNC:
         yield SynchronousExecutor()
         return
-    from distributed import Client, LocalCluster  # noqa: PLC0415
+    from distributed import Client  # noqa: PLC0415
 
+    if gpus and client is not None:
+        raise ClusterError("--gpus starts workers on this node; it cannot go with --scheduler")
     if client is None:
-        n_workers = local_worker_count(budget_bytes, workers)
-        cluster = LocalCluster(
-            n_workers=n_workers,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=int(budget_bytes * 1.25) + WORKER_OVERHEAD_BYTES,
-            dashboard_address=":0",
-            silence_logs=logging.ERROR,
-        )
+        cluster = start_local_cluster(budget_bytes, workers, gpus)
+        n_workers = len(cluster.workers)
         try:
             with Client(cluster) as local_client:
                 if announce:

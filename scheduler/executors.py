@@ -32,6 +32,8 @@ class WorkerShape:
     workers: int
     threads_per_worker: int
     blas_threads: int
+    #: Workers that advertise a ``GPU`` resource (tile tasks then ask for one).
+    gpu_workers: int = 0
 
 
 class Executor(Protocol):
@@ -97,7 +99,13 @@ class DaskExecutor:
             for address, info in workers.items()
         )
         threads = max(info["nthreads"] for info in workers.values())
-        return WorkerShape(workers=len(workers), threads_per_worker=threads, blas_threads=blas)
+        gpu_workers = sum(1 for info in workers.values() if info.get("resources", {}).get("GPU"))
+        return WorkerShape(
+            workers=len(workers),
+            threads_per_worker=threads,
+            blas_threads=blas,
+            gpu_workers=gpu_workers,
+        )
 
     def run(
         self,
