@@ -110,9 +110,16 @@ def find_cuobjdump() -> str | None:
     except Exception:
         found = None
     if found is None:
-        import shutil  # noqa: PLC0415
+        found = _which("cuobjdump")
+    if found is None:  # older cuda-pathfinder: look into the pip wheels ourselves
+        import glob  # noqa: PLC0415
+        import importlib.util  # noqa: PLC0415
 
-        found = shutil.which("cuobjdump")
+        spec = importlib.util.find_spec("nvidia")
+        for root in spec.submodule_search_locations if spec else ():
+            hits = sorted(glob.glob(os.path.join(root, "*", "bin", "cuobjdump")))
+            if hits:
+                return hits[-1]
     return found
 
 
