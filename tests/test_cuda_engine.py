@@ -83,6 +83,13 @@ def test_tile_without_panels_is_zero(engine):
     np.testing.assert_array_equal(engine.finish_tile(), 0)
 
 
+@pytest.mark.parametrize("shape", [(0, 3), (4, 0)])
+def test_empty_tile(engine, shape):
+    engine.start_tile(shape, np.float32)
+    engine.accumulate(np.ones((shape[0], 2), np.float32), np.ones((2, shape[1]), np.float32))
+    assert engine.finish_tile().shape == shape
+
+
 def test_empty_panel_is_skipped(engine):
     engine.start_tile((2, 2), np.float64)
     engine.accumulate(np.ones((2, 0)), np.ones((0, 2)))

@@ -62,6 +62,8 @@ class _DeviceBuffer:
 
     def view(self, shape: tuple[int, ...], dtype: np.dtype, before_grow=None):
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        if nbytes == 0:
+            return cuda.device_array(shape, dtype=dtype)  # allocates nothing
         if self._raw is None or self._raw.size < nbytes:
             if before_grow is not None and self._raw is not None:
                 before_grow()  # the old allocation may still be in use on a stream

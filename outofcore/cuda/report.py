@@ -96,7 +96,11 @@ class VariantReport:
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d["loop"].update(fma_per_lds=self.loop.fma_per_lds, fma_share=self.loop.fma_share)
+        per_lds = self.loop.fma_per_lds  # inf (no shared load) is not JSON: None
+        d["loop"].update(
+            fma_per_lds=per_lds if per_lds != float("inf") else None,
+            fma_share=self.loop.fma_share,
+        )
         d["issue_bound"] = self.issue_bound
         return d
 
