@@ -107,3 +107,16 @@ def test_kernels_compile_for_sm90_without_spills_and_meet_targets():
     assert f32["float64_ops"] == 0  # accumulates in float32
     # registers allow two 256-thread blocks per SM (65536 registers)
     assert variants["float32"]["registers"] <= 128
+
+
+def test_missing_toolchain_exits_2(monkeypatch, capsys):
+    monkeypatch.setattr(report, "find_cuobjdump", lambda: None)
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    assert report.main([]) == 2
+    assert "toolchain missing" in capsys.readouterr().err
+
+
+def test_simulator_cannot_compile(monkeypatch, capsys):
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    assert report.main(["--json"]) == 2
+    assert "NUMBA_ENABLE_CUDASIM=1" in capsys.readouterr().err
