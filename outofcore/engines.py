@@ -18,6 +18,8 @@ reader may decode the next panel into them.
 
 from __future__ import annotations
 
+import ctypes
+import threading
 from typing import Protocol
 
 import numpy as np
@@ -49,12 +51,109 @@ class TileEngine(Protocol):
         """
 
 
+def _blas_gemm(dtype: np.dtype) -> ctypes._CFuncPtr | None:
+    """SciPy's Fortran ``sgemm``/``dgemm`` as a ctypes function, or None if unavailable.
+
+    ``scipy.linalg.blas.sgemm`` (f2py) holds the GIL for the whole product, so
+    a panel being decoded in another thread of the same process makes no
+    progress while BLAS runs.  Calling the same BLAS routine through ctypes
+    releases the GIL during the call, and decoding overlaps compute.
+    """
+    name = {np.dtype(np.float32): "sgemm", np.dtype(np.float64): "dgemm"}[np.dtype(dtype)]
+    with _gemm_lock:
+        if name in _gemm_cache:
+            return _gemm_cache[name]
+        function = None
+        try:
+            from scipy.linalg import cython_blas  # noqa: PLC0415
+
+            capsule = cython_blas.__pyx_capi__[name]
+            get_name = ctypes.pythonapi.PyCapsule_GetName
+            get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+            get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+            get_pointer.restype = ctypes.c_void_p
+            get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+            address = get_pointer(capsule, get_name(capsule))
+            real = ctypes.POINTER(ctypes.c_float if name == "sgemm" else ctypes.c_double)
+            integer = ctypes.POINTER(ctypes.c_int)
+            prototype = ctypes.CFUNCTYPE(
+                None,
+                ctypes.c_char_p,
+                ctypes.c_char_p,
+                integer,
+                integer,
+                integer,
+                real,
+                ctypes.c_void_p,
+                integer,
+                ctypes.c_void_p,
+                integer,
+                real,
+                ctypes.c_void_p,
+                integer,
+            )
+            function = prototype(address)
+        except (ImportError, KeyError, AttributeError, ValueError, TypeError):
+            function = None
+        _gemm_cache[name] = function
+        return function
+
+
+_gemm_cache: dict[str, ctypes._CFuncPtr | None] = {}
+_gemm_lock = threading.Lock()
+#: BLAS takes 32-bit sizes (SciPy's OpenBLAS is LP64).
+_INT_MAX = 2**31 - 1
+
+
+def gemm_accumulate(c: np.ndarray, a: np.ndarray, b: np.ndarray, beta: float) -> bool:
+    """``c = a @ b + beta * c`` in place with the GIL released; False if it cannot.
+
+    ``c``, ``a`` and ``b`` must be C-contiguous of one dtype.  Column-major BLAS
+    sees the C-ordered ``c`` as ``c^T`` and computes ``c^T = b^T a^T + beta c^T``.
+    """
+    m, n = c.shape
+    k = a.shape[1]
+    if not (
+        c.flags.c_contiguous
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+        and a.dtype == b.dtype == c.dtype
+        and max(m, n, k) <= _INT_MAX
+        and min(m, n, k) > 0
+    ):
+        return False
+    function = _blas_gemm(c.dtype)
+    if function is None:
+        return False
+    real = ctypes.c_float if c.dtype == np.float32 else ctypes.c_double
+    no = ctypes.c_char_p(b"N")
+    cols, rows, depth = ctypes.c_int(n), ctypes.c_int(m), ctypes.c_int(k)
+    function(
+        no,
+        no,
+        ctypes.byref(cols),
+        ctypes.byref(rows),
+        ctypes.byref(depth),
+        ctypes.byref(real(1.0)),
+        b.ctypes.data,
+        ctypes.byref(ctypes.c_int(max(1, n))),
+        a.ctypes.data,
+        ctypes.byref(ctypes.c_int(max(1, k))),
+        ctypes.byref(real(beta)),
+        c.ctypes.data,
+        ctypes.byref(ctypes.c_int(max(1, n))),
+    )
+    return True
+
+
 class CpuEngine:
-    """BLAS ``gemm`` through SciPy, accumulating in place with ``beta = 1``.
+    """BLAS ``gemm`` (SciPy's OpenBLAS), accumulating in place with ``beta = 1``.
 
     The accumulator is C-ordered ``tm x tn``; we ask BLAS for
     ``C^T += B^T A^T`` so that every operand is already Fortran-ordered as
-    BLAS wants and no copy or temporary is made per panel.
+    BLAS wants and no copy or temporary is made per panel.  The call goes
+    through ctypes so that the GIL is released while BLAS runs (see
+    :func:`gemm_accumulate`); the f2py wrapper is the fallback.
     """
 
     name = "cpu"
@@ -72,9 +171,12 @@ class CpuEngine:
 
     def accumulate(self, a_panel: np.ndarray, b_panel: np.ndarray) -> None:
         c = self._require_tile()
+        beta = 0.0 if self._fresh else 1.0
+        if gemm_accumulate(c, a_panel, b_panel, beta):
+            self._fresh = False
+            return
         gemm = blas.sgemm if c.dtype == np.float32 else blas.dgemm
         c_t = c.T  # Fortran-ordered view of the C-ordered accumulator
-        beta = 0.0 if self._fresh else 1.0
         result = gemm(1.0, b_panel.T, a_panel.T, beta=beta, c=c_t, overwrite_c=True)
         if not np.shares_memory(result, c):  # BLAS had to copy: keep the result anyway
             c[...] = result.T
