@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -21,7 +22,9 @@ import numpy as np
 import zarr
 from threadpoolctl import threadpool_limits
 
+from outofcore import arrays
 from outofcore.engines import TileEngine, make_engine
+from outofcore.errors import OutOfCoreError
 from scheduler.plan import PANELS_IN_FLIGHT, TileTask, chunk_span
 
 
@@ -140,9 +143,83 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
     )
 
 
+#: Extra attempts after a failed read of an input region (default 3).
+READ_RETRIES_ENV = "OUTOFCORE_READ_RETRIES"
+#: Seconds before the first retry; each further retry waits twice as long (default 0.2).
+READ_RETRY_DELAY_ENV = "OUTOFCORE_READ_RETRY_DELAY"
+#: Errors worth retrying: I/O and network failures (timeouts, resets, unreadable chunks).
+TRANSIENT_READ_ERRORS = (OSError, TimeoutError)
+
+
+class ReadError(OutOfCoreError, OSError):
+    """Reading an input region kept failing after every retry."""
+
+
+def read_retry_settings() -> tuple[int, float]:
+    """Retries and first delay from ``$OUTOFCORE_READ_RETRIES`` / ``$OUTOFCORE_READ_RETRY_DELAY``.
+
+    Read where the task runs, so set them in the workers' environment.
+    """
+    try:
+        retries = int(os.environ.get(READ_RETRIES_ENV, "3"))
+        delay = float(os.environ.get(READ_RETRY_DELAY_ENV, "0.2"))
+    except ValueError as exc:
+        raise ReadError(f"{READ_RETRIES_ENV} / {READ_RETRY_DELAY_ENV}: {exc}") from None
+    if retries < 0 or delay < 0:
+        raise ReadError(
+            f"{READ_RETRIES_ENV}={retries}, {READ_RETRY_DELAY_ENV}={delay}: need values >= 0"
+        )
+    return retries, delay
+
+
 def _read_into(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:
     buffer = zarr.core.buffer.default_buffer_prototype().nd_buffer.from_numpy_array(out)
-    array.get_basic_selection(selection, out=buffer)
+    with_retries(
+        lambda: array.get_basic_selection(selection, out=buffer),
+        lambda: _region(array, selection),
+    )
+
+
+def with_retries(read: Callable[[], object], region: Callable[[], str]) -> None:
+    """Call ``read``, retrying transient errors, then raise :class:`ReadError` naming the region."""
+    retries, delay = read_retry_settings()
+    for attempt in range(retries + 1):
+        try:
+            read()
+            return
+        except TRANSIENT_READ_ERRORS as exc:
+            if attempt == retries:
+                raise ReadError(
+                    f"reading {region()} failed {retries + 1} time(s); last error: "
+                    f"{type(exc).__name__}: {exc} (retries: ${READ_RETRIES_ENV}={retries})"
+                ) from exc
+            time.sleep(delay * 2**attempt)
+
+
+def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
+    """``rows a:b, columns c:d of ARRAY``, and which of its chunks fail to read now."""
+    rows, cols = selection
+    (r0, r1), (c0, c1) = (
+        (part.start // size, max(part.start, part.stop - 1) // size)
+        for part, size in zip(selection, array.chunks, strict=True)
+    )
+    failing = []
+    for i in range(r0, r1 + 1):
+        for j in range(c0, c1 + 1):
+            try:
+                array.get_block_selection((i, j))
+            except TRANSIENT_READ_ERRORS as exc:
+                failing.append(
+                    f"chunk ({i}, {j}) (rows {i * array.chunks[0]}:"
+                    f"{min((i + 1) * array.chunks[0], array.shape[0])}, columns "
+                    f"{j * array.chunks[1]}:{min((j + 1) * array.chunks[1], array.shape[1])}) "
+                    f"fails with {type(exc).__name__}: {exc}"
+                )
+    found = "; ".join(failing[:3]) if failing else "no single chunk fails when read again"
+    return (
+        f"rows {rows.start}:{rows.stop}, columns {cols.start}:{cols.stop} of "
+        f"{arrays.describe(array)} ({found})"
+    )
 
 
 def _decoded_bytes(job: TileJob, task: TileTask, k0: int, k1: int) -> int:
