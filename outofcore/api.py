@@ -15,8 +15,20 @@ from zarr.storage import MemoryStore
 from outofcore import arrays
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
+from outofcore.journal import (
+    Journal,
+    RecordedJob,
+    Start,
+    add_run,
+    compute_and_record,
+    inspect_output,
+    job_identity,
+    new_job_document,
+    timestamp,
+)
+from outofcore.lease import Lease, check_not_held, lease_timeout, new_job_id, read_lease
 from outofcore.sizes import parse_size
-from outofcore.tile import TileJob, TileResult, compute_tile
+from outofcore.tile import TileJob, TileResult
 from scheduler.cluster import open_executor
 from scheduler.executors import SynchronousExecutor
 from scheduler.gpu_cluster import GPU_RESOURCE
@@ -110,11 +122,17 @@ def run_job(
     tile: tuple[int, int] | None = None,
     tk: int | None = None,
     gpus: tuple[int, ...] | None = None,
+    lease_timeout_s: float | None = None,
 ) -> JobResult:
     """Run one product like :func:`matmul` and return the plan and summary too.
 
     ``tile`` and ``tk`` force the plan's tile shape and panel depth; ``gpus``
     starts one worker per listed GPU on this node instead of a CPU LocalCluster.
+
+    An incomplete output whose journal matches this job is resumed: its tile
+    sizes are forced and only the tiles without a record are computed.  The
+    job holds the output's lease while it runs (``lease_timeout_s``, default
+    ``$OUTOFCORE_LEASE_TIMEOUT`` or 60 s; see :mod:`outofcore.lease`).
     """
     budget = parse_size(memory)
     backend_name = resolve_backend(backend)
@@ -123,7 +141,14 @@ def run_job(
     dtype = arrays.check_operands(a_array, b_array)
     shape = (a_array.shape[0], b_array.shape[1])
     arrays.check_output_target(out, {"A": a_array, "B": b_array})
-    existing = arrays.open_existing_output(out, shape, dtype, overwrite)
+    journal = Journal.for_output(out)
+    where = _where(out)
+    identity = job_identity(a_array, b_array, budget, tile, tk)
+    check_not_held(journal, where)  # refuse at once, before writing anything
+    start = inspect_output(out, journal, shape, dtype, identity, overwrite)
+    if start.resuming:  # the plan must be the one the journal's tiles belong to
+        tile, tk = tuple(start.document["tile"]), int(start.document["tk"])
+    existing = start.existing
     problem = Problem(
         m=shape[0],
         k=a_array.shape[1],
@@ -135,9 +160,14 @@ def run_job(
     )
     make_plan(problem, budget, tile=tile, tk=tk)  # refuse a budget too small before any cluster
 
-    with open_executor(
-        client, budget_bytes=budget, workers=workers, gpus=gpus, announce=progress
-    ) as executor:
+    lease = Lease(journal, where, new_job_id(), lease_timeout(lease_timeout_s))
+    with (
+        lease,
+        open_executor(
+            client, budget_bytes=budget, workers=workers, gpus=gpus, announce=progress
+        ) as executor,
+    ):
+        _check_unchanged(start, inspect_output(out, journal, shape, dtype, identity, overwrite))
         shape_of_workers = executor.worker_shape()
         if not isinstance(executor, SynchronousExecutor):
             _check_shareable({"A": a_array, "B": b_array, "the output": existing})
@@ -148,10 +178,16 @@ def run_job(
             tile=tile,
             tk=tk,
         )
-        record = {"complete": False, "plan": plan.summary(), "backend": backend_name}
+        record = {
+            "complete": False,
+            "plan": plan.summary(),
+            "backend": backend_name,
+            "job_id": lease.job_id,
+        }
+        document, done = _open_journal(journal, start, plan, identity, backend_name, lease.job_id)
         if existing is None:
             output = arrays.create_output(
-                out, shape, dtype, plan.out_chunks, overwrite, {ATTRIBUTE: record}
+                out, shape, dtype, plan.out_chunks, False, {ATTRIBUTE: record}
             )
         else:
             output = existing
@@ -168,9 +204,12 @@ def run_job(
             blas_threads=shape_of_workers.blas_threads,
             io_concurrency=plan.io_concurrency,
         )
+        recorded = RecordedJob(tile_job=job, journal=journal, journal_id=document["journal_id"])
+        todo = [task for task in plan.tasks if task.key not in done]
         started = time.perf_counter()
         with tqdm(
             total=len(plan.tasks),
+            initial=len(done),
             unit="tile",
             desc="matmul",
             disable=not progress,
@@ -178,9 +217,9 @@ def run_job(
             dynamic_ncols=True,
         ) as bar:
             results = executor.run(
-                compute_tile,
-                job,
-                plan.tasks,
+                compute_and_record,
+                recorded,
+                todo,
                 on_result=lambda _: bar.update(1),
                 resources=(
                     {GPU_RESOURCE: 1}
@@ -189,21 +228,40 @@ def run_job(
                 ),
             )
         seconds = time.perf_counter() - started
-
-    summary = summarize(plan, results, seconds, backend_name, output)
-    if len({r.key for r in results}) != len(plan.tasks):  # never claim a partial output
-        raise RuntimeError(
-            f"only {len(results)} of {len(plan.tasks)} tiles reported; the output is not complete"
+        summary = summarize(
+            plan, results, seconds, backend_name, output, skipped=len(done), job_id=lease.job_id
         )
-    output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
+        # Never claim a partial output: every tile must have its record in the journal.
+        missing = {t.key for t in plan.tasks} - journal.done_tiles(document["journal_id"])
+        if missing or {r.key for r in results} | done != {t.key for t in plan.tasks}:
+            raise RuntimeError(
+                f"{len(missing)} of {len(plan.tasks)} tiles of {where!r} have no journal record "
+                f"(first: {sorted(missing)[:3]}); the output is not complete, rerun to resume"
+            )
+        output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
+        journal.write_job({**document, "complete": True, "completed": time.time()})
     return JobResult(output=output, plan=plan, summary=summary, results=tuple(results))
 
 
 def summarize(
-    plan: Plan, results: list[TileResult], seconds: float, backend: str, output: zarr.Array
+    plan: Plan,
+    results: list[TileResult],
+    seconds: float,
+    backend: str,
+    output: zarr.Array,
+    skipped: int = 0,
+    job_id: str | None = None,
 ) -> dict[str, Any]:
-    """The job's figures, as printed by the CLI and stored with the output."""
+    """The job's figures, as printed by the CLI and stored with the output.
+
+    ``skipped`` tiles were done by an earlier run of the job (resumed); rates
+    count only the tiles computed now.
+    """
     bytes_read = sum(r.bytes_read for r in results)
+    by_key = {task.key: task for task in plan.tasks}
+    flops = sum(
+        2 * plan.problem.k * by_key[r.key].shape[0] * by_key[r.key].shape[1] for r in results
+    )
     return {
         "output": arrays.describe(output),
         "shape": [plan.problem.m, plan.problem.n],
@@ -213,10 +271,12 @@ def summarize(
         "workers": plan.workers,
         "tile": [plan.tm, plan.tn],
         "tk": plan.tk,
-        "tiles": len(results),
-        "tiles_skipped": 0,
+        "tiles": len(plan.tasks),
+        "tiles_computed": len(results),
+        "tiles_skipped": skipped,
+        "job_id": job_id,
         "seconds": seconds,
-        "gflops": plan.problem.flops / seconds / 1e9 if seconds > 0 else 0.0,
+        "gflops": flops / seconds / 1e9 if seconds > 0 else 0.0,
         "bytes_read": bytes_read,
         "bytes_read_predicted": plan.bytes_read,
         "bytes_written": sum(r.bytes_written for r in results),
@@ -238,3 +298,108 @@ def _check_shareable(named: dict[str, zarr.Array | None]) -> None:
                 f"{name} lives in memory in this process, so Dask worker processes cannot "
                 "see it; save it to a path, or run in-process with client='sync'"
             )
+
+
+def _where(out: arrays.ArrayLike) -> str:
+    """How messages name the output."""
+    return arrays.describe(out) if isinstance(out, zarr.Array) else str(out)
+
+
+def _check_unchanged(before: Start, now: Start) -> None:
+    """Refuse when the output changed between the first look and taking the lease."""
+    then_id = before.document["journal_id"] if before.document else None
+    now_id = now.document["journal_id"] if now.document else None
+    if then_id != now_id:
+        raise InputError(
+            "the output changed while this job was starting (another job wrote its journal); "
+            "run the command again"
+        )
+
+
+def _open_journal(
+    journal: Journal,
+    start: Start,
+    plan: Plan,
+    identity: dict[str, Any],
+    backend: str,
+    job_id: str,
+) -> tuple[dict[str, Any], set[str]]:
+    """Start or resume the output's journal; return the job document and the tiles done."""
+    if start.clear_output:
+        journal.clear_output()
+    elif start.clear_journal:
+        journal.clear_journal()
+    if start.resuming:
+        document = start.document
+        if [plan.tm, plan.tn] != list(document["tile"]) or plan.tk != document["tk"]:
+            raise InputError(  # make_plan honours forced sizes; this guards the invariant
+                f"the resumed plan has {plan.tm}x{plan.tn} tiles {plan.tk} deep, the journal "
+                f"{document['tile']} {document['tk']} deep"
+            )
+        done = journal.done_tiles(document["journal_id"]) & {t.key for t in plan.tasks}
+    else:
+        document = new_job_document(
+            job_id, identity, plan.summary(), (plan.tm, plan.tn), plan.tk, backend
+        )
+        done = set()
+    document = add_run(document, job_id, len(done))
+    journal.write_job(document)
+    return document, done
+
+
+def job_status(out: arrays.ArrayLike) -> dict[str, Any]:
+    """The state of the job writing (or that wrote) the output ``out``, from its journal.
+
+    Returns the tiles done and in total, when the job started and last made
+    progress, whether it is complete, and who holds the lease (alive or not).
+
+    Raises
+    ------
+    InputError
+        When there is no job journal at ``out``.
+    """
+    journal = Journal.for_output(out)
+    where = _where(out)
+    document = journal.read_job()
+    if document is None or "journal_id" not in document:
+        raise InputError(
+            f"no outofcore job journal at {where!r}: no job has written there, or the output "
+            "was made by an older version"
+        )
+    records = journal.tile_records(document["journal_id"])
+    last = max((r.get("finished", 0.0) for r in records), default=None)
+    holder = read_lease(journal)
+    now = time.time()
+    dead = holder.dead_because(now) if holder else None
+    complete = bool(document.get("complete"))
+    runs = document.get("runs", [])
+    if complete:
+        state = "complete"
+    elif holder is not None and dead is None:
+        state = "running"
+    else:
+        state = "stopped"
+    return {
+        "output": where,
+        "state": state,
+        "complete": complete,
+        "tiles_done": len(records),
+        "tiles_total": document.get("tiles_total"),
+        "tile": document.get("tile"),
+        "tk": document.get("tk"),
+        "journal_id": document["journal_id"],
+        "runs": len(runs),
+        "started": timestamp(document.get("created")),
+        "last_run_started": runs[-1].get("started_text") if runs else None,
+        "last_progress": timestamp(last),
+        "last_progress_seconds_ago": now - last if last else None,
+        "completed": timestamp(document.get("completed")),
+        "lease": None
+        if holder is None
+        else {
+            **holder.as_document(),
+            "heartbeat_seconds_ago": now - holder.heartbeat,
+            "alive": dead is None,
+            "dead_because": dead,
+        },
+    }

@@ -1,4 +1,4 @@
-"""The ``outofcore`` command line: matmul, random, plan, verify, demo."""
+"""The ``outofcore`` command line: matmul, random, plan, status, verify, demo."""
 
 from __future__ import annotations
 
@@ -81,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--workers", type=int, default=1, help="workers the plan is made for")
     _add_json(plan)
     plan.set_defaults(run=_plan)
+
+    status = commands.add_parser(
+        "status", help="show the state of the job writing an output (tiles done, lease)"
+    )
+    status.add_argument("c", help="path or URL of the output C")
+    _add_json(status)
+    status.set_defaults(run=_status)
 
     check = commands.add_parser("verify", help="check C = A @ B by Freivalds' method")
     check.add_argument("a")
@@ -189,6 +196,13 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    from outofcore.api import job_status  # noqa: PLC0415
+
+    _print(job_status(args.c), args.json, _format_status)
+    return 0
+
+
 def _verify(args: argparse.Namespace) -> int:
     from outofcore.verify import verify  # noqa: PLC0415
 
@@ -275,6 +289,39 @@ def _format_plan(p: dict[str, Any]) -> str:
             f"{format_size(p['io_lower_bound'])} ({p['read_over_lower_bound']:.2f}x)",
             f"  bytes written  {format_size(p['bytes_written'])}",
             f"  work           {p['flops'] / 1e9:.1f} GFLOP",
+        ]
+    )
+
+
+def _format_status(s: dict[str, Any]) -> str:
+    total, done = s["tiles_total"] or 0, s["tiles_done"]
+    share = f" ({100 * done / total:.0f}%)" if total else ""
+    progress = "no tile finished yet"
+    if s["last_progress"]:
+        progress = (
+            f"last tile finished {s['last_progress']} ({s['last_progress_seconds_ago']:.0f} s ago)"
+        )
+    lease = s["lease"]
+    if lease is None:
+        holder = "none" if s["complete"] else "none; rerun the same matmul command to resume"
+    elif lease["alive"]:
+        holder = (
+            f"job {lease['job_id']} (host {lease['host']}, pid {lease['pid']}), heartbeat "
+            f"{lease['heartbeat_seconds_ago']:.0f} s ago"
+        )
+    else:
+        holder = (
+            f"job {lease['job_id']} (host {lease['host']}, pid {lease['pid']}) is dead: "
+            f"{lease['dead_because']}; rerunning the matmul command takes over and resumes"
+        )
+    return "\n".join(
+        [
+            f"{s['output']}: {s['state']}, {done} of {total} tiles done{share}",
+            f"  started        {s['started']} (journal {s['journal_id']}, {s['runs']} run(s), "
+            f"tiles {s['tile'][0]}x{s['tile'][1]}, panels {s['tk']} deep)",
+            f"  progress       {progress}",
+            f"  lease          {holder}",
+            f"  complete       {'yes, ' + s['completed'] if s['complete'] else 'no'}",
         ]
     )
 

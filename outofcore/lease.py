@@ -1,0 +1,250 @@
+"""One job per output: a lease object with a heartbeat, kept in the output's journal folder.
+
+``_outofcore/lease.json`` names the job that writes the output now: its job
+id, host, process id (and that process's start time), when it took the lease
+and its last heartbeat.  A background thread in the client refreshes the
+heartbeat every ``timeout / 4`` seconds.  Another job may take the lease over
+when the holder is dead:
+
+* its heartbeat is older than the holder's ``timeout`` (any host; clocks are
+  assumed to agree within a fraction of the timeout), or
+* the holder ran on this host and its process is gone (or its pid now belongs
+  to a process started later), which is known at once.
+
+The lease is created with ``set_if_not_exists`` (an exclusive link on local
+stores), so two jobs starting together cannot both get it.  Taking over a
+dead lease deletes it only if it is unchanged since it was read, then creates
+it afresh the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psutil
+
+from outofcore.errors import OutOfCoreError
+from outofcore.journal import Journal, timestamp
+
+LEASE_NAME = "lease.json"
+#: Seconds without a heartbeat after which a lease is dead (``OUTOFCORE_LEASE_TIMEOUT``).
+DEFAULT_TIMEOUT = 60.0
+TIMEOUT_ENV = "OUTOFCORE_LEASE_TIMEOUT"
+
+
+class LeaseError(OutOfCoreError, RuntimeError):
+    """Another live job holds the output's lease."""
+
+
+def lease_timeout(value: float | None = None) -> float:
+    """The lease timeout: ``value``, else ``$OUTOFCORE_LEASE_TIMEOUT``, else 60 s."""
+    if value is None:
+        text = os.environ.get(TIMEOUT_ENV, str(DEFAULT_TIMEOUT))
+        try:
+            value = float(text)
+        except ValueError:
+            raise LeaseError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise LeaseError(f"lease timeout = {value}: need a positive number of seconds")
+    return float(value)
+
+
+def new_job_id() -> str:
+    """A short random job id."""
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """The content of a lease object."""
+
+    job_id: str
+    host: str
+    pid: int
+    pid_started: float
+    acquired: float
+    heartbeat: float
+    timeout: float
+
+    @classmethod
+    def parse(cls, document: dict[str, Any] | None) -> LeaseInfo | None:
+        if document is None:
+            return None
+        try:
+            return cls(
+                job_id=str(document["job_id"]),
+                host=str(document["host"]),
+                pid=int(document["pid"]),
+                pid_started=float(document.get("pid_started", 0.0)),
+                acquired=float(document["acquired"]),
+                heartbeat=float(document["heartbeat"]),
+                timeout=float(document["timeout"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def as_document(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "acquired_text": timestamp(self.acquired),
+            "heartbeat_text": timestamp(self.heartbeat),
+        }
+
+    def dead_because(self, now: float | None = None) -> str | None:
+        """Why this lease's holder is dead, or None while it is alive."""
+        now = time.time() if now is None else now
+        age = now - self.heartbeat
+        if age > self.timeout:
+            return f"its last heartbeat was {age:.0f} s ago (timeout {self.timeout:g} s)"
+        if self.host == socket.gethostname():
+            try:
+                process = psutil.Process(self.pid)
+                started = process.create_time()
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    return f"its process {self.pid} on this host has exited"
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                return f"its process {self.pid} on this host has exited"
+            except psutil.AccessDenied:
+                return None
+            if self.pid_started and abs(started - self.pid_started) > 1.0:
+                return f"its process {self.pid} on this host has exited (the pid was reused)"
+        return None
+
+    def describe(self, now: float | None = None) -> str:
+        now = time.time() if now is None else now
+        return (
+            f"job {self.job_id} (host {self.host}, pid {self.pid}, started "
+            f"{timestamp(self.acquired)}, last heartbeat {now - self.heartbeat:.0f} s ago)"
+        )
+
+
+def read_lease(journal: Journal) -> LeaseInfo | None:
+    """The output's lease, or None when there is none."""
+    return LeaseInfo.parse(journal.get_json(journal.key(LEASE_NAME)))
+
+
+def check_not_held(journal: Journal, where: str) -> None:
+    """Raise :class:`LeaseError` when a live job holds the lease of the output ``where``."""
+    holder = read_lease(journal)
+    if holder is not None and holder.dead_because() is None:
+        raise LeaseError(_refusal(holder, where))
+
+
+def _refusal(holder: LeaseInfo, where: str) -> str:
+    return (
+        f"the output {where!r} is being written by another live {holder.describe()}; "
+        f"wait for it to finish, or stop it (its lease expires {holder.timeout:g} s after its "
+        f"last heartbeat), then rerun. `outofcore status {where}` shows its progress"
+    )
+
+
+class Lease:
+    """The lease of one job on one output; use as a context manager.
+
+    Parameters
+    ----------
+    journal
+        The output's journal (the lease lives in its folder).
+    where
+        How messages name the output.
+    job_id
+        This job's id.
+    timeout
+        Seconds without a heartbeat after which others may take the lease.
+    """
+
+    def __init__(self, journal: Journal, where: str, job_id: str, timeout: float) -> None:
+        self.journal = journal
+        self.where = where
+        self.job_id = job_id
+        self.timeout = timeout
+        self.key = journal.key(LEASE_NAME)
+        #: The dead lease this one replaced, if any.
+        self.took_over: LeaseInfo | None = None
+        #: Set when another job took the lease while this one held it.
+        self.lost_to: LeaseInfo | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._held = False
+        self._pid_started = psutil.Process().create_time()
+        self._acquired = 0.0
+
+    def _info(self) -> LeaseInfo:
+        return LeaseInfo(
+            job_id=self.job_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            pid_started=self._pid_started,
+            acquired=self._acquired,
+            heartbeat=time.time(),
+            timeout=self.timeout,
+        )
+
+    def acquire(self) -> None:
+        """Take the lease, or raise :class:`LeaseError` naming the live job that holds it."""
+        self._acquired = time.time()
+        for _ in range(3):
+            self.journal.put_json(self.key, self._info().as_document(), only_if_absent=True)
+            raw = self.journal.get_bytes(self.key)
+            holder = LeaseInfo.parse(self.journal.get_json(self.key))
+            if holder is not None and holder.job_id == self.job_id:
+                self._held = True
+                self._start_heartbeat()
+                return
+            if holder is not None and holder.dead_because() is None:
+                raise LeaseError(_refusal(holder, self.where))
+            # Dead (or unreadable): delete it only if nobody replaced it meanwhile.
+            if self.journal.get_bytes(self.key) == raw:
+                self.journal.delete(self.key)
+                self.took_over = holder
+        raise LeaseError(
+            f"could not take the lease of {self.where!r}: other jobs keep replacing it"
+        )
+
+    def _start_heartbeat(self) -> None:
+        self._thread = threading.Thread(
+            target=self._beat, name=f"outofcore-lease-{self.job_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.timeout / 4):
+            try:
+                holder = read_lease(self.journal)
+                if holder is None or holder.job_id != self.job_id:
+                    self.lost_to = holder
+                    who = holder.describe() if holder else "nobody (it was deleted)"
+                    print(
+                        f"outofcore: warning: the lease of {self.where!r} is now held by {who}",
+                        file=sys.stderr,
+                    )
+                    return
+                self.journal.put_json(self.key, self._info().as_document())
+            except OSError as exc:  # a transient store error: try again next beat
+                print(f"outofcore: warning: lease heartbeat failed: {exc}", file=sys.stderr)
+
+    def release(self) -> None:
+        """Stop the heartbeat and delete the lease if it is still this job's."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._held:
+            holder = read_lease(self.journal)
+            if holder is not None and holder.job_id == self.job_id:
+                self.journal.delete(self.key)
+            self._held = False
+            self.journal.remove_empty_folders()  # a job that failed before writing leaves nothing
+
+    def __enter__(self) -> Lease:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,283 @@
+"""Resuming after a crash, read retries and the one-job-per-output lease (real files, no mocks).
+
+A crash is made two ways: a chunk of B that the operating system refuses to
+read (a symbolic link to itself: ``ELOOP``, an ``OSError`` zarr does not
+mistake for a missing chunk), which stops a synchronous job after the tiles
+before it; and SIGKILL of an ``outofcore matmul`` process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from helpers import assert_product_close, random_matrix, write_zarr
+
+from outofcore.api import ATTRIBUTE, job_status, run_job
+from outofcore.errors import OutputExistsError
+from outofcore.generate import random_array
+from outofcore.journal import JOURNAL_DIR, Journal, ResumeError
+from outofcore.lease import LEASE_NAME, Lease, LeaseError
+from outofcore.tile import ReadError, with_retries
+
+
+def tile_records(c: Path) -> list[Path]:
+    """Finished-tile records of every journal under the output ``c``."""
+    return sorted((c / JOURNAL_DIR / "tiles").glob("*/tile-*.json"))
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def break_chunk(array: Path, chunk: str) -> Path:
+    """Make one chunk unreadable (ELOOP) and return where it was; restore with restore_chunk."""
+    path = array / "c" / chunk
+    saved = path.with_name(path.name + ".saved")
+    path.rename(saved)
+    os.symlink(path.name, path)  # a link to itself
+    return path
+
+
+def restore_chunk(path: Path) -> None:
+    path.unlink()
+    path.with_name(path.name + ".saved").rename(path)
+
+
+@pytest.fixture
+def small(tmp_path):
+    """Inputs with 10x10 chunks and numpy copies; a 24 KiB budget makes 20x10 tiles."""
+    rng = np.random.default_rng(4)
+    a = random_matrix(rng, (80, 60), "float32")
+    b = random_matrix(rng, (60, 50), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (10, 10))
+    write_zarr(tmp_path / "b.zarr", b, (10, 10))
+    return tmp_path, a, b
+
+
+def run(folder: Path, out: str = "c.zarr", **kwargs):
+    kwargs = {"memory": 24 * 1024, "client": "sync", "progress": False, **kwargs}
+    return run_job(folder / "a.zarr", folder / "b.zarr", folder / out, **kwargs)
+
+
+def test_read_error_names_the_chunk_then_the_rerun_resumes(small, monkeypatch):
+    folder, a, b = small
+    monkeypatch.setenv("OUTOFCORE_READ_RETRIES", "0")
+    broken = break_chunk(folder / "b.zarr", "3/2")  # rows 30:40, columns 20:30 of B
+    with pytest.raises(ReadError) as failure:
+        run(folder)
+    message = str(failure.value)
+    assert "b.zarr" in message and "failed 1 time(s)" in message
+    assert "chunk (3, 2) (rows 30:40, columns 20:30) fails with OSError" in message
+    assert "Too many levels of symbolic links" in message
+
+    c = folder / "c.zarr"
+    state = job_status(c)
+    total, done = state["tiles_total"], state["tiles_done"]
+    assert 0 < done < total and state["state"] == "stopped" and not state["complete"]
+    assert len(tile_records(c)) == done
+    assert zarr.open_array(str(c)).attrs[ATTRIBUTE]["complete"] is False
+
+    # Other parameters or inputs: refused, naming what differs; nothing written.
+    before = snapshot(folder)
+    with pytest.raises(ResumeError, match=r"memory budget was 24576 bytes, now 32768 bytes"):
+        run(folder, memory=32 * 1024)
+    write_zarr(folder / "b2.zarr", b, (10, 5))
+    with pytest.raises(ResumeError, match=r"input B chunks was 10x10, now 10x5.*--overwrite"):
+        run_job(folder / "a.zarr", folder / "b2.zarr", c, memory=24 * 1024, client="sync")
+    assert snapshot(folder) == before | snapshot(folder / "b2.zarr")
+
+    # The same job again: only the missing tiles are computed.
+    restore_chunk(broken)
+    monkeypatch.delenv("OUTOFCORE_READ_RETRIES")
+    result = run(folder)
+    assert result.summary["tiles_skipped"] == done
+    assert result.summary["tiles_computed"] == total - done == len(result.results)
+    assert result.summary["tiles"] == total
+    assert_product_close(zarr.open_array(str(c))[...], a, b)
+    assert zarr.open_array(str(c)).attrs[ATTRIBUTE]["complete"] is True
+    assert job_status(c)["state"] == "complete" and job_status(c)["runs"] == 2
+    assert not (c / JOURNAL_DIR / LEASE_NAME).exists()
+
+    # Complete: a rerun is refused; overwrite starts over with a new journal.
+    with pytest.raises(OutputExistsError, match="already exists; pass overwrite=True.*complete"):
+        run(folder)
+    old_journal = job_status(c)["journal_id"]
+    again = run(folder, overwrite=True)
+    assert again.summary["tiles_skipped"] == 0 and again.summary["tiles_computed"] == total
+    assert job_status(c)["journal_id"] != old_journal
+    assert len(tile_records(c)) == total  # the old journal's records are gone
+    assert_product_close(zarr.open_array(str(c))[...], a, b)
+
+
+def test_transient_read_error_is_retried(small, monkeypatch):
+    folder, a, b = small
+    monkeypatch.setenv("OUTOFCORE_READ_RETRIES", "8")
+    monkeypatch.setenv("OUTOFCORE_READ_RETRY_DELAY", "0.05")
+    broken = break_chunk(folder / "b.zarr", "0/0")  # every tile of the first column reads it
+    healer = threading.Timer(0.5, restore_chunk, args=(broken,))
+    healer.start()
+    started = time.monotonic()
+    result = run(folder)
+    healer.join()
+    assert time.monotonic() - started >= 0.5  # the job did wait for the chunk
+    assert result.summary["tiles_computed"] == result.summary["tiles"]
+    assert_product_close(zarr.open_array(str(folder / "c.zarr"))[...], a, b)
+
+
+def test_with_retries_counts_attempts_and_names_the_region(monkeypatch):
+    monkeypatch.setenv("OUTOFCORE_READ_RETRY_DELAY", "0")
+    calls = []
+
+    def flaky(failures: int):
+        def read() -> None:
+            calls.append(1)
+            if len(calls) <= failures:
+                raise ConnectionResetError("connection reset by peer")
+
+        return read
+
+    monkeypatch.setenv("OUTOFCORE_READ_RETRIES", "2")
+    with_retries(flaky(2), lambda: "region")
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(ReadError, match=r"reading rows 0:5 of X failed 3 time\(s\).*reset"):
+        with_retries(flaky(3), lambda: "rows 0:5 of X")
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(ValueError):  # not an I/O error: not retried
+        with_retries(lambda: calls.append(1) or int("x"), lambda: "region")
+    assert len(calls) == 1
+
+
+def write_lease(c: Path, **fields) -> dict:
+    lease = {
+        "job_id": "0123abcd4567",
+        "host": "elsewhere",
+        "pid": 4242,
+        "pid_started": 0.0,
+        "acquired": time.time() - 300,
+        "heartbeat": time.time(),
+        "timeout": 60.0,
+        **fields,
+    }
+    (c / JOURNAL_DIR).mkdir(parents=True, exist_ok=True)
+    (c / JOURNAL_DIR / LEASE_NAME).write_text(json.dumps(lease))
+    return lease
+
+
+def test_live_lease_refused_stale_lease_taken_over(small):
+    folder, a, b = small
+    c = folder / "c.zarr"
+    write_lease(c)
+    with pytest.raises(
+        LeaseError, match=r"another live job 0123abcd4567 \(host elsewhere, pid 4242"
+    ):
+        run(folder)
+    assert [p.name for p in c.rglob("*") if p.is_file()] == [LEASE_NAME]  # nothing written
+
+    # The same lease two minutes without a heartbeat (timeout 60 s): dead, taken over.
+    write_lease(c, heartbeat=time.time() - 120)
+    result = run(folder)
+    assert result.summary["tiles_computed"] == result.summary["tiles"]
+    assert_product_close(zarr.open_array(str(c))[...], a, b)
+    assert not (c / JOURNAL_DIR / LEASE_NAME).exists()  # released at the end
+
+    # A fresh heartbeat from a process of this host that has exited: dead at once.
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    write_lease(folder / "d.zarr", host=socket.gethostname(), pid=exited.pid)
+    run(folder, out="d.zarr")
+    assert_product_close(zarr.open_array(str(folder / "d.zarr"))[...], a, b)
+
+
+def test_two_leases_on_one_output(tmp_path):
+    journal = Journal.for_output(tmp_path / "c.zarr")
+    first = Lease(journal, "c.zarr", "job-one", timeout=30)
+    second = Lease(journal, "c.zarr", "job-two", timeout=30)
+    with first, pytest.raises(LeaseError, match="job job-one"):
+        second.acquire()
+    with second:  # released: free again
+        assert (
+            json.loads((tmp_path / "c.zarr" / JOURNAL_DIR / LEASE_NAME).read_text())["job_id"]
+            == "job-two"
+        )
+    assert not (tmp_path / "c.zarr").exists()  # nothing left behind
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "outofcore.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_client_killed_mid_job_then_rerun_skips_done_tiles(tmp_path):
+    """SIGKILL ``outofcore matmul``; a second job meanwhile is refused; the rerun resumes."""
+    a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
+    random_array(a, (2000, 1000), (100, 100), seed=1)
+    random_array(b, (1000, 1100), (100, 100), seed=2)
+    command = [a, b, "-o", c, "--memory", "512KiB", "--scheduler", "sync", "--json"]
+    env = {"OUTOFCORE_LEASE_TIMEOUT": "1"}  # heartbeats every 0.25 s
+    job = subprocess.Popen(
+        [sys.executable, "-m", "outofcore.cli", "matmul", *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **env},
+    )
+    try:
+        lease_path = Path(c) / JOURNAL_DIR / LEASE_NAME
+        wait_for(lambda: len(tile_records(Path(c))) >= 3, 60, "3 tiles journaled")
+        lease = json.loads(lease_path.read_text())
+        assert lease["pid"] == job.pid
+        # Past the 1 s timeout the lease is alive only because the heartbeat renews it.
+        time.sleep(max(0.0, lease["acquired"] + 1.5 - time.time()))
+        with pytest.raises(LeaseError, match=f"job {lease['job_id']} .*pid {job.pid}"):
+            run_job(a, b, c, memory="512KiB", client="sync", progress=False)
+        assert json.loads(lease_path.read_text())["heartbeat"] > lease["acquired"] + 0.5
+        assert job.poll() is None, "the job finished before the kill; make it longer"
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+    done = len(tile_records(Path(c)))
+
+    status = cli("status", c, "--json")
+    assert status.returncode == 0, status.stderr
+    state = json.loads(status.stdout)
+    assert state["state"] == "stopped" and state["tiles_done"] == done < state["tiles_total"]
+    assert state["lease"]["alive"] is False and "has exited" in state["lease"]["dead_because"]
+
+    rerun = cli("matmul", *command)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["tiles_skipped"] == done > 0
+    assert summary["tiles_computed"] + summary["tiles_skipped"] == summary["tiles"]
+    a_np, b_np = zarr.open_array(a)[...], zarr.open_array(b)[...]
+    assert_product_close(zarr.open_array(c)[...], a_np, b_np)
+    checked = cli("verify", a, b, c, "--json")
+    assert checked.returncode == 0 and json.loads(checked.stdout)["passed"] is True
+    human = cli("status", c)
+    assert f"complete, {summary['tiles']} of {summary['tiles']} tiles done" in human.stdout
