@@ -1,0 +1,28 @@
+# The outofcore image: the package, Dask (scheduler, workers, dashboard) and the CLI.
+#
+#   docker build -t outofcore .                                       # CPU workers, jobs
+#   docker build -t outofcore-gpu --build-arg EXTRA_PIP="numba-cuda[cu13]" .  # GPU workers
+#
+# The GPU variant brings NVVM/NVRTC as wheels; the host's NVIDIA driver comes in
+# through the container toolkit (see the gpu-worker service in docker-compose.yml).
+FROM python:3.11-slim
+
+ARG EXTRA_PIP=""
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY outofcore ./outofcore
+COPY scheduler ./scheduler
+# bokeh serves the scheduler's dashboard on port 8787.
+RUN pip install . "bokeh>=3.1" ${EXTRA_PIP} \
+    && outofcore --help > /dev/null \
+    && dask scheduler --version
+
+# The shared data volume (inputs and outputs) is mounted here.
+WORKDIR /data
+EXPOSE 8786 8787
+CMD ["outofcore", "--help"]

@@ -1,0 +1,130 @@
+"""docker-compose.yml and the Dockerfile, checked without a Docker engine.
+
+The command lines are parsed by the real parsers (Dask's click commands and
+outofcore's argparse), so a misspelt option fails here; tests/test_cluster.py
+runs the same command lines natively.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from distributed.cli import dask_scheduler, dask_worker
+
+from outofcore.cli import _parser
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIABLE = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(:-([^}]*))?\}")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def interpolate(value: str, overrides: dict[str, str] | None = None) -> str:
+    """Compose's ``${VAR:-default}`` interpolation, with ``overrides`` as the environment."""
+    overrides = overrides or {}
+
+    def replace(match: re.Match) -> str:
+        name, default = match.group(1), match.group(3)
+        if name in overrides:
+            return overrides[name]
+        if default is None:
+            raise AssertionError(f"${{{name}}} has no default in docker-compose.yml")
+        return default
+
+    return VARIABLE.sub(replace, value)
+
+
+def command(compose: dict, service: str) -> list[str]:
+    return [interpolate(str(part)) for part in compose["services"][service]["command"]]
+
+
+def test_services_and_the_data_volume(compose):
+    services = compose["services"]
+    assert {"scheduler", "worker", "gpu-worker", "job"} <= set(services)
+    assert "data" in compose["volumes"]
+    for name in ("worker", "gpu-worker", "job"):
+        assert "data:/data" in services[name]["volumes"], name
+    # Scalable with --scale worker=N: no fixed container name and no host ports.
+    for name in ("worker", "gpu-worker"):
+        assert "container_name" not in services[name] and "ports" not in services[name]
+    assert {"8786:8786", "8787:8787"} <= set(services["scheduler"]["ports"])
+    # Workers and the job wait for a healthy scheduler.
+    for name in ("worker", "gpu-worker", "job"):
+        assert services[name]["depends_on"]["scheduler"]["condition"] == "service_healthy"
+    assert "healthcheck" in services["scheduler"]
+
+
+def test_scheduler_and_worker_commands_parse_with_dask(compose):
+    scheduler = command(compose, "scheduler")
+    assert scheduler[:2] == ["dask", "scheduler"]  # dask-scheduler is gone since 2026.6
+    params = dask_scheduler.main.make_context("dask scheduler", scheduler[2:]).params
+    assert params["port"] == "8786" and params["dashboard_address"] == ":8787"
+
+    worker = command(compose, "worker")
+    assert worker[:2] == ["dask", "worker"]
+    params = dask_worker.main.make_context("dask worker", worker[2:]).params
+    assert params["scheduler"] == "tcp://scheduler:8786"
+    assert params["nthreads"] == 1
+    assert params["memory_limit"] == "4GiB"
+    assert not params["resources"]
+
+
+def test_gpu_worker_reserves_a_gpu_and_advertises_it(compose):
+    gpu = compose["services"]["gpu-worker"]
+    assert gpu["profiles"] == ["gpu"]
+    [device] = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+    assert device["count"] == 1
+    args = command(compose, "gpu-worker")
+    params = dask_worker.main.make_context("dask worker", args[2:]).params
+    assert params["scheduler"] == "tcp://scheduler:8786"
+    assert params["resources"] == "GPU=1" and params["nthreads"] == 1
+    assert "numba-cuda" in gpu["build"]["args"]["EXTRA_PIP"]
+
+
+def test_job_command_parses_with_the_outofcore_cli(compose):
+    job = command(compose, "job")
+    assert job[0] == "outofcore"
+    args = _parser().parse_args(job[1:])
+    assert args.run.__name__ == "_matmul"
+    assert args.scheduler == "tcp://scheduler:8786"
+    assert all(path.startswith("/data/") for path in (args.a, args.b, args.out))
+    assert args.memory == 2 * 2**30
+    # The job's budget must fit in a worker's memory limit with room for the interpreter.
+    worker_limit = 4 * 2**30
+    assert args.memory * 1.25 + 768 * 2**20 <= worker_limit
+    overridden = [
+        interpolate(str(p), {"JOB_MEMORY": "64MiB"}) for p in compose["services"]["job"]["command"]
+    ]
+    assert _parser().parse_args(overridden[1:]).memory == 64 * 2**20
+
+
+def test_every_variable_has_a_default():
+    text = (ROOT / "docker-compose.yml").read_text()
+    names = VARIABLE.findall(text)
+    assert names, "expected configurable values"
+    interpolate(text)  # raises naming a variable without a default
+
+
+def test_image_builds_from_this_repository(compose):
+    for name in ("scheduler", "worker", "job", "gpu-worker"):
+        assert compose["services"][name]["build"]["context"] == "."
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.1[1-9]", dockerfile, re.MULTILINE)
+    assert re.search(r"pip install \.", dockerfile)
+    copied = re.findall(r"^COPY (.+) \S+$", dockerfile, re.MULTILINE)
+    sources = [src for line in copied for src in line.split()]
+    assert {"pyproject.toml", "outofcore", "scheduler"} <= set(sources)
+    for source in sources:
+        assert (ROOT / source).exists(), source
+    ignored = {
+        line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip()
+    }
+    assert not ignored & set(sources), "the image needs these files"
+    assert {".git", ".venv"} <= ignored
