@@ -178,7 +178,9 @@ def _dask_cluster(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
     from distributed import Client, LocalCluster  # noqa: PLC0415
 
     t0 = time.perf_counter()
-    cluster = LocalCluster(n_workers=cfg["workers"], threads_per_worker=1, dashboard_address=":0")
+    cluster = LocalCluster(
+        n_workers=os.cpu_count() or 1, threads_per_worker=1, dashboard_address=":0"
+    )
     client = Client(cluster)
 
     def timed() -> None:
@@ -449,7 +451,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated, from {','.join(ALL_SYSTEMS)}",
     )
     parser.add_argument("--memory", default="1GiB", help="total budget over all workers")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="outofcore workers sharing --memory (default 1, the LocalCluster default); "
+        "'outofcore@2' in --systems overrides it; dask-cluster starts one per core",
+    )
     parser.add_argument("--quick", action="store_true", help="2048², 1 round: under 2 minutes")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)

@@ -161,6 +161,7 @@ class CpuEngine:
     def __init__(self) -> None:
         self._c: np.ndarray | None = None
         self._fresh = True
+        self._partial = False
 
     def host_buffer(self, size: int, dtype: np.dtype) -> np.ndarray:
         return np.empty(size, dtype=dtype)
@@ -168,6 +169,7 @@ class CpuEngine:
     def start_tile(self, shape: tuple[int, int], dtype: np.dtype) -> None:
         self._c = np.empty(shape, dtype=dtype)
         self._fresh = True
+        self._partial = False  # rows multiplied by accumulate_rows
 
     def accumulate(self, a_panel: np.ndarray, b_panel: np.ndarray) -> None:
         c = self._require_tile()
@@ -182,9 +184,24 @@ class CpuEngine:
             c[...] = result.T
         self._fresh = False
 
+    def accumulate_rows(self, a_rows: np.ndarray, b_panel: np.ndarray, row0: int) -> np.ndarray:
+        """``C[row0:row0+h] += a_rows @ b_panel``; returns that block of rows of ``C``.
+
+        A tile task calls this for its last panel, block by block, and writes
+        each returned block (final by then) while the next one is multiplied.
+        """
+        c = self._require_tile()
+        rows = c[row0 : row0 + a_rows.shape[0]]
+        beta = 0.0 if self._fresh else 1.0
+        if not gemm_accumulate(rows, a_rows, b_panel, beta):
+            product = np.matmul(a_rows, b_panel)
+            rows[...] = product + rows if beta else product
+        self._partial = True
+        return rows
+
     def finish_tile(self) -> np.ndarray:
         c = self._require_tile()
-        if self._fresh:  # no panel was multiplied (k == 0): the product is zero
+        if self._fresh and not self._partial:  # no panel multiplied (k == 0): zero
             c[...] = 0
         self._c = None
         return c

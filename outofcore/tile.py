@@ -103,11 +103,17 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         _read_into(job.b, (slice(k0, k1), slice(task.col0, task.col1)), b_panel)
         return a_panel, b_panel, _decoded_bytes(job, task, k0, k1)
 
+    def write_rows(r0: int, rows: np.ndarray) -> None:
+        job.c[task.row0 + r0 : task.row0 + r0 + rows.shape[0], task.col0 : task.col1] = rows
+
     read_wait = compute = 0.0
     bytes_read = 0
+    writes: list = []
+    streaming = hasattr(engine, "accumulate_rows")
     with (
         threadpool_limits(limits=job.blas_threads, user_api="blas"),
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-read") as reader,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-write") as writer,
     ):
         engine.start_tile((tm, tn), dtype)
         pending = reader.submit(read_panel, 0)
@@ -117,19 +123,31 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
             t1 = time.perf_counter()
             if s + 1 < len(job.panels):
                 pending = reader.submit(read_panel, s + 1)
-            engine.accumulate(a_panel, b_panel)
+            if streaming and s + 1 == len(job.panels):
+                # Last panel: multiply block by block of whole output-chunk rows and
+                # write each finished block while BLAS works on the next one.
+                block = _write_block_rows(job.c, tm)
+                for r0 in range(0, tm, block):
+                    rows = engine.accumulate_rows(a_panel[r0 : r0 + block], b_panel, r0)
+                    writes.append(writer.submit(write_rows, r0, rows))
+            else:
+                engine.accumulate(a_panel, b_panel)
             compute += time.perf_counter() - t1
             read_wait += t1 - t0
             bytes_read += nbytes
         t0 = time.perf_counter()
         tile = engine.finish_tile()
         compute += time.perf_counter() - t0
-    a_buffers.clear()  # the plan's memory contract: panels are gone before the write
+        t0 = time.perf_counter()
+        if not writes:
+            a_buffers.clear()  # the plan's memory contract: panels are gone before the write
+            b_buffers.clear()
+            write_rows(0, tile)
+        for future in writes:
+            future.result()
+        write = time.perf_counter() - t0  # the part of writing not hidden behind compute
+    a_buffers.clear()
     b_buffers.clear()
-
-    t0 = time.perf_counter()
-    job.c[task.row0 : task.row1, task.col0 : task.col1] = tile
-    write = time.perf_counter() - t0
     return TileResult(
         key=task.key,
         bytes_read=bytes_read,
@@ -220,6 +238,17 @@ def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
         f"rows {rows.start}:{rows.stop}, columns {cols.start}:{cols.stop} of "
         f"{arrays.describe(array)} ({found})"
     )
+
+
+#: Rows of C multiplied (and then written) at once in a tile's last panel, at least.
+WRITE_BLOCK_ROWS = 1024
+
+
+def _write_block_rows(c: zarr.Array, tile_rows: int) -> int:
+    """Rows per streamed write block: whole rows of output chunks (or shards)."""
+    grid_rows = (c.shards or c.chunks)[0]
+    block = grid_rows * max(1, -(-WRITE_BLOCK_ROWS // grid_rows))
+    return min(block, tile_rows)
 
 
 def _decoded_bytes(job: TileJob, task: TileTask, k0: int, k1: int) -> int:

@@ -18,8 +18,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
-
 from outofcore.errors import ClusterError
 from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor
 from scheduler.gpu_cluster import gpu_worker_specs
@@ -28,18 +26,23 @@ from scheduler.gpu_cluster import gpu_worker_specs
 WORKER_OVERHEAD_BYTES = 768 * 2**20
 CONNECT_TIMEOUT_SECONDS = float(os.environ.get("OUTOFCORE_CONNECT_TIMEOUT", "10"))
 SYNC = ("sync", "synchronous")
+BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def local_worker_count(budget_bytes: int, requested: int | None = None) -> int:
-    """Workers for a LocalCluster: one per core, as many as this machine's memory holds."""
+    """Workers for a LocalCluster: one, which gives BLAS every core of this machine.
+
+    One worker with the whole budget holds tiles twice as large as two workers
+    with half each, so it decodes fewer input bytes (inputs are read once per
+    tile row or column) and runs one interpreter instead of two; decoding the
+    next panel overlaps the multi-threaded BLAS call (the GIL is released).
+    Measured in docs/performance.md.  Ask for more with ``requested``.
+    """
     if requested is not None:
         if requested < 1:
             raise ClusterError(f"workers = {requested}: need at least one worker")
         return requested
-    cores = os.cpu_count() or 1
-    available = psutil.virtual_memory().available
-    by_memory = int(0.8 * available // (budget_bytes + WORKER_OVERHEAD_BYTES))
-    return max(1, min(cores, by_memory))
+    return 1
 
 
 def start_local_cluster(
@@ -60,10 +63,17 @@ def start_local_cluster(
             scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
             silence_logs=logging.ERROR,
         )
+    n_workers = local_worker_count(budget_bytes, workers)
+    # Dask's nanny starts workers with OMP/OPENBLAS/MKL_NUM_THREADS=1; our tasks
+    # size BLAS themselves (threadpoolctl), so start its pool at the share of
+    # cores each worker gets rather than growing it from one thread.
+    blas = str(max(1, (os.cpu_count() or 1) // n_workers))
+    threads_env = {name: blas for name in BLAS_THREAD_VARIABLES}
     return LocalCluster(
-        n_workers=local_worker_count(budget_bytes, workers),
+        n_workers=n_workers,
         threads_per_worker=1,
         processes=True,
+        env=threads_env,
         memory_limit=memory_limit,
         dashboard_address=":0",
         silence_logs=logging.ERROR,

@@ -11,8 +11,10 @@ Memory contract of one task (bytes)::
 
 with ``depth = 2`` panels in flight (one multiplied, one being decoded) and
 codec buffers ``io_concurrency * 2 * chunk`` (a compressed and a decoded
-copy of each chunk in flight).  Panels are released before the tile is
-written, so the peak is the larger of the reading and the writing phase
+copy of each chunk in flight).  The CPU engine writes the tile's finished
+rows while it multiplies the last panel, so the panels are still live while
+output chunks are encoded: the codec buffers counted are the larger of the
+input chunks being decoded and the output chunks being encoded
 (:func:`task_bytes`).
 
 Bytes read by the whole job (every task reads its A row-panel and B
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from outofcore.errors import BudgetError, InputError
 
@@ -38,6 +41,13 @@ DEFAULT_IO_CONCURRENCY = 2
 TARGET_TK = 1024
 #: Largest side of an output chunk we create (a tile may hold several).
 MAX_OUTPUT_CHUNK = 2048
+#: Core time to decode one element, in multiply-adds of the same core: zstd
+#: decodes about 1 GB/s (0.25 G float32/s) where sgemm runs about 50 G
+#: multiply-adds/s per core (measured on the 2-core CI machine).  Only used to
+#: rank tile shapes against each other.
+DECODE_COST_FMAS = 200
+#: Tile counts along one side tried one by one before the search goes geometric.
+MAX_EDGE_CANDIDATES = 256
 
 
 @dataclass(frozen=True)
@@ -172,20 +182,23 @@ class Plan:
 def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int) -> int:
     """Projected peak bytes of one task with a ``tm×tn`` tile and ``tk``-deep panels.
 
-    While reading, the tile, the panels in flight and the codec buffers of the
-    input chunks being decoded are live; while writing (panels released), the
-    tile and the buffers of the output chunks being encoded.
+    ``w * (tm*tn + depth*tk*(tm + tn) + max(input codec, output codec))``: the
+    tile and the panels in flight are live throughout (the last panel's rows
+    are written while it is multiplied), plus the codec buffers of either the
+    input chunks being decoded or the output chunks being encoded (never both:
+    nothing is read once the last panel is in).
     """
     tm, tn, tk = min(tm, problem.m), min(tn, problem.n), min(tk, problem.k)
     input_chunk = max(
         problem.a_chunks[0] * problem.a_chunks[1], problem.b_chunks[0] * problem.b_chunks[1]
     )
     out_rows, out_cols = problem.out_grid or (_output_chunk(tm), _output_chunk(tn))
-    reading = PANELS_IN_FLIGHT * tk * (tm + tn) + io_concurrency * 2 * input_chunk
+    panels = PANELS_IN_FLIGHT * tk * (tm + tn)
+    decoding = io_concurrency * 2 * input_chunk
     out_chunk = min(out_rows, tm) * min(out_cols, tn)
     chunks_in_flight = min(io_concurrency, math.ceil(tm / out_rows) * math.ceil(tn / out_cols))
-    writing = chunks_in_flight * 2 * out_chunk
-    return problem.itemsize * (tm * tn + max(reading, writing))
+    encoding = chunks_in_flight * 2 * out_chunk
+    return problem.itemsize * (tm * tn + panels + max(decoding, encoding))
 
 
 def io_lower_bound(problem: Problem, budget_bytes: int) -> int:
@@ -207,8 +220,10 @@ def make_plan(
 ) -> Plan:
     """Choose tile sizes for ``problem`` within ``budget_bytes`` per worker.
 
-    Tiles are as large as the budget allows (that minimises bytes read), then
-    split until there are at least ``workers`` of them.  Tile edges fall on
+    The tile shape minimises the estimated time of the busiest worker, compute
+    plus decoding (:func:`_best_tile`): as large as the budget allows, since
+    that minimises bytes read, with whole-grid ceilings and the balance over
+    ``workers`` counted; then split until there are at least ``workers`` tiles.  Tile edges fall on
     A's row chunks, B's column chunks and the output grid; k-panel edges on
     the chunks of A's columns and B's rows where their common multiple fits.
 
@@ -248,7 +263,7 @@ def make_plan(
         tk = preferred if fits_preferred <= budget_bytes else k_unit
     _check_multiple("tk", tk, k_unit, p.k)
     if tile is None:
-        tm, tn = _largest_tile(p, row_unit, col_unit, tk, budget_bytes, io_concurrency)
+        tm, tn = _best_tile(p, row_unit, col_unit, tk, budget_bytes, io_concurrency, workers)
         tm, tn = _split_for_workers(p, tm, tn, row_unit, col_unit, workers)
     else:
         tm, tn = tile
@@ -308,40 +323,95 @@ def _check_multiple(name: str, value: int, unit: int, extent: int) -> None:
         )
 
 
-def _largest_tile(
-    p: Problem, row_unit: int, col_unit: int, tk: int, budget: int, io_concurrency: int
+def _best_tile(
+    p: Problem,
+    row_unit: int,
+    col_unit: int,
+    tk: int,
+    budget: int,
+    io_concurrency: int,
+    workers: int,
 ) -> tuple[int, int]:
-    """Largest near-square aligned tile within ``budget``; grows one side once the other is full."""
+    """The aligned tile within ``budget`` that minimises the estimated job time.
+
+    For every count of tile rows ``R`` the tile height is the smallest aligned
+    one giving ``R`` rows; its width is the widest that fits, or a narrower one
+    with a few more columns (better balance over workers).  The estimate, in
+    multiply-adds of the busiest worker, is the compute of its tiles (largest
+    first to the least loaded worker) plus decoding its share of the bytes
+    read at :data:`DECODE_COST_FMAS` each.  Whole-grid ceilings are counted, so
+    a ragged edge that adds a tile row or column costs what it reads.
+    """
+    tk = min(tk, p.k)
 
     def fits(tm: int, tn: int) -> bool:
-        return task_bytes(p, min(tm, p.m), min(tn, p.n), min(tk, p.k), io_concurrency) <= budget
+        return task_bytes(p, min(tm, p.m), min(tn, p.n), tk, io_concurrency) <= budget
 
     if not fits(row_unit, col_unit):
-        smallest = task_bytes(p, row_unit, col_unit, min(tk, p.k), io_concurrency)
+        smallest = task_bytes(p, row_unit, col_unit, tk, io_concurrency)
         raise BudgetError(
             f"budget of {budget} bytes ({_mib(budget)}) is too small: the smallest tile "
-            f"the chunking allows ({row_unit}x{col_unit}, panels {min(tk, p.k)} deep, "
+            f"the chunking allows ({row_unit}x{col_unit}, panels {tk} deep, "
             f"A chunks {p.a_chunks}, B chunks {p.b_chunks}) needs {smallest} bytes "
             f"({_mib(smallest)}) per task; raise the budget or rechunk the inputs smaller"
         )
-    # Grow both sides together (a square tile reads least), then whichever still can.
-    tm, tn = row_unit, col_unit
-    grown = True
-    while grown:
-        grown = False
-        for side in ("rows", "cols") if tm * p.n <= tn * p.m else ("cols", "rows"):
-            if side == "rows" and tm < p.m and fits(_grow(tm, row_unit, p.m), tn):
-                tm = _grow(tm, row_unit, p.m)
-                grown = True
-            elif side == "cols" and tn < p.n and fits(tm, _grow(tn, col_unit, p.n)):
-                tn = _grow(tn, col_unit, p.n)
-                grown = True
-    return tm, tn
+    panels = tuple((k0, min(k0 + tk, p.k)) for k0 in range(0, p.k, tk))
+    a_touched = _touched(panels, p.a_chunks[1], p.k)
+    b_touched = _touched(panels, p.b_chunks[0], p.k)
+    best: tuple[float, int, int] | None = None
+    for tm in _candidate_edges(p.m, row_unit):
+        if not fits(tm, col_unit):
+            continue
+        widest = _widest(tm, col_unit, p.n, fits)
+        first = math.ceil(p.n / widest)
+        for columns in range(first, first + 4):
+            tn = min(p.n, _round_up(math.ceil(p.n / columns), col_unit))
+            rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
+            decoded = cols * p.m * a_touched + rows * p.n * b_touched
+            score = _busiest_worker(p, tm, tn, workers) * p.k + DECODE_COST_FMAS * decoded / workers
+            if best is None or score < best[0]:
+                best = (score, tm, tn)
+    assert best is not None  # the smallest tile fits, so some candidate does
+    return best[1], best[2]
 
 
-def _grow(size: int, unit: int, extent: int) -> int:
-    """Next aligned size: doubling while small, then whole steps, capped at the extent."""
-    return min(extent, max(size + unit, size + (size // unit // 2) * unit))
+def _candidate_edges(extent: int, unit: int) -> list[int]:
+    """Aligned tile edges, one per count of tiles along ``extent`` (capped for speed)."""
+    most = math.ceil(extent / unit)
+    counts = list(range(1, min(most, MAX_EDGE_CANDIDATES) + 1))
+    count = float(MAX_EDGE_CANDIDATES)
+    while count < most:  # geometric beyond the first few hundred counts
+        count *= 1.05
+        counts.append(min(most, math.ceil(count)))
+    edges = {min(extent, _round_up(math.ceil(extent / c), unit)) for c in counts}
+    return sorted(edges, reverse=True)
+
+
+def _widest(tm: int, unit: int, extent: int, fits: Any) -> int:
+    """Widest aligned tile width that fits beside a height of ``tm`` (binary search)."""
+    low, high = 1, math.ceil(extent / unit)  # in units; ``low`` fits
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(tm, min(extent, middle * unit)):
+            low = middle
+        else:
+            high = middle - 1
+    return min(extent, low * unit)
+
+
+def _busiest_worker(p: Problem, tm: int, tn: int, workers: int) -> float:
+    """Output elements computed by the busiest worker (largest tile first, least loaded)."""
+    rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
+    if workers == 1:
+        return float(p.m * p.n)
+    heights = [tm] * (rows - 1) + [p.m - (rows - 1) * tm]
+    widths = [tn] * (cols - 1) + [p.n - (cols - 1) * tn]
+    if rows * cols > 4 * workers:  # fine-grained: the average, or one whole tile
+        return float(max(p.m * p.n / workers, tm * tn))
+    loads = [0] * workers
+    for area in sorted((h * w for h in heights for w in widths), reverse=True):
+        loads[loads.index(min(loads))] += area
+    return float(max(loads))
 
 
 def _split_for_workers(
