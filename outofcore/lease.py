@@ -100,21 +100,28 @@ class LeaseInfo:
     def dead_because(self, now: float | None = None) -> str | None:
         """Why this lease's holder is dead, or None while it is alive."""
         now = time.time() if now is None else now
+        if self.host == socket.gethostname():
+            gone = self._process_gone()
+            if gone:
+                return gone
         age = now - self.heartbeat
         if age > self.timeout:
             return f"its last heartbeat was {age:.0f} s ago (timeout {self.timeout:g} s)"
-        if self.host == socket.gethostname():
-            try:
-                process = psutil.Process(self.pid)
-                started = process.create_time()
-                if process.status() == psutil.STATUS_ZOMBIE:
-                    return f"its process {self.pid} on this host has exited"
-            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+
+    def _process_gone(self) -> str | None:
+        """Why the holder's process (on this host) no longer runs, or None."""
+        try:
+            process = psutil.Process(self.pid)
+            started = process.create_time()
+            if process.status() == psutil.STATUS_ZOMBIE:
                 return f"its process {self.pid} on this host has exited"
-            except psutil.AccessDenied:
-                return None
-            if self.pid_started and abs(started - self.pid_started) > 1.0:
-                return f"its process {self.pid} on this host has exited (the pid was reused)"
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return f"its process {self.pid} on this host has exited"
+        except psutil.AccessDenied:  # another user's process: rely on the heartbeat
+            return None
+        if self.pid_started and abs(started - self.pid_started) > 1.0:
+            return f"its process {self.pid} on this host has exited (the pid was reused)"
         return None
 
     def describe(self, now: float | None = None) -> str:

@@ -258,6 +258,8 @@ def test_client_killed_mid_job_then_rerun_skips_done_tiles(tmp_path):
         with pytest.raises(LeaseError, match=f"job {lease['job_id']} .*pid {job.pid}"):
             run_job(a, b, c, memory="512KiB", client="sync", progress=False)
         assert json.loads(lease_path.read_text())["heartbeat"] > lease["acquired"] + 0.5
+        total = json.loads((Path(c) / JOURNAL_DIR / "job.json").read_text())["tiles_total"]
+        wait_for(lambda: len(tile_records(Path(c))) >= total // 2, 120, "half the tiles")
         assert job.poll() is None, "the job finished before the kill; make it longer"
     finally:
         job.send_signal(signal.SIGKILL)
