@@ -1,0 +1,184 @@
+"""The device level of the two-level plan (pure arithmetic, no GPU)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from outofcore.errors import BudgetError, InputError
+from scheduler.device_plan import (
+    DevicePlan,
+    device_bytes,
+    job_pcie_bytes,
+    kernel_block,
+    plan_device,
+)
+
+
+def simulate_transfers(plan: DevicePlan) -> tuple[int, int]:
+    """Bytes the engine's loop moves for ``plan``: panels of ``tk`` (the last one shorter)."""
+    w = plan.itemsize
+    depths = [plan.tk] * (plan.k // plan.tk) + ([plan.k % plan.tk] if plan.k % plan.tk else [])
+    h2d = d2h = 0
+    for s, depth in enumerate(depths):
+        for r0, r1, c0, c1 in plan.subtiles():
+            height, width = r1 - r0, c1 - c0
+            if not plan.resident and s > 0:
+                h2d += w * height * width  # load C_sub
+            for d0 in range(0, depth, plan.dk):
+                slice_depth = min(depth, d0 + plan.dk) - d0
+                h2d += w * slice_depth * (height + width)
+            if not plan.resident:
+                d2h += w * height * width  # store C_sub
+    if plan.resident:
+        d2h += w * plan.tm * plan.tn
+    return h2d, d2h
+
+
+def ab_traffic(tm: int, tn: int, dm: int, dn: int) -> int:
+    """A and B elements across PCIe per unit of k."""
+    return math.ceil(tn / dn) * tm + math.ceil(tm / dm) * tn
+
+
+def test_resident_when_the_whole_tile_fits():
+    budget = device_bytes(100, 80, 64, 4)
+    plan = plan_device(100, 80, 64, 4, budget, k=640)
+    assert plan.resident and (plan.dm, plan.dn, plan.dk) == (100, 80, 64)
+    assert (plan.rows, plan.cols, plan.host_panels) == (1, 1, 10)
+    assert plan.h2d_bytes == 4 * (100 * 640 + 640 * 80)
+    assert plan.d2h_bytes == 4 * 100 * 80
+    assert plan.device_bytes == budget
+
+
+def test_resident_with_slices_shallower_than_the_host_panel():
+    """Just room for 8-deep slices: still resident, the host panel goes in 8 slices."""
+    plan = plan_device(100, 80, 64, 4, device_bytes(100, 80, 8, 4) + 4 * 359)
+    assert plan.resident and plan.dk == 8
+    more = plan_device(100, 80, 64, 4, device_bytes(100, 80, 40, 4))
+    assert more.resident and more.dk == 40
+    assert plan_device(100, 80, 64, 4, 10**9).dk == 64  # never deeper than the host panel
+
+
+def test_sub_tiled_just_below_the_resident_size():
+    budget = device_bytes(1000, 1000, 8, 4) - 1
+    plan = plan_device(1000, 1000, 512, 4, budget, k=2048)
+    assert not plan.resident
+    assert plan.device_bytes <= budget
+    panels = 4
+    c_bytes = 4 * 1000 * 1000
+    assert plan.d2h_bytes == panels * c_bytes
+    assert plan.h2d_bytes == (panels - 1) * c_bytes + 4 * 2048 * (
+        plan.cols * 1000 + plan.rows * 1000
+    )
+
+
+def test_square_host_tile_gets_square_device_tiles():
+    plan = plan_device(4096, 4096, 1024, 4, device_bytes(2048, 2048, 256, 4), k=8192)
+    assert (plan.dm, plan.dn) == (2048, 2048) and plan.dk == 256
+    assert (plan.rows, plan.cols) == (2, 2)
+
+
+def test_tall_host_tile_keeps_its_width():
+    plan = plan_device(20000, 1000, 512, 8, 2**27)
+    assert plan.dn == 1000 and plan.dm % 64 == 0 and plan.rows > 1
+    assert plan.device_bytes <= 2**27
+
+
+def test_block_multiples():
+    plan = plan_device(1000, 900, 700, 4, 2 * 2**20)
+    assert not plan.resident
+    assert plan.dm % 128 == 0 or plan.dm == 1000
+    assert plan.dn % 128 == 0 or plan.dn == 900
+    assert plan.dk % 8 == 0 or plan.dk == 700
+    assert kernel_block(8) == (64, 64, 8)
+
+
+def test_smallest_device_tile_that_does_not_fit_names_the_bytes():
+    needed = device_bytes(8, 8, 4, 4)  # 4 * (64 + 2*4*16) = 768
+    assert needed == 768
+    assert plan_device(19, 23, 9, 4, needed, block=(8, 8, 4)).dm == 8
+    with pytest.raises(BudgetError, match=r"device budget of 767 bytes .* needs 768 bytes"):
+        plan_device(19, 23, 9, 4, needed - 1, block=(8, 8, 4))
+    with pytest.raises(BudgetError, match=r"128x128 with 8-deep .*\(--device-memory\)"):
+        plan_device(4096, 4096, 1024, 4, 81_919)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((0, 5, 5, 4, 100), "tm = 0"),
+        ((5, 5, 5, 4, 0), "device budget = 0 bytes"),
+        ((5, 5, 5, 2, 100), "itemsize = 2"),
+        ((5, 5, 1.5, 4, 100), "tk = 1.5"),
+    ],
+)
+def test_bad_input(args, message):
+    with pytest.raises(InputError, match=message):
+        plan_device(*args)
+
+
+def test_job_pcie_bytes_adds_the_host_tiles():
+    shapes = [(100, 80), (100, 80), (30, 80), (0, 5)]
+    total = job_pcie_bytes(shapes, 64, 640, 4, 50_000)
+    one = [plan_device(m, n, 64, 4, 50_000, k=640).pcie_bytes for m, n in shapes[:3]]
+    assert total == sum(one)
+
+
+def test_summary_is_plain_data():
+    summary = plan_device(300, 200, 100, 8, 200_000, k=250).summary()
+    assert summary["mode"] == "sub-tiled"
+    assert summary["pcie_bytes_per_tile"] == (
+        summary["h2d_bytes_per_tile"] + summary["d2h_bytes_per_tile"]
+    )
+    assert all(isinstance(v, (int, str, list)) for v in summary.values())
+
+
+blocks = st.tuples(st.integers(1, 16), st.integers(1, 16), st.integers(1, 8))
+
+
+@given(
+    tm=st.integers(1, 300),
+    tn=st.integers(1, 300),
+    tk=st.integers(1, 200),
+    panels=st.integers(1, 4),
+    extra=st.integers(0, 199),
+    itemsize=st.sampled_from([4, 8]),
+    block=blocks,
+    budget=st.integers(1, 2_000_000),
+)
+def test_properties(tm, tn, tk, panels, extra, itemsize, block, budget):
+    k = (panels - 1) * tk + min(tk, extra + 1)
+    bm, bn, bk = block
+    smallest = device_bytes(min(tm, bm), min(tn, bn), min(tk, bk), itemsize)
+    if smallest > budget:
+        with pytest.raises(BudgetError, match=f"needs {smallest} bytes"):
+            plan_device(tm, tn, tk, itemsize, budget, k=k, block=block)
+        return
+    plan = plan_device(tm, tn, tk, itemsize, budget, k=k, block=block)
+    assert plan.device_bytes <= budget
+    assert 1 <= plan.dm <= tm and 1 <= plan.dn <= tn and 1 <= plan.dk <= tk
+    assert plan.dm % bm == 0 or plan.dm == tm
+    assert plan.dn % bn == 0 or plan.dn == tn
+    assert plan.dk % bk == 0 or plan.dk == tk
+    whole_fits = device_bytes(tm, tn, min(tk, bk), itemsize) <= budget
+    assert plan.resident == whole_fits
+    # The device tiles cover the host tile exactly once.
+    cover = np.zeros((tm, tn), dtype=np.int8)
+    for r0, r1, c0, c1 in plan.subtiles():
+        cover[r0:r1, c0:c1] += 1
+    assert (cover == 1).all() and len(plan.subtiles()) == plan.rows * plan.cols
+    # The prediction is what the engine's loop moves.
+    assert (plan.h2d_bytes, plan.d2h_bytes) == simulate_transfers(plan)
+    # No block-aligned tiling with slices as deep moves fewer A and B bytes.
+    if not plan.resident:
+        best = ab_traffic(tm, tn, plan.dm, plan.dn)
+        heights = sorted({*range(bm, tm, bm), tm})
+        widths = sorted({*range(bn, tn, bn), tn})
+        for dm in heights:
+            fitting = [dn for dn in widths if device_bytes(dm, dn, plan.dk, itemsize) <= budget]
+            if fitting:
+                assert ab_traffic(tm, tn, dm, fitting[-1]) >= best
