@@ -191,8 +191,11 @@ def _plan(args: argparse.Namespace) -> int:
         a_chunks=tuple(a.chunks),
         b_chunks=tuple(b.chunks),
     )
+    from scheduler.model import scenarios  # noqa: PLC0415
+
     plan = make_plan(problem, args.memory, args.workers)
-    _print(plan.summary(), args.json, _format_plan)
+    summary = {**plan.summary(), "predicted": [p.as_dict() for p in scenarios(plan)]}
+    _print(summary, args.json, _format_plan)
     return 0
 
 
@@ -289,8 +292,33 @@ def _format_plan(p: dict[str, Any]) -> str:
             f"{format_size(p['io_lower_bound'])} ({p['read_over_lower_bound']:.2f}x)",
             f"  bytes written  {format_size(p['bytes_written'])}",
             f"  work           {p['flops'] / 1e9:.1f} GFLOP",
+            *_format_predictions(p.get("predicted", [])),
         ]
     )
+
+
+def _format_predictions(predictions: list[dict[str, Any]]) -> list[str]:
+    """The time model's lines (scheduler/model.py; rates in docs/performance.md)."""
+    if not predictions:
+        return []
+    lines = ["  predicted time (model: slowest stream + pipeline fill; docs/performance.md)"]
+    for p in predictions:
+        lines.append(
+            f"    {p['machine']:<22} {p['workers']:>4} worker(s)  {_duration(p['seconds']):>9}"
+            f"  bound by {p['bottleneck']} (compute {_duration(p['compute'])}, decode "
+            f"{_duration(p['decode'])}, PCIe {_duration(p['pcie'])}, disk "
+            f"{_duration(p['disk'])}, network {_duration(p['network'])}, write "
+            f"{_duration(p['write'])})"
+        )
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"
 
 
 def _format_status(s: dict[str, Any]) -> str:

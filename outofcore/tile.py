@@ -91,17 +91,28 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
     engine = worker_engine(job.backend)
     tm, tn = task.shape
     dtype = np.dtype(job.a.dtype)
-    a_buffers = [engine.host_buffer(tm * job.tk, dtype) for _ in range(PANELS_IN_FLIGHT)]
-    b_buffers = [engine.host_buffer(job.tk * tn, dtype) for _ in range(PANELS_IN_FLIGHT)]
+    streaming = hasattr(engine, "accumulate_rows")
+    # The previous task on this thread may have left its last panels: when this
+    # task needs one of them (same A rows or same B columns, e.g. the next tile
+    # of a row), start with it instead of reading it again.
+    order, held_a, held_b = _panel_order(job, task, _held.__dict__.pop("panels", None))
+    a_buffers = [held_a] if held_a is not None else []
+    b_buffers = [held_b] if held_b is not None else []
+    a_buffers += [engine.host_buffer(tm * job.tk, dtype) for _ in range(2 - len(a_buffers))]
+    b_buffers += [engine.host_buffer(job.tk * tn, dtype) for _ in range(2 - len(b_buffers))]
 
-    def read_panel(s: int) -> tuple[np.ndarray, np.ndarray, int]:
-        k0, k1 = job.panels[s]
-        slot = s % PANELS_IN_FLIGHT
+    def read_panel(position: int) -> tuple[np.ndarray, np.ndarray, int]:
+        k0, k1 = job.panels[order[position]]
+        slot = position % PANELS_IN_FLIGHT
         a_panel = a_buffers[slot][: tm * (k1 - k0)].reshape(tm, k1 - k0)
         b_panel = b_buffers[slot][: (k1 - k0) * tn].reshape(k1 - k0, tn)
-        _read_into(job.a, (slice(task.row0, task.row1), slice(k0, k1)), a_panel)
-        _read_into(job.b, (slice(k0, k1), slice(task.col0, task.col1)), b_panel)
-        return a_panel, b_panel, _decoded_bytes(job, task, k0, k1)
+        skip_a = position == 0 and held_a is not None
+        skip_b = position == 0 and held_b is not None
+        if not skip_a:
+            _read_into(job.a, (slice(task.row0, task.row1), slice(k0, k1)), a_panel)
+        if not skip_b:
+            _read_into(job.b, (slice(k0, k1), slice(task.col0, task.col1)), b_panel)
+        return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, not skip_a, not skip_b)
 
     def write_rows(r0: int, rows: np.ndarray) -> None:
         job.c[task.row0 + r0 : task.row0 + r0 + rows.shape[0], task.col0 : task.col1] = rows
@@ -109,7 +120,6 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
     read_wait = compute = 0.0
     bytes_read = 0
     writes: list = []
-    streaming = hasattr(engine, "accumulate_rows")
     with (
         threadpool_limits(limits=job.blas_threads, user_api="blas"),
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-read") as reader,
@@ -138,6 +148,7 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         t0 = time.perf_counter()
         tile = engine.finish_tile()
         compute += time.perf_counter() - t0
+        last_a, last_b = a_buffers[(len(order) - 1) % 2], b_buffers[(len(order) - 1) % 2]
         t0 = time.perf_counter()
         if not writes:
             a_buffers.clear()  # the plan's memory contract: panels are gone before the write
@@ -148,6 +159,8 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         write = time.perf_counter() - t0  # the part of writing not hidden behind compute
     a_buffers.clear()
     b_buffers.clear()
+    if streaming and _in_dask_worker():  # keep the last panels for this thread's next task
+        _held.panels = (_held_key(job, task, order[-1]), last_a, last_b)
     return TileResult(
         key=task.key,
         bytes_read=bytes_read,
@@ -251,13 +264,66 @@ def _write_block_rows(c: zarr.Array, tile_rows: int) -> int:
     return min(block, tile_rows)
 
 
-def _decoded_bytes(job: TileJob, task: TileTask, k0: int, k1: int) -> int:
+def _decoded_bytes(
+    job: TileJob, task: TileTask, k0: int, k1: int, a: bool = True, b: bool = True
+) -> int:
     """Bytes of A and B decoded to read this panel (whole chunks along k)."""
     itemsize = np.dtype(job.a.dtype).itemsize
-    a_k = chunk_span(k0, k1, job.a.chunks[1], job.a.shape[1])
-    b_k = chunk_span(k0, k1, job.b.chunks[0], job.b.shape[0])
+    a_k = chunk_span(k0, k1, job.a.chunks[1], job.a.shape[1]) if a else 0
+    b_k = chunk_span(k0, k1, job.b.chunks[0], job.b.shape[0]) if b else 0
     rows, cols = task.shape
     return itemsize * (rows * a_k + b_k * cols)
+
+
+#: Per thread: the last panels of the previous task, ``(key, a_buffer, b_buffer)``.
+#: Only Dask workers hold them (their memory is reserved for tasks anyway); an
+#: in-process run frees everything when its last task returns.
+_held = threading.local()
+
+
+def _in_dask_worker() -> bool:
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return False
+    try:
+        distributed.get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+def _held_key(job: TileJob, task: TileTask, s: int) -> tuple:
+    """What identifies a held panel pair: arrays, panel, A rows and B columns."""
+    arrays_key = (str(job.a.store), job.a.path, str(job.b.store), job.b.path, job.backend)
+    return (arrays_key, job.panels[s], job.tk, (task.row0, task.row1), (task.col0, task.col1))
+
+
+def _panel_order(
+    job: TileJob, task: TileTask, held: tuple | None
+) -> tuple[list[int], np.ndarray | None, np.ndarray | None]:
+    """Panel order for this task and the held A / B panel buffers it can reuse.
+
+    Without a usable held panel the order is 0, 1, ..., last.  With one (panel
+    ``s``), ``s`` comes first, then the others moving away from it, so a row of
+    tiles alternates direction along k and every tile after the first starts
+    with the panel its predecessor ended on.  Unusable held buffers are dropped
+    here, before this task allocates its own (the plan's memory contract).
+    """
+    count = len(job.panels)
+    if held is None:
+        return list(range(count)), None, None
+    key, a_buffer, b_buffer = held
+    arrays_key, panel, tk, rows, cols = key
+    mine = _held_key(job, task, 0)
+    if arrays_key != mine[0] or tk != job.tk or panel not in job.panels:
+        return list(range(count)), None, None
+    s = job.panels.index(panel)
+    same_a = rows == (task.row0, task.row1)
+    same_b = cols == (task.col0, task.col1)
+    if not (same_a or same_b):
+        return list(range(count)), None, None
+    order = [s, *range(s - 1, -1, -1), *range(s + 1, count)]
+    return order, a_buffer if same_a else None, b_buffer if same_b else None
 
 
 def peak_rss_bytes() -> int:

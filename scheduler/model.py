@@ -1,0 +1,218 @@
+"""A time model of a plan on paper: one CPU node, a GPU node, an N-node cluster.
+
+Pure arithmetic on a :class:`~scheduler.plan.Plan` and a :class:`Machine`; no
+Dask, numba or zarr.  Every stage of a tile task is a stream that runs in
+parallel with the others once the pipeline is full (the next panel is decoded
+and copied while the current one is multiplied; the tile's rows are written
+while its last panel is multiplied), so the job takes about as long as its
+slowest stream, plus the part of each task that cannot overlap::
+
+    T ≈ max(T_compute, T_decode, T_pcie, T_disk, T_network, T_write) + T_fill
+
+On a CPU worker the kernel, the codec and the writer share the same cores, so
+there the three add up instead: ``T_cores = T_compute + T_decode + T_write``
+takes their place in the ``max``.
+
+with, for ``W = nodes * workers_per_node`` workers, ``R`` = the plan's bytes
+read (decoded), ``O`` = bytes written, ``c`` = stored/decoded size ratio::
+
+    T_compute = busiest worker's flops / kernel_flops
+    T_decode  = R / W / decode_bps            (codec work, per worker)
+    T_pcie    = (R + O) / W / pcie_bps        (GPU only: panels in, tile out)
+    T_disk    = c*(R + O) / min(nodes*disk_bps, storage_bps)
+    T_network = c*(R + O) / (nodes*network_bps)   (cluster with remote storage)
+    T_write   = O / W / encode_bps
+    T_fill    = tasks per worker * (first panel: decode + PCIe + stored read)
+
+The busiest worker's flops come from the plan's tiles handed out largest
+first to the least loaded worker.  Rates are inputs; the presets below are
+measured on this project's CI machine (``ci-2core``) or stated assumptions
+(the GPU and cluster ones) to be replaced by measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from scheduler.plan import Plan, make_plan
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Rates of one kind of node, and how many of them there are."""
+
+    name: str
+    nodes: int
+    workers_per_node: int
+    #: Sustained multiply rate of one worker's engine (BLAS threads or one GPU), FLOP/s.
+    kernel_flops: float
+    #: Decoded bytes/s one worker's codec threads produce (zstd, zarr's default).
+    decode_bps: float
+    #: Decoded bytes/s one worker's codec threads encode for the output.
+    encode_bps: float
+    #: Host-to-device bytes/s of one GPU (None: a CPU worker, nothing crosses PCIe).
+    pcie_bps: float | None
+    #: Local storage read bandwidth of one node, bytes/s.
+    disk_bps: float
+    #: Network bandwidth of one node, bytes/s (None: storage is local to a single node).
+    network_bps: float | None
+    #: Aggregate bandwidth of shared storage (None: unlimited beyond the nodes' links).
+    storage_bps: float | None = None
+    #: Stored bytes per decoded byte (zstd on random float32: about 0.92).
+    compression: float = 0.92
+
+    @property
+    def workers(self) -> int:
+        return self.nodes * self.workers_per_node
+
+    def scaled(self, nodes: int) -> Machine:
+        """The same node kind, ``nodes`` of them."""
+        return replace(self, nodes=nodes, name=f"{self.name} x{nodes}")
+
+
+GB = 1e9
+#: Measured here (docs/performance.md): OpenBLAS sgemm ~110 GFLOP/s per core, two
+#: cores; zstd through zarr decodes ~1 GB/s and encodes ~0.6 GB/s on both cores
+#: (numcodecs alone: 1.1 and 0.66 GB/s per core); page-cached local disk.
+CI_2CORE = Machine(
+    name="ci-2core",
+    nodes=1,
+    workers_per_node=1,
+    kernel_flops=220e9,
+    decode_bps=1.0 * GB,
+    encode_bps=0.6 * GB,
+    pcie_bps=None,
+    disk_bps=2 * GB,
+    network_bps=None,
+)
+#: Assumed: an 8-GPU H100 node, our kernel at ~35 TFLOP/s FP32 (about 70% of
+#: cuBLAS), PCIe Gen5 x16 at ~50 GB/s per GPU, NVMe RAID at 25 GB/s, 16 host
+#: cores decoding per GPU at ~1 GB/s each (zstd), one worker per GPU.
+GPU_NODE = Machine(
+    name="gpu-node (8x H100)",
+    nodes=1,
+    workers_per_node=8,
+    kernel_flops=35e12,
+    decode_bps=8 * GB,
+    encode_bps=4 * GB,
+    pcie_bps=50 * GB,
+    disk_bps=25 * GB,
+    network_bps=None,
+)
+#: Assumed: CPU nodes of 64 cores (~3.5 TFLOP/s sgemm), one worker each, 100 Gb/s
+#: network to shared object storage of 100 GB/s aggregate.
+CPU_CLUSTER_NODE = Machine(
+    name="cpu-cluster",
+    nodes=1,
+    workers_per_node=1,
+    kernel_flops=3.5e12,
+    decode_bps=16 * GB,
+    encode_bps=8 * GB,
+    pcie_bps=None,
+    disk_bps=3 * GB,
+    network_bps=12.5 * GB,
+    storage_bps=100 * GB,
+)
+PRESETS = {m.name: m for m in (CI_2CORE, GPU_NODE, CPU_CLUSTER_NODE)}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted seconds of each stream, the total and the bottleneck."""
+
+    machine: str
+    workers: int
+    compute: float
+    decode: float
+    pcie: float
+    disk: float
+    network: float
+    write: float
+    fill: float
+    seconds: float
+    bottleneck: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def busiest_worker_flops(plan: Plan, workers: int) -> float:
+    """FLOPs of the worker with the most work: tiles largest first to the least loaded.
+
+    Memory and time are proportional to the number of tiles (a heap over
+    ``workers`` would be faster for huge clusters; tile counts here stay small).
+    """
+    k = plan.problem.k
+    areas = sorted(((t.row1 - t.row0) * (t.col1 - t.col0) for t in plan.tasks), reverse=True)
+    if workers >= len(areas):
+        return 2.0 * k * (areas[0] if areas else 0)
+    if len(areas) > 64 * workers:  # fine-grained: the mean plus one tile of slack
+        return 2.0 * k * (sum(areas) / workers + areas[0])
+    loads = [0] * workers
+    for area in areas:
+        loads[loads.index(min(loads))] += area
+    return 2.0 * k * max(loads)
+
+
+def predict(plan: Plan, machine: Machine) -> Prediction:
+    """Predict the job time of ``plan`` on ``machine`` (see the module docstring)."""
+    workers = machine.workers
+    read, written = plan.bytes_read, plan.bytes_written
+    stored = machine.compression * (read + written)
+    compute = busiest_worker_flops(plan, workers) / machine.kernel_flops
+    decode = read / workers / machine.decode_bps
+    pcie = (read + written) / workers / machine.pcie_bps if machine.pcie_bps else 0.0
+    disk_bps = machine.nodes * machine.disk_bps
+    if machine.storage_bps:
+        disk_bps = min(disk_bps, machine.storage_bps)
+    disk = stored / disk_bps
+    network = stored / (machine.nodes * machine.network_bps) if machine.network_bps else 0.0
+    write = written / workers / machine.encode_bps
+    # The first panel of every task is read before anything overlaps it.
+    p = plan.problem
+    first = p.itemsize * plan.tk * (plan.tm + plan.tn)
+    per_byte = 1 / machine.decode_bps + (1 / machine.pcie_bps if machine.pcie_bps else 0.0)
+    per_byte += machine.compression / machine.disk_bps
+    fill = math.ceil(len(plan.tasks) / workers) * first * per_byte
+    streams = {
+        "compute": compute,
+        "decode": decode,
+        "pcie": pcie,
+        "disk": disk,
+        "network": network,
+        "write": write,
+    }
+    competing = dict(streams)
+    if machine.pcie_bps is None:  # CPU: BLAS, codecs and writer share the cores
+        competing = {"cores": compute + decode + write, "disk": disk, "network": network}
+    bottleneck = max(competing, key=competing.__getitem__)
+    return Prediction(
+        machine=machine.name,
+        workers=workers,
+        **streams,
+        fill=fill,
+        seconds=competing[bottleneck] + fill,
+        bottleneck=bottleneck,
+    )
+
+
+def scenarios(plan: Plan, nodes: tuple[int, ...] = (4, 16)) -> list[Prediction]:
+    """Predictions for this CI machine, a GPU node and CPU clusters of ``nodes`` nodes.
+
+    Each machine gets the plan made for its number of workers, with the same
+    per-worker budget (:func:`~scheduler.plan.make_plan` is pure and fast).
+    """
+    machines = [CI_2CORE, GPU_NODE] + [CPU_CLUSTER_NODE.scaled(n) for n in nodes]
+    predictions = []
+    for machine in machines:
+        replanned = plan
+        if machine.workers != plan.workers:
+            replanned = make_plan(
+                plan.problem,
+                plan.budget_bytes,
+                machine.workers,
+                io_concurrency=plan.io_concurrency,
+            )
+        predictions.append(predict(replanned, machine))
+    return predictions

@@ -1,0 +1,83 @@
+"""The time model on paper: pure, monotone in the rates, bottlenecks named."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from scheduler.model import CI_2CORE, CPU_CLUSTER_NODE, GPU_NODE, predict, scenarios
+from scheduler.plan import Problem, make_plan
+
+
+def square(size: int, chunk: int) -> Problem:
+    return Problem(
+        m=size, k=size, n=size, itemsize=4, a_chunks=(chunk, chunk), b_chunks=(chunk, chunk)
+    )
+
+
+def test_model_module_imports_neither_dask_nor_numba_nor_zarr():
+    code = (
+        "import sys, scheduler.model; "
+        "bad = [m for m in ('dask', 'distributed', 'numba', 'zarr') if m in sys.modules]; "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_compute_bound_job_on_the_ci_machine():
+    plan = make_plan(square(16384, 2048), 2**30)
+    p = predict(plan, CI_2CORE)
+    assert p.bottleneck == "cores"  # BLAS, decoding and writing share the two cores
+    assert p.compute == pytest.approx(2 * 16384**3 / CI_2CORE.kernel_flops)
+    assert p.decode == pytest.approx(3 * 2**30 / CI_2CORE.decode_bps)
+    assert p.seconds == pytest.approx(p.compute + p.decode + p.write + p.fill)
+    assert p.pcie == 0 and p.network == 0
+
+
+def test_streams_scale_with_their_rates():
+    plan = make_plan(square(16384, 2048), 2**30)
+    base = predict(plan, GPU_NODE)
+    slow_pcie = predict(plan, replace(GPU_NODE, pcie_bps=GPU_NODE.pcie_bps / 10))
+    assert slow_pcie.pcie == pytest.approx(10 * base.pcie)
+    assert slow_pcie.seconds >= base.seconds
+    fast_kernel = predict(plan, replace(GPU_NODE, kernel_flops=GPU_NODE.kernel_flops * 2))
+    assert fast_kernel.compute == pytest.approx(base.compute / 2, rel=1e-6)
+
+
+def test_pcie_bytes_are_the_plans_reads_plus_the_output():
+    plan = make_plan(square(8192, 1024), 2**28, workers=8)
+    p = predict(plan, GPU_NODE)
+    expected = (plan.bytes_read + plan.bytes_written) / GPU_NODE.workers / GPU_NODE.pcie_bps
+    assert p.pcie == pytest.approx(expected)
+
+
+def test_more_nodes_is_never_slower_and_network_shares_out():
+    plan = make_plan(square(65536, 4096), 8 * 2**30, workers=16)
+    four = predict(plan, CPU_CLUSTER_NODE.scaled(4))
+    sixteen = predict(plan, CPU_CLUSTER_NODE.scaled(16))
+    assert sixteen.seconds <= four.seconds
+    assert sixteen.network == pytest.approx(four.network / 4)
+    assert sixteen.workers == 16
+
+
+def test_busiest_worker_counts_ragged_tiles():
+    plan = make_plan(square(10000, 1000), 2**30, tile=(3000, 10000))  # 4 tiles: 3,3,3,1
+    one = predict(plan, CI_2CORE)
+    assert one.compute == pytest.approx(2 * 10000**3 / CI_2CORE.kernel_flops)
+    two = predict(plan, replace(CI_2CORE, workers_per_node=2))
+    # Largest first: 3+1 and 3+3 thousand rows -> the busiest worker has 6 of 10.
+    assert two.compute == pytest.approx(0.6 * one.compute)
+
+
+def test_million_square_problem_plans_and_predicts_in_under_a_second():
+    started = time.perf_counter()
+    plan = make_plan(square(10**6, 4096), 8 * 2**30, workers=64)
+    predictions = scenarios(plan)
+    assert time.perf_counter() - started < 1
+    assert [p.machine for p in predictions][:2] == [CI_2CORE.name, GPU_NODE.name]
+    assert all(p.seconds > 0 for p in predictions)
