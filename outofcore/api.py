@@ -123,11 +123,16 @@ def run_job(
     tk: int | None = None,
     gpus: tuple[int, ...] | None = None,
     lease_timeout_s: float | None = None,
+    device_memory: int | str | None = None,
 ) -> JobResult:
     """Run one product like :func:`matmul` and return the plan and summary too.
 
     ``tile`` and ``tk`` force the plan's tile shape and panel depth; ``gpus``
     starts one worker per listed GPU on this node instead of a CPU LocalCluster.
+    ``device_memory`` (e.g. ``"2GiB"``) caps the device memory of each GPU
+    worker's engine, which uses the smaller of it and its own budget (a
+    fraction of the free device memory); a host tile larger than that is cut
+    into device tiles (``scheduler/device_plan.py``).  CPU engines ignore it.
 
     An incomplete output whose journal matches this job is resumed: its tile
     sizes are forced and only the tiles without a record are computed.  The
@@ -135,6 +140,7 @@ def run_job(
     ``$OUTOFCORE_LEASE_TIMEOUT`` or 60 s; see :mod:`outofcore.lease`).
     """
     budget = parse_size(memory)
+    device_budget = None if device_memory is None else parse_size(device_memory)
     backend_name = resolve_backend(backend)
     a_array = arrays.open_input(a, "A")
     b_array = arrays.open_input(b, "B")
@@ -203,6 +209,7 @@ def run_job(
             backend=backend_name,
             blas_threads=shape_of_workers.blas_threads,
             io_concurrency=plan.io_concurrency,
+            device_memory=device_budget,
         )
         recorded = RecordedJob(tile_job=job, journal=journal, journal_id=document["journal_id"])
         todo = [task for task in plan.tasks if task.key not in done]

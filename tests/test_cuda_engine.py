@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba.cuda is imported
 
+import dataclasses  # noqa: E402
 import threading  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
@@ -21,8 +22,15 @@ if not ooc_cuda.simulator_enabled() and not ooc_cuda.is_available():
         allow_module_level=True,
     )
 
+from helpers import assert_product_close, random_matrix, write_zarr  # noqa: E402
+
+from outofcore import tile as tile_module  # noqa: E402
+from outofcore.api import run_job  # noqa: E402
+from outofcore.cuda import engine as engine_module  # noqa: E402
 from outofcore.cuda.engine import CudaEngine, CudaEnginePlugin  # noqa: E402
-from outofcore.cuda.kernels import TileParams  # noqa: E402
+from outofcore.cuda.kernels import PRODUCTION, TileParams  # noqa: E402
+from outofcore.errors import BudgetError  # noqa: E402
+from scheduler.device_plan import KERNEL_BLOCKS, device_bytes  # noqa: E402
 
 TINY = TileParams(bm=8, bn=8, bk=4, tm=2, tn=2)
 
@@ -179,3 +187,164 @@ def test_worker_plugin_setup():
     assert plugin.budget_bytes and plugin.budget_bytes > 0
     with pytest.raises(BackendError, match="unknown GPU backend"):
         CudaEnginePlugin("opencl")
+
+
+# -- the two-level plan: host tiles cut into device tiles ---------------------------------
+def fresh_engine(device_memory=None):
+    return CudaEngine("cuda", params=TINY, device_memory=device_memory)
+
+
+def check_transfers(engine, widths):
+    """The bytes the tile moved across PCIe are what its device plan predicts for ``widths``."""
+    plan = dataclasses.replace(engine.device_plan, k=sum(widths))  # the engine saw one panel
+    assert engine.transfer_bytes == {"h2d": plan.h2d_bytes, "d2h": plan.d2h_bytes}
+
+
+def test_kernel_blocks_match_the_production_kernels():
+    for dtype, params in PRODUCTION.items():
+        assert KERNEL_BLOCKS[dtype.itemsize] == (params.bm, params.bn, params.bk)
+
+
+def test_budget_is_the_smaller_of_the_device_and_the_setting():
+    engine = fresh_engine()
+    own = engine.budget_bytes
+    assert own > 0
+    engine.set_device_memory(1000)
+    assert engine.budget_bytes == 1000
+    engine.set_device_memory(own * 2)
+    assert engine.budget_bytes == own
+    engine.set_device_memory(None)
+    assert engine.budget_bytes == own
+    for bad in (0, -5, 1.5, "1GiB", True):
+        with pytest.raises(InputError, match="device_memory = "):
+            engine.set_device_memory(bad)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_resident_with_host_panels_deeper_than_the_device_slices(dtype):
+    """The whole 11x13 tile stays on the device; 9-deep host panels go in 4-deep slices."""
+    w = np.dtype(dtype).itemsize
+    engine = fresh_engine(device_bytes(11, 13, 4, w) + w)
+    assert_close(*run_tile(engine, (11, 13), [9, 5], dtype, seed=4))
+    plan = engine.device_plan
+    assert plan.resident and plan.dk == 4 and plan.tk == 9
+    check_transfers(engine, [9, 5])
+
+
+@pytest.mark.parametrize(
+    ("shape", "widths", "dtype", "budget", "grid", "dk"),
+    [
+        ((19, 23), [9, 5], np.float32, 1024, (3, 3), 4),  # A and B slices staged
+        ((19, 23), [9, 9, 5], np.float32, 2000, (3, 3), 9),  # A slices are whole rows
+        ((19, 23), [9, 5], np.float64, 2000, (3, 3), 4),
+        ((5, 23), [9, 3], np.float32, 800, (1, 3), 4),  # one row of device tiles
+        ((30, 7), [9, 9, 2], np.float64, 2500, (2, 1), 4),  # whole-width strips
+        ((17, 33), [6, 5], np.float32, 2600, (2, 3), 6),
+    ],
+)
+def test_sub_tiled(shape, widths, dtype, budget, grid, dk):
+    engine = fresh_engine(budget)
+    assert_close(*run_tile(engine, shape, widths, dtype, seed=sum(shape)))
+    plan = engine.device_plan
+    assert not plan.resident and (plan.rows, plan.cols) == grid and plan.dk == dk
+    assert plan.device_bytes <= budget
+    check_transfers(engine, widths)
+
+
+def test_sub_tiled_through_a_small_staging_ring(monkeypatch):
+    """Parts of strided slices wrap around a ring of two 64-byte buffers."""
+    engine = fresh_engine(1024)
+    engine._stager = engine_module._Stager(buffers=2, nbytes=64)
+    assert_close(*run_tile(engine, (19, 23), [9, 5], np.float32, seed=8))
+    assert not engine.device_plan.resident
+
+
+def test_sub_tiled_with_strided_panels():
+    """Panels that are not C-contiguous (a Fortran-ordered A, a transposed view of B)."""
+    engine = fresh_engine(2000)
+    rng = np.random.default_rng(5)
+    a = [np.asfortranarray(rng.standard_normal((13, 6))) for _ in range(2)]
+    b = [rng.standard_normal((11, 6)).T for _ in range(2)]
+    engine.start_tile((13, 11), np.float64)
+    for a_panel, b_panel in zip(a, b, strict=True):
+        engine.accumulate(a_panel, b_panel)
+    out = engine.finish_tile()
+    assert not engine.device_plan.resident
+    expected = sum(x @ y for x, y in zip(a, b, strict=True))
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_one_engine_switches_between_modes_and_dtypes():
+    engine = fresh_engine(1024)
+    cases = [
+        ((17, 33), [6, 2], np.float32, False),
+        ((6, 5), [7], np.float32, True),
+        ((19, 9), [5, 4], np.float32, False),
+    ]
+    for i, (shape, widths, dtype, resident) in enumerate(cases):
+        assert_close(*run_tile(engine, shape, widths, dtype, seed=i))
+        assert engine.device_plan.resident is resident
+        check_transfers(engine, widths)
+    engine.set_device_memory(None)
+    assert_close(*run_tile(engine, (19, 9), [9], np.float64, seed=7))
+    assert engine.device_plan.resident
+
+
+def test_the_job_panel_depth_bounds_the_slices_whatever_panel_comes_first():
+    """A tile task may start with its shallow last panel; the slices follow the job's tk."""
+    engine = fresh_engine()
+    engine.configure(device_memory=2000, panel_depth=9)
+    assert_close(*run_tile(engine, (19, 23), [5, 9], np.float32, seed=3))
+    assert engine.device_plan.tk == 9 and engine.device_plan.dk == 9
+    engine.configure()
+    assert engine.budget_bytes > 2000
+    with pytest.raises(InputError, match="panel_depth = 0"):
+        engine.configure(panel_depth=0)
+
+
+def test_sub_tiled_tile_without_panels_is_zero():
+    engine = fresh_engine(1024)
+    run_tile(engine, (19, 13), [4], np.float32)
+    assert not engine.device_plan.resident
+    engine.start_tile((19, 13), np.float32)
+    np.testing.assert_array_equal(engine.finish_tile(), 0)
+
+
+def test_device_budget_below_one_block_is_a_clear_error():
+    engine = fresh_engine(700)
+    engine.start_tile((19, 23), np.float32)
+    with pytest.raises(BudgetError, match=r"device budget of 700 bytes .* needs 768 bytes"):
+        engine.accumulate(np.ones((19, 4), np.float32), np.ones((4, 23), np.float32))
+
+
+def test_run_job_on_the_simulator_cuts_host_tiles_into_device_tiles(tmp_path, monkeypatch):
+    """run_job(backend="cuda", client="sync", device_memory=...) end to end on zarr arrays."""
+    rng = np.random.default_rng(11)
+    a = random_matrix(rng, (21, 17), "float32")
+    b = random_matrix(rng, (17, 23), "float32")
+    a_path, b_path = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    write_zarr(a_path, a, (5, 4))
+    write_zarr(b_path, b, (4, 6))
+    engine = fresh_engine()
+    plans = []
+    planner = engine._plan
+    monkeypatch.setattr(engine, "_plan", lambda *args: plans.append(planner(*args)) or plans[-1])
+    monkeypatch.setitem(tile_module._engines, "cuda", engine)
+    result = run_job(
+        str(a_path),
+        str(b_path),
+        str(tmp_path / "c.zarr"),
+        memory="1MiB",
+        backend="cuda",
+        client="sync",
+        progress=False,
+        tile=(10, 12),
+        tk=8,
+        device_memory=1024,
+    )
+    assert_product_close(result.output[...], a, b)
+    assert len(plans) == len(result.plan.tasks) == 6
+    assert not plans[0].resident  # a 10x12 host tile does not fit in 1024 bytes
+    assert any(p.resident for p in plans)  # the 1-row tiles at the bottom do
+    assert all(p.budget_bytes == 1024 and p.tk == 8 for p in plans)
+    assert engine.budget_bytes == 1024

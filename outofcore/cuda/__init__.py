@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["device_budget_bytes", "gemm", "is_available", "make_engine", "simulator_enabled"]
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: Share of the free device memory an engine uses unless told otherwise.
+DEVICE_FRACTION = 0.8
 _MAX_DIM = 2**31 - 1  # the kernel indexes with 32-bit integers
 
 
@@ -210,7 +212,7 @@ def make_engine(backend: str = "cuda", *, params: TileParams | None = None) -> C
     return get_engine(backend, params=params)
 
 
-def device_budget_bytes(fraction: float = 0.8) -> int:
+def device_budget_bytes(fraction: float = DEVICE_FRACTION) -> int:
     """Return ``fraction`` of the free memory of the current device, in bytes.
 
     Under the simulator the "device" is host memory: the fraction of the

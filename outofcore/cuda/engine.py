@@ -1,16 +1,40 @@
-"""The CUDA tile engine: ``C_ij`` stays on the device while k-panels stream in.
+"""The CUDA tile engine: host tiles stream through device memory in device tiles.
 
-One :class:`CudaEngine` per worker thread owns two streams, two device panel
-slots (double buffering), the device accumulator and a pinned host copy of it;
-all are allocated once and grown when a larger tile arrives.  Per panel::
+One :class:`CudaEngine` per worker thread owns three streams (operand copies,
+``C`` copies, compute), two device panel slots (double buffering), a device
+``C`` buffer, a pinned host ``C`` buffer and a small ring of pinned staging
+buffers; all are allocated once and grown when a larger tile arrives.
 
-    copy stream:     wait(slot consumed) -> H2D A, B -> record(slot copied)
-    compute stream:  wait(slot copied)   -> kernel   -> record(slot consumed)
-    host:            synchronize(slot copied) and return
+The device tiling of each host tile comes from :func:`scheduler.device_plan.plan_device`
+with the engine's device budget: the smaller of ``fraction`` of the free device
+memory (measured once, when the engine is made) and the job's setting
+(:meth:`CudaEngine.set_device_memory`, ``--device-memory``).
 
-so the caller may decode panel s+1 into the same host buffers while the kernel
-of panel s runs, and the copy of s+1 overlaps that kernel too.  The first
-panel of a tile overwrites ``C`` (no memset); a tile with no panel is zero.
+**Resident** (the whole host tile fits): ``C`` stays on the device across all
+host panels; each host panel is streamed in ``dk``-deep slices::
+
+    copy stream:     wait(slot consumed) -> H2D A slice, B slice -> record(slot copied)
+    compute stream:  wait(slot copied)   -> kernel                -> record(slot consumed)
+
+and ``finish_tile`` copies ``C`` back once.
+
+**Sub-tiled** (it does not fit): the host accumulator is pinned host memory,
+laid out device tile by device tile (each one contiguous, so every ``C`` copy
+is one DMA).  For each host panel and each device tile::
+
+    C stream:        [H2D C_sub, unless first panel] -> record(C ready)
+    compute stream:  wait(C ready), then the slices as above -> record(C done)
+    C stream:        wait(C done) -> D2H C_sub
+
+``finish_tile`` rearranges the accumulator into a row-major tile, one strip of
+device-tile rows at a time.
+
+Either way ``accumulate`` returns once the copies that read the host panels
+are done, so the caller may decode the next panel into the same buffers while
+kernels still run.  Host views that are not contiguous (an ``A`` slice
+shallower than its panel, a ``B`` slice narrower than its tile) are packed
+through the staging ring.  The first panel of a tile overwrites ``C`` (no
+memset); a tile with no panel is zero.
 """
 
 from __future__ import annotations
@@ -24,12 +48,16 @@ import numpy as np
 from distributed import WorkerPlugin
 from numba import cuda
 
-from outofcore.cuda import SUPPORTED_DTYPES, is_available, simulator_enabled
+from outofcore.cuda import DEVICE_FRACTION, SUPPORTED_DTYPES, is_available, simulator_enabled
 from outofcore.cuda.kernels import PRODUCTION, TileParams, build_gemm_kernel, launch
 from outofcore.errors import BackendError, InputError
+from scheduler.device_plan import DevicePlan, plan_device
 
 BACKENDS = ("cuda", "cupy")
-_GROWTH = 1 << 21  # device buffers grow in steps of 2 MiB
+_GROWTH = 1 << 16  # device buffers grow in steps of 64 KiB
+#: Pinned staging buffers in the ring, and the bytes of each.
+STAGE_BUFFERS = 4
+STAGE_BYTES = 8 << 20
 
 
 def free_device_bytes() -> int:
@@ -60,6 +88,10 @@ class _DeviceBuffer:
     def __init__(self) -> None:
         self._raw = None
 
+    @property
+    def nbytes(self) -> int:
+        return 0 if self._raw is None else int(self._raw.size)
+
     def view(self, shape: tuple[int, ...], dtype: np.dtype, before_grow=None):
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         if nbytes == 0:
@@ -67,7 +99,7 @@ class _DeviceBuffer:
         if self._raw is None or self._raw.size < nbytes:
             if before_grow is not None and self._raw is not None:
                 before_grow()  # the old allocation may still be in use on a stream
-            size = max(_GROWTH, -(-nbytes // _GROWTH) * _GROWTH)
+            size = -(-nbytes // _GROWTH) * _GROWTH
             self._raw = None
             self._raw = cuda.device_array(size, dtype=np.uint8)
         return self._raw[:nbytes].view(dtype).reshape(shape)
@@ -84,6 +116,55 @@ class _Slot:
     in_use: bool = False  # ``consumed`` has been recorded at least once
 
 
+class _Stager:
+    """Copies strided host views to contiguous device arrays through a ring of pinned buffers.
+
+    Rows of the view are packed into the next free buffer (waiting for the
+    copy that last used it) and copied from there, so the host packs one part
+    while the previous one crosses PCIe.  The view may be reused on return.
+    """
+
+    def __init__(self, buffers: int = STAGE_BUFFERS, nbytes: int = STAGE_BYTES) -> None:
+        self._nbytes = nbytes
+        self._ring: list[np.ndarray | None] = [None] * buffers
+        self._events = [cuda.event() for _ in range(buffers)]
+        self._used = [False] * buffers
+        self._next = 0
+
+    def to_device(self, src: np.ndarray, dst, stream) -> None:
+        rows, cols = src.shape
+        per = max(1, self._nbytes // max(1, cols * src.itemsize))
+        for r0 in range(0, rows, per):
+            part = src[r0 : r0 + per]
+            i = self._next
+            self._next = (i + 1) % len(self._ring)
+            if self._used[i]:
+                self._events[i].synchronize()
+            staged = self._buffer(i, part.nbytes)[: part.nbytes].view(src.dtype)
+            staged = staged.reshape(part.shape)
+            np.copyto(staged, part)
+            dst[r0 : r0 + part.shape[0]].copy_to_device(staged, stream=stream)
+            self._events[i].record(stream)
+            self._used[i] = True
+
+    def _buffer(self, i: int, nbytes: int) -> np.ndarray:
+        buffer = self._ring[i]
+        if buffer is None or buffer.size < nbytes:  # free: its last copy was waited for
+            self._ring[i] = buffer = cuda.pinned_array(max(nbytes, self._nbytes), dtype=np.uint8)
+        return buffer
+
+
+@dataclass
+class _Tile:
+    """The tile being computed: its shape, dtype and (from the first panel) device plan."""
+
+    shape: tuple[int, int]
+    dtype: np.dtype
+    plan: DevicePlan | None = None
+    fresh: bool = True  # no panel multiplied yet
+    host: np.ndarray | None = None  # sub-tiled: the flat pinned accumulator
+
+
 class CudaEngine:
     """Tile engine on the current CUDA device (see ``outofcore.engines.TileEngine``).
 
@@ -93,47 +174,122 @@ class CudaEngine:
         ``"cuda"`` for our numba kernel, ``"cupy"`` for cuBLAS through CuPy.
     params
         Tile parameters of the numba kernel (both dtypes); the production ones
-        per dtype when None.  Tests under the simulator pass tiny ones.
+        per dtype when None.  Tests under the simulator pass tiny ones.  Their
+        block tile also sets the device tiling's granularity.
+    fraction
+        Share of the device's free memory (measured now) the engine may use.
+    device_memory
+        A further limit in bytes (``--device-memory``); see :meth:`set_device_memory`.
+
+    Attributes
+    ----------
+    device_plan
+        The device tiling of the current (or last) tile, from its first panel.
+    transfer_bytes
+        ``{"h2d": ..., "d2h": ...}``: bytes the current (or last) tile moved
+        across PCIe so far.
     """
 
-    def __init__(self, backend: str = "cuda", *, params: TileParams | None = None) -> None:
+    def __init__(
+        self,
+        backend: str = "cuda",
+        *,
+        params: TileParams | None = None,
+        fraction: float = DEVICE_FRACTION,
+        device_memory: int | None = None,
+    ) -> None:
         if backend not in BACKENDS:
             raise BackendError(f"unknown GPU backend {backend!r}; choose one of {BACKENDS}")
         if not is_available():
             raise BackendError(f"backend {backend!r} needs a usable CUDA GPU, and none is")
+        if not 0 < fraction <= 1:
+            raise InputError(f"fraction must be in (0, 1], got {fraction!r}")
         self.name = backend
         self._cupy = _import_cupy() if backend == "cupy" else None
         if params is not None:
             params.check()
         self._params = params
+        self._device_budget = max(1, int(free_device_bytes() * fraction))
+        self._limit: int | None = None
+        self._panel_depth: int | None = None
+        self.set_device_memory(device_memory)
         self._copy_stream = cuda.stream()
+        self._c_stream = cuda.stream()
         self._compute_stream = cuda.stream()
         self._slots = (_Slot(), _Slot())
         self._next_slot = 0
         self._c_dev = _DeviceBuffer()
-        self._c_host: np.ndarray | None = None  # flat pinned array, grown when needed
-        self._c = None  # device view of the current tile
-        self._fresh = True
+        self._c_ready = cuda.event()
+        self._c_done = cuda.event()
+        self._c_host: np.ndarray | None = None  # flat pinned uint8, grown when needed
+        self._stager = _Stager()
+        self._tile: _Tile | None = None
+        self.device_plan: DevicePlan | None = None
+        self.transfer_bytes = {"h2d": 0, "d2h": 0}
+
+    @property
+    def budget_bytes(self) -> int:
+        """Device bytes a tile may use: the measured budget, capped by the setting."""
+        if self._limit is None:
+            return self._device_budget
+        return min(self._device_budget, self._limit)
+
+    def set_device_memory(self, device_memory: int | None) -> None:
+        """Cap the device bytes of the following tiles at ``device_memory`` (None: no cap).
+
+        Raises
+        ------
+        InputError
+            Unless ``device_memory`` is None or a positive integer.
+        """
+        if device_memory is not None and (
+            isinstance(device_memory, bool)
+            or not isinstance(device_memory, int)
+            or device_memory < 1
+        ):
+            raise InputError(f"device_memory = {device_memory!r}: need a positive number of bytes")
+        self._limit = device_memory
+
+    def configure(
+        self, *, device_memory: int | None = None, panel_depth: int | None = None
+    ) -> None:
+        """Settings of a job for the tiles that follow (a tile task calls this first).
+
+        Parameters
+        ----------
+        device_memory
+            Cap on the device bytes (:meth:`set_device_memory`); None: no cap.
+        panel_depth
+            Depth of the job's host k-panels (the plan's ``tk``), which bounds
+            the device slices; None: the depth of each tile's first panel.
+        """
+        if panel_depth is not None and (
+            isinstance(panel_depth, bool) or not isinstance(panel_depth, int) or panel_depth < 1
+        ):
+            raise InputError(f"panel_depth = {panel_depth!r}: need an integer >= 1")
+        self.set_device_memory(device_memory)
+        self._panel_depth = panel_depth
 
     def host_buffer(self, size: int, dtype: np.dtype) -> np.ndarray:
         """Return a flat pinned host array of ``size`` elements to decode panels into."""
         return cuda.pinned_array(int(size), dtype=np.dtype(dtype))
 
     def start_tile(self, shape: tuple[int, int], dtype: np.dtype) -> None:
-        """Begin a tile of ``shape``; the device accumulator starts at zero."""
+        """Begin a tile of ``shape``; the accumulator starts at zero."""
         dtype = np.dtype(dtype)
         if dtype not in SUPPORTED_DTYPES:
             raise InputError(f"unsupported dtype {dtype}; use float32 or float64")
         m, n = (int(s) for s in shape)
         if m < 0 or n < 0:
             raise InputError(f"tile shape must be non-negative, got {tuple(shape)}")
-        self._c = self._c_dev.view((m, n), dtype, before_grow=self._compute_stream.synchronize)
-        self._fresh = True
+        self._tile = _Tile((m, n), dtype)
+        self.device_plan = None
+        self.transfer_bytes = {"h2d": 0, "d2h": 0}
 
     def accumulate(self, a_panel: np.ndarray, b_panel: np.ndarray) -> None:
         """``C += a_panel @ b_panel`` on the device; the host panels are free on return."""
-        c = self._require_tile()
-        m, n = c.shape
+        tile = self._require_tile()
+        (m, n), dtype = tile.shape, tile.dtype
         a_panel, b_panel = np.asarray(a_panel), np.asarray(b_panel)
         if a_panel.ndim != 2 or b_panel.ndim != 2:
             raise InputError(f"panels must be 2-D, got a {a_panel.shape} and b {b_panel.shape}")
@@ -142,48 +298,139 @@ class CudaEngine:
                 f"panels a {a_panel.shape} and b {b_panel.shape} do not fit the "
                 f"{m}x{n} tile (need a: ({m}, s), b: (s, {n}))"
             )
-        if a_panel.dtype != c.dtype or b_panel.dtype != c.dtype:
+        if a_panel.dtype != dtype or b_panel.dtype != dtype:
             raise InputError(
-                f"panel dtypes a {a_panel.dtype}, b {b_panel.dtype} "
-                f"differ from the tile's {c.dtype}"
+                f"panel dtypes a {a_panel.dtype}, b {b_panel.dtype} differ from the tile's {dtype}"
             )
-        if a_panel.shape[1] == 0 or m == 0 or n == 0:
+        depth = a_panel.shape[1]
+        if depth == 0 or m == 0 or n == 0:
             return
-        a_panel = np.ascontiguousarray(a_panel)
-        b_panel = np.ascontiguousarray(b_panel)
+        if tile.plan is None:  # the job's panel depth (else this first panel's) bounds the slices
+            tile.plan = self.device_plan = self._plan(tile, max(depth, self._panel_depth or 0))
+        plan = tile.plan
+        last = None
+        for r0, r1, c0, c1 in plan.subtiles():
+            c = self._c_dev.view((r1 - r0, c1 - c0), dtype, before_grow=self._synchronize)
+            if not plan.resident:
+                self._begin_subtile(tile, c, r0, c0)
+            for d0 in range(0, depth, plan.dk):
+                d1 = min(depth, d0 + plan.dk)
+                last = self._slice(
+                    a_panel[r0:r1, d0:d1], b_panel[d0:d1, c0:c1], c, not (tile.fresh and d0 == 0)
+                )
+            if not plan.resident:
+                self._end_subtile(tile, c, r0, c0)
+        tile.fresh = False
+        last.copied.synchronize()  # every host panel read is done: the caller may reuse them
 
+    def finish_tile(self) -> np.ndarray:
+        """Return the tile as a C-ordered pinned host array, valid until the next start_tile."""
+        tile = self._require_tile()
+        (m, n), dtype = tile.shape, tile.dtype
+        self._tile = None
+        if tile.fresh:  # no panel was multiplied (k == 0): the product is zero
+            out = self._host(m * n, dtype).reshape(m, n)
+            out[...] = 0
+            return out
+        plan = tile.plan
+        if plan.resident:
+            out = self._host(m * n, dtype).reshape(m, n)
+            c = self._c_dev.view((m, n), dtype)
+            c.copy_to_host(out, stream=self._compute_stream)
+            self.transfer_bytes["d2h"] += out.nbytes
+            self._compute_stream.synchronize()
+            return out
+        self._c_stream.synchronize()  # every store has landed in the accumulator
+        flat = tile.host
+        if plan.cols > 1:  # device tile order -> row-major, one strip of rows at a time
+            for r0 in range(0, m, plan.dm):
+                r1 = min(m, r0 + plan.dm)
+                height = r1 - r0
+                strip = flat[r0 * n : r1 * n]
+                blocks = strip.copy()
+                rows = strip.reshape(height, n)
+                for c0 in range(0, n, plan.dn):
+                    c1 = min(n, c0 + plan.dn)
+                    rows[:, c0:c1] = blocks[height * c0 : height * c1].reshape(height, c1 - c0)
+        return flat.reshape(m, n)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _plan(self, tile: _Tile, depth: int) -> DevicePlan:
+        params = self._params or PRODUCTION[tile.dtype]
+        m, n = tile.shape
+        return plan_device(
+            m,
+            n,
+            depth,
+            tile.dtype.itemsize,
+            self.budget_bytes,
+            block=(params.bm, params.bn, params.bk),
+        )
+
+    def _slice(self, a: np.ndarray, b: np.ndarray, c, accumulate: bool) -> _Slot:
+        """Copy one slice pair into the next slot and queue ``c (+)= a @ b`` behind it."""
         slot = self._slots[self._next_slot]
         self._next_slot ^= 1
         copy, compute = self._copy_stream, self._compute_stream
         if slot.in_use:  # the kernel that last read this slot must be done first
             slot.consumed.wait(copy)
-        a_dev = slot.a.view(a_panel.shape, c.dtype, before_grow=compute.synchronize)
-        b_dev = slot.b.view(b_panel.shape, c.dtype, before_grow=compute.synchronize)
-        a_dev.copy_to_device(a_panel, stream=copy)
-        b_dev.copy_to_device(b_panel, stream=copy)
+        a_dev = slot.a.view(a.shape, a.dtype, before_grow=self._synchronize)
+        b_dev = slot.b.view(b.shape, b.dtype, before_grow=self._synchronize)
+        self._to_device(a, a_dev, copy)
+        self._to_device(b, b_dev, copy)
         slot.copied.record(copy)
         slot.copied.wait(compute)
-        self._multiply(a_dev, b_dev, c, accumulate=not self._fresh)
+        self._multiply(a_dev, b_dev, c, accumulate)
         slot.consumed.record(compute)
         slot.in_use = True
-        self._fresh = False
-        slot.copied.synchronize()  # host panels are read: the caller may reuse them
+        return slot
 
-    def finish_tile(self) -> np.ndarray:
-        """Copy the tile to pinned host memory and return it (valid until the next start_tile)."""
-        c = self._require_tile()
-        m, n = c.shape
-        size = m * n
-        if self._c_host is None or self._c_host.dtype != c.dtype or self._c_host.size < size:
-            self._c_host = cuda.pinned_array(max(size, 1), dtype=c.dtype)
-        out = self._c_host[:size].reshape(m, n)
-        if self._fresh:  # no panel was multiplied (k == 0): the product is zero
-            out[...] = 0
-        elif size:
-            c.copy_to_host(out, stream=self._compute_stream)
-            self._compute_stream.synchronize()
-        self._c = None
-        return out
+    def _to_device(self, src: np.ndarray, dst, stream) -> None:
+        if src.flags.c_contiguous:
+            dst.copy_to_device(src, stream=stream)
+        else:
+            self._stager.to_device(src, dst, stream)
+        self.transfer_bytes["h2d"] += src.nbytes
+
+    def _begin_subtile(self, tile: _Tile, c, r0: int, c0: int) -> None:
+        """Load ``C_sub`` (after the first panel); its kernels wait for that and the last store."""
+        if tile.host is None:
+            m, n = tile.shape
+            tile.host = self._host(m * n, tile.dtype)
+        if not tile.fresh:
+            block = self._block(tile, c.shape, r0, c0)
+            c.copy_to_device(block, stream=self._c_stream)
+            self.transfer_bytes["h2d"] += block.nbytes
+        self._c_ready.record(self._c_stream)
+        self._c_ready.wait(self._compute_stream)
+
+    def _end_subtile(self, tile: _Tile, c, r0: int, c0: int) -> None:
+        """Store ``C_sub`` once its kernels are done."""
+        self._c_done.record(self._compute_stream)
+        self._c_done.wait(self._c_stream)
+        block = self._block(tile, c.shape, r0, c0)
+        c.copy_to_host(block, stream=self._c_stream)
+        self.transfer_bytes["d2h"] += block.nbytes
+
+    @staticmethod
+    def _block(tile: _Tile, shape: tuple[int, int], r0: int, c0: int) -> np.ndarray:
+        """The contiguous part of the accumulator that holds the device tile at ``(r0, c0)``."""
+        n = tile.shape[1]
+        height, width = shape
+        start = r0 * n + height * c0
+        return tile.host[start : start + height * width].reshape(height, width)
+
+    def _host(self, size: int, dtype: np.dtype) -> np.ndarray:
+        """A flat pinned host array of ``size`` elements (reused across tiles)."""
+        nbytes = max(1, size * dtype.itemsize)
+        if self._c_host is None or self._c_host.size < nbytes:
+            self._c_host = None
+            self._c_host = cuda.pinned_array(nbytes, dtype=np.uint8)
+        return self._c_host[: size * dtype.itemsize].view(dtype)
+
+    def _synchronize(self) -> None:
+        for stream in (self._copy_stream, self._c_stream, self._compute_stream):
+            stream.synchronize()
 
     def _multiply(self, a_dev, b_dev, c_dev, accumulate: bool) -> None:
         stream = self._compute_stream
@@ -196,10 +443,10 @@ class CudaEngine:
             a, b, c = cp.asarray(a_dev), cp.asarray(b_dev), cp.asarray(c_dev)
             cp.cublas.gemm("N", "N", a, b, out=c, alpha=1.0, beta=1.0 if accumulate else 0.0)
 
-    def _require_tile(self):
-        if self._c is None:
+    def _require_tile(self) -> _Tile:
+        if self._tile is None:
             raise RuntimeError("CudaEngine: start_tile() was not called")
-        return self._c
+        return self._tile
 
 
 _engines = threading.local()
