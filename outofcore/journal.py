@@ -21,11 +21,12 @@ record are skipped and the plan's tile sizes are forced from the journal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -210,10 +211,8 @@ class Journal:
             if name == JOURNAL_DIR:
                 continue
             key = f"{self.prefix.strip('/')}/{name}" if self.prefix.strip("/") else name
-            try:
+            with contextlib.suppress(ValueError, NotADirectoryError):  # a file, not a folder
                 sync(self.store.delete_dir(key))
-            except (ValueError, NotADirectoryError):  # a file, not a folder
-                pass
             self.delete(key)
         self.clear_journal()
 
@@ -244,11 +243,27 @@ def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:
     """Compute and write one tile (:func:`~outofcore.tile.compute_tile`), then record it.
 
     The record is written only after ``compute_tile`` returned, that is after
-    every chunk of the tile is in the store.
+    every chunk of the tile is in the store.  A tile already recorded is not
+    computed again: Dask reruns a finished task when the worker holding its
+    result dies before the client fetched it, and then the record's figures
+    are returned instead.
     """
+    done = recorded_result(job.journal.get_json(job.journal.tile_key(job.journal_id, task.key)))
+    if done is not None:
+        return done
     result = compute_tile(job.tile_job, task)
     job.journal.record_tile(job.journal_id, task, result)
     return result
+
+
+def recorded_result(record: dict[str, Any] | None) -> TileResult | None:
+    """The :class:`~outofcore.tile.TileResult` kept in a tile record, if it has one."""
+    if record is None or not isinstance(record.get("result"), dict):
+        return None
+    try:
+        return TileResult(**{f.name: record["result"][f.name] for f in fields(TileResult)})
+    except (KeyError, TypeError):
+        return None
 
 
 # -- what identifies a job ---------------------------------------------------------------

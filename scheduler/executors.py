@@ -118,11 +118,12 @@ class DaskExecutor:
         from distributed import as_completed  # noqa: PLC0415 (keeps Dask out of plain imports)
 
         prefix = f"outofcore-{uuid.uuid4().hex[:8]}"
-        [job_future] = self.client.scatter([job], broadcast=True, hash=False)
+        # The job (array handles, a few KB) goes with every task rather than scattered
+        # once: scattered data dies with the workers that hold it, a task's argument not.
         futures = [
             self.client.submit(
                 fn,
-                job_future,
+                job,
                 task,
                 key=f"{prefix}-{task.key}",
                 priority=-task.index,
@@ -136,9 +137,12 @@ class DaskExecutor:
         try:
             for future in as_completed(futures):
                 result = future.result()
+                # Let go of the result held on the worker at once: a worker that dies
+                # later then costs only the tiles in flight, not every tile it finished
+                # (Dask recomputes lost results that a client still holds).
+                future.release()
                 on_result(result)
                 results.append(result)
         finally:
-            self.client.cancel(futures)
-            self.client.cancel(job_future)
+            self.client.cancel([f for f in futures if not f.done()])
         return results

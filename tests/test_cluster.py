@@ -166,7 +166,10 @@ def test_a_worker_killed_mid_job_costs_only_its_tiles(compose, cluster, tmp_path
     pids = client.run(os.getpid)
     victim = sorted(busy)[0]
     os.kill(pids[victim], signal.SIGKILL)
-    done_at_kill = len(records(c))
+    killed = f"{socket.gethostname()}:{pids[victim]}"
+    at_kill = records(c)
+    done_at_kill = len(at_kill)
+    victim_done = sum(r["result"]["worker"] == killed for r in at_kill)
     assert job.poll() is None, "the job finished before the kill; make it longer"
 
     out, err = job.communicate(timeout=300)
@@ -176,9 +179,12 @@ def test_a_worker_killed_mid_job_costs_only_its_tiles(compose, cluster, tmp_path
     assert_product_close(zarr.open_array(str(c))[...], a, b)
     done = records(c)
     assert len(done) == summary["tiles"]
-    killed = f"{socket.gethostname()}:{pids[victim]}"
-    by_others = [r for r in done if r["result"]["worker"] != killed]
-    assert len(by_others) > 0 and not psutil.pid_exists(pids[victim])
+    assert not psutil.pid_exists(pids[victim])
+    # The tiles the dead worker had finished stay done (only results still in transit
+    # to the client may be computed again); the others computed the rest.
+    kept = sum(r["result"]["worker"] == killed for r in done)
+    assert victim_done > 0 and kept >= victim_done - 2
+    assert len(done) - kept > summary["tiles"] - done_at_kill - 2
     client.wait_for_workers(2, timeout=60)  # the nanny restarted it
 
 
