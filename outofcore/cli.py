@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("b", help="path or URL of the zarr array B (k×n)")
     run.add_argument("-o", "--out", required=True, help="path or URL of the output C (m×n)")
     _add_memory(run, "1GiB")
+    _add_device_memory(
+        run,
+        "cap on the device memory of each GPU worker, e.g. 2GiB (default: "
+        "80%% of its free memory); larger host tiles are cut into device tiles",
+    )
     run.add_argument("--backend", choices=["auto", "cpu", "cuda", "cupy"], default="auto")
     run.add_argument(
         "--scheduler",
@@ -79,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("b")
     _add_memory(plan, "1GiB")
     plan.add_argument("--workers", type=int, default=1, help="workers the plan is made for")
+    _add_device_memory(
+        plan,
+        "also show how a GPU with this much device memory cuts each "
+        "host tile into device tiles, and the predicted PCIe bytes",
+    )
     _add_json(plan)
     plan.set_defaults(run=_plan)
 
@@ -121,6 +131,10 @@ def _add_memory(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _add_device_memory(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument("--device-memory", type=_size, metavar="SIZE", help=text)
+
+
 def _add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -157,6 +171,7 @@ def _matmul(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=not args.json,
         gpus=parse_gpus(args.gpus) if args.gpus else None,
+        device_memory=args.device_memory,
     )
     _print(result.summary, args.json, _format_summary)
     return 0
@@ -195,6 +210,8 @@ def _plan(args: argparse.Namespace) -> int:
 
     plan = make_plan(problem, args.memory, args.workers)
     summary = {**plan.summary(), "predicted": [p.as_dict() for p in scenarios(plan)]}
+    if args.device_memory is not None:
+        summary["device"] = _device_summary(plan, args.device_memory)
     _print(summary, args.json, _format_plan)
     return 0
 
@@ -288,6 +305,7 @@ def _format_plan(p: dict[str, Any]) -> str:
             f"{p['tile'][0]}x{p['tile'][1]}, {p['panels_per_tile']} panel(s) of {p['tk']}",
             f"  output chunks  {p['out_chunks'][0]}x{p['out_chunks'][1]}",
             f"  task memory    {format_size(p['task_bytes'])} projected",
+            *_format_device(p.get("device")),
             f"  bytes read     {format_size(p['bytes_read'])} predicted, lower bound "
             f"{format_size(p['io_lower_bound'])} ({p['read_over_lower_bound']:.2f}x)",
             f"  bytes written  {format_size(p['bytes_written'])}",
@@ -319,6 +337,34 @@ def _duration(seconds: float) -> str:
     if seconds >= 60:
         return f"{seconds / 60:.1f} min"
     return f"{seconds:.1f} s"
+
+
+def _device_summary(plan: Any, device_memory: int) -> dict[str, Any]:
+    """The device tiling of the plan's (largest) host tile and the job's predicted PCIe bytes."""
+    from scheduler.device_plan import job_pcie_bytes, plan_device  # noqa: PLC0415
+
+    p = plan.problem
+    device = plan_device(plan.tm, plan.tn, plan.tk, p.itemsize, device_memory, k=p.k)
+    pcie = job_pcie_bytes((t.shape for t in plan.tasks), plan.tk, p.k, p.itemsize, device_memory)
+    return {**device.summary(), "pcie_bytes": pcie}
+
+
+def _format_device(d: dict[str, Any] | None) -> list[str]:
+    """The device tiling lines of ``outofcore plan --device-memory``."""
+    if not d:
+        return []
+    rows, cols = d["device_tiles"]
+    how = f"sub-tiled, {rows}x{cols} per host tile"
+    if d["mode"] == "resident":
+        how = "the whole host tile, resident"
+    return [
+        f"  device tile    {d['device_tile'][0]}x{d['device_tile'][1]} ({how}), slices "
+        f"{d['dk']} deep: {format_size(d['device_bytes'])} of a "
+        f"{format_size(d['device_budget_bytes'])} device budget",
+        f"  PCIe           {format_size(d['pcie_bytes_per_tile'])} per host tile (H2D "
+        f"{format_size(d['h2d_bytes_per_tile'])}, D2H {format_size(d['d2h_bytes_per_tile'])}), "
+        f"{format_size(d['pcie_bytes'])} in all",
+    ]
 
 
 def _format_status(s: dict[str, Any]) -> str:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import zarr
 from hypothesis import given
 from hypothesis import strategies as st
 
+from outofcore import cli
 from outofcore.errors import BudgetError, InputError
 from scheduler.device_plan import (
     DevicePlan,
@@ -182,3 +186,53 @@ def test_properties(tm, tn, tk, panels, extra, itemsize, block, budget):
             fitting = [dn for dn in widths if device_bytes(dm, dn, plan.dk, itemsize) <= budget]
             if fitting:
                 assert ab_traffic(tm, tn, dm, fitting[-1]) >= best
+
+
+# -- the command line ---------------------------------------------------------------------
+@pytest.fixture
+def operands(tmp_path):
+    paths = []
+    for name, shape, chunks in (("a", (600, 500), (100, 100)), ("b", (500, 700), (100, 100))):
+        path = str(tmp_path / f"{name}.zarr")
+        zarr.create_array(path, shape=shape, chunks=chunks, dtype="float32")
+        paths.append(path)
+    return paths
+
+
+def test_plan_shows_the_device_tiling(operands, capsys):
+    args = ["plan", *operands, "--memory", "2MiB", "--device-memory", "100KiB"]
+    assert cli.main([*args, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    device = summary["device"]
+    host = plan_device(*summary["tile"], summary["tk"], 4, 100 * 1024, k=500)
+    assert device == {**host.summary(), "pcie_bytes": device["pcie_bytes"]}
+    assert device["mode"] == "sub-tiled" and device["device_bytes"] <= 100 * 1024
+    per_tile = device["pcie_bytes_per_tile"]
+    assert per_tile < device["pcie_bytes"] <= summary["tiles"] * per_tile
+    assert cli.main(args) == 0
+    text = capsys.readouterr().out
+    assert "device tile    " in text and "sub-tiled" in text and "PCIe           " in text
+    assert cli.main(["plan", *operands, "--memory", "2MiB"]) == 0
+    assert "device tile" not in capsys.readouterr().out
+
+
+def test_plan_with_too_little_device_memory_names_the_bytes(operands, capsys):
+    assert cli.main(["plan", *operands, "--device-memory", "1000"]) == 2
+    assert "device budget of 1000 bytes" in capsys.readouterr().err
+
+
+def test_matmul_passes_the_device_memory_to_the_job(operands, monkeypatch, tmp_path):
+    from outofcore import api
+
+    seen = {}
+
+    def fake_run_job(*args, **kwargs):
+        seen.update(kwargs)
+        return SimpleNamespace(summary={})
+
+    monkeypatch.setattr(api, "run_job", fake_run_job)
+    out = str(tmp_path / "c.zarr")
+    assert cli.main(["matmul", *operands, "-o", out, "--device-memory", "2GiB", "--json"]) == 0
+    assert seen["device_memory"] == 2 * 2**30
+    assert cli.main(["matmul", *operands, "-o", out, "--json"]) == 0
+    assert seen["device_memory"] is None
