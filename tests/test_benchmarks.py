@@ -152,3 +152,35 @@ def test_consecutive_tiles_reuse_the_panel_their_predecessor_ended_on(tmp_path, 
     assert s["bytes_read"] == s["bytes_read_predicted"] - saved
     c = zarr.open_array(tmp_path / "c.zarr", mode="r")[...]
     np.testing.assert_allclose(c, a[...] @ b[...], rtol=1e-4, atol=1e-3)
+
+
+def test_direct_chunk_reader_matches_zarr_with_ragged_edges_and_missing_chunks(tmp_path):
+    import os
+
+    import zarr
+
+    from outofcore.generate import random_array
+    from outofcore.tile import _direct_reader, _read_panel
+
+    path = tmp_path / "a.zarr"
+    random_array(path, (300, 250), (64, 48), seed=3)
+    os.remove(path / "c" / "1" / "2")  # a chunk never written reads as the fill value
+    array = zarr.open_array(path, mode="r")
+    assert _direct_reader(array) is not None  # zarr's default layout takes the fast path
+    full = array[...]
+    for rows, cols in [(slice(0, 300), slice(0, 250)), (slice(64, 300), slice(48, 97))]:
+        out = np.empty((rows.stop - rows.start, cols.stop - cols.start), np.float32)
+        _read_panel(array, (rows, cols), out)
+        np.testing.assert_array_equal(out, full[rows, cols])
+    other = zarr.create_array(
+        tmp_path / "lz4.zarr",
+        shape=(10, 10),
+        chunks=(5, 5),
+        dtype="float32",
+        compressors=zarr.codecs.BloscCodec(cname="lz4"),
+    )
+    other[...] = np.arange(100, dtype=np.float32).reshape(10, 10)
+    assert _direct_reader(other) is None  # anything else goes through zarr
+    out = np.empty((10, 10), np.float32)
+    _read_panel(other, (slice(0, 10), slice(0, 10)), out)
+    np.testing.assert_array_equal(out, other[...])
