@@ -42,6 +42,8 @@ class TileJob:
     backend: str
     blas_threads: int
     io_concurrency: int
+    #: Cap on the device bytes of a GPU engine (``--device-memory``); None: its own budget.
+    device_memory: int | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,9 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
     started = time.perf_counter()
     configure_io(job.io_concurrency)
     engine = worker_engine(job.backend)
+    configure = getattr(engine, "configure", None)
+    if configure is not None:  # GPU engines: device budget min(own, the job's), panel depth
+        configure(device_memory=job.device_memory, panel_depth=job.tk)
     tm, tn = task.shape
     dtype = np.dtype(job.a.dtype)
     streaming = hasattr(engine, "accumulate_rows")
