@@ -283,3 +283,22 @@ def test_client_killed_mid_job_then_rerun_skips_done_tiles(tmp_path):
     assert checked.returncode == 0 and json.loads(checked.stdout)["passed"] is True
     human = cli("status", c)
     assert f"complete, {summary['tiles']} of {summary['tiles']} tiles done" in human.stdout
+
+
+def test_journal_and_resume_through_the_store_api_on_an_fsspec_store(small, monkeypatch):
+    """The output in fsspec's memory filesystem: no local paths, only the zarr store API."""
+    folder, a, b = small
+    out = f"memory://outofcore-test-{time.monotonic_ns()}/c.zarr"
+    monkeypatch.setenv("OUTOFCORE_READ_RETRIES", "0")
+    broken = break_chunk(folder / "b.zarr", "5/4")  # B's last column: read by later tiles
+    with pytest.raises(ReadError, match=r"chunk \(5, 4\)"):
+        run_job(folder / "a.zarr", folder / "b.zarr", out, memory=24 * 1024, client="sync")
+    state = job_status(out)
+    assert state["state"] == "stopped" and 0 < state["tiles_done"] < state["tiles_total"]
+    restore_chunk(broken)
+    result = run_job(
+        folder / "a.zarr", folder / "b.zarr", out, memory=24 * 1024, client="sync", progress=False
+    )
+    assert result.summary["tiles_skipped"] == state["tiles_done"]
+    assert_product_close(zarr.open_array(out)[...], a, b)
+    assert job_status(out)["state"] == "complete"
