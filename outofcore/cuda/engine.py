@@ -184,7 +184,8 @@ class CudaEngine:
     Attributes
     ----------
     device_plan
-        The device tiling of the current (or last) tile, from its first panel.
+        The device tiling of the current (or last) tile, made at its first
+        panel for the job's panel depth (:meth:`configure`).
     transfer_bytes
         ``{"h2d": ..., "d2h": ...}``: bytes the current (or last) tile moved
         across PCIe so far.
