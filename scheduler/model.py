@@ -73,15 +73,16 @@ class Machine:
 
 GB = 1e9
 #: Measured here (docs/performance.md): OpenBLAS sgemm ~110 GFLOP/s per core, two
-#: cores; zstd through zarr decodes ~1 GB/s and encodes ~0.6 GB/s on both cores
-#: (numcodecs alone: 1.1 and 0.66 GB/s per core); page-cached local disk.
+#: cores; chunk files + numcodecs zstd decode ~0.8 GB/s per core (1.25 CPU s/GiB),
+#: so ~1 GB/s beside BLAS; zarr's write path encodes zstd at ~0.3 GB/s;
+#: page-cached local disk.
 CI_2CORE = Machine(
     name="ci-2core",
     nodes=1,
     workers_per_node=1,
     kernel_flops=220e9,
     decode_bps=1.0 * GB,
-    encode_bps=0.6 * GB,
+    encode_bps=0.3 * GB,
     pcie_bps=None,
     disk_bps=2 * GB,
     network_bps=None,
