@@ -58,8 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--workers",
         type=int,
-        help="workers of the LocalCluster (default: one per core); with --scheduler, "
-        "workers to wait for",
+        help="workers of the LocalCluster (default: one, with every core for BLAS); "
+        "with --scheduler, workers to wait for",
     )
     run.add_argument(
         "--gpus",
