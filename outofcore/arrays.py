@@ -82,9 +82,12 @@ def check_operands(a: zarr.Array, b: zarr.Array) -> np.dtype:
 
 
 def describe(array: zarr.Array) -> str:
-    """Where an array lives, for messages: its store URL and path."""
+    """Where an array lives, for messages: its store URL (absolute for local files) and path."""
     store = array.store
-    where = str(store)
+    if isinstance(store, LocalStore):
+        where = f"file://{os.path.realpath(os.fspath(store.root))}"
+    else:
+        where = str(store)
     if array.path:
         where = f"{where.rstrip('/')}/{array.path}"
     return where
