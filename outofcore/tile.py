@@ -14,7 +14,6 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -22,9 +21,8 @@ import numpy as np
 import zarr
 from threadpoolctl import threadpool_limits
 
-from outofcore import arrays
 from outofcore.engines import TileEngine, make_engine
-from outofcore.errors import OutOfCoreError
+from outofcore.reading import read_panel
 from scheduler.plan import PANELS_IN_FLIGHT, TileTask, chunk_span
 
 
@@ -106,7 +104,7 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
     a_buffers += [engine.host_buffer(tm * job.tk, dtype) for _ in range(2 - len(a_buffers))]
     b_buffers += [engine.host_buffer(job.tk * tn, dtype) for _ in range(2 - len(b_buffers))]
 
-    def read_panel(position: int) -> tuple[np.ndarray, np.ndarray, int]:
+    def load_panel(position: int) -> tuple[np.ndarray, np.ndarray, int]:
         k0, k1 = job.panels[order[position]]
         slot = position % PANELS_IN_FLIGHT
         a_panel = a_buffers[slot][: tm * (k1 - k0)].reshape(tm, k1 - k0)
@@ -114,9 +112,9 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         skip_a = position == 0 and held_a is not None
         skip_b = position == 0 and held_b is not None
         if not skip_a:
-            _read_panel(job.a, (slice(task.row0, task.row1), slice(k0, k1)), a_panel)
+            read_panel(job.a, (slice(task.row0, task.row1), slice(k0, k1)), a_panel)
         if not skip_b:
-            _read_panel(job.b, (slice(k0, k1), slice(task.col0, task.col1)), b_panel)
+            read_panel(job.b, (slice(k0, k1), slice(task.col0, task.col1)), b_panel)
         return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, not skip_a, not skip_b)
 
     def write_rows(r0: int, rows: np.ndarray) -> None:
@@ -131,13 +129,13 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-write") as writer,
     ):
         engine.start_tile((tm, tn), dtype)
-        pending = reader.submit(read_panel, 0)
+        pending = reader.submit(load_panel, 0)
         for s in range(len(job.panels)):
             t0 = time.perf_counter()
             a_panel, b_panel, nbytes = pending.result()
             t1 = time.perf_counter()
             if s + 1 < len(job.panels):
-                pending = reader.submit(read_panel, s + 1)
+                pending = reader.submit(load_panel, s + 1)
             if streaming and s + 1 == len(job.panels):
                 # Last panel: multiply block by block of whole output-chunk rows and
                 # write each finished block while BLAS works on the next one.
@@ -177,196 +175,6 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         peak_rss_bytes=peak_rss_bytes(),
         worker=f"{socket.gethostname()}:{os.getpid()}",
     )
-
-
-#: Extra attempts after a failed read of an input region (default 3).
-READ_RETRIES_ENV = "OUTOFCORE_READ_RETRIES"
-#: Seconds before the first retry; each further retry waits twice as long (default 0.2).
-READ_RETRY_DELAY_ENV = "OUTOFCORE_READ_RETRY_DELAY"
-#: Errors worth retrying: I/O and network failures (timeouts, resets, unreadable chunks).
-TRANSIENT_READ_ERRORS = (OSError, TimeoutError)
-
-
-class ReadError(OutOfCoreError, OSError):
-    """Reading an input region kept failing after every retry."""
-
-
-def read_retry_settings() -> tuple[int, float]:
-    """Retries and first delay from ``$OUTOFCORE_READ_RETRIES`` / ``$OUTOFCORE_READ_RETRY_DELAY``.
-
-    Read where the task runs, so set them in the workers' environment.
-    """
-    try:
-        retries = int(os.environ.get(READ_RETRIES_ENV, "3"))
-        delay = float(os.environ.get(READ_RETRY_DELAY_ENV, "0.2"))
-    except ValueError as exc:
-        raise ReadError(f"{READ_RETRIES_ENV} / {READ_RETRY_DELAY_ENV}: {exc}") from None
-    if retries < 0 or delay < 0:
-        raise ReadError(
-            f"{READ_RETRIES_ENV}={retries}, {READ_RETRY_DELAY_ENV}={delay}: need values >= 0"
-        )
-    return retries, delay
-
-
-def _read_into(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:
-    buffer = zarr.core.buffer.default_buffer_prototype().nd_buffer.from_numpy_array(out)
-    with_retries(
-        lambda: array.get_basic_selection(selection, out=buffer),
-        lambda: _region(array, selection),
-    )
-
-
-def with_retries(read: Callable[[], object], region: Callable[[], str]) -> None:
-    """Call ``read``, retrying transient errors, then raise :class:`ReadError` naming the region."""
-    retries, delay = read_retry_settings()
-    for attempt in range(retries + 1):
-        try:
-            read()
-            return
-        except TRANSIENT_READ_ERRORS as exc:
-            if attempt == retries:
-                raise ReadError(
-                    f"reading {region()} failed {retries + 1} time(s); last error: "
-                    f"{type(exc).__name__}: {exc} (retries: ${READ_RETRIES_ENV}={retries})"
-                ) from exc
-            time.sleep(delay * 2**attempt)
-
-
-def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
-    """``rows a:b, columns c:d of ARRAY``, and which of its chunks fail to read now."""
-    rows, cols = selection
-    (r0, r1), (c0, c1) = (
-        (part.start // size, max(part.start, part.stop - 1) // size)
-        for part, size in zip(selection, array.chunks, strict=True)
-    )
-    failing = []
-    for i in range(r0, r1 + 1):
-        for j in range(c0, c1 + 1):
-            try:
-                array.get_block_selection((i, j))
-            except TRANSIENT_READ_ERRORS as exc:
-                failing.append(
-                    f"chunk ({i}, {j}) (rows {i * array.chunks[0]}:"
-                    f"{min((i + 1) * array.chunks[0], array.shape[0])}, columns "
-                    f"{j * array.chunks[1]}:{min((j + 1) * array.chunks[1], array.shape[1])}) "
-                    f"fails with {type(exc).__name__}: {exc}"
-                )
-    found = "; ".join(failing[:3]) if failing else "no single chunk fails when read again"
-    return (
-        f"rows {rows.start}:{rows.stop}, columns {cols.start}:{cols.stop} of "
-        f"{arrays.describe(array)} ({found})"
-    )
-
-
-def _read_panel(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:
-    """Read ``array[selection]`` into ``out``: directly from chunk files where we can.
-
-    zarr's read path costs about 5 CPU-seconds per GiB here, against under 1 s
-    for reading the chunk files and zstd-decoding them with numcodecs (the
-    same library zarr calls).  For the plain layout (local store, zarr v3, no
-    shards, little-endian bytes + zstd: zarr's default) the chunks are read
-    and decoded in this thread pool; anything else goes through zarr.
-    """
-    direct = _direct_reader(array)
-    if direct is None:
-        _read_into(array, selection, out)
-        return
-    with_retries(lambda: direct(selection, out), lambda: _region(array, selection))
-
-
-_direct_readers: dict[int, object] = {}
-_direct_pool: list[ThreadPoolExecutor] = []
-_direct_lock = threading.Lock()
-
-
-def _direct_reader(array: zarr.Array):  # noqa: ANN202 (a closure or None)
-    key = id(array)
-    with _direct_lock:
-        if key in _direct_readers:
-            entry = _direct_readers[key]
-            return entry[1] if entry[0] is array else None
-        reader = _make_direct_reader(array)
-        if len(_direct_readers) >= 64:  # arrays of old jobs
-            _direct_readers.clear()
-        _direct_readers[key] = (array, reader)
-        return reader
-
-
-def _make_direct_reader(array: zarr.Array):  # noqa: ANN202, C901
-    try:
-        from zarr.codecs import BytesCodec, ZstdCodec  # noqa: PLC0415
-        from zarr.storage import LocalStore  # noqa: PLC0415
-
-        meta = array.metadata
-        codecs = tuple(meta.codecs)
-        plain = (
-            meta.zarr_format == 3
-            and array.shards is None
-            and isinstance(array.store, LocalStore)
-            and len(codecs) == 2
-            and type(codecs[0]) is BytesCodec
-            and (codecs[0].endian is None or codecs[0].endian.value == sys.byteorder)
-            and type(codecs[1]) is ZstdCodec
-            and np.dtype(array.dtype).isnative
-        )
-        if not plain:
-            return None
-        codec = codecs[1]._zstd_codec
-        root = os.path.join(os.fspath(array.store.root), array.path)
-        encode_key = meta.encode_chunk_key
-        fill = meta.fill_value
-    except Exception:  # noqa: BLE001 (any surprise in zarr's internals: use zarr itself)
-        return None
-    dtype = np.dtype(array.dtype)
-    chunk_rows, chunk_cols = array.chunks
-
-    def read_chunk(i: int, j: int, rows: slice, cols: slice, out: np.ndarray) -> None:
-        r0, c0 = i * chunk_rows, j * chunk_cols
-        src = (
-            slice(max(rows.start, r0) - r0, min(rows.stop, r0 + chunk_rows) - r0),
-            slice(max(cols.start, c0) - c0, min(cols.stop, c0 + chunk_cols) - c0),
-        )
-        dst = (
-            slice(r0 + src[0].start - rows.start, r0 + src[0].stop - rows.start),
-            slice(c0 + src[1].start - cols.start, c0 + src[1].stop - cols.start),
-        )
-        path = os.path.join(root, *encode_key((i, j)).split("/"))
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            out[dst] = fill
-            return
-        chunk = np.frombuffer(codec.decode(data), dtype=dtype).reshape(chunk_rows, chunk_cols)
-        out[dst] = chunk[src]
-
-    def read(selection: tuple[slice, slice], out: np.ndarray) -> None:
-        rows, cols = selection
-        jobs = [
-            (i, j)
-            for i in range(rows.start // chunk_rows, -(-rows.stop // chunk_rows))
-            for j in range(cols.start // chunk_cols, -(-cols.stop // chunk_cols))
-        ]
-        pool = _shared_pool()
-        for future in [pool.submit(read_chunk, i, j, rows, cols, out) for i, j in jobs]:
-            future.result()
-
-    return read
-
-
-def _shared_pool() -> ThreadPoolExecutor:
-    """Decoding threads of this process (zarr's ``threading.max_workers``, set per job)."""
-    with _direct_lock:
-        if not _direct_pool:
-            workers = zarr.config.get("threading.max_workers") or DIRECT_DECODE_THREADS
-            _direct_pool.append(
-                ThreadPoolExecutor(max_workers=workers, thread_name_prefix="outofcore-decode")
-            )
-        return _direct_pool[0]
-
-
-#: Decoding threads when zarr's configuration does not say.
-DIRECT_DECODE_THREADS = 2
 
 
 #: Rows of C multiplied (and then written) at once in a tile's last panel, at least.

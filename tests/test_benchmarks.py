@@ -160,7 +160,7 @@ def test_direct_chunk_reader_matches_zarr_with_ragged_edges_and_missing_chunks(t
     import zarr
 
     from outofcore.generate import random_array
-    from outofcore.tile import _direct_reader, _read_panel
+    from outofcore.reading import _direct_reader, read_panel
 
     path = tmp_path / "a.zarr"
     random_array(path, (300, 250), (64, 48), seed=3)
@@ -170,7 +170,7 @@ def test_direct_chunk_reader_matches_zarr_with_ragged_edges_and_missing_chunks(t
     full = array[...]
     for rows, cols in [(slice(0, 300), slice(0, 250)), (slice(64, 300), slice(48, 97))]:
         out = np.empty((rows.stop - rows.start, cols.stop - cols.start), np.float32)
-        _read_panel(array, (rows, cols), out)
+        read_panel(array, (rows, cols), out)
         np.testing.assert_array_equal(out, full[rows, cols])
     other = zarr.create_array(
         tmp_path / "lz4.zarr",
@@ -182,5 +182,5 @@ def test_direct_chunk_reader_matches_zarr_with_ragged_edges_and_missing_chunks(t
     other[...] = np.arange(100, dtype=np.float32).reshape(10, 10)
     assert _direct_reader(other) is None  # anything else goes through zarr
     out = np.empty((10, 10), np.float32)
-    _read_panel(other, (slice(0, 10), slice(0, 10)), out)
+    read_panel(other, (slice(0, 10), slice(0, 10)), out)
     np.testing.assert_array_equal(out, other[...])

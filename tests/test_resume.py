@@ -28,7 +28,7 @@ from outofcore.errors import OutputExistsError
 from outofcore.generate import random_array
 from outofcore.journal import JOURNAL_DIR, Journal, ResumeError
 from outofcore.lease import LEASE_NAME, Lease, LeaseError
-from outofcore.tile import ReadError, with_retries
+from outofcore.reading import ReadError, with_retries
 
 
 def tile_records(c: Path) -> list[Path]:
