@@ -18,6 +18,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
+
 from outofcore.errors import ClusterError
 from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor
 from scheduler.gpu_cluster import gpu_worker_specs
@@ -37,12 +39,25 @@ def local_worker_count(budget_bytes: int, requested: int | None = None) -> int:
     tile row or column) and runs one interpreter instead of two; decoding the
     next panel overlaps the multi-threaded BLAS call (the GIL is released).
     Measured in docs/performance.md.  Ask for more with ``requested``.
+
+    Raises
+    ------
+    ClusterError
+        For fewer than one worker, or more than this machine's memory holds
+        at ``budget_bytes`` plus the interpreter's overhead each.
     """
-    if requested is not None:
-        if requested < 1:
-            raise ClusterError(f"workers = {requested}: need at least one worker")
-        return requested
-    return 1
+    workers = 1 if requested is None else requested
+    if workers < 1:
+        raise ClusterError(f"workers = {workers}: need at least one worker")
+    needed = workers * (budget_bytes + WORKER_OVERHEAD_BYTES)
+    total = psutil.virtual_memory().total
+    if needed > total:
+        raise ClusterError(
+            f"{workers} worker(s) with a budget of {budget_bytes} bytes each need about "
+            f"{needed} bytes with the interpreter's {WORKER_OVERHEAD_BYTES} bytes each, "
+            f"more than this machine's {total} bytes of memory; lower --memory or --workers"
+        )
+    return workers
 
 
 def start_local_cluster(

@@ -193,3 +193,13 @@ def test_sizes():
     assert parse_size("512MiB") == 512 * 2**20
     assert parse_size("1.5GB") == 1_500_000_000
     assert parse_size(4096) == 4096
+
+
+def test_local_cluster_larger_than_this_machine_is_refused(inputs):
+    import psutil
+
+    folder, a, b = inputs
+    total = psutil.virtual_memory().total
+    with pytest.raises(ClusterError, match=r"4 worker\(s\) with a budget of \d+ bytes each"):
+        outofcore.matmul(a, b, folder / "c.zarr", memory=total // 2, workers=4, progress=False)
+    assert not (folder / "c.zarr").exists()
