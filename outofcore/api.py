@@ -32,7 +32,7 @@ from outofcore.tile import TileJob, TileResult
 from scheduler.cluster import open_executor
 from scheduler.executors import SynchronousExecutor
 from scheduler.gpu_cluster import GPU_RESOURCE
-from scheduler.plan import Plan, Problem, make_plan
+from scheduler.plan import Plan, make_plan
 
 #: Key of the job record in the output array's attributes.
 ATTRIBUTE = "outofcore"
@@ -155,15 +155,7 @@ def run_job(
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         tile, tk = tuple(start.document["tile"]), int(start.document["tk"])
     existing = start.existing
-    problem = Problem(
-        m=shape[0],
-        k=a_array.shape[1],
-        n=shape[1],
-        itemsize=dtype.itemsize,
-        a_chunks=tuple(a_array.chunks),
-        b_chunks=tuple(b_array.chunks),
-        out_grid=arrays.output_grid(existing) if existing is not None else None,
-    )
+    problem = arrays.problem_of(a_array, b_array, existing)
     make_plan(problem, budget, tile=tile, tk=tk)  # refuse a budget too small before any cluster
 
     lease = Lease(journal, where, new_job_id(), lease_timeout(lease_timeout_s))

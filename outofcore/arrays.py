@@ -17,6 +17,7 @@ from zarr.storage import LocalStore, MemoryStore
 
 from outofcore.engines import SUPPORTED_DTYPES
 from outofcore.errors import InputError, OutputExistsError
+from scheduler.plan import Problem
 
 ArrayLike = zarr.Array | str | os.PathLike
 
@@ -79,6 +80,19 @@ def check_operands(a: zarr.Array, b: zarr.Array) -> np.dtype:
             "float32 or both float64"
         )
     return np.dtype(a.dtype)
+
+
+def problem_of(a: zarr.Array, b: zarr.Array, out: zarr.Array | None = None) -> Problem:
+    """The plan's view of ``A @ B``: shapes, element size, chunk grids, output grid."""
+    return Problem(
+        m=a.shape[0],
+        k=a.shape[1],
+        n=b.shape[1],
+        itemsize=np.dtype(a.dtype).itemsize,
+        a_chunks=tuple(a.chunks),
+        b_chunks=tuple(b.chunks),
+        out_grid=output_grid(out) if out is not None else None,
+    )
 
 
 def describe(array: zarr.Array) -> str:

@@ -193,19 +193,12 @@ def _random(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from outofcore.arrays import check_operands, open_input  # noqa: PLC0415
-    from scheduler.plan import Problem, make_plan  # noqa: PLC0415
+    from outofcore.arrays import check_operands, open_input, problem_of  # noqa: PLC0415
+    from scheduler.plan import make_plan  # noqa: PLC0415
 
     a, b = open_input(args.a, "A"), open_input(args.b, "B")
-    dtype = check_operands(a, b)
-    problem = Problem(
-        m=a.shape[0],
-        k=a.shape[1],
-        n=b.shape[1],
-        itemsize=dtype.itemsize,
-        a_chunks=tuple(a.chunks),
-        b_chunks=tuple(b.chunks),
-    )
+    check_operands(a, b)
+    problem = problem_of(a, b)
     from scheduler.model import scenarios  # noqa: PLC0415
 
     plan = make_plan(problem, args.memory, args.workers)
