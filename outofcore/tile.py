@@ -59,18 +59,19 @@ class TileResult:
     worker: str
 
 
-_engines: dict[str, TileEngine] = {}
-_engines_lock = threading.Lock()
+#: Engines of each thread: an engine holds one tile at a time, and a worker with
+#: several threads runs several tiles at once.
+_engines = threading.local()
 _configured: set[int] = set()
 
 
 def worker_engine(backend: str) -> TileEngine:
-    """The engine for ``backend`` in this process, created on first use and reused."""
-    with _engines_lock:
-        engine = _engines.get(backend)
-        if engine is None:
-            engine = _engines[backend] = make_engine(backend)
-        return engine
+    """The engine for ``backend`` in this thread, created on first use and reused."""
+    engines: dict[str, TileEngine] = _engines.__dict__.setdefault("by_backend", {})
+    engine = engines.get(backend)
+    if engine is None:
+        engine = engines[backend] = make_engine(backend)
+    return engine
 
 
 def configure_io(io_concurrency: int) -> None:

@@ -329,7 +329,8 @@ def test_run_job_on_the_simulator_cuts_host_tiles_into_device_tiles(tmp_path, mo
     plans = []
     planner = engine._plan
     monkeypatch.setattr(engine, "_plan", lambda *args: plans.append(planner(*args)) or plans[-1])
-    monkeypatch.setitem(tile_module._engines, "cuda", engine)
+    # run_job(client="sync") runs tasks in this thread: give it this engine.
+    monkeypatch.setitem(tile_module._engines.__dict__.setdefault("by_backend", {}), "cuda", engine)
     result = run_job(
         str(a_path),
         str(b_path),

@@ -184,3 +184,30 @@ def test_in_memory_arrays_are_refused_on_a_cluster(tmp_path, two_process_client)
     with pytest.raises(InputError, match="client='sync'"):
         outofcore.matmul(a, b, tmp_path / "c.zarr", client=two_process_client, progress=False)
     assert not (tmp_path / "c.zarr").exists()
+
+
+def test_worker_running_two_tiles_at_once_gives_the_right_product(tmp_path):
+    # `dask worker` runs one task per core by default: engines must not be shared
+    # between the tasks running at the same time on one worker.
+    rng = np.random.default_rng(33)
+    a = random_matrix(rng, (400, 300), "float32")
+    b = random_matrix(rng, (300, 350), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (50, 60))
+    write_zarr(tmp_path / "b.zarr", b, (60, 50))
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        result = run_job(
+            tmp_path / "a.zarr",
+            tmp_path / "b.zarr",
+            tmp_path / "c.zarr",
+            memory="4MiB",
+            client=client,
+            progress=False,
+            tile=(50, 50),
+        )
+    assert len(result.plan.tasks) == 8 * 7
+    assert_product_close(zarr.open_array(str(tmp_path / "c.zarr"))[...], a, b)
