@@ -94,8 +94,9 @@ class DaskExecutor:
             return WorkerShape(workers=0, threads_per_worker=1, blas_threads=1)
         per_host = Counter(info["host"] for info in workers.values())
         cores = self.client.run(os.cpu_count)
+        # Each task running at once on a host gets an equal share of its cores.
         blas = min(
-            max(1, (cores.get(address) or 1) // per_host[info["host"]])
+            max(1, (cores.get(address) or 1) // (per_host[info["host"]] * info["nthreads"]))
             for address, info in workers.items()
         )
         threads = max(info["nthreads"] for info in workers.values())

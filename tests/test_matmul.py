@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import zarr
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 import outofcore
 from outofcore.api import ATTRIBUTE, run_job
 from outofcore.errors import BudgetError, InputError
+from scheduler.executors import DaskExecutor
 
 # 1, primes, and sizes that are multiples of nothing the plans use.
 odd_dims = st.sampled_from([1, 2, 3, 7, 13, 31, 61, 97, 128, 131])
@@ -200,6 +203,10 @@ def test_worker_running_two_tiles_at_once_gives_the_right_product(tmp_path):
         ) as cluster,
         Client(cluster) as client,
     ):
+        shape = DaskExecutor(client).worker_shape()
+        # Two tasks at once on this host: each gets half the cores for BLAS.
+        assert shape.threads_per_worker == 2
+        assert shape.blas_threads == max(1, (os.cpu_count() or 1) // 2)
         result = run_job(
             tmp_path / "a.zarr",
             tmp_path / "b.zarr",
