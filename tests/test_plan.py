@@ -30,9 +30,10 @@ def problems(draw: st.DrawFn) -> Problem:
     )
 
 
-def test_plan_module_imports_neither_dask_nor_numba_nor_zarr():
+@pytest.mark.parametrize("module", ["scheduler.plan", "scheduler.model", "scheduler.device_plan"])
+def test_pure_modules_import_neither_dask_nor_numba_nor_zarr(module):
     code = (
-        "import sys, scheduler.plan; "
+        f"import sys, {module}; "
         "bad = [m for m in ('dask', 'distributed', 'numba', 'zarr') if m in sys.modules]; "
         "print(','.join(bad))"
     )
