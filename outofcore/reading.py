@@ -3,7 +3,9 @@
 :func:`read_panel` reads ``array[rows, cols]`` into a preallocated buffer.  For
 zarr's default layout (local store, zarr v3, no shards, bytes + zstd) it reads
 the chunk files and decodes them with the same zstd codec zarr uses, in a
-shared thread pool, at about half zarr's CPU cost per GiB; any other layout
+shared thread pool, at about half zarr's CPU cost per GiB (each decoding thread reuses
+its buffers, and a chunk that is a contiguous block of the panel is decoded in
+place); any other layout
 goes through zarr.  Transient I/O errors are retried; when the retries run
 out, :class:`ReadError` names the array, the region and the failing chunk.
 """
@@ -176,13 +178,18 @@ def _make_direct_reader(array: zarr.Array):  # noqa: ANN202, C901
         )
         path = os.path.join(root, *encode_key((i, j)).split("/"))
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            compressed = _read_file(path)
         except FileNotFoundError:
             out[dst] = fill
             return
-        chunk = np.frombuffer(codec.decode(data), dtype=dtype).reshape(chunk_rows, chunk_cols)
-        out[dst] = chunk[src]
+        target = out[dst]
+        whole = target.shape == (chunk_rows, chunk_cols) and target.flags.c_contiguous
+        if whole:  # the chunk is a contiguous block of the panel: decode straight into it
+            codec.decode(compressed, out=target)
+            return
+        chunk = _scratch("decoded", chunk_rows * chunk_cols * dtype.itemsize)
+        codec.decode(compressed, out=chunk)
+        target[...] = chunk.view(dtype).reshape(chunk_rows, chunk_cols)[src]
 
     def read(selection: tuple[slice, slice], out: np.ndarray) -> None:
         rows, cols = selection
@@ -196,6 +203,35 @@ def _make_direct_reader(array: zarr.Array):  # noqa: ANN202, C901
             future.result()
 
     return read
+
+
+#: Per decoding thread: reusable byte buffers.  A fresh buffer per chunk costs
+#: page faults (about half of the decoding's CPU time on 16 MiB chunks).
+_scratch_buffers = threading.local()
+
+
+def _scratch(name: str, nbytes: int) -> np.ndarray:
+    """This thread's reusable uint8 buffer ``name``, at least ``nbytes`` long (first ``nbytes``)."""
+    buffers: dict[str, np.ndarray] = _scratch_buffers.__dict__.setdefault("by_name", {})
+    buffer = buffers.get(name)
+    if buffer is None or buffer.size < nbytes:
+        buffer = buffers[name] = np.empty(nbytes, dtype=np.uint8)
+    return buffer[:nbytes]
+
+
+def _read_file(path: str) -> np.ndarray:
+    """The whole file at ``path``, read into this thread's reusable buffer."""
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        data = _scratch("compressed", size)
+        view = memoryview(data)
+        done = 0
+        while done < size:
+            got = f.readinto(view[done:])
+            if not got:
+                raise OSError(f"{path}: file ended after {done} of {size} bytes")
+            done += got
+    return data
 
 
 def _shared_pool() -> ThreadPoolExecutor:
