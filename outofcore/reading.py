@@ -3,10 +3,9 @@
 :func:`read_panel` reads ``array[rows, cols]`` into a preallocated buffer.  For
 zarr's default layout (local store, zarr v3, no shards, bytes + zstd) it reads
 the chunk files and decodes them with the same zstd codec zarr uses, in a
-shared thread pool, at about half zarr's CPU cost per GiB (each decoding thread reuses
-its buffers, and a chunk that is a contiguous block of the panel is decoded in
-place); any other layout
-goes through zarr.  Transient I/O errors are retried; when the retries run
+shared thread pool, at about half zarr's CPU cost per GiB (each decoding
+thread reuses its buffers, and a chunk that is a contiguous block of the panel
+is decoded in place); any other layout goes through zarr.  Transient I/O errors are retried; when the retries run
 out, :class:`ReadError` names the array, the region and the failing chunk.
 """
 
