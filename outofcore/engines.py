@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -184,18 +185,22 @@ class CpuEngine:
             c[...] = result.T
         self._fresh = False
 
-    def accumulate_rows(self, a_rows: np.ndarray, b_panel: np.ndarray, row0: int) -> np.ndarray:
-        """``C[row0:row0+h] += a_rows @ b_panel``; returns that block of rows of ``C``.
+    def accumulate_rows(
+        self, row0: int, panels: Sequence[tuple[np.ndarray, np.ndarray]]
+    ) -> np.ndarray:
+        """``C[row0:row0+h] += sum(a_rows @ b_panel for a_rows, b_panel in panels)``.
 
-        A tile task calls this for its last panel, block by block, and writes
-        each returned block (final by then) while the next one is multiplied.
+        Returns that block of rows of ``C``.  A tile task calls this for its
+        last panels, block by block, and writes each returned block (final by
+        then) while the next one is multiplied.
         """
         c = self._require_tile()
-        rows = c[row0 : row0 + a_rows.shape[0]]
-        beta = 0.0 if self._fresh else 1.0
-        if not gemm_accumulate(rows, a_rows, b_panel, beta):
-            product = np.matmul(a_rows, b_panel)
-            rows[...] = product + rows if beta else product
+        rows = c[row0 : row0 + panels[0][0].shape[0]]
+        for position, (a_rows, b_panel) in enumerate(panels):
+            beta = 0.0 if self._fresh and position == 0 else 1.0
+            if not gemm_accumulate(rows, a_rows, b_panel, beta):
+                product = np.matmul(a_rows, b_panel)
+                rows[...] = product + rows if beta else product
         self._partial = True
         return rows
 

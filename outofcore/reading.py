@@ -3,15 +3,17 @@
 :func:`read_panel` reads ``array[rows, cols]`` into a preallocated buffer.  For
 zarr's default layout (local store, zarr v3, no shards, bytes + zstd) it reads
 the chunk files and decodes them with the same zstd codec zarr uses, in a
-shared thread pool, at about half zarr's CPU cost per GiB (each decoding
-thread reuses its buffers, and a chunk that is a contiguous block of the panel
-is decoded in place); any other layout goes through zarr.  Transient I/O errors are retried; when the retries run
-out, :class:`ReadError` names the array, the region and the failing chunk.
+shared thread pool, at about half zarr's CPU cost per GiB (buffers are reused
+from chunk to chunk, and a chunk that is a contiguous block of the panel
+is decoded in place); any other layout goes through zarr.  Transient I/O
+errors are retried; when the retries run out, :class:`ReadError` names the
+array, the region and the failing chunk.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import sys
 import threading
 import time
@@ -120,7 +122,7 @@ def read_panel(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarra
 
 
 _direct_readers: dict[int, object] = {}
-_direct_pool: list[ThreadPoolExecutor] = []
+_direct_pool: list[tuple[ThreadPoolExecutor, int]] = []
 _direct_lock = threading.Lock()
 
 
@@ -165,7 +167,18 @@ def _make_direct_reader(array: zarr.Array):  # noqa: ANN202, C901
     dtype = np.dtype(array.dtype)
     chunk_rows, chunk_cols = array.chunks
 
-    def read_chunk(i: int, j: int, rows: slice, cols: slice, out: np.ndarray) -> None:
+    def read_chunk(
+        i: int, j: int, rows: slice, cols: slice, out: np.ndarray, spare: queue.SimpleQueue
+    ) -> None:
+        scratch = spare.get()  # one set of buffers per chunk being decoded
+        try:
+            _read_chunk(i, j, rows, cols, out, scratch)
+        finally:
+            spare.put(scratch)
+
+    def _read_chunk(
+        i: int, j: int, rows: slice, cols: slice, out: np.ndarray, scratch: dict
+    ) -> None:
         r0, c0 = i * chunk_rows, j * chunk_cols
         src = (
             slice(max(rows.start, r0) - r0, min(rows.stop, r0 + chunk_rows) - r0),
@@ -177,7 +190,7 @@ def _make_direct_reader(array: zarr.Array):  # noqa: ANN202, C901
         )
         path = os.path.join(root, *encode_key((i, j)).split("/"))
         try:
-            compressed = _read_file(path)
+            compressed = _read_file(path, scratch)
         except FileNotFoundError:
             out[dst] = fill
             return
@@ -186,7 +199,7 @@ def _make_direct_reader(array: zarr.Array):  # noqa: ANN202, C901
         if whole:  # the chunk is a contiguous block of the panel: decode straight into it
             codec.decode(compressed, out=target)
             return
-        chunk = _scratch("decoded", chunk_rows * chunk_cols * dtype.itemsize)
+        chunk = _scratch(scratch, "decoded", chunk_rows * chunk_cols * dtype.itemsize)
         codec.decode(compressed, out=chunk)
         target[...] = chunk.view(dtype).reshape(chunk_rows, chunk_cols)[src]
 
@@ -197,32 +210,32 @@ def _make_direct_reader(array: zarr.Array):  # noqa: ANN202, C901
             for i in range(rows.start // chunk_rows, -(-rows.stop // chunk_rows))
             for j in range(cols.start // chunk_cols, -(-cols.stop // chunk_cols))
         ]
-        pool = _shared_pool()
-        for future in [pool.submit(read_chunk, i, j, rows, cols, out) for i, j in jobs]:
+        pool, threads = _shared_pool()
+        # Buffers reused from chunk to chunk of this panel, one set per decoding
+        # thread, and dropped when the panel is read (the plan counts them only
+        # while reading).  A fresh buffer per chunk costs page faults.
+        spare: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(min(threads, len(jobs))):
+            spare.put({})
+        for future in [pool.submit(read_chunk, i, j, rows, cols, out, spare) for i, j in jobs]:
             future.result()
 
     return read
 
 
-#: Per decoding thread: reusable byte buffers.  A fresh buffer per chunk costs
-#: page faults (about half of the decoding's CPU time on 16 MiB chunks).
-_scratch_buffers = threading.local()
-
-
-def _scratch(name: str, nbytes: int) -> np.ndarray:
-    """This thread's reusable uint8 buffer ``name``, at least ``nbytes`` long (first ``nbytes``)."""
-    buffers: dict[str, np.ndarray] = _scratch_buffers.__dict__.setdefault("by_name", {})
+def _scratch(buffers: dict[str, np.ndarray], name: str, nbytes: int) -> np.ndarray:
+    """The first ``nbytes`` of the uint8 buffer ``name`` in ``buffers``, grown when too small."""
     buffer = buffers.get(name)
     if buffer is None or buffer.size < nbytes:
         buffer = buffers[name] = np.empty(nbytes, dtype=np.uint8)
     return buffer[:nbytes]
 
 
-def _read_file(path: str) -> np.ndarray:
-    """The whole file at ``path``, read into this thread's reusable buffer."""
+def _read_file(path: str, scratch: dict[str, np.ndarray]) -> np.ndarray:
+    """The whole file at ``path``, read into the reusable buffer of ``scratch``."""
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
-        data = _scratch("compressed", size)
+        data = _scratch(scratch, "compressed", size)
         view = memoryview(data)
         done = 0
         while done < size:
@@ -233,14 +246,16 @@ def _read_file(path: str) -> np.ndarray:
     return data
 
 
-def _shared_pool() -> ThreadPoolExecutor:
-    """Decoding threads of this process (zarr's ``threading.max_workers``, set per job)."""
+def _shared_pool() -> tuple[ThreadPoolExecutor, int]:
+    """Decoding threads of this process (zarr's ``threading.max_workers``, set per job).
+
+    Returns the pool and its number of threads.
+    """
     with _direct_lock:
         if not _direct_pool:
             workers = zarr.config.get("threading.max_workers") or DIRECT_DECODE_THREADS
-            _direct_pool.append(
-                ThreadPoolExecutor(max_workers=workers, thread_name_prefix="outofcore-decode")
-            )
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="outofcore-decode")
+            _direct_pool.append((pool, workers))
         return _direct_pool[0]
 
 

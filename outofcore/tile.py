@@ -131,21 +131,27 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
     ):
         engine.start_tile((tm, tn), dtype)
         pending = reader.submit(load_panel, 0)
+        streamed_from = len(job.panels) - (
+            min(STREAMED_PANELS, len(job.panels)) if streaming else 0
+        )
+        streamed: list[tuple[np.ndarray, np.ndarray]] = []
         for s in range(len(job.panels)):
             t0 = time.perf_counter()
             a_panel, b_panel, nbytes = pending.result()
             t1 = time.perf_counter()
             if s + 1 < len(job.panels):
                 pending = reader.submit(load_panel, s + 1)
-            if streaming and s + 1 == len(job.panels):
-                # Last panel: multiply block by block of whole output-chunk rows and
-                # write each finished block while BLAS works on the next one.
+            if s < streamed_from:
+                engine.accumulate(a_panel, b_panel)
+            else:
+                streamed.append((a_panel, b_panel))
+            if streamed and s + 1 == len(job.panels):
+                # The last panels: multiply them block by block of whole output-chunk
+                # rows and write each finished block while BLAS works on the next one.
                 block = _write_block_rows(job.c, tm)
                 for r0 in range(0, tm, block):
-                    rows = engine.accumulate_rows(a_panel[r0 : r0 + block], b_panel, r0)
-                    writes.append(writer.submit(write_rows, r0, rows))
-            else:
-                engine.accumulate(a_panel, b_panel)
+                    parts = [(a[r0 : r0 + block], b) for a, b in streamed]
+                    writes.append(writer.submit(write_rows, r0, engine.accumulate_rows(r0, parts)))
             compute += time.perf_counter() - t1
             read_wait += t1 - t0
             bytes_read += nbytes
@@ -178,7 +184,11 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
     )
 
 
-#: Rows of C multiplied (and then written) at once in a tile's last panel, at least.
+#: The last panels of a tile are multiplied row block by row block, so that the
+#: write of C overlaps their compute: all the panels in memory at once (two
+#: overlap the write with a quarter of an 8-panel tile's compute, not an eighth).
+STREAMED_PANELS = PANELS_IN_FLIGHT
+#: Rows of C multiplied (and then written) at once in a tile's last panels, at least.
 WRITE_BLOCK_ROWS = 1024
 
 

@@ -104,7 +104,7 @@ def test_engine_streams_row_blocks_of_the_last_panel():
     engine.start_tile((64, 40), np.dtype(np.float32))
     engine.accumulate(np.ascontiguousarray(a[:, :16]), np.ascontiguousarray(b[:16]))
     last_a, last_b = np.ascontiguousarray(a[:, 16:]), np.ascontiguousarray(b[16:])
-    blocks = [engine.accumulate_rows(last_a[r : r + 16], last_b, r) for r in range(0, 64, 16)]
+    blocks = [engine.accumulate_rows(r, [(last_a[r : r + 16], last_b)]) for r in range(0, 64, 16)]
     tile = engine.finish_tile()
     np.testing.assert_allclose(tile, a @ b, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.vstack(blocks), a @ b, rtol=1e-4, atol=1e-4)
@@ -112,8 +112,14 @@ def test_engine_streams_row_blocks_of_the_last_panel():
     engine.start_tile((64, 40), np.dtype(np.float32))
     a1, b1 = np.ascontiguousarray(a[:, :8]), np.ascontiguousarray(b[:8])
     for r in range(0, 64, 32):
-        engine.accumulate_rows(a1[r : r + 32], b1, r)
+        engine.accumulate_rows(r, [(a1[r : r + 32], b1)])
     np.testing.assert_allclose(engine.finish_tile(), a1 @ b1, rtol=1e-4, atol=1e-4)
+    # Two panels streamed together from a fresh tile: beta = 0 for the first only.
+    engine.start_tile((64, 40), np.dtype(np.float32))
+    a2, b2 = np.ascontiguousarray(a[:, 8:20]), np.ascontiguousarray(b[8:20])
+    for r in range(0, 64, 24):  # 24 does not divide 64: a short last block
+        engine.accumulate_rows(r, [(a1[r : r + 24], b1), (a2[r : r + 24], b2)])
+    np.testing.assert_allclose(engine.finish_tile(), a[:, :20] @ b[:20], rtol=1e-4, atol=1e-4)
 
 
 def test_consecutive_tiles_reuse_the_panel_their_predecessor_ended_on(tmp_path, monkeypatch):
