@@ -23,6 +23,17 @@ What is timed, per system (cluster start-up is excluded and reported apart):
   ``scheduler.cluster.start_local_cluster`` starts, with ``--memory`` (total)
   split evenly over ``--workers``.
 
+Variants: ``outofcore@2`` runs on 2 workers sharing the budget;
+``outofcore+lz4`` writes into a Blosc-LZ4 output made ahead;
+``outofcore+warm`` first runs the same job once, untimed, on the same
+cluster (a service's workers, which have run jobs before).
+
+BLAS: some machines set ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` to work
+around old OpenBLAS builds, which makes a current one run an older, slower
+kernel.  By default (``--blas native``) every system's process runs without
+both, so numpy and the others use the kernel OpenBLAS picks for this CPU; the
+kernels each process ran are recorded (threadpoolctl) and printed.
+
 Bytes read: ``read_chars`` of the process tree during the timed region
 (compressed bytes as stored, page cache included), and that figure scaled by
 the inputs' compression ratio to decoded bytes, against the lower bound
@@ -231,20 +242,27 @@ def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
     client.run(_warm_outofcore)  # worker imports count as start-up, as for dask-cluster
     extra: dict[str, Any] = {}
     target: Any = out
-    if cfg.get("codec") == "lz4":
+    if cfg.get("variant") == "lz4":
         target = _lz4_output(a_path, b_path, out, per_worker)
 
-    def timed() -> None:
-        result = run_job(
+    def job(output: Any) -> Any:
+        return run_job(
             a_path,
             b_path,
-            target,
+            output,
             memory=per_worker,
             backend="cpu",
             client=client,
             overwrite=True,
             progress=False,
         )
+
+    if cfg.get("variant") == "warm":  # a cluster that has run a job before: a service
+        job(out + "-warm-up")
+        shutil.rmtree(out + "-warm-up")
+
+    def timed() -> None:
+        result = job(target)
         s = result.summary
         extra["outofcore"] = {
             key: s[key]
@@ -330,6 +348,25 @@ RUNNERS = {
 }
 
 
+def blas_kernels() -> list[str]:
+    """The BLAS libraries loaded in this process and the kernel each runs (threadpoolctl)."""
+    from threadpoolctl import threadpool_info  # noqa: PLC0415
+
+    return sorted(
+        {
+            f"{lib.get('internal_api')} {lib.get('version')} {lib.get('architecture', '?')}"
+            for lib in threadpool_info()
+            if lib.get("user_api") == "blas"
+        }
+    )
+
+
+#: Set on some machines to work around old OpenBLAS builds; they pick a slower
+#: kernel than the CPU has.  ``--blas native`` unsets both, together, for every
+#: system's process, so numpy and the others all run the kernel OpenBLAS picks.
+BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
 def run_one(system: str, a_path: str, b_path: str, cfg: dict) -> dict:
     """Run one system once in this process and return its measurements."""
     import dask.array  # noqa: F401, PLC0415 (imports before the baselines: their reads do not count)
@@ -340,10 +377,11 @@ def run_one(system: str, a_path: str, b_path: str, cfg: dict) -> dict:
     out = os.path.join(cfg["scratch"], f"c-{system}.zarr")
     shutil.rmtree(out, ignore_errors=True)
     reads_before = sampler.read_chars()
-    # "outofcore@2": on 2 workers; "outofcore+lz4": into an LZ4 output made ahead.
+    # "outofcore@2": on 2 workers; "outofcore+lz4": into an LZ4 output made ahead;
+    # "outofcore+warm": the same job run once before, untimed, on the same cluster.
     base, _, workers = system.partition("@")
-    base, _, codec = base.partition("+")
-    cfg = {**cfg, "codec": codec}
+    base, _, variant = base.partition("+")
+    cfg = {**cfg, "variant": variant}
     if workers:
         cfg = {**cfg, "workers": int(workers)}
     setup = RUNNERS[base](a_path, b_path, out, cfg)
@@ -363,6 +401,7 @@ def run_one(system: str, a_path: str, b_path: str, cfg: dict) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     result = {k: v for k, v in setup.items() if not k.startswith("_")}
     result.update(setup.get("_extra", {}))
+    result["blas"] = blas_kernels()
     result.update(
         system=system, seconds=seconds, cpu_seconds=cpu, peak_rss_bytes=peak, read_chars=reads
     )
@@ -389,6 +428,9 @@ def measure(system: str, paths: tuple[Path, Path], cfg: dict, timeout: float) ->
         json.dumps(cfg),
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if cfg.get("blas") == "native":
+        for name in BLAS_OVERRIDES:
+            env.pop(name, None)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -413,6 +455,7 @@ def summarise(runs: dict[str, list[dict]], info: dict) -> dict:
             "read_chars_median": statistics.median(r["read_chars"] for r in ok),
             "bytes_read_decoded_equiv": decoded,
             "read_over_lower_bound": decoded / info["lower_bound_bytes"],
+            "blas": sorted({k for r in ok for k in r.get("blas", [])}),
             "runs": ok,
         }
     base = systems.get("numpy", {}).get("seconds_median")
@@ -436,10 +479,18 @@ def summarise(runs: dict[str, list[dict]], info: dict) -> dict:
 
 def table(result: dict) -> str:
     info, systems = result["info"], result["systems"]
+    kernels = ", ".join(
+        sorted({k for s in systems.values() for k in s.get("blas", [])}) or ["unknown"]
+    )
+    unset = info.get("blas", {}).get("unset")
+    if unset:
+        kernels += (
+            " (unset for every system: " + ", ".join(f"{n}={v}" for n, v in unset.items()) + ")"
+        )
     head = (
         f"{info['size']}² float32, chunks {info['chunk']}², {info['repeats']} round(s), "
         f"budget {info['memory'] / GIB:g} GiB over {info['workers']} worker(s); "
-        f"lower bound {info['lower_bound_bytes'] / GIB:.2f} GiB\n\n"
+        f"lower bound {info['lower_bound_bytes'] / GIB:.2f} GiB; BLAS {kernels}\n\n"
         "| system | median s | × numpy | peak RSS (all processes) | read (decoded eq.) "
         "| read / lower bound |\n|---|---:|---:|---:|---:|---:|"
     )
@@ -515,6 +566,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)
     parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
+    parser.add_argument(
+        "--blas",
+        choices=("native", "inherit"),
+        default="native",
+        help="native (default): unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for every "
+        "system, so OpenBLAS picks its kernel for this CPU; inherit: keep this environment's",
+    )
     args = parser.parse_args(argv)
 
     from outofcore.sizes import parse_size  # noqa: PLC0415
@@ -546,6 +604,12 @@ def main(argv: list[str] | None = None) -> int:
         "compression_ratio": ratio,
         "lower_bound_bytes": lower_bound(args.size, 4, memory // args.workers),
         "inputs_bytes": logical,
+        "blas": {
+            "mode": args.blas,
+            "unset": {n: os.environ[n] for n in BLAS_OVERRIDES if n in os.environ}
+            if args.blas == "native"
+            else {},
+        },
         "timed": {
             "numpy": "np.matmul on loaded arrays (load and store not timed)",
             "others": "zarr to zarr, cluster start-up not timed",
@@ -553,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="compare-", dir=args.data_dir)
-    cfg = {"memory": memory, "workers": args.workers, "scratch": scratch}
+    cfg = {"memory": memory, "workers": args.workers, "scratch": scratch, "blas": args.blas}
     runs: dict[str, list[dict]] = {s: [] for s in systems}
     stem = args.out_dir / f"compare-{args.size}"
     try:

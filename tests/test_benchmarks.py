@@ -41,6 +41,8 @@ def test_compare_runs_numpy_and_outofcore_and_writes_json_and_png(tmp_path):
             str(tmp_path / "data"),
             "--out-dir",
             str(out),
+            "--blas",
+            "inherit",  # tests keep this machine's OpenBLAS settings
         ]
     )
     assert status == 0
@@ -49,6 +51,7 @@ def test_compare_runs_numpy_and_outofcore_and_writes_json_and_png(tmp_path):
     ours = result["systems"]["outofcore"]
     assert ours["seconds_median"] > 0 and ours["peak_rss_bytes"] > 0
     assert ours["ratio_to_numpy"] > 0
+    assert ours["blas"] and all("openblas" in k for k in ours["blas"])  # the kernel is recorded
     assert ours["runs"][0]["outofcore"]["bytes_read"] == 2 * 256 * 256 * 4
     assert (out / "compare-256.png").stat().st_size > 1000
     # Inputs are cached: a second call reuses them.
