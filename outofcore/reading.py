@@ -2,28 +2,23 @@
 
 :func:`read_panel` reads ``array[rows, cols]`` into a preallocated buffer.  For
 zarr's default layout (local store, zarr v3, no shards, bytes + zstd) it reads
-the chunk files and decodes them with the same zstd codec zarr uses, in a
-shared thread pool, at about half zarr's CPU cost per GiB (buffers are reused
-from chunk to chunk, and a chunk that is a contiguous block of the panel
-is decoded in place); any other layout goes through zarr.  Transient I/O
-errors are retried; when the retries run out, :class:`ReadError` names the
-array, the region and the failing chunk.
+the chunk files and decodes them with the same codec zarr uses
+(:mod:`outofcore.chunkfiles`), at about half zarr's CPU cost per GiB; any
+other layout goes through zarr.  Transient I/O errors are retried; when the
+retries run out, :class:`ReadError` names the array, the region and the
+failing chunk.
 """
 
 from __future__ import annotations
 
 import os
-import queue
-import sys
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import zarr
 
-from outofcore import arrays
+from outofcore import arrays, chunkfiles
 from outofcore.errors import OutOfCoreError
 
 #: Extra attempts after a failed read of an input region (default 3).
@@ -108,156 +103,14 @@ def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
 def read_panel(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:
     """Read ``array[selection]`` into ``out``: directly from chunk files where we can.
 
-    zarr's read path costs about 5 CPU-seconds per GiB here, against under 1 s
-    for reading the chunk files and zstd-decoding them with numcodecs (the
-    same library zarr calls).  For the plain layout (local store, zarr v3, no
-    shards, little-endian bytes + zstd: zarr's default) the chunks are read
-    and decoded in this thread pool; anything else goes through zarr.
+    For zarr's default layout on a local disk the chunk files are read and
+    decoded by :mod:`outofcore.chunkfiles` (about half zarr's CPU cost per
+    GiB); anything else goes through zarr.  Both retry transient errors.
     """
-    direct = _direct_reader(array)
-    if direct is None:
+    layout = chunkfiles.plain_layout(array)
+    if layout is None:
         _read_into(array, selection, out)
         return
-    with_retries(lambda: direct(selection, out), lambda: _region(array, selection))
-
-
-_direct_readers: dict[int, object] = {}
-_direct_pool: list[tuple[ThreadPoolExecutor, int]] = []
-_direct_lock = threading.Lock()
-
-
-def _direct_reader(array: zarr.Array):  # noqa: ANN202 (a closure or None)
-    key = id(array)
-    with _direct_lock:
-        if key in _direct_readers:
-            entry = _direct_readers[key]
-            return entry[1] if entry[0] is array else None
-        reader = _make_direct_reader(array)
-        if len(_direct_readers) >= 64:  # arrays of old jobs
-            _direct_readers.clear()
-        _direct_readers[key] = (array, reader)
-        return reader
-
-
-def _make_direct_reader(array: zarr.Array):  # noqa: ANN202, C901
-    try:
-        from zarr.codecs import BytesCodec, ZstdCodec  # noqa: PLC0415
-        from zarr.storage import LocalStore  # noqa: PLC0415
-
-        meta = array.metadata
-        codecs = tuple(meta.codecs)
-        plain = (
-            meta.zarr_format == 3
-            and array.shards is None
-            and isinstance(array.store, LocalStore)
-            and len(codecs) == 2
-            and type(codecs[0]) is BytesCodec
-            and (codecs[0].endian is None or codecs[0].endian.value == sys.byteorder)
-            and type(codecs[1]) is ZstdCodec
-            and np.dtype(array.dtype).isnative
-        )
-        if not plain:
-            return None
-        codec = codecs[1]._zstd_codec
-        root = os.path.join(os.fspath(array.store.root), array.path)
-        encode_key = meta.encode_chunk_key
-        fill = meta.fill_value
-    except Exception:  # noqa: BLE001 (any surprise in zarr's internals: use zarr itself)
-        return None
-    dtype = np.dtype(array.dtype)
-    chunk_rows, chunk_cols = array.chunks
-
-    def read_chunk(
-        i: int, j: int, rows: slice, cols: slice, out: np.ndarray, spare: queue.SimpleQueue
-    ) -> None:
-        scratch = spare.get()  # one set of buffers per chunk being decoded
-        try:
-            _read_chunk(i, j, rows, cols, out, scratch)
-        finally:
-            spare.put(scratch)
-
-    def _read_chunk(
-        i: int, j: int, rows: slice, cols: slice, out: np.ndarray, scratch: dict
-    ) -> None:
-        r0, c0 = i * chunk_rows, j * chunk_cols
-        src = (
-            slice(max(rows.start, r0) - r0, min(rows.stop, r0 + chunk_rows) - r0),
-            slice(max(cols.start, c0) - c0, min(cols.stop, c0 + chunk_cols) - c0),
-        )
-        dst = (
-            slice(r0 + src[0].start - rows.start, r0 + src[0].stop - rows.start),
-            slice(c0 + src[1].start - cols.start, c0 + src[1].stop - cols.start),
-        )
-        path = os.path.join(root, *encode_key((i, j)).split("/"))
-        try:
-            compressed = _read_file(path, scratch)
-        except FileNotFoundError:
-            out[dst] = fill
-            return
-        target = out[dst]
-        whole = target.shape == (chunk_rows, chunk_cols) and target.flags.c_contiguous
-        if whole:  # the chunk is a contiguous block of the panel: decode straight into it
-            codec.decode(compressed, out=target)
-            return
-        chunk = _scratch(scratch, "decoded", chunk_rows * chunk_cols * dtype.itemsize)
-        codec.decode(compressed, out=chunk)
-        target[...] = chunk.view(dtype).reshape(chunk_rows, chunk_cols)[src]
-
-    def read(selection: tuple[slice, slice], out: np.ndarray) -> None:
-        rows, cols = selection
-        jobs = [
-            (i, j)
-            for i in range(rows.start // chunk_rows, -(-rows.stop // chunk_rows))
-            for j in range(cols.start // chunk_cols, -(-cols.stop // chunk_cols))
-        ]
-        pool, threads = _shared_pool()
-        # Buffers reused from chunk to chunk of this panel, one set per decoding
-        # thread, and dropped when the panel is read (the plan counts them only
-        # while reading).  A fresh buffer per chunk costs page faults.
-        spare: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in range(min(threads, len(jobs))):
-            spare.put({})
-        for future in [pool.submit(read_chunk, i, j, rows, cols, out, spare) for i, j in jobs]:
-            future.result()
-
-    return read
-
-
-def _scratch(buffers: dict[str, np.ndarray], name: str, nbytes: int) -> np.ndarray:
-    """The first ``nbytes`` of the uint8 buffer ``name`` in ``buffers``, grown when too small."""
-    buffer = buffers.get(name)
-    if buffer is None or buffer.size < nbytes:
-        buffer = buffers[name] = np.empty(nbytes, dtype=np.uint8)
-    return buffer[:nbytes]
-
-
-def _read_file(path: str, scratch: dict[str, np.ndarray]) -> np.ndarray:
-    """The whole file at ``path``, read into the reusable buffer of ``scratch``."""
-    with open(path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
-        data = _scratch(scratch, "compressed", size)
-        view = memoryview(data)
-        done = 0
-        while done < size:
-            got = f.readinto(view[done:])
-            if not got:
-                raise OSError(f"{path}: file ended after {done} of {size} bytes")
-            done += got
-    return data
-
-
-def _shared_pool() -> tuple[ThreadPoolExecutor, int]:
-    """Decoding threads of this process (zarr's ``threading.max_workers``, set per job).
-
-    Returns the pool and its number of threads.
-    """
-    with _direct_lock:
-        if not _direct_pool:
-            workers = zarr.config.get("threading.max_workers") or DIRECT_DECODE_THREADS
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="outofcore-decode")
-            _direct_pool.append((pool, workers))
-        return _direct_pool[0]
-
-
-#: Decoding threads when zarr's configuration does not say.
-DIRECT_DECODE_THREADS = 2
+    with_retries(
+        lambda: chunkfiles.read_region(layout, selection, out), lambda: _region(array, selection)
+    )

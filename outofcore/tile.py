@@ -21,6 +21,7 @@ import numpy as np
 import zarr
 from threadpoolctl import threadpool_limits
 
+from outofcore import chunkfiles
 from outofcore.engines import TileEngine, make_engine
 from outofcore.reading import read_panel
 from scheduler.plan import PANELS_IN_FLIGHT, TileTask, chunk_span
@@ -119,7 +120,7 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, not skip_a, not skip_b)
 
     def write_rows(r0: int, rows: np.ndarray) -> None:
-        job.c[task.row0 + r0 : task.row0 + r0 + rows.shape[0], task.col0 : task.col1] = rows
+        write_region(job.c, (task.row0 + r0, task.col0), rows)
 
     read_wait = compute = 0.0
     bytes_read = 0
@@ -197,6 +198,21 @@ def _write_block_rows(c: zarr.Array, tile_rows: int) -> int:
     grid_rows = (c.shards or c.chunks)[0]
     block = grid_rows * max(1, -(-WRITE_BLOCK_ROWS // grid_rows))
     return min(block, tile_rows)
+
+
+def write_region(array: zarr.Array, start: tuple[int, int], values: np.ndarray) -> None:
+    """``array[start:start + values.shape] = values``: as chunk files where we can.
+
+    A region of whole chunks of an array in zarr's default local layout is
+    encoded and written by :mod:`outofcore.chunkfiles` (a tile's blocks of
+    rows always are, in an output outofcore created); anything else by zarr.
+    """
+    layout = chunkfiles.plain_layout(array)
+    if layout is not None and chunkfiles.aligned(layout, start, values.shape):
+        chunkfiles.write_region(layout, start, values)
+        return
+    (r0, c0), (h, w) = start, values.shape
+    array[r0 : r0 + h, c0 : c0 + w] = values
 
 
 def _decoded_bytes(

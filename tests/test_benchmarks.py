@@ -169,7 +169,8 @@ def test_direct_chunk_reader_matches_zarr_with_ragged_edges_and_missing_chunks(t
     import zarr
 
     from outofcore.generate import random_array
-    from outofcore.reading import _direct_reader, read_panel
+    from outofcore.chunkfiles import plain_layout as _direct_reader
+    from outofcore.reading import read_panel
 
     path = tmp_path / "a.zarr"
     random_array(path, (300, 250), (64, 48), seed=3)

@@ -238,8 +238,8 @@ def wait_for(condition, timeout: float, what: str) -> None:
 def test_client_killed_mid_job_then_rerun_skips_done_tiles(tmp_path):
     """SIGKILL ``outofcore matmul``; a second job meanwhile is refused; the rerun resumes."""
     a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
-    random_array(a, (2000, 1000), (100, 100), seed=1)
-    random_array(b, (1000, 1100), (100, 100), seed=2)
+    random_array(a, (2000, 2000), (100, 100), seed=1)
+    random_array(b, (2000, 1100), (100, 100), seed=2)
     command = [a, b, "-o", c, "--memory", "512KiB", "--scheduler", "sync", "--json"]
     env = {"OUTOFCORE_LEASE_TIMEOUT": "1"}  # heartbeats every 0.25 s
     job = subprocess.Popen(

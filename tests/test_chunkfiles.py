@@ -1,0 +1,85 @@
+"""Chunk files written and read without zarr's pipeline must be exactly zarr's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from outofcore import chunkfiles
+from outofcore.tile import write_region
+
+SHAPE, CHUNKS = (300, 250), (64, 48)  # ragged edges on both axes
+
+
+def chunk_files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "zarr.json"
+    }
+
+
+@pytest.mark.parametrize("compressors", ["auto", None], ids=["zstd", "uncompressed"])
+def test_written_chunk_files_are_the_files_zarr_writes(tmp_path, compressors):
+    rng = np.random.default_rng(11)
+    values = (rng.standard_normal(SHAPE) * 50).astype(np.float32)
+    ours, theirs = (
+        zarr.create_array(
+            tmp_path / name,
+            shape=SHAPE,
+            chunks=CHUNKS,
+            dtype="float32",
+            fill_value=np.nan,
+            compressors=compressors,
+        )
+        for name in ("ours.zarr", "zarr.zarr")
+    )
+    theirs[...] = values
+    layout = chunkfiles.plain_layout(ours)
+    assert layout is not None
+    # Blocks of whole chunk rows, as a tile task writes them; the last is ragged.
+    for r0 in range(0, SHAPE[0], 128):
+        chunkfiles.write_region(layout, (r0, 0), values[r0 : r0 + 128])
+    assert chunk_files(tmp_path / "ours.zarr") == chunk_files(tmp_path / "zarr.zarr")
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "ours.zarr")[...], values)
+    assert not list((tmp_path / "ours.zarr").rglob("*.partial"))
+    # Reading them back directly, twice (the reused buffers), whole and in parts.
+    for rows, cols in [(slice(0, 300), slice(0, 250)), (slice(64, 256), slice(48, 96))] * 2:
+        out = np.empty((rows.stop - rows.start, cols.stop - cols.start), np.float32)
+        chunkfiles.read_region(layout, (rows, cols), out)
+        np.testing.assert_array_equal(out, values[rows, cols])
+
+
+def test_regions_that_are_not_whole_chunks_are_refused_then_go_through_zarr(tmp_path):
+    array = zarr.create_array(
+        tmp_path / "c.zarr", shape=SHAPE, chunks=CHUNKS, dtype="float32", fill_value=np.nan
+    )
+    layout = chunkfiles.plain_layout(array)
+    block = np.arange(10 * 48, dtype=np.float32).reshape(10, 48)
+    assert not chunkfiles.aligned(layout, (5, 0), block.shape)
+    with pytest.raises(ValueError, match=r"region at \(5, 0\) of shape \(10, 48\)"):
+        chunkfiles.write_region(layout, (5, 0), block)
+    write_region(array, (5, 0), block)  # the tile task's writer falls back to zarr
+    np.testing.assert_array_equal(array[5:15, 0:48], block)
+    assert np.isnan(array[0:5, 0:48]).all()
+
+
+def test_only_the_plain_local_layout_is_handled_directly(tmp_path):
+    blosc = zarr.create_array(
+        tmp_path / "lz4.zarr",
+        shape=(10, 10),
+        chunks=(5, 5),
+        dtype="float32",
+        compressors=zarr.codecs.BloscCodec(cname="lz4"),
+    )
+    sharded = zarr.create_array(
+        tmp_path / "sharded.zarr", shape=(10, 10), chunks=(5, 5), shards=(10, 10), dtype="float32"
+    )
+    in_memory = zarr.create_array(zarr.storage.MemoryStore(), shape=(10, 10), dtype="float32")
+    assert [chunkfiles.plain_layout(a) for a in (blosc, sharded, in_memory)] == [None] * 3
+    values = np.arange(100, dtype=np.float32).reshape(10, 10)
+    write_region(blosc, (0, 0), values)  # through zarr
+    np.testing.assert_array_equal(blosc[...], values)
