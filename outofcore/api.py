@@ -13,6 +13,7 @@ from tqdm import tqdm
 from zarr.storage import MemoryStore
 
 from outofcore import arrays
+from outofcore.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.journal import (
@@ -59,6 +60,7 @@ def matmul(
     workers: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    output_codec: str = DEFAULT_OUTPUT_CODEC,
 ) -> zarr.Array:
     """Compute ``out = a @ b`` out of core and return the output array.
 
@@ -85,6 +87,11 @@ def matmul(
         Replace an existing output at ``out``.
     progress
         Show a progress bar on stderr.
+    output_codec
+        Compression of an output created here: ``"none"`` (default, the
+        fastest to write and read; dense float products barely compress) or
+        ``"zstd"`` (zarr's default; about 8% smaller on random data). An
+        existing output keeps its own.
 
     Returns
     -------
@@ -105,6 +112,7 @@ def matmul(
         workers=workers,
         overwrite=overwrite,
         progress=progress,
+        output_codec=output_codec,
     ).output
 
 
@@ -124,6 +132,7 @@ def run_job(
     gpus: tuple[int, ...] | None = None,
     lease_timeout_s: float | None = None,
     device_memory: int | str | None = None,
+    output_codec: str = DEFAULT_OUTPUT_CODEC,
 ) -> JobResult:
     """Run one product like :func:`matmul` and return the plan and summary too.
 
@@ -142,6 +151,7 @@ def run_job(
     budget = parse_size(memory)
     device_budget = None if device_memory is None else parse_size(device_memory)
     backend_name = resolve_backend(backend)
+    check_output_codec(output_codec)
     a_array = arrays.open_input(a, "A")
     b_array = arrays.open_input(b, "B")
     dtype = arrays.check_operands(a_array, b_array)
@@ -185,7 +195,7 @@ def run_job(
         document, done = _open_journal(journal, start, plan, identity, backend_name, lease.job_id)
         if existing is None:
             output = arrays.create_output(
-                out, shape, dtype, plan.out_chunks, False, {ATTRIBUTE: record}
+                out, shape, dtype, plan.out_chunks, False, {ATTRIBUTE: record}, output_codec
             )
         else:
             output = existing

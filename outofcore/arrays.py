@@ -15,6 +15,7 @@ import zarr
 from zarr.errors import NodeTypeValidationError
 from zarr.storage import LocalStore, MemoryStore
 
+from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
 from outofcore.engines import SUPPORTED_DTYPES
 from outofcore.errors import InputError, OutputExistsError
 from scheduler.plan import Problem
@@ -196,8 +197,12 @@ def create_output(
     chunks: tuple[int, int],
     overwrite: bool,
     attributes: dict[str, Any],
+    codec: str = DEFAULT_OUTPUT_CODEC,
 ) -> zarr.Array:
-    """Create the output array (replacing an old one only when ``overwrite``)."""
+    """Create the output array (replacing an old one only when ``overwrite``).
+
+    ``codec`` is one of :data:`outofcore.codecs.OUTPUT_CODECS`.
+    """
     return zarr.create_array(
         os.fspath(target),
         shape=shape,
@@ -206,4 +211,5 @@ def create_output(
         overwrite=overwrite,
         attributes=attributes,
         fill_value=np.nan,
+        compressors=zarr_compressors(codec),
     )

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from outofcore.codecs import DEFAULT_OUTPUT_CODEC, OUTPUT_CODECS
 from outofcore.errors import OutOfCoreError
 from outofcore.sizes import format_size, parse_size
 
@@ -67,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
         help="start one worker per GPU on this node, e.g. 0,1,2,3 (GPU tasks land only there)",
     )
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    run.add_argument(
+        "--output-codec",
+        choices=OUTPUT_CODECS,
+        default=DEFAULT_OUTPUT_CODEC,
+        help="compression of a new output (default: %(default)s; zstd is zarr's default, "
+        "about 8%% smaller on dense floats, slower to write and read)",
+    )
     _add_json(run)
     run.set_defaults(run=_matmul)
 
@@ -172,6 +180,7 @@ def _matmul(args: argparse.Namespace) -> int:
         progress=not args.json,
         gpus=parse_gpus(args.gpus) if args.gpus else None,
         device_memory=args.device_memory,
+        output_codec=args.output_codec,
     )
     _print(result.summary, args.json, _format_summary)
     return 0

@@ -81,6 +81,40 @@ def test_several_tiles_and_panels_with_forced_small_tiles(tmp_path):
     assert_product_close(zarr.open_array(str(tmp_path / "c.zarr"))[...], a, b)
 
 
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_output_codec_choice_gives_the_same_product(tmp_path, codec):
+    rng = np.random.default_rng(13)
+    a = random_matrix(rng, (83, 59), "float32")
+    b = random_matrix(rng, (59, 71), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (16, 16))
+    write_zarr(tmp_path / "b.zarr", b, (16, 16))
+    c = outofcore.matmul(
+        tmp_path / "a.zarr",
+        tmp_path / "b.zarr",
+        tmp_path / "c.zarr",
+        client="sync",
+        progress=False,
+        output_codec=codec,
+    )
+    compressors = [type(x).__name__ for x in c.compressors]
+    assert compressors == ([] if codec == "none" else ["ZstdCodec"])
+    assert_product_close(c[...], a, b)
+
+
+def test_unknown_output_codec_is_refused_before_anything_is_written(tmp_path):
+    rng = np.random.default_rng(14)
+    write_zarr(tmp_path / "a.zarr", random_matrix(rng, (8, 8), "float32"), (4, 4))
+    with pytest.raises(InputError, match="output codec 'lz5': choose one of none, zstd"):
+        run_job(
+            tmp_path / "a.zarr",
+            tmp_path / "a.zarr",
+            tmp_path / "c.zarr",
+            client="sync",
+            output_codec="lz5",
+        )
+    assert not (tmp_path / "c.zarr").exists()
+
+
 def test_k_equal_one_and_one_by_one(tmp_path):
     rng = np.random.default_rng(11)
     for m, k, n in [(1, 1, 1), (17, 1, 23)]:
