@@ -21,10 +21,11 @@ What is timed, per system (cluster start-up is excluded and reported apart):
   ``allowed_mem`` = the total budget.
 * ``outofcore``: ``outofcore.api.run_job`` on the LocalCluster that
   ``scheduler.cluster.start_local_cluster`` starts, with ``--memory`` (total)
-  split evenly over ``--workers``.
+  split evenly over ``--workers``; its output is uncompressed (its default).
 
 Variants: ``outofcore@2`` runs on 2 workers sharing the budget;
-``outofcore+lz4`` writes into a Blosc-LZ4 output made ahead;
+``outofcore+zstd`` writes a zstd output (zarr's default codec, which
+dask.array and cubed write; outofcore's own default is uncompressed);
 ``outofcore+warm`` first runs the same job once, untimed, on the same
 cluster (a service's workers, which have run jobs before).
 
@@ -241,9 +242,9 @@ def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
     client = Client(cluster)
     client.run(_warm_outofcore)  # worker imports count as start-up, as for dask-cluster
     extra: dict[str, Any] = {}
-    target: Any = out
-    if cfg.get("variant") == "lz4":
-        target = _lz4_output(a_path, b_path, out, per_worker)
+    # outofcore's default output is uncompressed; "+zstd" asks for zarr's default codec,
+    # the one dask.array and cubed write with.
+    codec = "zstd" if cfg.get("variant") == "zstd" else "none"
 
     def job(output: Any) -> Any:
         return run_job(
@@ -255,6 +256,7 @@ def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
             client=client,
             overwrite=True,
             progress=False,
+            output_codec=codec,
         )
 
     if cfg.get("variant") == "warm":  # a cluster that has run a job before: a service
@@ -262,7 +264,7 @@ def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
         shutil.rmtree(out + "-warm-up")
 
     def timed() -> None:
-        result = job(target)
+        result = job(out)
         s = result.summary
         extra["outofcore"] = {
             key: s[key]
@@ -305,40 +307,6 @@ def _warm_dask() -> None:
     import zarr  # noqa: F401, PLC0415
 
 
-def _lz4_output(a_path: str, b_path: str, out: str, budget: int) -> Any:
-    """An output created ahead with the plan's chunks and Blosc-LZ4 (not timed).
-
-    Measures what a fast output codec would buy; outofcore itself creates its
-    output with zarr's default codec (zstd), like the other systems here.
-    """
-    import numpy as np  # noqa: PLC0415
-    import zarr  # noqa: PLC0415
-    from zarr.codecs import BloscCodec  # noqa: PLC0415
-
-    from scheduler.plan import Problem, make_plan  # noqa: PLC0415
-
-    a = zarr.open_array(a_path, mode="r")
-    b = zarr.open_array(b_path, mode="r")
-    problem = Problem(
-        m=a.shape[0],
-        k=a.shape[1],
-        n=b.shape[1],
-        itemsize=a.dtype.itemsize,
-        a_chunks=tuple(a.chunks),
-        b_chunks=tuple(b.chunks),
-    )
-    plan = make_plan(problem, budget)
-    return zarr.create_array(
-        out,
-        shape=(a.shape[0], b.shape[1]),
-        chunks=plan.out_chunks,
-        dtype=a.dtype,
-        compressors=BloscCodec(cname="lz4", clevel=1, shuffle="shuffle"),
-        fill_value=np.nan,
-        overwrite=True,
-    )
-
-
 RUNNERS = {
     "numpy": _numpy,
     "dask": _dask,
@@ -377,7 +345,7 @@ def run_one(system: str, a_path: str, b_path: str, cfg: dict) -> dict:
     out = os.path.join(cfg["scratch"], f"c-{system}.zarr")
     shutil.rmtree(out, ignore_errors=True)
     reads_before = sampler.read_chars()
-    # "outofcore@2": on 2 workers; "outofcore+lz4": into an LZ4 output made ahead;
+    # "outofcore@2": on 2 workers; "outofcore+zstd": a zstd output;
     # "outofcore+warm": the same job run once before, untimed, on the same cluster.
     base, _, workers = system.partition("@")
     base, _, variant = base.partition("+")
