@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +25,27 @@ def chunk_files(root: Path) -> dict[str, bytes]:
     }
 
 
+@pytest.fixture(params=["unbuffered", "buffered", "tmpfs"])
+def write_mode(request, tmp_path, monkeypatch):
+    """Where and how chunk files are written: O_DIRECT, the page cache, or a tmpfs.
+
+    On a tmpfs (no O_DIRECT) the writer falls back to ordinary writes by itself.
+    """
+    if request.param == "buffered":
+        monkeypatch.setattr(chunkfiles, "_direct_writes", [False])
+    if request.param != "tmpfs":
+        return tmp_path
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    folder = Path(tempfile.mkdtemp(dir=shm))
+    request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))
+    return folder
+
+
 @pytest.mark.parametrize("compressors", ["auto", None], ids=["zstd", "uncompressed"])
-def test_written_chunk_files_are_the_files_zarr_writes(tmp_path, compressors):
+def test_written_chunk_files_are_the_files_zarr_writes(write_mode, compressors):
+    tmp_path = write_mode
     rng = np.random.default_rng(11)
     values = (rng.standard_normal(SHAPE) * 50).astype(np.float32)
     ours, theirs = (
