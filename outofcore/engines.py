@@ -161,6 +161,8 @@ class CpuEngine:
 
     def __init__(self) -> None:
         self._c: np.ndarray | None = None
+        #: The last tile's accumulator, reused by the next tile of the same shape.
+        self._spare: np.ndarray | None = None
         self._fresh = True
         self._partial = False
 
@@ -168,7 +170,12 @@ class CpuEngine:
         return np.empty(size, dtype=dtype)
 
     def start_tile(self, shape: tuple[int, int], dtype: np.dtype) -> None:
-        self._c = np.empty(shape, dtype=dtype)
+        spare, self._spare = self._spare, None  # freed before a new one is allocated
+        if spare is not None and spare.shape == tuple(shape) and spare.dtype == dtype:
+            self._c = spare  # fresh memory costs page faults; a first beta = 0 overwrites it
+        else:
+            spare = None
+            self._c = np.empty(shape, dtype=dtype)
         self._fresh = True
         self._partial = False  # rows multiplied by accumulate_rows
 
@@ -209,7 +216,12 @@ class CpuEngine:
         if self._fresh and not self._partial:  # no panel multiplied (k == 0): zero
             c[...] = 0
         self._c = None
+        self._spare = c
         return c
+
+    def release(self) -> None:
+        """Free the accumulator kept for the next tile."""
+        self._spare = None
 
     def _require_tile(self) -> np.ndarray:
         if self._c is None:

@@ -100,11 +100,23 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
     # The previous task on this thread may have left its last panels: when this
     # task needs one of them (same A rows or same B columns, e.g. the next tile
     # of a row), start with it instead of reading it again.
-    order, held_a, held_b = _panel_order(job, task, _held.__dict__.pop("panels", None))
+    kept = _held.__dict__.pop("panels", None)
+    order, held_a, held_b = _panel_order(job, task, kept)
     a_buffers = [held_a] if held_a is not None else []
     b_buffers = [held_b] if held_b is not None else []
-    a_buffers += [engine.host_buffer(tm * job.tk, dtype) for _ in range(2 - len(a_buffers))]
-    b_buffers += [engine.host_buffer(job.tk * tn, dtype) for _ in range(2 - len(b_buffers))]
+    # The other buffers it kept are reused when their size is one this task needs
+    # (fresh memory costs page faults, pinned memory an expensive allocation);
+    # the rest are dropped before anything new is allocated.
+    needs = [("a", tm * job.tk)] * (2 - len(a_buffers)) + [("b", job.tk * tn)] * (
+        2 - len(b_buffers)
+    )
+    spare = _spare_buffers(kept, (held_a, held_b), job.backend, dtype)
+    taken = [_take(spare, size) for _, size in needs]
+    spare.clear()
+    kept = None  # unused kept buffers are freed here
+    for (name, size), buffer in zip(needs, taken, strict=True):
+        target = a_buffers if name == "a" else b_buffers
+        target.append(buffer if buffer is not None else engine.host_buffer(size, dtype))
 
     def load_panel(position: int) -> tuple[np.ndarray, np.ndarray, int]:
         k0, k1 = job.panels[order[position]]
@@ -168,10 +180,13 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         for future in writes:
             future.result()
         write = time.perf_counter() - t0  # the part of writing not hidden behind compute
+    if streaming and _in_dask_worker():  # keep the buffers for this thread's next task
+        others = [x for x in a_buffers + b_buffers if x is not last_a and x is not last_b]
+        _held.panels = (_held_key(job, task, order[-1]), last_a, last_b, others)
+    elif not _in_dask_worker():  # an in-process run frees everything when it returns
+        getattr(engine, "release", lambda: None)()
     a_buffers.clear()
     b_buffers.clear()
-    if streaming and _in_dask_worker():  # keep the last panels for this thread's next task
-        _held.panels = (_held_key(job, task, order[-1]), last_a, last_b)
     return TileResult(
         key=task.key,
         bytes_read=bytes_read,
@@ -226,9 +241,11 @@ def _decoded_bytes(
     return itemsize * (rows * a_k + b_k * cols)
 
 
-#: Per thread: the last panels of the previous task, ``(key, a_buffer, b_buffer)``.
-#: Only Dask workers hold them (their memory is reserved for tasks anyway); an
-#: in-process run frees everything when its last task returns.
+#: Per thread: the buffers of the previous task, ``(key, a_buffer, b_buffer,
+#: others)``: its last A and B panels and its other panel buffers (engines
+#: that stream the last panels' rows only).  Only Dask workers keep them (their memory is
+#: reserved for tasks anyway); an in-process run frees everything when its last
+#: task returns.
 _held = threading.local()
 
 
@@ -263,7 +280,7 @@ def _panel_order(
     count = len(job.panels)
     if held is None:
         return list(range(count)), None, None
-    key, a_buffer, b_buffer = held
+    key, a_buffer, b_buffer, _ = held
     arrays_key, panel, tk, rows, cols = key
     mine = _held_key(job, task, 0)
     if arrays_key != mine[0] or tk != job.tk or panel not in job.panels:
@@ -273,8 +290,30 @@ def _panel_order(
     same_b = cols == (task.col0, task.col1)
     if not (same_a or same_b):
         return list(range(count)), None, None
+    a_buffer, b_buffer = (a_buffer if same_a else None), (b_buffer if same_b else None)
+    if a_buffer is None and b_buffer is None:
+        return list(range(count)), None, None
     order = [s, *range(s - 1, -1, -1), *range(s + 1, count)]
-    return order, a_buffer if same_a else None, b_buffer if same_b else None
+    return order, a_buffer, b_buffer
+
+
+def _spare_buffers(
+    held: tuple | None, in_use: tuple, backend: str, dtype: np.dtype
+) -> list[np.ndarray]:
+    """The previous task's buffers this task may reuse: same engine and dtype, not in use."""
+    if held is None or held[0][0][-1] != backend:  # the key's arrays part ends with the backend
+        return []
+    key, a_buffer, b_buffer, others = held
+    candidates = [x for x in (a_buffer, b_buffer, *others) if x is not None]
+    return [x for x in candidates if x.dtype == dtype and not any(x is used for used in in_use)]
+
+
+def _take(spare: list[np.ndarray], size: int) -> np.ndarray | None:
+    """Remove and return a buffer of exactly ``size`` elements from ``spare``, or None."""
+    for position, buffer in enumerate(spare):
+        if buffer.size == size:
+            return spare.pop(position)
+    return None
 
 
 def peak_rss_bytes() -> int:

@@ -163,6 +163,64 @@ def test_consecutive_tiles_reuse_the_panel_their_predecessor_ended_on(tmp_path, 
     np.testing.assert_allclose(c, a[...] @ b[...], rtol=1e-4, atol=1e-3)
 
 
+def test_worker_threads_reuse_their_buffers_from_tile_to_tile(tmp_path, monkeypatch):
+    import zarr
+
+    import outofcore.tile
+    from outofcore.api import run_job
+    from outofcore.generate import random_array
+
+    monkeypatch.setattr(outofcore.tile, "_in_dask_worker", lambda: True)
+    sizes: list[int] = []
+    allocate = CpuEngine.host_buffer
+    monkeypatch.setattr(
+        CpuEngine, "host_buffer", lambda self, n, dtype: sizes.append(n) or allocate(self, n, dtype)
+    )
+    a = random_array(tmp_path / "a.zarr", (512, 384), (64, 64), seed=2)
+    b = random_array(tmp_path / "b.zarr", (384, 448), (64, 64), seed=3)  # a ragged tile column
+    try:
+        result = run_job(
+            a,
+            b,
+            tmp_path / "c.zarr",
+            memory=2**20,
+            backend="cpu",
+            client="sync",
+            progress=False,
+            tile=(128, 128),
+            tk=64,
+        )
+    finally:
+        outofcore.tile._held.__dict__.clear()
+    # 16 tiles of 4 panel buffers each; without reuse every tile after the first
+    # would allocate 3 (one held panel).  New ones only where the size changes:
+    # the first tile and the turns at the ragged column.
+    assert result.summary["tiles"] == 16
+    assert 4 <= len(sizes) <= 16, sizes
+    c = zarr.open_array(tmp_path / "c.zarr", mode="r")[...]
+    np.testing.assert_allclose(c, a[...] @ b[...], rtol=1e-4, atol=1e-3)
+
+
+def test_cpu_engine_reuses_its_accumulator_for_a_tile_of_the_same_shape():
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal((24, 24), dtype=np.float32) for _ in range(2))
+    engine = CpuEngine()
+    engine.start_tile((24, 24), np.dtype(np.float32))
+    engine.accumulate(a, b)
+    first = engine.finish_tile()
+    engine.start_tile((24, 24), np.dtype(np.float32))  # garbage from the last tile: beta = 0
+    engine.accumulate(b, a)
+    second = engine.finish_tile()
+    assert second is first
+    np.testing.assert_allclose(second, b @ a, rtol=1e-5, atol=1e-5)
+    engine.start_tile((24, 16), np.dtype(np.float32))
+    engine.accumulate(a, b[:, :16].copy())
+    assert engine.finish_tile() is not first
+    engine.release()
+    engine.start_tile((24, 16), np.dtype(np.float32))  # k = 0 after a release: zeros
+    assert not engine.finish_tile().any()
+
+
 def test_direct_chunk_reader_matches_zarr_with_ragged_edges_and_missing_chunks(tmp_path):
     import os
 
