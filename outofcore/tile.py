@@ -148,6 +148,8 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
             min(STREAMED_PANELS, len(job.panels)) if streaming else 0
         )
         streamed: list[tuple[np.ndarray, np.ndarray]] = []
+        block = _write_block_rows(job.c, tm)
+        ahead: set[int] = set()  # row blocks the first streamed panel was added to early
         for s in range(len(job.panels)):
             t0 = time.perf_counter()
             a_panel, b_panel, nbytes = pending.result()
@@ -158,12 +160,23 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
                 engine.accumulate(a_panel, b_panel)
             else:
                 streamed.append((a_panel, b_panel))
+            if s == streamed_from > 0 and s + 1 < len(job.panels):
+                # Rather than wait for the last panel, add this one to row blocks
+                # until it arrives (the accumulator is not fresh: beta = 1).
+                for r0 in range(0, tm, block):
+                    if pending.done():
+                        break
+                    engine.accumulate_rows(r0, [(a_panel[r0 : r0 + block], b_panel)])
+                    ahead.add(r0)
             if streamed and s + 1 == len(job.panels):
                 # The last panels: multiply them block by block of whole output-chunk
                 # rows and write each finished block while BLAS works on the next one.
-                block = _write_block_rows(job.c, tm)
                 for r0 in range(0, tm, block):
-                    parts = [(a[r0 : r0 + block], b) for a, b in streamed]
+                    parts = [
+                        (a[r0 : r0 + block], b)
+                        for position, (a, b) in enumerate(streamed)
+                        if not (position == 0 and r0 in ahead)
+                    ]
                     writes.append(writer.submit(write_rows, r0, engine.accumulate_rows(r0, parts)))
             compute += time.perf_counter() - t1
             read_wait += t1 - t0

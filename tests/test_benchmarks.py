@@ -163,6 +163,44 @@ def test_consecutive_tiles_reuse_the_panel_their_predecessor_ended_on(tmp_path, 
     np.testing.assert_allclose(c, a[...] @ b[...], rtol=1e-4, atol=1e-3)
 
 
+def test_rows_get_the_second_last_panel_while_the_last_one_loads(tmp_path, monkeypatch):
+    import time
+
+    import zarr
+
+    import outofcore.tile
+    from outofcore.api import run_job
+    from outofcore.generate import random_array
+
+    a = random_array(tmp_path / "a.zarr", (320, 256), (32, 64), seed=5)
+    b = random_array(tmp_path / "b.zarr", (256, 96), (64, 96), seed=6)
+    monkeypatch.setattr(outofcore.tile, "WRITE_BLOCK_ROWS", 1)  # blocks of one chunk row
+    read = outofcore.tile.read_panel
+
+    def slow_last_panel(array, selection, out):
+        if selection[1 if array is a else 0].start == 192:  # the last k-panel
+            time.sleep(0.5)
+        read(array, selection, out)
+
+    monkeypatch.setattr(outofcore.tile, "read_panel", slow_last_panel)
+    calls: list[int] = []
+    accumulate_rows = CpuEngine.accumulate_rows
+    monkeypatch.setattr(
+        CpuEngine,
+        "accumulate_rows",
+        lambda self, r0, parts: calls.append(len(parts)) or accumulate_rows(self, r0, parts),
+    )
+    out = zarr.create_array(tmp_path / "c.zarr", shape=(320, 96), chunks=(32, 96), dtype="float32")
+    result = run_job(a, b, out, memory=2**20, client="sync", progress=False, tk=64)
+    assert len(result.plan.tasks) == 1 and len(result.plan.panels) == 4
+    # Blocks given the third panel alone while the fourth loaded take the fourth
+    # alone after it; the others take both at once: 10 blocks of 32 rows.
+    early = calls.count(1) // 2
+    assert early > 0 and calls.count(2) == 10 - early and len(calls) == 10 + early
+    c = zarr.open_array(tmp_path / "c.zarr", mode="r")[...]
+    np.testing.assert_allclose(c, a[...] @ b[...], rtol=1e-4, atol=1e-3)
+
+
 def test_worker_threads_reuse_their_buffers_from_tile_to_tile(tmp_path, monkeypatch):
     import zarr
 
