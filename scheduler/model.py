@@ -4,7 +4,7 @@ Pure arithmetic on a :class:`~scheduler.plan.Plan` and a :class:`Machine`; no
 Dask, numba or zarr.  Every stage of a tile task is a stream that runs in
 parallel with the others once the pipeline is full (the next panel is decoded
 and copied while the current one is multiplied; the tile's rows are written
-while its last panel is multiplied), so the job takes about as long as its
+while its last two panels are multiplied), so the job takes about as long as its
 slowest stream, plus the part of each task that cannot overlap::
 
     T ≈ max(T_compute, T_decode, T_pcie, T_disk, T_network, T_write) + T_fill
@@ -72,17 +72,19 @@ class Machine:
 
 
 GB = 1e9
-#: Measured here (docs/performance.md): OpenBLAS sgemm ~110 GFLOP/s per core, two
-#: cores; chunk files + numcodecs zstd decode ~0.8 GB/s per core (1.25 CPU s/GiB),
-#: so ~1 GB/s beside BLAS; zarr's write path encodes zstd at ~0.3 GB/s;
-#: page-cached local disk.
+#: Measured here (docs/performance.md), with OpenBLAS's own kernel for the CPU
+#: (SkylakeX on these AMD EPYC cores; ``OPENBLAS_CORETYPE`` unset): sgemm ~400
+#: GFLOP/s on the two cores; chunk files + zstd decoding ~0.9 CPU-s/GiB, so
+#: ~2.4 GB/s of the two cores' time; uncompressed output written unbuffered
+#: ~0.5 CPU-s/GiB (~4 GB/s of the cores), the disk taking ~1.2 GB/s;
+#: inputs in the page cache.
 CI_2CORE = Machine(
     name="ci-2core",
     nodes=1,
     workers_per_node=1,
-    kernel_flops=220e9,
-    decode_bps=1.0 * GB,
-    encode_bps=0.3 * GB,
+    kernel_flops=400e9,
+    decode_bps=2.4 * GB,
+    encode_bps=4.0 * GB,
     pcie_bps=None,
     disk_bps=2 * GB,
     network_bps=None,
