@@ -26,8 +26,9 @@ What is timed, per system (cluster start-up is excluded and reported apart):
 Variants: ``outofcore@2`` runs on 2 workers sharing the budget;
 ``outofcore+zstd`` writes a zstd output (zarr's default codec, which
 dask.array and cubed write; outofcore's own default is uncompressed);
-``outofcore+warm`` first runs the same job once, untimed, on the same
-cluster (a service's workers, which have run jobs before).
+``outofcore+warm`` first runs ``B @ A`` once, untimed, on the same cluster
+(a service's workers, which have run a job of the same size before; none of
+its panels is one the timed job reads).
 
 BLAS: some machines set ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` to work
 around old OpenBLAS builds, which makes a current one run an older, slower
@@ -246,10 +247,10 @@ def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
     # the one dask.array and cubed write with.
     codec = "zstd" if cfg.get("variant") == "zstd" else "none"
 
-    def job(output: Any) -> Any:
+    def job(output: Any, first: str = a_path, second: str = b_path) -> Any:
         return run_job(
-            a_path,
-            b_path,
+            first,
+            second,
             output,
             memory=per_worker,
             backend="cpu",
@@ -260,7 +261,9 @@ def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
         )
 
     if cfg.get("variant") == "warm":  # a cluster that has run a job before: a service
-        job(out + "-warm-up")
+        # B @ A: the same shapes and chunks (square inputs), so the same buffer sizes,
+        # but no panel of the timed job is left in a worker's memory.
+        job(out + "-warm-up", b_path, a_path)
         shutil.rmtree(out + "-warm-up")
 
     def timed() -> None:
@@ -346,7 +349,7 @@ def run_one(system: str, a_path: str, b_path: str, cfg: dict) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     reads_before = sampler.read_chars()
     # "outofcore@2": on 2 workers; "outofcore+zstd": a zstd output;
-    # "outofcore+warm": the same job run once before, untimed, on the same cluster.
+    # "outofcore+warm": B @ A run once before, untimed, on the same cluster.
     base, _, workers = system.partition("@")
     base, _, variant = base.partition("+")
     cfg = {**cfg, "variant": variant}
