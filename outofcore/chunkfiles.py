@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import os
-import queue
 import sys
 import threading
 import uuid
@@ -145,23 +144,35 @@ def shared_pool() -> tuple[ThreadPoolExecutor, int]:
 def _run_per_chunk(jobs: list[tuple[int, int]], work: Callable[[int, int, dict], None]) -> None:
     """``work(i, j, scratch)`` for every chunk, in the shared pool.
 
-    Each running call gets a ``scratch`` dict of buffers reused from chunk to
-    chunk and dropped at the end (a fresh buffer per chunk costs page faults).
+    Each running call gets a ``scratch`` dict of buffers (:data:`_buffer_sets`)
+    that later chunks, reads and writes alike, reuse.
     """
-    pool, threads = shared_pool()
-    spare: queue.SimpleQueue = queue.SimpleQueue()
-    for _ in range(min(threads, len(jobs))):
-        spare.put({})
+    pool, _ = shared_pool()
 
     def run(i: int, j: int) -> None:
-        scratch = spare.get()
+        try:
+            scratch = _buffer_sets.pop()
+        except IndexError:
+            scratch = {}
         try:
             work(i, j, scratch)
         finally:
-            spare.put(scratch)
+            _buffer_sets.append(scratch)
 
     for future in [pool.submit(run, i, j) for i, j in jobs]:
         future.result()
+
+
+#: Buffer sets kept between chunks, panels and tasks: one per chunk being read
+#: or written at once, so at most the pool's thread count, each an aligned
+#: file buffer and a chunk buffer.  Fresh buffers per chunk or per panel would
+#: cost page faults (Dask workers return freed memory to the system at once).
+_buffer_sets: list[dict[str, np.ndarray]] = []
+
+
+def release_buffers() -> None:
+    """Free the kept buffer sets (an in-process run does at its end)."""
+    _buffer_sets.clear()
 
 
 def _scratch(buffers: dict[str, np.ndarray], name: str, nbytes: int) -> np.ndarray:
@@ -173,10 +184,10 @@ def _scratch(buffers: dict[str, np.ndarray], name: str, nbytes: int) -> np.ndarr
 
 
 def _read_file(path: str, scratch: dict[str, np.ndarray]) -> np.ndarray:
-    """The whole file at ``path``, read into the reusable buffer of ``scratch``."""
+    """The whole file at ``path``, read into the reusable file buffer of ``scratch``."""
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
-        data = _scratch(scratch, "file", size)
+        data = _aligned_scratch(scratch, size)[:size]
         view = memoryview(data)
         done = 0
         while done < size:
@@ -235,7 +246,7 @@ _direct_writes: list[bool] = []
 def _aligned_scratch(scratch: dict[str, np.ndarray], nbytes: int) -> np.ndarray:
     """A uint8 buffer of ``nbytes`` rounded up to :data:`DIRECT_ALIGNMENT`, aligned to it."""
     padded = -(-nbytes // DIRECT_ALIGNMENT) * DIRECT_ALIGNMENT
-    raw = _scratch(scratch, "aligned", padded + DIRECT_ALIGNMENT)
+    raw = _scratch(scratch, "file", padded + DIRECT_ALIGNMENT)
     offset = -raw.ctypes.data % DIRECT_ALIGNMENT
     return raw[offset : offset + padded]
 

@@ -198,6 +198,7 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         _held.panels = (_held_key(job, task, order[-1]), last_a, last_b, others)
     elif not _in_dask_worker():  # an in-process run frees everything when it returns
         getattr(engine, "release", lambda: None)()
+        chunkfiles.release_buffers()
     a_buffers.clear()
     b_buffers.clear()
     return TileResult(

@@ -10,12 +10,12 @@ Memory contract of one task (bytes)::
     w * (tm*tn + depth * tk * (tm + tn))  +  codec buffers
 
 with ``depth = 2`` panels in flight (one multiplied, one being decoded) and
-codec buffers ``io_concurrency * 2 * chunk`` (a compressed and a decoded
-copy of each chunk in flight).  The CPU engine writes the tile's finished
-rows while it multiplies the last panel, so the panels are still live while
-output chunks are encoded: the codec buffers counted are the larger of the
-input chunks being decoded and the output chunks being encoded
-(:func:`task_bytes`).
+codec buffers ``io_concurrency * 2 * chunk`` (a file and a chunk buffer for
+each chunk read or written at once, the larger of the input and output
+chunks: the same buffers serve reads and writes, and are kept between
+tasks).  The CPU engine writes the tile's finished rows while it multiplies
+the last panels, so the panels are still live while output chunks are
+written (:func:`task_bytes`).
 
 Bytes read by the whole job (every task reads its A row-panel and B
 column-panel once)::
@@ -182,11 +182,11 @@ class Plan:
 def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int) -> int:
     """Projected peak bytes of one task with a ``tm×tn`` tile and ``tk``-deep panels.
 
-    ``w * (tm*tn + depth*tk*(tm + tn) + max(input codec, output codec))``: the
-    tile and the panels in flight are live throughout (the last panel's rows
-    are written while it is multiplied), plus the codec buffers of either the
-    input chunks being decoded or the output chunks being encoded (never both:
-    nothing is read once the last panel is in).
+    ``w * (tm*tn + depth*tk*(tm + tn) + c*2*max(input chunk, output chunk))``:
+    the tile and the panels in flight are live throughout (the last panels'
+    rows are written while they are multiplied), plus the codec buffers: one
+    file buffer and one chunk buffer for each of the ``c = io_concurrency``
+    chunks read or written at once, kept from reads to writes and task to task.
     """
     tm, tn, tk = min(tm, problem.m), min(tn, problem.n), min(tk, problem.k)
     input_chunk = max(
@@ -194,11 +194,9 @@ def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     )
     out_rows, out_cols = problem.out_grid or (_output_chunk(tm), _output_chunk(tn))
     panels = PANELS_IN_FLIGHT * tk * (tm + tn)
-    decoding = io_concurrency * 2 * input_chunk
     out_chunk = min(out_rows, tm) * min(out_cols, tn)
-    chunks_in_flight = min(io_concurrency, math.ceil(tm / out_rows) * math.ceil(tn / out_cols))
-    encoding = chunks_in_flight * 2 * out_chunk
-    return problem.itemsize * (tm * tn + panels + max(decoding, encoding))
+    codec_buffers = io_concurrency * 2 * max(input_chunk, out_chunk)
+    return problem.itemsize * (tm * tn + panels + codec_buffers)
 
 
 def io_lower_bound(problem: Problem, budget_bytes: int) -> int:

@@ -173,14 +173,20 @@ def test_problem_rejects_nonsense(bad):
 
 
 def test_task_bytes_matches_the_documented_formula():
-    # w * (tm*tn + depth*tk*(tm + tn) + max(input codec, output codec))
+    # w * (tm*tn + depth*tk*(tm + tn) + c*2*max(input chunk, output chunk))
     problem = Problem(
-        m=16384, k=16384, n=16384, itemsize=4, a_chunks=(2048, 2048), b_chunks=(2048, 2048)
+        m=16384, k=16384, n=16384, itemsize=4, a_chunks=(2048, 1024), b_chunks=(1024, 2048)
     )
-    decoding = 2 * 2 * 2048 * 2048  # io_concurrency 2, compressed + decoded copy
-    encoding = 2 * 2 * 2048 * 2048  # two 2048² output chunks in flight
-    expected = 4 * (16384 * 8192 + 2 * 2048 * (16384 + 8192) + max(decoding, encoding))
+    codec = 2 * 2 * 2048 * 2048  # io_concurrency 2, a file and a chunk buffer each
+    expected = 4 * (16384 * 8192 + 2 * 2048 * (16384 + 8192) + codec)  # out chunks 2048²
     assert task_bytes(problem, 16384, 8192, 2048, 2) == expected
+    # Larger input chunks than output chunks: the buffers are the input chunk's size.
+    wide = Problem(
+        m=16384, k=16384, n=16384, itemsize=4, a_chunks=(4096, 4096), b_chunks=(4096, 4096)
+    )
+    codec = 2 * 2 * 4096 * 4096
+    expected = 4 * (16384 * 8192 + 2 * 4096 * (16384 + 8192) + codec)
+    assert task_bytes(wide, 16384, 8192, 4096, 2) == expected
 
 
 def test_plan_prefers_tiles_that_read_less_over_square_ones():
