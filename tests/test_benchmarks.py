@@ -125,16 +125,16 @@ def test_engine_streams_row_blocks_of_the_last_panel():
     np.testing.assert_allclose(engine.finish_tile(), a[:, :20] @ b[:20], rtol=1e-4, atol=1e-4)
 
 
-def test_consecutive_tiles_reuse_the_panel_their_predecessor_ended_on(tmp_path, monkeypatch):
-    import zarr
-
+def sixteen_tiles_as_in_a_worker(tmp_path, monkeypatch, seed):
+    """A 512x384 @ 384x448 job in 16 tiles of 128² (the last column ragged), run
+    in-process as a Dask worker thread runs it: keeping buffers between tasks."""
     import outofcore.tile
     from outofcore.api import run_job
     from outofcore.generate import random_array
 
     monkeypatch.setattr(outofcore.tile, "_in_dask_worker", lambda: True)
-    a = random_array(tmp_path / "a.zarr", (512, 384), (64, 64), seed=0)
-    b = random_array(tmp_path / "b.zarr", (384, 448), (64, 64), seed=1)
+    a = random_array(tmp_path / "a.zarr", (512, 384), (64, 64), seed=seed)
+    b = random_array(tmp_path / "b.zarr", (384, 448), (64, 64), seed=seed + 1)
     try:
         result = run_job(
             a,
@@ -149,6 +149,13 @@ def test_consecutive_tiles_reuse_the_panel_their_predecessor_ended_on(tmp_path, 
         )
     finally:
         outofcore.tile._held.__dict__.clear()
+    return a, b, result
+
+
+def test_consecutive_tiles_reuse_the_panel_their_predecessor_ended_on(tmp_path, monkeypatch):
+    import zarr
+
+    a, b, result = sixteen_tiles_as_in_a_worker(tmp_path, monkeypatch, seed=0)
     s = result.summary
     assert s["tiles"] == 16
     # Every tile after the first starts with a panel its predecessor holds: an
@@ -204,32 +211,12 @@ def test_rows_get_the_second_last_panel_while_the_last_one_loads(tmp_path, monke
 def test_worker_threads_reuse_their_buffers_from_tile_to_tile(tmp_path, monkeypatch):
     import zarr
 
-    import outofcore.tile
-    from outofcore.api import run_job
-    from outofcore.generate import random_array
-
-    monkeypatch.setattr(outofcore.tile, "_in_dask_worker", lambda: True)
     sizes: list[int] = []
     allocate = CpuEngine.host_buffer
     monkeypatch.setattr(
         CpuEngine, "host_buffer", lambda self, n, dtype: sizes.append(n) or allocate(self, n, dtype)
     )
-    a = random_array(tmp_path / "a.zarr", (512, 384), (64, 64), seed=2)
-    b = random_array(tmp_path / "b.zarr", (384, 448), (64, 64), seed=3)  # a ragged tile column
-    try:
-        result = run_job(
-            a,
-            b,
-            tmp_path / "c.zarr",
-            memory=2**20,
-            backend="cpu",
-            client="sync",
-            progress=False,
-            tile=(128, 128),
-            tk=64,
-        )
-    finally:
-        outofcore.tile._held.__dict__.clear()
+    a, b, result = sixteen_tiles_as_in_a_worker(tmp_path, monkeypatch, seed=2)
     # 16 tiles of 4 panel buffers each; without reuse every tile after the first
     # would allocate 3 (one held panel).  New ones only where the size changes:
     # the first tile and the turns at the ragged column.
