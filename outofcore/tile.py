@@ -256,10 +256,10 @@ def _decoded_bytes(
 
 
 #: Per thread: the buffers of the previous task, ``(key, a_buffer, b_buffer,
-#: others)``: its last A and B panels and its other panel buffers (engines
-#: that stream the last panels' rows only).  Only Dask workers keep them (their memory is
-#: reserved for tasks anyway); an in-process run frees everything when its last
-#: task returns.
+#: others)``: its last A and B panels and its other panel buffers (engines that
+#: stream the last panels' rows only).  Only Dask workers keep them (their
+#: memory is reserved for tasks anyway); an in-process run frees everything
+#: when its last task returns.
 _held = threading.local()
 
 
