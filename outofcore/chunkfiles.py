@@ -175,6 +175,20 @@ def release_buffers() -> None:
     _buffer_sets.clear()
 
 
+def fit_buffers(max_bytes: int) -> None:
+    """Free kept buffer sets holding a buffer larger than ``max_bytes`` (a task's largest chunk).
+
+    Sets grown by an earlier job with larger chunks would otherwise stay on
+    top of this job's memory budget.
+    """
+    limit = max_bytes + 2 * DIRECT_ALIGNMENT
+    _buffer_sets[:] = [
+        scratch
+        for scratch in list(_buffer_sets)
+        if all(b.nbytes <= limit for b in scratch.values())
+    ]
+
+
 def _scratch(buffers: dict[str, np.ndarray], name: str, nbytes: int) -> np.ndarray:
     """The first ``nbytes`` of the uint8 buffer ``name`` in ``buffers``, grown when too small."""
     buffer = buffers.get(name)

@@ -90,6 +90,7 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
     """
     started = time.perf_counter()
     configure_io(job.io_concurrency)
+    chunkfiles.fit_buffers(_largest_chunk_bytes(job))
     engine = worker_engine(job.backend)
     configure = getattr(engine, "configure", None)
     if configure is not None:  # GPU engines: device budget min(own, the job's), panel depth
@@ -242,6 +243,12 @@ def write_region(array: zarr.Array, start: tuple[int, int], values: np.ndarray) 
         return
     (r0, c0), (h, w) = start, values.shape
     array[r0 : r0 + h, c0 : c0 + w] = values
+
+
+def _largest_chunk_bytes(job: TileJob) -> int:
+    """Bytes of the largest input or output chunk this job reads or writes."""
+    grids = (job.a.chunks, job.b.chunks, job.c.shards or job.c.chunks)
+    return np.dtype(job.a.dtype).itemsize * max(rows * cols for rows, cols in grids)
 
 
 def _decoded_bytes(

@@ -10,10 +10,10 @@ Memory contract of one task (bytes)::
     w * (tm*tn + depth * tk * (tm + tn))  +  codec buffers
 
 with ``depth = 2`` panels in flight (one multiplied, one being decoded) and
-codec buffers ``io_concurrency * 2 * chunk`` (a file and a chunk buffer for
-each chunk read or written at once, the larger of the input and output
-chunks: the same buffers serve reads and writes, and are kept between
-tasks).  The CPU engine writes the tile's finished rows while it multiplies
+codec buffers: a file and a chunk buffer per I/O thread (``io_concurrency``
+of them), of the input chunk's size, grown to the output chunk's size in the
+threads that write; the same buffers serve reads and writes and are kept
+between tasks.  The CPU engine writes the tile's finished rows while it multiplies
 the last panels, so the panels are still live while output chunks are
 written (:func:`task_bytes`).
 
@@ -182,11 +182,13 @@ class Plan:
 def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int) -> int:
     """Projected peak bytes of one task with a ``tm×tn`` tile and ``tk``-deep panels.
 
-    ``w * (tm*tn + depth*tk*(tm + tn) + c*2*max(input chunk, output chunk))``:
-    the tile and the panels in flight are live throughout (the last panels'
-    rows are written while they are multiplied), plus the codec buffers: one
-    file buffer and one chunk buffer for each of the ``c = io_concurrency``
-    chunks read or written at once, kept from reads to writes and task to task.
+    ``w * (tm*tn + depth*tk*(tm + tn) + codec buffers)``: the tile and the
+    panels in flight are live throughout (the last panels' rows are written
+    while they are multiplied), plus the codec buffers, kept from reads to
+    writes and task to task: a file and a chunk buffer for each of the
+    ``c = io_concurrency`` I/O threads, of the input chunk's size, and grown to
+    the output chunk's size in the threads that write (at most ``c``, and at
+    most the tile's output chunks).
     """
     tm, tn, tk = min(tm, problem.m), min(tn, problem.n), min(tk, problem.k)
     input_chunk = max(
@@ -195,7 +197,8 @@ def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     out_rows, out_cols = problem.out_grid or (_output_chunk(tm), _output_chunk(tn))
     panels = PANELS_IN_FLIGHT * tk * (tm + tn)
     out_chunk = min(out_rows, tm) * min(out_cols, tn)
-    codec_buffers = io_concurrency * 2 * max(input_chunk, out_chunk)
+    writers = min(io_concurrency, math.ceil(tm / out_rows) * math.ceil(tn / out_cols))
+    codec_buffers = io_concurrency * 2 * input_chunk + writers * 2 * max(0, out_chunk - input_chunk)
     return problem.itemsize * (tm * tn + panels + codec_buffers)
 
 

@@ -105,3 +105,19 @@ def test_only_the_plain_local_layout_is_handled_directly(tmp_path):
     values = np.arange(100, dtype=np.float32).reshape(10, 10)
     write_region(blosc, (0, 0), values)  # through zarr
     np.testing.assert_array_equal(blosc[...], values)
+
+
+def test_kept_buffers_larger_than_a_task_needs_are_freed(tmp_path):
+    values = np.arange(256 * 256, dtype=np.float32).reshape(256, 256)
+    big = zarr.create_array(tmp_path / "big.zarr", shape=(256, 256), chunks=(256, 256), dtype="f4")
+    big[...] = values
+    layout = chunkfiles.plain_layout(big)
+    chunkfiles.release_buffers()
+    out = np.empty((256, 128), np.float32)
+    chunkfiles.read_region(layout, (slice(0, 256), slice(0, 128)), out)  # not in place: 2 buffers
+    np.testing.assert_array_equal(out, values[:, :128])
+    assert chunkfiles._buffer_sets  # kept for the next chunk, panel or task
+    chunkfiles.fit_buffers(256 * 256 * 4)  # a task with chunks this large keeps them
+    assert chunkfiles._buffer_sets
+    chunkfiles.fit_buffers(64 * 64 * 4)  # one with smaller chunks frees them first
+    assert not chunkfiles._buffer_sets

@@ -200,7 +200,7 @@ def operands(tmp_path):
 
 
 def test_plan_shows_the_device_tiling(operands, capsys):
-    args = ["plan", *operands, "--memory", "3MiB", "--device-memory", "100KiB"]
+    args = ["plan", *operands, "--memory", "2MiB", "--device-memory", "100KiB"]
     assert cli.main([*args, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     device = summary["device"]
