@@ -91,7 +91,7 @@ def plain_layout(array: zarr.Array) -> PlainLayout | None:
 
 
 _layouts: dict[int, tuple[zarr.Array, PlainLayout | None]] = {}
-_pool: list[tuple[ThreadPoolExecutor, int]] = []
+_pool: list[ThreadPoolExecutor] = []
 _lock = threading.Lock()
 
 
@@ -128,16 +128,17 @@ def _layout_of(array: zarr.Array) -> PlainLayout | None:
         return None
 
 
-def shared_pool() -> tuple[ThreadPoolExecutor, int]:
-    """This process's threads for chunk files, and their count.
+def shared_pool() -> ThreadPoolExecutor:
+    """This process's threads for chunk files.
 
     As many as zarr's ``threading.max_workers`` (set per job by the tile task).
     """
     with _lock:
         if not _pool:
             threads = zarr.config.get("threading.max_workers") or CHUNK_FILE_THREADS
-            pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="outofcore-chunks")
-            _pool.append((pool, threads))
+            _pool.append(
+                ThreadPoolExecutor(max_workers=threads, thread_name_prefix="outofcore-chunks")
+            )
         return _pool[0]
 
 
@@ -147,7 +148,7 @@ def _run_per_chunk(jobs: list[tuple[int, int]], work: Callable[[int, int, dict],
     Each running call gets a ``scratch`` dict of buffers (:data:`_buffer_sets`)
     that later chunks, reads and writes alike, reuse.
     """
-    pool, _ = shared_pool()
+    pool = shared_pool()
 
     def run(i: int, j: int) -> None:
         try:

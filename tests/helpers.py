@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,3 +36,12 @@ def assert_product_close(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     excess = np.abs(got.astype(np.float64) - ref) - tolerance
     worst = np.unravel_index(np.argmax(excess), excess.shape) if excess.size else None
     assert (excess <= 0).all(), f"largest error over tolerance at {worst}: {excess[worst]}"
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)

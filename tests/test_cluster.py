@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -24,7 +23,7 @@ import pytest
 import yaml
 import zarr
 from distributed import Client
-from helpers import assert_product_close
+from helpers import assert_product_close, wait_for
 from test_compose import ROOT, interpolate
 
 from outofcore.generate import random_array
@@ -117,14 +116,6 @@ def records(c: Path) -> list[dict]:
         except (FileNotFoundError, ValueError):
             continue
     return found
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def inputs(data: Path, m: int, k: int, n: int) -> tuple:

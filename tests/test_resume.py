@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from helpers import assert_product_close, random_matrix, write_zarr
+from helpers import assert_product_close, random_matrix, wait_for, write_zarr
 
 from outofcore.api import ATTRIBUTE, job_status, run_job
 from outofcore.errors import OutputExistsError
@@ -225,14 +225,6 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         timeout=300,
         env={**os.environ, **(env or {})},
     )
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_client_killed_mid_job_then_rerun_skips_done_tiles(tmp_path):
