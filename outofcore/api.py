@@ -16,6 +16,7 @@ from outofcore import arrays
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
+from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
 from outofcore.journal import (
     Journal,
     RecordedJob,
@@ -159,9 +160,11 @@ def run_job(
     arrays.check_output_target(out, {"A": a_array, "B": b_array})
     journal = Journal.for_output(out)
     where = _where(out)
-    identity = job_identity(a_array, b_array, budget, tile, tk)
+    inputs = {"A": a_array, "B": b_array}
+    fingerprints = {name: fingerprint(array) for name, array in inputs.items()}
+    identity = job_identity(inputs, fingerprints, budget, tile, tk)
     check_not_held(journal, where)  # refuse at once, before writing anything
-    start = inspect_output(out, journal, shape, dtype, identity, overwrite)
+    start = inspect_output(out, journal, shape, dtype, identity, overwrite, fingerprints)
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         tile, tk = tuple(start.document["tile"]), int(start.document["tk"])
     existing = start.existing
@@ -175,10 +178,12 @@ def run_job(
             client, budget_bytes=budget, workers=workers, gpus=gpus, announce=progress
         ) as executor,
     ):
-        _check_unchanged(start, inspect_output(out, journal, shape, dtype, identity, overwrite))
+        _check_unchanged(
+            start, inspect_output(out, journal, shape, dtype, identity, overwrite, fingerprints)
+        )
         shape_of_workers = executor.worker_shape()
         if not isinstance(executor, SynchronousExecutor):
-            _check_shareable({"A": a_array, "B": b_array, "the output": existing})
+            _check_shareable({**inputs, "the output": existing})
         plan = make_plan(
             problem,
             budget // shape_of_workers.threads_per_worker,
@@ -192,7 +197,9 @@ def run_job(
             "backend": backend_name,
             "job_id": lease.job_id,
         }
-        document, done = _open_journal(journal, start, plan, identity, backend_name, lease.job_id)
+        document, done = _open_journal(
+            journal, start, plan, identity, fingerprints, backend_name, lease.job_id
+        )
         if existing is None:
             output = arrays.create_output(
                 out, shape, dtype, plan.out_chunks, False, {ATTRIBUTE: record}, output_codec
@@ -211,6 +218,7 @@ def run_job(
             backend=backend_name,
             blas_threads=shape_of_workers.blas_threads,
             io_concurrency=plan.io_concurrency,
+            job_id=lease.job_id,
             device_memory=device_budget,
         )
         recorded = RecordedJob(tile_job=job, journal=journal, journal_id=document["journal_id"])
@@ -247,6 +255,7 @@ def run_job(
                 f"{len(missing)} of {len(plan.tasks)} tiles of {where!r} have no journal record "
                 f"(first: {sorted(missing)[:3]}); the output is not complete, rerun to resume"
             )
+        check_unchanged(inputs, fingerprints, where)  # read while it changed: not complete
         output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
         journal.write_job({**document, "complete": True, "completed": time.time()})
     return JobResult(output=output, plan=plan, summary=summary, results=tuple(results))
@@ -330,6 +339,7 @@ def _open_journal(
     start: Start,
     plan: Plan,
     identity: dict[str, Any],
+    fingerprints: dict[str, Fingerprint],
     backend: str,
     job_id: str,
 ) -> tuple[dict[str, Any], set[str]]:
@@ -350,6 +360,7 @@ def _open_journal(
         document = new_job_document(
             job_id, identity, plan.summary(), (plan.tm, plan.tn), plan.tk, backend
         )
+        journal.write_input_tokens(document["journal_id"], fingerprints)
         done = set()
     document = add_run(document, job_id, len(done))
     journal.write_job(document)

@@ -33,6 +33,16 @@ import zarr
 
 #: Threads for chunk files when zarr's configuration does not say.
 CHUNK_FILE_THREADS = 2
+#: What codecs raise for bytes they cannot decode (truncated or corrupt chunks).
+DECODE_ERRORS = (RuntimeError, ValueError)
+
+
+class ChunkDecodeError(OSError):
+    """A stored chunk's bytes could not be decoded: truncated or corrupt.
+
+    An ``OSError``, so readers retry it: an object store may return a short
+    or damaged body once and the right one the next time.
+    """
 
 
 @dataclass(frozen=True)
@@ -176,6 +186,11 @@ def release_buffers() -> None:
     _buffer_sets.clear()
 
 
+def kept_bytes() -> int:
+    """Bytes of the buffer sets kept for the next chunk (the ones not in use now)."""
+    return sum(buffer.nbytes for scratch in list(_buffer_sets) for buffer in scratch.values())
+
+
 def fit_buffers(max_bytes: int) -> None:
     """Free kept buffer sets holding a buffer larger than ``max_bytes`` (a task's largest chunk).
 
@@ -232,10 +247,15 @@ def read_region(layout: PlainLayout, selection: tuple[slice, slice], out: np.nda
             decoded = _scratch(scratch, "chunk", chunk_bytes)
         if layout.codec is None:
             if stored.size != chunk_bytes:
-                raise OSError(f"{layout.path(i, j)}: {stored.size} bytes, expected {chunk_bytes}")
+                raise ChunkDecodeError(
+                    f"{layout.path(i, j)}: {stored.size} bytes, expected {chunk_bytes}"
+                )
             decoded.view(np.uint8).reshape(-1)[...] = stored
         else:
-            layout.codec.decode(stored, out=decoded)
+            try:
+                layout.codec.decode(stored, out=decoded)
+            except DECODE_ERRORS as exc:
+                raise ChunkDecodeError(f"{layout.path(i, j)}: cannot decode ({exc})") from exc
         if decoded is not target:
             target[...] = decoded.view(layout.dtype).reshape(layout.chunks)[inside]
 

@@ -51,6 +51,12 @@ class TileEngine(Protocol):
         The array stays valid until the next ``start_tile``: write it first.
         """
 
+    def release(self) -> None:
+        """Free host buffers kept for the next tile (an in-process run's end)."""
+
+    def kept_bytes(self) -> int:
+        """Host bytes the engine keeps between tiles."""
+
 
 def _blas_gemm(dtype: np.dtype) -> ctypes._CFuncPtr | None:
     """SciPy's Fortran ``sgemm``/``dgemm`` as a ctypes function, or None if unavailable.
@@ -222,6 +228,9 @@ class CpuEngine:
     def release(self) -> None:
         """Free the accumulator kept for the next tile."""
         self._spare = None
+
+    def kept_bytes(self) -> int:
+        return sum(x.nbytes for x in (self._c, self._spare) if x is not None)
 
     def _require_tile(self) -> np.ndarray:
         if self._c is None:

@@ -28,3 +28,11 @@ class ClusterError(OutOfCoreError, RuntimeError):
 
 class OutputExistsError(InputError):
     """The output exists and ``overwrite`` was not asked for."""
+
+
+class InputChangedError(OutOfCoreError, RuntimeError):
+    """An input was rewritten while a job read it; the output is left incomplete."""
+
+
+class OutputWriteError(OutOfCoreError, OSError):
+    """Writing the output (or its journal) failed, e.g. its disk is full."""

@@ -3,6 +3,7 @@
 Layout, under the output array's own path in its store (next to ``zarr.json``)::
 
     _outofcore/job.json                        the job: inputs, parameters, plan, state
+    _outofcore/inputs/<journal_id>.json         every input object's version token
     _outofcore/tiles/<journal_id>/tile-I-J.json one small record per finished tile
     _outofcore/lease.json                      which job writes the output now (lease.py)
 
@@ -16,6 +17,9 @@ gets a new id, so a late record of an earlier job is never counted.
 A rerun of the same job (same inputs, shapes, dtypes, chunkings, memory
 budget and tile sizes) into an incomplete output resumes: the tiles with a
 record are skipped and the plan's tile sizes are forced from the journal.
+"Same inputs" includes their content: the job records a fingerprint of every
+input object (:mod:`outofcore.fingerprint`), and an input rewritten since is
+refused, naming the objects that changed.
 """
 
 from __future__ import annotations
@@ -38,15 +42,19 @@ from zarr.storage import FsspecStore, LocalStore
 
 from outofcore import arrays
 from outofcore.errors import OutputExistsError
+from outofcore.fingerprint import Fingerprint, changes
 from outofcore.tile import TileJob, TileResult, compute_tile
+from outofcore.writing import naming_full_disk
 from scheduler.plan import TileTask
 
 #: Folder of the journal inside the output array's path.
 JOURNAL_DIR = "_outofcore"
 JOB_NAME = "job.json"
 TILES_DIR = "tiles"
+INPUTS_DIR = "inputs"
 #: Version of the journal's layout; a journal of another version is not resumed.
-FORMAT = 1
+#: 2: inputs carry a content fingerprint.
+FORMAT = 2
 
 
 class ResumeError(OutputExistsError):
@@ -117,10 +125,11 @@ class Journal:
         buffer = default_buffer_prototype().buffer.from_bytes(
             json.dumps(document, indent=1, sort_keys=True).encode()
         )
-        if only_if_absent:
-            sync(self.store.set_if_not_exists(key, buffer))
-        else:
-            sync(self.store.set(key, buffer))
+        with naming_full_disk(f"writing {key} of the job journal", self.local_folder):
+            if only_if_absent:
+                sync(self.store.set_if_not_exists(key, buffer))
+            else:
+                sync(self.store.set(key, buffer))
 
     def delete(self, key: str) -> None:
         """Remove the object at ``key`` if there is one."""
@@ -144,6 +153,16 @@ class Journal:
 
     def write_job(self, document: dict[str, Any]) -> None:
         self.put_json(self.key(JOB_NAME), document)
+
+    # -- input fingerprints ----------------------------------------------------------
+    def write_input_tokens(self, journal_id: str, fingerprints: dict[str, Fingerprint]) -> None:
+        """Keep every input object's version token, to name what changed on a refused resume."""
+        document = {name: dict(fp.tokens) for name, fp in fingerprints.items()}
+        self.put_json(self.key(INPUTS_DIR, f"{journal_id}.json"), document)
+
+    def read_input_tokens(self, journal_id: str) -> dict[str, dict[str, str]]:
+        """The tokens :meth:`write_input_tokens` kept (empty when there are none)."""
+        return self.get_json(self.key(INPUTS_DIR, f"{journal_id}.json")) or {}
 
     # -- tile records ----------------------------------------------------------------
     def done_tiles(self, journal_id: str) -> set[str]:
@@ -191,6 +210,7 @@ class Journal:
     def clear_journal(self) -> None:
         """Delete the job document and every tile record (the lease stays)."""
         sync(self.store.delete_dir(self.key(TILES_DIR)))
+        sync(self.store.delete_dir(self.key(INPUTS_DIR)))
         self.delete(self.key(JOB_NAME))
 
     def clear_output(self) -> None:
@@ -221,7 +241,12 @@ class Journal:
         folder = self.local_folder
         if folder is None:
             return
-        for path in (os.path.join(folder, TILES_DIR), folder, os.path.dirname(folder)):
+        for path in (
+            os.path.join(folder, TILES_DIR),
+            os.path.join(folder, INPUTS_DIR),
+            folder,
+            os.path.dirname(folder),
+        ):
             try:
                 os.rmdir(path)
             except FileNotFoundError:
@@ -267,35 +292,45 @@ def recorded_result(record: dict[str, Any] | None) -> TileResult | None:
 
 
 # -- what identifies a job ---------------------------------------------------------------
-def describe_input(array: zarr.Array) -> dict[str, Any]:
-    """Fingerprint of an input: where it lives, its shape, dtype and chunking."""
+def describe_input(array: zarr.Array, content: Fingerprint) -> dict[str, Any]:
+    """What identifies an input: where it lives, shape, dtype, chunking and content."""
     return {
         "location": arrays._location(array) or "memory",
         "shape": list(array.shape),
         "dtype": str(array.dtype),
         "chunks": list(array.chunks),
         "shards": list(array.shards) if array.shards else None,
+        "content": content.summary(),
     }
 
 
 def job_identity(
-    a: zarr.Array,
-    b: zarr.Array,
+    inputs: dict[str, zarr.Array],
+    fingerprints: dict[str, Fingerprint],
     budget_bytes: int,
     tile: tuple[int, int] | None,
     tk: int | None,
 ) -> dict[str, Any]:
-    """What must match for a rerun to resume: inputs, memory budget, forced tile sizes."""
+    """What must match for a rerun to resume: inputs and their content, budget, tile sizes."""
     return {
-        "inputs": {"A": describe_input(a), "B": describe_input(b)},
+        "inputs": {name: describe_input(inputs[name], fingerprints[name]) for name in inputs},
         "memory": budget_bytes,
         "tile": list(tile) if tile else None,
         "tk": tk,
     }
 
 
-def differences(journal: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """Human-readable differences between a journal's identity and this job's."""
+def differences(
+    journal: dict[str, Any],
+    now: dict[str, Any],
+    tokens_then: dict[str, dict[str, str]] | None = None,
+    fingerprints: dict[str, Fingerprint] | None = None,
+) -> list[str]:
+    """Human-readable differences between a journal's identity and this job's.
+
+    With the journal's input tokens and this job's fingerprints, a changed
+    input names the objects that changed.
+    """
     found = []
     then_inputs, now_inputs = journal.get("inputs", {}), now["inputs"]
     for name in ("A", "B"):
@@ -304,6 +339,16 @@ def differences(journal: dict[str, Any], now: dict[str, Any]) -> list[str]:
             if then.get(field) != current[field]:
                 was, now_value = _show(then.get(field)), _show(current[field])
                 found.append(f"input {name} {field} was {was}, now {now_value}")
+        was, content = then.get("content") or {}, current["content"]
+        if was.get("digest") != content["digest"]:
+            if tokens_then and fingerprints and name in tokens_then:
+                detail = changes(tokens_then[name], fingerprints[name].tokens)
+            else:
+                detail = (
+                    f"{was.get('objects')} objects of {was.get('bytes')} bytes then, "
+                    f"{content['objects']} of {content['bytes']} now"
+                )
+            found.append(f"input {name} was rewritten since the job started ({detail})")
     if journal.get("memory") != now["memory"]:
         found.append(f"memory budget was {journal.get('memory')} bytes, now {now['memory']} bytes")
     for field in ("tile", "tk"):
@@ -396,6 +441,7 @@ def inspect_output(
     dtype: Any,
     identity: dict[str, Any],
     overwrite: bool,
+    fingerprints: dict[str, Fingerprint] | None = None,
 ) -> Start:
     """Decide how to start on the output ``target``; reads, never writes.
 
@@ -418,7 +464,7 @@ def inspect_output(
         document = journal.read_job()
         if document is None or document.get("complete") or overwrite:
             return Start(existing=existing, document=None, clear_journal=document is not None)
-        _check_resumable(document, identity, journal, arrays.describe(target))
+        _check_resumable(document, identity, journal, arrays.describe(target), fingerprints)
         return Start(existing=existing, document=document)
 
     where = os.fspath(target)
@@ -441,7 +487,7 @@ def inspect_output(
                 f"{timestamp(document.get('completed'))}",
             )
         )
-    _check_resumable(document, identity, journal, where)
+    _check_resumable(document, identity, journal, where, fingerprints)
     if tuple(existing.shape) != tuple(shape) or str(existing.dtype) != str(dtype):
         raise ResumeError(
             f"the output {where!r} is {existing.shape} {existing.dtype}, but A @ B is "
@@ -468,7 +514,11 @@ def _exists_message(where: str, why: str) -> str:
 
 
 def _check_resumable(
-    document: dict[str, Any], identity: dict[str, Any], journal: Journal, where: str
+    document: dict[str, Any],
+    identity: dict[str, Any],
+    journal: Journal,
+    where: str,
+    fingerprints: dict[str, Fingerprint] | None,
 ) -> None:
     if document.get("format") != FORMAT or not document.get("journal_id"):
         raise ResumeError(
@@ -476,6 +526,9 @@ def _check_resumable(
             f"this version reads format {FORMAT}; pass overwrite=True (--overwrite) to start over"
         )
     found = differences(document, identity)
+    if found and fingerprints:  # name the objects of a changed input
+        tokens = journal.read_input_tokens(document["journal_id"])
+        found = differences(document, identity, tokens, fingerprints)
     if found:
         done = len(journal.done_tiles(document["journal_id"]))
         raise ResumeError(

@@ -4,9 +4,9 @@
 zarr's default layout (local store, zarr v3, no shards, bytes + zstd) it reads
 the chunk files and decodes them with the same codec zarr uses
 (:mod:`outofcore.chunkfiles`), at about half zarr's CPU cost per GiB; any
-other layout goes through zarr.  Transient I/O errors are retried; when the
-retries run out, :class:`ReadError` names the array, the region and the
-failing chunk.
+other layout goes through zarr.  Transient I/O errors and chunks that do not
+decode (truncated or corrupt bytes) are retried; when the retries run out,
+:class:`ReadError` names the array, the region and the failing chunk's key.
 """
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ import numpy as np
 import zarr
 
 from outofcore import arrays, chunkfiles
+from outofcore.chunkfiles import DECODE_ERRORS, ChunkDecodeError
 from outofcore.errors import OutOfCoreError
 
 #: Extra attempts after a failed read of an input region (default 3).
 READ_RETRIES_ENV = "OUTOFCORE_READ_RETRIES"
 #: Seconds before the first retry; each further retry waits twice as long (default 0.2).
 READ_RETRY_DELAY_ENV = "OUTOFCORE_READ_RETRY_DELAY"
-#: Errors worth retrying: I/O and network failures (timeouts, resets, unreadable chunks).
+#: Errors worth retrying: I/O and network failures (timeouts, resets, unreadable or
+#: undecodable chunks: :class:`~outofcore.chunkfiles.ChunkDecodeError` is an OSError).
 TRANSIENT_READ_ERRORS = (OSError, TimeoutError)
 
 
@@ -52,10 +54,14 @@ def read_retry_settings() -> tuple[int, float]:
 
 def _read_into(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:
     buffer = zarr.core.buffer.default_buffer_prototype().nd_buffer.from_numpy_array(out)
-    with_retries(
-        lambda: array.get_basic_selection(selection, out=buffer),
-        lambda: _region(array, selection),
-    )
+
+    def read() -> None:
+        try:
+            array.get_basic_selection(selection, out=buffer)
+        except DECODE_ERRORS as exc:  # zarr's codecs on damaged bytes
+            raise ChunkDecodeError(f"{type(exc).__name__}: {exc}") from exc
+
+    with_retries(read, lambda: _region(array, selection))
 
 
 def with_retries(read: Callable[[], object], region: Callable[[], str]) -> None:
@@ -86,11 +92,12 @@ def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
         for j in range(c0, c1 + 1):
             try:
                 array.get_block_selection((i, j))
-            except TRANSIENT_READ_ERRORS as exc:
+            except (*TRANSIENT_READ_ERRORS, *DECODE_ERRORS) as exc:
                 failing.append(
-                    f"chunk ({i}, {j}) (rows {i * array.chunks[0]}:"
-                    f"{min((i + 1) * array.chunks[0], array.shape[0])}, columns "
-                    f"{j * array.chunks[1]}:{min((j + 1) * array.chunks[1], array.shape[1])}) "
+                    f"chunk ({i}, {j}), key {_object_key(array, i, j)} (rows "
+                    f"{i * array.chunks[0]}:{min((i + 1) * array.chunks[0], array.shape[0])}, "
+                    f"columns {j * array.chunks[1]}:"
+                    f"{min((j + 1) * array.chunks[1], array.shape[1])}), "
                     f"fails with {type(exc).__name__}: {exc}"
                 )
     found = "; ".join(failing[:3]) if failing else "no single chunk fails when read again"
@@ -98,6 +105,19 @@ def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
         f"rows {rows.start}:{rows.stop}, columns {cols.start}:{cols.stop} of "
         f"{arrays.describe(array)} ({found})"
     )
+
+
+def _object_key(array: zarr.Array, i: int, j: int) -> str:
+    """The store key of the object holding chunk ``(i, j)`` (its shard, in a sharded array)."""
+    if array.shards is None:
+        index = (i, j)
+    else:
+        index = tuple(
+            (c * size) // shard
+            for c, size, shard in zip((i, j), array.chunks, array.shards, strict=True)
+        )
+    key = array.metadata.encode_chunk_key(index)
+    return f"{array.path.rstrip('/')}/{key}" if array.path else key
 
 
 def read_panel(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:

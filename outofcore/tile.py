@@ -12,7 +12,6 @@ import os
 import resource
 import socket
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,9 +20,10 @@ import numpy as np
 import zarr
 from threadpoolctl import threadpool_limits
 
-from outofcore import chunkfiles
+from outofcore import chunkfiles, panel_cache
 from outofcore.engines import TileEngine, make_engine
 from outofcore.reading import read_panel
+from outofcore.writing import write_region
 from scheduler.plan import PANELS_IN_FLIGHT, TileTask, chunk_span
 
 
@@ -41,6 +41,8 @@ class TileJob:
     backend: str
     blas_threads: int
     io_concurrency: int
+    #: This run's job id (fresh for every run, resumed ones too): kept panels belong to it.
+    job_id: str
     #: Cap on the device bytes of a GPU engine (``--device-memory``); None: its own budget.
     device_memory: int | None = None
 
@@ -58,21 +60,25 @@ class TileResult:
     seconds: float
     peak_rss_bytes: int
     worker: str
-
-
-#: Engines of each thread: an engine holds one tile at a time, and a worker with
-#: several threads runs several tiles at once.
-_engines = threading.local()
-_configured: set[int] = set()
+    #: Host bytes the worker process keeps between tasks once this task is done
+    #: (every thread's panels and accumulators, and the chunk-file I/O buffers).
+    kept_bytes: int = 0
 
 
 def worker_engine(backend: str) -> TileEngine:
-    """The engine for ``backend`` in this thread, created on first use and reused."""
-    engines: dict[str, TileEngine] = _engines.__dict__.setdefault("by_backend", {})
+    """The engine for ``backend`` in this thread, created on first use and reused.
+
+    An engine holds one tile at a time, and a worker with several threads runs
+    several tiles at once: each thread has its own (:mod:`outofcore.panel_cache`).
+    """
+    engines = panel_cache.this_thread().engines
     engine = engines.get(backend)
     if engine is None:
         engine = engines[backend] = make_engine(backend)
     return engine
+
+
+_configured: set[int] = set()
 
 
 def configure_io(io_concurrency: int) -> None:
@@ -99,22 +105,28 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
     dtype = np.dtype(job.a.dtype)
     streaming = hasattr(engine, "accumulate_rows")
     # The previous task on this thread may have left its last panels: when this
-    # task needs one of them (same A rows or same B columns, e.g. the next tile
-    # of a row), start with it instead of reading it again.
-    kept = _held.__dict__.pop("panels", None)
-    order, held_a, held_b = _panel_order(job, task, kept)
+    # task of the same job needs one of them (same A rows or same B columns, e.g.
+    # the next tile of a row), start with it instead of reading it again.
+    reuse = panel_cache.plan_reuse(
+        panel_cache.take_kept(),
+        job_id=job.job_id,
+        dtype=dtype,
+        backend=job.backend,
+        panels=job.panels,
+        rows=(task.row0, task.row1),
+        cols=(task.col0, task.col1),
+    )
+    order, held_a, held_b = reuse.order, reuse.a, reuse.b
     a_buffers = [held_a] if held_a is not None else []
     b_buffers = [held_b] if held_b is not None else []
-    # The other buffers it kept are reused when their size is one this task needs
+    # The other kept buffers are reused when their size is one this task needs
     # (fresh memory costs page faults, pinned memory an expensive allocation);
     # the rest are dropped before anything new is allocated.
     needs = [("a", tm * job.tk)] * (2 - len(a_buffers)) + [("b", job.tk * tn)] * (
         2 - len(b_buffers)
     )
-    spare = _spare_buffers(kept, (held_a, held_b), job.backend, dtype)
-    taken = [_take(spare, size) for _, size in needs]
-    spare.clear()
-    kept = None  # unused kept buffers are freed here
+    taken = [reuse.take(size) for _, size in needs]
+    reuse.spares.clear()  # unused kept buffers are freed here
     for (name, size), buffer in zip(needs, taken, strict=True):
         target = a_buffers if name == "a" else b_buffers
         target.append(buffer if buffer is not None else engine.host_buffer(size, dtype))
@@ -194,11 +206,21 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         for future in writes:
             future.result()
         write = time.perf_counter() - t0  # the part of writing not hidden behind compute
-    if streaming and _in_dask_worker():  # keep the buffers for this thread's next task
+    in_worker = panel_cache.in_dask_worker()
+    if streaming and in_worker:  # keep the buffers for this thread's next task
         others = [x for x in a_buffers + b_buffers if x is not last_a and x is not last_b]
-        _held.panels = (_held_key(job, task, order[-1]), last_a, last_b, others)
-    elif not _in_dask_worker():  # an in-process run frees everything when it returns
-        getattr(engine, "release", lambda: None)()
+        identity = panel_cache.PanelIdentity(
+            job_id=job.job_id,
+            dtype=dtype.str,
+            panel=job.panels[order[-1]],
+            rows=(task.row0, task.row1),
+            cols=(task.col0, task.col1),
+        )
+        panel_cache.keep(
+            panel_cache.KeptPanels(identity, job.backend, last_a, last_b, tuple(others))
+        )
+    elif not in_worker:  # an in-process run frees everything when it returns
+        panel_cache.release_thread()
         chunkfiles.release_buffers()
     a_buffers.clear()
     b_buffers.clear()
@@ -212,6 +234,7 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         seconds=time.perf_counter() - started,
         peak_rss_bytes=peak_rss_bytes(),
         worker=f"{socket.gethostname()}:{os.getpid()}",
+        kept_bytes=panel_cache.kept_bytes() + chunkfiles.kept_bytes(),
     )
 
 
@@ -230,21 +253,6 @@ def _write_block_rows(c: zarr.Array, tile_rows: int) -> int:
     return min(block, tile_rows)
 
 
-def write_region(array: zarr.Array, start: tuple[int, int], values: np.ndarray) -> None:
-    """``array[start:start + values.shape] = values``: as chunk files where we can.
-
-    A region of whole chunks of an array in zarr's default local layout is
-    encoded and written by :mod:`outofcore.chunkfiles` (a tile's blocks of
-    rows always are, in an output outofcore created); anything else by zarr.
-    """
-    layout = chunkfiles.plain_layout(array)
-    if layout is not None and chunkfiles.aligned(layout, start, values.shape):
-        chunkfiles.write_region(layout, start, values)
-        return
-    (r0, c0), (h, w) = start, values.shape
-    array[r0 : r0 + h, c0 : c0 + w] = values
-
-
 def _largest_chunk_bytes(job: TileJob) -> int:
     """Bytes of the largest input or output chunk this job reads or writes."""
     grids = (job.a.chunks, job.b.chunks, job.c.shards or job.c.chunks)
@@ -260,81 +268,6 @@ def _decoded_bytes(
     b_k = chunk_span(k0, k1, job.b.chunks[0], job.b.shape[0]) if b else 0
     rows, cols = task.shape
     return itemsize * (rows * a_k + b_k * cols)
-
-
-#: Per thread: the buffers of the previous task, ``(key, a_buffer, b_buffer,
-#: others)``: its last A and B panels and its other panel buffers (engines that
-#: stream the last panels' rows only).  Only Dask workers keep them (their
-#: memory is reserved for tasks anyway); an in-process run frees everything
-#: when its last task returns.
-_held = threading.local()
-
-
-def _in_dask_worker() -> bool:
-    distributed = sys.modules.get("distributed")
-    if distributed is None:
-        return False
-    try:
-        distributed.get_worker()
-    except ValueError:
-        return False
-    return True
-
-
-def _held_key(job: TileJob, task: TileTask, s: int) -> tuple:
-    """What identifies a held panel pair: arrays, panel, A rows and B columns."""
-    arrays_key = (str(job.a.store), job.a.path, str(job.b.store), job.b.path, job.backend)
-    return (arrays_key, job.panels[s], job.tk, (task.row0, task.row1), (task.col0, task.col1))
-
-
-def _panel_order(
-    job: TileJob, task: TileTask, held: tuple | None
-) -> tuple[list[int], np.ndarray | None, np.ndarray | None]:
-    """Panel order for this task and the held A / B panel buffers it can reuse.
-
-    Without a usable held panel the order is 0, 1, ..., last.  With one (panel
-    ``s``), ``s`` comes first, then the others moving away from it, so a row of
-    tiles alternates direction along k and every tile after the first starts
-    with the panel its predecessor ended on.  Unusable held buffers are dropped
-    here, before this task allocates its own (the plan's memory contract).
-    """
-    count = len(job.panels)
-    if held is None:
-        return list(range(count)), None, None
-    key, a_buffer, b_buffer, _ = held
-    arrays_key, panel, tk, rows, cols = key
-    mine = _held_key(job, task, 0)
-    if arrays_key != mine[0] or tk != job.tk or panel not in job.panels:
-        return list(range(count)), None, None
-    s = job.panels.index(panel)
-    same_a = rows == (task.row0, task.row1)
-    same_b = cols == (task.col0, task.col1)
-    if not (same_a or same_b):
-        return list(range(count)), None, None
-    a_buffer, b_buffer = (a_buffer if same_a else None), (b_buffer if same_b else None)
-    if a_buffer is None and b_buffer is None:
-        return list(range(count)), None, None
-    order = [s, *range(s - 1, -1, -1), *range(s + 1, count)]
-    return order, a_buffer, b_buffer
-
-
-def _spare_buffers(
-    held: tuple | None, in_use: tuple, backend: str, dtype: np.dtype
-) -> list[np.ndarray]:
-    """The previous task's buffers this task may reuse: same engine and dtype, not in use."""
-    if held is None or held[0][0][-1] != backend:  # the key's arrays part ends with the backend
-        return []
-    key, a_buffer, b_buffer, others = held
-    candidates = [x for x in (a_buffer, b_buffer, *others) if x is not None]
-    return [x for x in candidates if x.dtype == dtype and not any(x is used for used in in_use)]
-
-
-def _take(spare: list[np.ndarray], size: int) -> np.ndarray | None:
-    """Remove and return a buffer of exactly ``size`` elements from ``spare``, or None."""
-    for position, buffer in enumerate(spare):
-        if buffer.size == size:
-            return spare.pop(position)
-    return None
 
 
 def peak_rss_bytes() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -45,3 +46,24 @@ def wait_for(condition, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.02)
+
+
+def overwrite_in_place(path: Path, data: bytes) -> None:
+    """Write ``data`` (of the file's size) over ``path``, keeping its inode and mtime."""
+    info = path.stat()
+    assert len(data) == info.st_size
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def break_chunk(array: Path, chunk: str) -> tuple[Path, bytes]:
+    """Make one chunk undecodable without changing its stat; restore with restore_chunk."""
+    path = array / "c" / chunk
+    saved = path.read_bytes()
+    overwrite_in_place(path, bytes(len(saved)))  # zeros: no zstd frame
+    return path, saved
+
+
+def restore_chunk(broken: tuple[Path, bytes]) -> None:
+    overwrite_in_place(*broken)

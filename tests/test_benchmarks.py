@@ -128,11 +128,11 @@ def test_engine_streams_row_blocks_of_the_last_panel():
 def sixteen_tiles_as_in_a_worker(tmp_path, monkeypatch, seed):
     """A 512x384 @ 384x448 job in 16 tiles of 128² (the last column ragged), run
     in-process as a Dask worker thread runs it: keeping buffers between tasks."""
-    import outofcore.tile
+    from outofcore import panel_cache
     from outofcore.api import run_job
     from outofcore.generate import random_array
 
-    monkeypatch.setattr(outofcore.tile, "_in_dask_worker", lambda: True)
+    monkeypatch.setattr(panel_cache, "in_dask_worker", lambda: True)
     a = random_array(tmp_path / "a.zarr", (512, 384), (64, 64), seed=seed)
     b = random_array(tmp_path / "b.zarr", (384, 448), (64, 64), seed=seed + 1)
     try:
@@ -148,7 +148,7 @@ def sixteen_tiles_as_in_a_worker(tmp_path, monkeypatch, seed):
             tk=64,
         )
     finally:
-        outofcore.tile._held.__dict__.clear()
+        panel_cache.release_thread()
     return a, b, result
 
 

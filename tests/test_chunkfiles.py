@@ -12,7 +12,7 @@ import pytest
 import zarr
 
 from outofcore import chunkfiles
-from outofcore.tile import write_region
+from outofcore.writing import write_region
 
 SHAPE, CHUNKS = (300, 250), (64, 48)  # ragged edges on both axes
 

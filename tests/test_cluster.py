@@ -23,7 +23,7 @@ import pytest
 import yaml
 import zarr
 from distributed import Client
-from helpers import assert_product_close, wait_for
+from helpers import assert_product_close, break_chunk, restore_chunk, wait_for
 from test_compose import ROOT, interpolate
 
 from outofcore.generate import random_array
@@ -205,9 +205,7 @@ def test_client_killed_mid_job_then_rerun_resumes(compose, cluster, tmp_path):
 def test_resume_keeps_the_journal_plan_on_a_bigger_cluster(compose, cluster, tmp_path):
     """Started in-process (one tile), resumed on two workers: still one tile."""
     a, b = inputs(tmp_path, 300, 200, 300)
-    chunk = tmp_path / "b.zarr" / "c" / "1" / "1"
-    chunk.rename(chunk.with_name("saved"))
-    os.symlink("1", chunk)  # unreadable (ELOOP): the first run stops without a tile
+    broken = break_chunk(tmp_path / "b.zarr", "1/1")  # the first run stops without a tile
     command = job_command(compose, cluster, tmp_path, "8MiB")
     in_process = [*command[: command.index("--scheduler")], "--scheduler", "sync", "--json"]
     failed = subprocess.run(
@@ -217,8 +215,7 @@ def test_resume_keeps_the_journal_plan_on_a_bigger_cluster(compose, cluster, tmp
         env={**os.environ, "OUTOFCORE_READ_RETRIES": "0"},
     )
     assert failed.returncode == 2 and "chunk (1, 1)" in failed.stderr
-    chunk.unlink()
-    chunk.with_name("saved").rename(chunk)
+    restore_chunk(broken)
 
     planned = subprocess.run(
         [sys.executable, "-m", "outofcore.cli", "plan", str(tmp_path / "a.zarr"),

@@ -24,7 +24,7 @@ if not ooc_cuda.simulator_enabled() and not ooc_cuda.is_available():
 
 from helpers import assert_product_close, random_matrix, write_zarr  # noqa: E402
 
-from outofcore import tile as tile_module  # noqa: E402
+from outofcore import panel_cache  # noqa: E402
 from outofcore.api import run_job  # noqa: E402
 from outofcore.cuda import engine as engine_module  # noqa: E402
 from outofcore.cuda.engine import CudaEngine, CudaEnginePlugin  # noqa: E402
@@ -330,7 +330,7 @@ def test_run_job_on_the_simulator_cuts_host_tiles_into_device_tiles(tmp_path, mo
     planner = engine._plan
     monkeypatch.setattr(engine, "_plan", lambda *args: plans.append(planner(*args)) or plans[-1])
     # run_job(client="sync") runs tasks in this thread: give it this engine.
-    monkeypatch.setitem(tile_module._engines.__dict__.setdefault("by_backend", {}), "cuda", engine)
+    monkeypatch.setitem(panel_cache.this_thread().engines, "cuda", engine)
     result = run_job(
         str(a_path),
         str(b_path),

@@ -147,6 +147,10 @@ class _Stager:
             self._events[i].record(stream)
             self._used[i] = True
 
+    @property
+    def nbytes(self) -> int:
+        return sum(buffer.nbytes for buffer in self._ring if buffer is not None)
+
     def _buffer(self, i: int, nbytes: int) -> np.ndarray:
         buffer = self._ring[i]
         if buffer is None or buffer.size < nbytes:  # free: its last copy was waited for
@@ -443,6 +447,14 @@ class CudaEngine:
         with cp.cuda.ExternalStream(int(stream)):
             a, b, c = cp.asarray(a_dev), cp.asarray(b_dev), cp.asarray(c_dev)
             cp.cublas.gemm("N", "N", a, b, out=c, alpha=1.0, beta=1.0 if accumulate else 0.0)
+
+    def release(self) -> None:
+        """Keep every buffer: pinned and device allocations are too slow to repeat per task."""
+
+    def kept_bytes(self) -> int:
+        """Pinned host bytes kept between tiles: the host ``C`` buffer and the staging ring."""
+        host = self._c_host.nbytes if self._c_host is not None else 0
+        return host + self._stager.nbytes
 
     def _require_tile(self) -> _Tile:
         if self._tile is None:

@@ -1,0 +1,180 @@
+"""Content fingerprints of input arrays: is this still the data a job started on?
+
+A fingerprint lists every object of an array in its store (metadata, chunk
+files, shards) with a token that changes whenever the object is rewritten:
+
+* a local disk: size, modification time (ns) and inode number.  zarr writes
+  a chunk to a temporary file and renames it over the old one, so a rewritten
+  chunk gets a new inode even within one tick of the file system's clock;
+* an fsspec store: size and the store's version marker (ETag, version id,
+  generation or modification time, whichever it reports);
+* zarr's ``MemoryStore``: a hash of each object's bytes (it is in memory).
+
+Only listings and ``stat`` calls are made, no chunk is read: about a second
+per 10⁵ local chunk files (docs/cluster.md).  The job journal stores the
+summary (object count, bytes, digest) with the job and the per-object tokens
+beside it, so a refused resume can name the objects that changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import zarr
+from zarr.core.sync import sync
+from zarr.storage import FsspecStore, LocalStore, MemoryStore
+
+from outofcore import arrays
+from outofcore.errors import InputChangedError
+
+#: Folder of outofcore's own journal inside an array made by outofcore: not content.
+SKIPPED_FOLDERS = frozenset({"_outofcore"})
+#: Fields of an fsspec ``info`` record that change when an object is rewritten.
+VERSION_FIELDS = (
+    "ETag",
+    "etag",
+    "VersionId",
+    "version_id",
+    "generation",
+    "mtime",
+    "LastModified",
+    "last_modified",
+    "updated",
+    "created",
+)
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Every object of an array with its version token, and a digest of them all."""
+
+    #: Object key (relative to the array's folder) -> version token.
+    tokens: Mapping[str, str]
+    #: Total bytes of the objects.
+    nbytes: int
+    #: Where the tokens come from (``stat``, the store's version fields, or content).
+    method: str
+
+    @cached_property
+    def digest(self) -> str:
+        lines = "".join(f"{key}\t{self.tokens[key]}\n" for key in sorted(self.tokens))
+        return hashlib.sha256(lines.encode()).hexdigest()
+
+    def summary(self) -> dict[str, Any]:
+        """What the job document records: object count, bytes, digest, method."""
+        return {
+            "objects": len(self.tokens),
+            "bytes": self.nbytes,
+            "digest": self.digest,
+            "method": self.method,
+        }
+
+
+def fingerprint(array: zarr.Array) -> Fingerprint:
+    """The fingerprint of ``array``'s objects in its store (see the module docstring)."""
+    store = array.store
+    if isinstance(store, LocalStore):
+        return _local(os.path.join(os.fspath(store.root), array.path))
+    if isinstance(store, FsspecStore):
+        return _fsspec(store, array.path)
+    return _through_store(store, array.path)
+
+
+def check_unchanged(
+    inputs: Mapping[str, zarr.Array], before: Mapping[str, Fingerprint], output: str
+) -> None:
+    """Raise :class:`InputChangedError` when an input differs from its fingerprint ``before``.
+
+    Called at the end of a job, before the output is marked complete.
+    """
+    for name, array in inputs.items():
+        now = fingerprint(array)
+        if now.digest != before[name].digest:
+            raise InputChangedError(
+                f"input {name} ({arrays.describe(array)}) changed while the job read it "
+                f"({changes(before[name].tokens, now.tokens)}), so the output {output!r} may "
+                "mix old and new data and is left incomplete. Once the input is final, rerun "
+                "with overwrite=True (--overwrite) to start over"
+            )
+
+
+def changes(then: Mapping[str, str], now: Mapping[str, str], limit: int = 3) -> str:
+    """What differs between two token listings, in words: ``"c/0/1 rewritten, 2 more"``."""
+    both = sorted(then.keys() & now.keys())
+    found = [f"{key} rewritten" for key in both if then[key] != now[key]]
+    found += [f"{key} added" for key in sorted(now.keys() - then.keys())]
+    found += [f"{key} removed" for key in sorted(then.keys() - now.keys())]
+    if not found:
+        return "no object differs"
+    more = f" and {len(found) - limit} more" if len(found) > limit else ""
+    return ", ".join(found[:limit]) + more
+
+
+def _local(root: str) -> Fingerprint:
+    tokens: dict[str, str] = {}
+    nbytes = 0
+    folders = [("", root)]
+    while folders:
+        prefix, folder = folders.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                key = f"{prefix}{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    if not (prefix == "" and entry.name in SKIPPED_FOLDERS):
+                        folders.append((f"{key}/", entry.path))
+                    continue
+                try:
+                    info = entry.stat()  # a link's target: what a read gets
+                except FileNotFoundError:  # removed while listed: it is not there
+                    continue
+                except OSError:  # a link that cannot be followed (reads fail on it too)
+                    info = entry.stat(follow_symlinks=False)
+                tokens[key] = f"{info.st_size}:{info.st_mtime_ns}:{info.st_ino}"
+                nbytes += info.st_size
+    return Fingerprint(tokens=tokens, nbytes=nbytes, method="stat")
+
+
+def _fsspec(store: FsspecStore, path: str) -> Fingerprint:
+    root = "/".join(part for part in (store.path.rstrip("/"), path.strip("/")) if part)
+    listing = sync(store.fs._find(root, detail=True, withdirs=False))
+    tokens: dict[str, str] = {}
+    nbytes = 0
+    for name, info in listing.items():
+        key = name[len(root) :].lstrip("/") if name.startswith(root) else name
+        if key.split("/", 1)[0] in SKIPPED_FOLDERS:
+            continue
+        size = int(info.get("size") or 0)
+        versions = [f"{field}={info[field]}" for field in VERSION_FIELDS if info.get(field)]
+        tokens[key] = ":".join([str(size), *versions])
+        nbytes += size
+    return Fingerprint(tokens=tokens, nbytes=nbytes, method="listing")
+
+
+def _through_store(store: Any, path: str) -> Fingerprint:
+    """Any other zarr store: keys and a hash of each object's bytes."""
+    from zarr.core.buffer import default_buffer_prototype  # noqa: PLC0415
+
+    prefix = f"{path.strip('/')}/" if path.strip("/") else ""
+
+    async def collect() -> dict[str, bytes]:
+        found = {}
+        async for key in store.list_prefix(prefix):
+            relative = key[len(prefix) :]
+            if relative.split("/", 1)[0] in SKIPPED_FOLDERS:
+                continue
+            value = await store.get(key, prototype=default_buffer_prototype())
+            if value is not None:
+                found[relative] = value.to_bytes()
+        return found
+
+    objects = sync(collect())
+    tokens = {
+        key: f"{len(data)}:{hashlib.sha256(data).hexdigest()}" for key, data in objects.items()
+    }
+    method = "content" if isinstance(store, MemoryStore) else "content (read through the store)"
+    return Fingerprint(tokens=tokens, nbytes=sum(map(len, objects.values())), method=method)
