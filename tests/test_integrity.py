@@ -1,0 +1,315 @@
+"""Integrity on a shared, long-running cluster (issue 9), with real processes and files.
+
+* Panels a worker thread keeps between tasks are never read by another job:
+  inputs rewritten at the same paths (new values, then a new dtype) between
+  two jobs on one running ``dask scheduler`` + ``dask worker``.
+* A resume onto a rewritten input is refused; an input rewritten during a
+  job is caught at its end and the output stays incomplete.
+* Two clients submitting jobs to one cluster at once: both right, and the
+  worker's kept memory within the budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from distributed import Client, LocalCluster
+from helpers import assert_product_close, random_matrix, wait_for, write_zarr
+
+from outofcore import panel_cache
+from outofcore.api import ATTRIBUTE, job_status, run_job
+from outofcore.errors import InputChangedError
+from outofcore.generate import random_array
+from outofcore.journal import JOURNAL_DIR, ResumeError
+
+BIN = Path(sys.executable).parent
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "outofcore.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def records(c: Path) -> list[Path]:
+    return sorted((c / JOURNAL_DIR / "tiles").glob("*/tile-*.json"))
+
+
+@pytest.fixture(scope="module")
+def dask_cluster(tmp_path_factory):
+    """``dask scheduler`` and one ``dask worker`` (one thread) on loopback; its address."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    logs = tmp_path_factory.mktemp("dask-logs")
+    address = f"tcp://127.0.0.1:{port}"
+    processes = [
+        subprocess.Popen(
+            [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port)]
+            + ["--no-dashboard"],
+            stdout=subprocess.DEVNULL,
+            stderr=open(logs / "scheduler.log", "w"),  # noqa: SIM115 (closed with the process)
+        )
+    ]
+    processes.append(
+        subprocess.Popen(
+            [str(BIN / "dask"), "worker", address, "--nworkers", "1", "--nthreads", "1"]
+            + ["--no-dashboard", "--memory-limit", "2GiB"],
+            stdout=subprocess.DEVNULL,
+            stderr=open(logs / "worker.log", "w"),  # noqa: SIM115
+        )
+    )
+    try:
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+        yield address
+    finally:
+        for process in reversed(processes):
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+# -- panels kept between tasks -----------------------------------------------------------
+def test_kept_panels_are_reused_only_by_their_own_job():
+    a, b = np.arange(12.0).reshape(3, 4), np.arange(8.0).reshape(4, 2)
+    spare = np.empty(5)
+    identity = panel_cache.PanelIdentity("job-1", a.dtype.str, (4, 8), (0, 3), (0, 2))
+    kept = panel_cache.KeptPanels(identity, "cpu", a, b, (spare,))
+    panels = ((0, 4), (4, 8), (8, 12))
+    same = {"dtype": a.dtype, "backend": "cpu", "panels": panels, "rows": (0, 3)}
+
+    mine = panel_cache.plan_reuse(kept, job_id="job-1", cols=(2, 4), **same)  # next tile of a row
+    assert mine.order == (1, 0, 2) and mine.a is a and mine.b is None
+    assert mine.spares == [b, spare]  # the B panel is not this tile's: its buffer is free
+
+    # Another job with the very same tiling and dtype: no content, every buffer free.
+    other = panel_cache.plan_reuse(kept, job_id="job-2", cols=(2, 4), **same)
+    assert other.order == (0, 1, 2) and other.a is None and other.b is None
+    assert [x is y for x, y in zip(other.spares, (a, b, spare), strict=True)] == [True] * 3
+    assert other.take(5) is spare and other.take(5) is None
+
+    # Another dtype (the same job id cannot have one, but the identity says so too).
+    wider = panel_cache.plan_reuse(
+        kept, job_id="job-1", cols=(2, 4), **{**same, "dtype": np.dtype(np.float32)}
+    )
+    assert wider.a is None and wider.spares == []  # no float64 buffer serves a float32 task
+    other_engine = panel_cache.plan_reuse(
+        kept, job_id="job-1", cols=(2, 4), **{**same, "backend": "cuda"}
+    )
+    assert other_engine.a is a and other_engine.spares == []  # host buffers of another engine
+
+
+def test_rewritten_inputs_between_jobs_on_one_running_cluster(dask_cluster, tmp_path):
+    """Issue 9's first reproduction: same paths, new values, then a new dtype."""
+    a_path, b_path = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    random_array(a_path, (256, 1024), (256, 256), seed=1)
+    random_array(b_path, (1024, 1024), (256, 256), seed=2)
+    common = {"memory": "4MiB", "client": dask_cluster, "progress": False}
+    first = run_job(a_path, b_path, tmp_path / "c1.zarr", **common)
+    assert first.summary["tiles"] == 2
+    # The second tile started with the panel the first ended on: reuse is on.
+    assert first.summary["bytes_read"] < first.summary["bytes_read_predicted"]
+
+    random_array(a_path, (256, 1024), (256, 256), seed=7, overwrite=True)
+    second = run_job(a_path, b_path, tmp_path / "c2.zarr", **common)
+    a, b = zarr.open_array(a_path)[...], zarr.open_array(b_path)[...]
+    assert_product_close(second.output[...], a, b)
+    # Its first tile read everything (nothing from the first job), its second reused.
+    assert second.summary["bytes_read"] == first.summary["bytes_read"]
+
+    # float32 panels kept, then float64 inputs at the same paths with the same tiling.
+    tiling = {"tile": (first.plan.tm, first.plan.tn), "tk": first.plan.tk}
+    random_array(a_path, (256, 1024), (256, 256), "float64", seed=8, overwrite=True)
+    random_array(b_path, (1024, 1024), (256, 256), "float64", seed=9, overwrite=True)
+    third = run_job(a_path, b_path, tmp_path / "c3.zarr", **{**common, "memory": "8MiB"}, **tiling)
+    a, b = zarr.open_array(a_path)[...], zarr.open_array(b_path)[...]
+    assert third.output.dtype == np.float64
+    assert_product_close(third.output[...], a, b)  # a float64 tolerance: no float32 panel
+
+
+# -- inputs rewritten before a resume or during a job ------------------------------------
+def test_resume_onto_a_rewritten_input_is_refused(dask_cluster, tmp_path):
+    """Issue 9's second reproduction: the client SIGKILLed, A rewritten, the same command."""
+    a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
+    random_array(a, (2000, 2000), (100, 100), seed=1)
+    random_array(b, (2000, 1100), (100, 100), seed=2)
+    command = ["matmul", a, b, "-o", c, "--memory", "512KiB", "--scheduler", dask_cluster]
+    job = subprocess.Popen(
+        [sys.executable, "-m", "outofcore.cli", *command, "--json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OUTOFCORE_LEASE_TIMEOUT": "1"},
+    )
+    try:
+        wait_for(lambda: len(records(Path(c))) >= 10, 120, "10 tiles journaled")
+        assert job.poll() is None, "the job finished before the kill; make it longer"
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+    with Client(dask_cluster) as client:  # the dead client's task in flight still finishes
+        wait_for(lambda: not any(client.processing().values()), 60, "the worker to idle")
+    done = len(records(Path(c)))
+    random_array(a, (2000, 2000), (100, 100), seed=9, overwrite=True)  # same shape and chunks
+
+    refused = cli(*command)
+    assert refused.returncode == 2, refused.stderr
+    assert f"the output {c!r} holds an unfinished job" in refused.stderr
+    assert "input A was rewritten since the job started (" in refused.stderr
+    assert "c/0/0 rewritten" in refused.stderr and "--overwrite" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert len(records(Path(c))) == done  # nothing written
+
+    again = cli(*command, "--overwrite", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["tiles_skipped"] == 0
+    checked = cli("verify", a, b, c, "--json")
+    assert checked.returncode == 0 and json.loads(checked.stdout)["passed"] is True
+
+
+def test_input_rewritten_during_a_job_leaves_the_output_incomplete(tmp_path):
+    a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
+    random_array(a, (2000, 2000), (100, 100), seed=1)
+    random_array(b, (2000, 1100), (100, 100), seed=2)
+    command = ["matmul", a, b, "-o", c, "--memory", "512KiB", "--scheduler", "sync", "--json"]
+    job = subprocess.Popen(
+        [sys.executable, "-m", "outofcore.cli", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: len(records(Path(c))) >= 3, 120, "3 tiles journaled")
+        zarr.open_array(b, mode="r+")[1900:2000, 1000:1100] = 1.5  # B's last chunk
+        assert job.poll() is None, "the job finished before the input changed; make it longer"
+        _, stderr = job.communicate(timeout=300)
+    finally:
+        job.kill()
+    assert job.returncode == 2, stderr
+    assert f"input B (file://{os.path.realpath(b)}) changed while the job read it" in stderr
+    assert "c/19/10 rewritten" in stderr and "left incomplete" in stderr
+    assert "Traceback" not in stderr
+    assert zarr.open_array(c).attrs[ATTRIBUTE]["complete"] is False
+    state = job_status(c)
+    assert state["state"] == "stopped" and not state["complete"]
+    assert state["tiles_done"] == state["tiles_total"]  # every tile computed, none trusted
+
+    refused = cli(*command)
+    assert refused.returncode == 2 and "input B was rewritten since the job started" in (
+        refused.stderr
+    )
+    again = cli(*command, "--overwrite")
+    assert again.returncode == 0, again.stderr
+    assert_product_close(zarr.open_array(c)[...], zarr.open_array(a)[...], zarr.open_array(b)[...])
+
+
+def test_input_rewritten_during_an_in_process_job_raises(tmp_path, monkeypatch):
+    """The same check through the API: the error type, and nothing marked complete."""
+    rng = np.random.default_rng(3)
+    a, b = random_matrix(rng, (30, 20), "float64"), random_matrix(rng, (20, 40), "float64")
+    write_zarr(tmp_path / "a.zarr", a, (10, 10))
+    write_zarr(tmp_path / "b.zarr", b, (10, 10))
+    import outofcore.tile
+
+    compute = outofcore.tile.compute_tile
+    calls = []
+
+    def rewrite_a_after_the_first_tile(job, task):
+        calls.append(task.key)
+        if len(calls) == 2:
+            zarr.open_array(str(tmp_path / "a.zarr"), mode="r+")[0:10, 0:10] = 0.5
+        return compute(job, task)
+
+    monkeypatch.setattr("outofcore.journal.compute_tile", rewrite_a_after_the_first_tile)
+    with pytest.raises(InputChangedError, match=r"input A .* changed while the job read it"):
+        run_job(
+            tmp_path / "a.zarr",
+            tmp_path / "b.zarr",
+            tmp_path / "c.zarr",
+            memory=8 * 1024,
+            client="sync",
+            progress=False,
+        )
+    assert len(calls) > 2
+    document = json.loads((tmp_path / "c.zarr" / JOURNAL_DIR / "job.json").read_text())
+    assert document["complete"] is False
+    with pytest.raises(ResumeError, match=r"input A was rewritten .*c/0/0 rewritten"):
+        run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", memory=8 * 1024,
+                client="sync", progress=False)  # fmt: skip
+
+
+# -- two jobs at once on one cluster -----------------------------------------------------
+def test_two_clients_at_once_share_one_worker(tmp_path):
+    """Two clients, two jobs (float32 and float64), one worker with two threads."""
+    budget = 4 * 2**20
+    jobs = {}
+    for name, dtype, seed in (("x", "float32", 1), ("y", "float64", 2)):
+        folder = tmp_path / name
+        folder.mkdir()
+        random_array(folder / "a.zarr", (700, 900), (100, 100), dtype, seed=seed)
+        random_array(folder / "b.zarr", (900, 500), (100, 100), dtype, seed=seed + 10)
+        jobs[name] = folder
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=2,
+        processes=True,
+        memory_limit="2GiB",
+        dashboard_address=":0",
+    ) as cluster:
+        results, errors = {}, {}
+        start = threading.Barrier(2)
+
+        def submit(name: str) -> None:
+            folder = jobs[name]
+            start.wait()
+            try:
+                results[name] = run_job(
+                    folder / "a.zarr",
+                    folder / "b.zarr",
+                    folder / "c.zarr",
+                    memory=budget,
+                    client=cluster.scheduler_address,  # a Client of its own
+                    progress=False,
+                )
+            except Exception as exc:  # noqa: BLE001 (reported below)
+                errors[name] = exc
+
+        threads = [threading.Thread(target=submit, args=(name,)) for name in jobs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+    assert not errors, errors
+    for name, folder in jobs.items():
+        a, b = zarr.open_array(folder / "a.zarr")[...], zarr.open_array(folder / "b.zarr")[...]
+        assert_product_close(results[name].output[...], a, b)
+        assert results[name].summary["tiles"] >= 6
+    # The two jobs ran at the same time on the same worker process.
+    workers = {r.worker for result in results.values() for r in result.results}
+    assert len(workers) == 1
+    spans = {
+        name: (min(r["finished"] for r in found), max(r["finished"] for r in found))
+        for name, folder in jobs.items()
+        for found in [[json.loads(p.read_text()) for p in records(folder / "c.zarr")]]
+    }
+    assert spans["x"][0] < spans["y"][1] and spans["y"][0] < spans["x"][1], spans
+    # What the worker kept after each task (both threads, both jobs) stayed within the budget.
+    kept = [r.kept_bytes for result in results.values() for r in result.results]
+    assert 0 < max(kept) <= budget, (max(kept), budget)
