@@ -81,11 +81,15 @@ def with_retries(read: Callable[[], object], region: Callable[[], str]) -> None:
 
 
 def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
-    """``rows a:b, columns c:d of ARRAY``, and which of its chunks fail to read now."""
+    """``rows a:b, columns c:d of ARRAY``, and which of its stored objects fail to read now.
+
+    The objects are chunks, or shards in a sharded array (zarr's block grid).
+    """
     rows, cols = selection
+    grid = array.shards or array.chunks
     (r0, r1), (c0, c1) = (
         (part.start // size, max(part.start, part.stop - 1) // size)
-        for part, size in zip(selection, array.chunks, strict=True)
+        for part, size in zip(selection, grid, strict=True)
     )
     failing = []
     for i in range(r0, r1 + 1):
@@ -93,11 +97,12 @@ def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
             try:
                 array.get_block_selection((i, j))
             except (*TRANSIENT_READ_ERRORS, *DECODE_ERRORS) as exc:
+                key = array.metadata.encode_chunk_key((i, j))
                 failing.append(
-                    f"chunk ({i}, {j}), key {_object_key(array, i, j)} (rows "
-                    f"{i * array.chunks[0]}:{min((i + 1) * array.chunks[0], array.shape[0])}, "
-                    f"columns {j * array.chunks[1]}:"
-                    f"{min((j + 1) * array.chunks[1], array.shape[1])}), "
+                    f"{'shard' if array.shards else 'chunk'} ({i}, {j}), key "
+                    f"{f'{array.path}/' if array.path else ''}{key} (rows "
+                    f"{i * grid[0]}:{min((i + 1) * grid[0], array.shape[0])}, columns "
+                    f"{j * grid[1]}:{min((j + 1) * grid[1], array.shape[1])}), "
                     f"fails with {type(exc).__name__}: {exc}"
                 )
     found = "; ".join(failing[:3]) if failing else "no single chunk fails when read again"
@@ -105,19 +110,6 @@ def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
         f"rows {rows.start}:{rows.stop}, columns {cols.start}:{cols.stop} of "
         f"{arrays.describe(array)} ({found})"
     )
-
-
-def _object_key(array: zarr.Array, i: int, j: int) -> str:
-    """The store key of the object holding chunk ``(i, j)`` (its shard, in a sharded array)."""
-    if array.shards is None:
-        index = (i, j)
-    else:
-        index = tuple(
-            (c * size) // shard
-            for c, size, shard in zip((i, j), array.chunks, array.shards, strict=True)
-        )
-    key = array.metadata.encode_chunk_key(index)
-    return f"{array.path.rstrip('/')}/{key}" if array.path else key
 
 
 def read_panel(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:

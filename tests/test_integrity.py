@@ -313,3 +313,107 @@ def test_two_clients_at_once_share_one_worker(tmp_path):
     # What the worker kept after each task (both threads, both jobs) stayed within the budget.
     kept = [r.kept_bytes for result in results.values() for r in result.results]
     assert 0 < max(kept) <= budget, (max(kept), budget)
+
+
+# -- faults mid-job: a full disk, a corrupt chunk ----------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs mounted for the test (needs root); skipped where none can be mounted."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs for the full-disk test needs root")
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_disk_stops_the_job_naming_the_output_then_the_rerun_resumes(small_disk, tmp_path):
+    a, b = str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr")
+    random_array(a, (300, 200), (50, 50), "float64", seed=1)
+    random_array(b, (200, 400), (50, 50), "float64", seed=2)
+    c = small_disk / "c.zarr"  # 300x400 float64: 960,000 bytes
+    filler = small_disk / "filler"
+    filler.write_bytes(bytes(1536 * 1024))  # leaves about 0.5 MiB
+    command = ["matmul", a, b, "-o", str(c), "--memory", "256KiB", "--scheduler", "sync"]
+
+    full = cli(*command, "--json")
+    assert full.returncode == 2, full.stderr
+    assert f"of the output file://{os.path.realpath(c)} failed: No space left on device" in (
+        full.stderr
+    )
+    assert f"free of 2.00 MiB on the file system of {c})" in full.stderr
+    assert "Traceback" not in full.stderr
+    state = job_status(c)
+    assert state["state"] == "stopped" and 0 < state["tiles_done"] < state["tiles_total"]
+    assert not list(c.rglob("*.partial"))  # no half-written chunk left behind
+    # Every tile recorded done is on disk, whole and right.
+    a_np, b_np = zarr.open_array(a)[...], zarr.open_array(b)[...]
+    stored = zarr.open_array(str(c))
+    for path in records(c):
+        record = json.loads(path.read_text())
+        (r0, r1), (c0, c1) = record["rows"], record["cols"]
+        assert_product_close(stored[r0:r1, c0:c1], a_np[r0:r1], b_np[:, c0:c1])
+
+    filler.unlink()
+    again = cli(*command, "--json")
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert summary["tiles_skipped"] == state["tiles_done"]
+    assert summary["tiles_computed"] == state["tiles_total"] - state["tiles_done"]
+    assert_product_close(zarr.open_array(str(c))[...], a_np, b_np)
+
+
+def corrupt(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    else:  # garbage of the same length
+        path.write_bytes(np.random.default_rng(0).integers(0, 256, len(data), np.uint8).tobytes())
+
+
+@pytest.mark.parametrize(
+    ("layout", "how"),
+    [
+        ("zstd", "garbage"),
+        ("zstd", "truncated"),
+        ("uncompressed", "truncated"),
+        ("sharded", "garbage"),  # read through zarr, not the chunk-file fast path
+    ],
+)
+def test_corrupt_input_chunk_is_named_after_the_retries(tmp_path, layout, how):
+    rng = np.random.default_rng(5)
+    b = random_matrix(rng, (40, 30), "float32")
+    write_zarr(tmp_path / "a.zarr", random_matrix(rng, (20, 40), "float32"), (10, 10))
+    options = {
+        "zstd": {},
+        "uncompressed": {"compressors": None},
+        "sharded": {"shards": (20, 30)},
+    }[layout]
+    array = zarr.create_array(
+        str(tmp_path / "b.zarr"), shape=b.shape, chunks=(10, 10), dtype=b.dtype, **options
+    )
+    array[...] = b
+    key = "c/1/0" if layout != "sharded" else "c/0/0"  # rows 10:20 of B (its shard: 0:20)
+    corrupt(tmp_path / "b.zarr" / key, how)
+
+    failed = cli(
+        "matmul", str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr"), "-o", str(tmp_path / "c"),
+        "--scheduler", "sync",
+        env={"OUTOFCORE_READ_RETRIES": "2", "OUTOFCORE_READ_RETRY_DELAY": "0"},
+    )  # fmt: skip
+    assert failed.returncode == 2, failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert f"of file://{os.path.realpath(tmp_path / 'b.zarr')} (" in failed.stderr
+    rows = "rows 0:20" if layout == "sharded" else "rows 10:20"
+    assert f"key {key} ({rows}, columns 0:" in failed.stderr, failed.stderr
+    assert "failed 3 time(s)" in failed.stderr
+    assert not (tmp_path / "c" / JOURNAL_DIR / "tiles").exists() or not records(tmp_path / "c")
