@@ -28,7 +28,14 @@ from outofcore.journal import (
     new_job_document,
     timestamp,
 )
-from outofcore.lease import Lease, check_not_held, lease_timeout, new_job_id, read_lease
+from outofcore.lease import (
+    Lease,
+    OwnerCheck,
+    check_not_held,
+    lease_timeout,
+    new_job_id,
+    read_lease,
+)
 from outofcore.sizes import parse_size
 from outofcore.tile import TileJob, TileResult
 from scheduler.cluster import open_executor
@@ -221,7 +228,12 @@ def run_job(
             job_id=lease.job_id,
             device_memory=device_budget,
         )
-        recorded = RecordedJob(tile_job=job, journal=journal, journal_id=document["journal_id"])
+        recorded = RecordedJob(
+            tile_job=job,
+            journal=journal,
+            journal_id=document["journal_id"],
+            owner_check=OwnerCheck(journal, lease.job_id),
+        )
         todo = [task for task in plan.tasks if task.key not in done]
         started = time.perf_counter()
         with tqdm(

@@ -30,6 +30,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -262,6 +263,9 @@ class RecordedJob:
     tile_job: TileJob
     journal: Journal
     journal_id: str
+    #: Raises unless this job still owns the output (:class:`outofcore.lease.OwnerCheck`);
+    #: called before every write and before the record.  None: no check.
+    owner_check: Callable[[], None] | None = None
 
 
 def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:
@@ -271,12 +275,15 @@ def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:
     every chunk of the tile is in the store.  A tile already recorded is not
     computed again: Dask reruns a finished task when the worker holding its
     result dies before the client fetched it, and then the record's figures
-    are returned instead.
+    are returned instead.  A task whose job lost the output's lease (its
+    client died and another job took over) stops before writing anything.
     """
     done = recorded_result(job.journal.get_json(job.journal.tile_key(job.journal_id, task.key)))
     if done is not None:
         return done
-    result = compute_tile(job.tile_job, task)
+    result = compute_tile(job.tile_job, task, before_write=job.owner_check)
+    if job.owner_check is not None:
+        job.owner_check()
     job.journal.record_tile(job.journal_id, task, result)
     return result
 

@@ -43,6 +43,10 @@ class LeaseError(OutOfCoreError, RuntimeError):
     """Another live job holds the output's lease."""
 
 
+class LeaseLostError(LeaseError):
+    """A task's job no longer holds the output's lease: the task must not write."""
+
+
 def lease_timeout(value: float | None = None) -> float:
     """The lease timeout: ``value``, else ``$OUTOFCORE_LEASE_TIMEOUT``, else 60 s."""
     if value is None:
@@ -135,6 +139,31 @@ class LeaseInfo:
 def read_lease(journal: Journal) -> LeaseInfo | None:
     """The output's lease, or None when there is none."""
     return LeaseInfo.parse(journal.get_json(journal.key(LEASE_NAME)))
+
+
+@dataclass(frozen=True)
+class OwnerCheck:
+    """Raises :class:`LeaseLostError` unless job ``job_id`` still holds the output's lease.
+
+    A tile task calls it before each write and before recording the tile.  A
+    task of a job whose client died keeps running on a shared cluster until
+    it ends; if a rerun (``--overwrite`` after an input changed, say) took the
+    output over meanwhile, the old task stops instead of writing old data over
+    the new job's tiles.  What remains is check-then-write: a write that
+    starts within a moment of the takeover can still land (docs/cluster.md).
+    """
+
+    journal: Journal
+    job_id: str
+
+    def __call__(self) -> None:
+        holder = read_lease(self.journal)
+        if holder is None or holder.job_id != self.job_id:
+            who = holder.describe() if holder is not None else "no job"
+            raise LeaseLostError(
+                f"job {self.job_id} no longer holds the lease of its output ({who} does); "
+                "its tasks stop without writing"
+            )
 
 
 def check_not_held(journal: Journal, where: str) -> None:

@@ -13,6 +13,7 @@ import resource
 import socket
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -89,10 +90,14 @@ def configure_io(io_concurrency: int) -> None:
     _configured.add(io_concurrency)
 
 
-def compute_tile(job: TileJob, task: TileTask) -> TileResult:
+def compute_tile(
+    job: TileJob, task: TileTask, before_write: Callable[[], None] | None = None
+) -> TileResult:
     """Compute ``C[task] = A[rows, :] @ B[:, cols]`` and write it as whole chunks.
 
-    Returns what it read, wrote and how long each part took.
+    ``before_write`` is called before each block of the tile is written (it
+    raises to stop the task: its job no longer owns the output).  Returns what
+    it read, wrote and how long each part took.
     """
     started = time.perf_counter()
     configure_io(job.io_concurrency)
@@ -145,6 +150,8 @@ def compute_tile(job: TileJob, task: TileTask) -> TileResult:
         return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, not skip_a, not skip_b)
 
     def write_rows(r0: int, rows: np.ndarray) -> None:
+        if before_write is not None:
+            before_write()
         write_region(job.c, (task.row0 + r0, task.col0), rows)
 
     read_wait = compute = 0.0

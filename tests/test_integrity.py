@@ -417,3 +417,31 @@ def test_corrupt_input_chunk_is_named_after_the_retries(tmp_path, layout, how):
     assert f"key {key} ({rows}, columns 0:" in failed.stderr, failed.stderr
     assert "failed 3 time(s)" in failed.stderr
     assert not (tmp_path / "c" / JOURNAL_DIR / "tiles").exists() or not records(tmp_path / "c")
+
+
+def test_a_job_whose_output_was_taken_over_stops_writing(tmp_path):
+    """Another job takes the lease mid-job (as a rerun does after a client died): the
+    first job's tasks stop before their next write, and the new holder's lease stays."""
+    a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
+    random_array(a, (2000, 2000), (100, 100), seed=1)
+    random_array(b, (2000, 1100), (100, 100), seed=2)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "outofcore.cli", "matmul", a, b, "-o", c, "--memory", "512KiB",
+         "--scheduler", "sync", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lease_path = Path(c) / JOURNAL_DIR / "lease.json"
+    try:
+        wait_for(lambda: len(records(Path(c))) >= 3, 120, "3 tiles journaled")
+        taken = json.loads(lease_path.read_text())
+        taken.update(job_id="takeover0001", host="elsewhere", heartbeat=taken["heartbeat"] + 1e6)
+        lease_path.write_text(json.dumps(taken))
+        at_takeover = len(records(Path(c)))
+        assert job.poll() is None, "the job finished before the takeover; make it longer"
+        _, stderr = job.communicate(timeout=300)
+    finally:
+        job.kill()
+    assert job.returncode == 2, stderr
+    assert "job takeover0001 (host elsewhere" in stderr and "stop without writing" in stderr
+    assert len(records(Path(c))) <= at_takeover + 1  # at most the tile being recorded then
+    assert json.loads(lease_path.read_text())["job_id"] == "takeover0001"
