@@ -231,11 +231,11 @@ def test_input_rewritten_during_an_in_process_job_raises(tmp_path, monkeypatch):
     compute = outofcore.tile.compute_tile
     calls = []
 
-    def rewrite_a_after_the_first_tile(job, task):
+    def rewrite_a_after_the_first_tile(job, task, **options):
         calls.append(task.key)
         if len(calls) == 2:
             zarr.open_array(str(tmp_path / "a.zarr"), mode="r+")[0:10, 0:10] = 0.5
-        return compute(job, task)
+        return compute(job, task, **options)
 
     monkeypatch.setattr("outofcore.journal.compute_tile", rewrite_a_after_the_first_tile)
     with pytest.raises(InputChangedError, match=r"input A .* changed while the job read it"):
