@@ -445,3 +445,28 @@ def test_a_job_whose_output_was_taken_over_stops_writing(tmp_path):
     assert "job takeover0001 (host elsewhere" in stderr and "stop without writing" in stderr
     assert len(records(Path(c))) <= at_takeover + 1  # at most the tile being recorded then
     assert json.loads(lease_path.read_text())["job_id"] == "takeover0001"
+
+
+# -- fingerprints on every kind of store -------------------------------------------------
+@pytest.mark.parametrize("where", ["local", "fsspec-memory", "zarr-memory"])
+def test_fingerprint_changes_with_a_rewritten_chunk_and_only_then(tmp_path, where):
+    from zarr.storage import MemoryStore
+
+    from outofcore.fingerprint import changes, fingerprint
+
+    target = {
+        "local": str(tmp_path / "x.zarr"),
+        "fsspec-memory": f"memory://fingerprint-{os.getpid()}-{id(tmp_path)}/x.zarr",
+        "zarr-memory": MemoryStore(),
+    }[where]
+    values = random_matrix(np.random.default_rng(2), (30, 20), "float32")
+    array = zarr.create_array(target, shape=values.shape, chunks=(10, 10), dtype=values.dtype)
+    array[...] = values
+    before = fingerprint(array)
+    assert len(before.tokens) == 7 and before.nbytes > 0  # zarr.json and 6 chunks
+    assert fingerprint(array).digest == before.digest  # listing again changes nothing
+    array[10:20, 10:20] = values[10:20, 10:20] + 1.0  # chunk (1, 1), same size uncompressed
+    after = fingerprint(array)
+    assert after.digest != before.digest
+    assert changes(before.tokens, after.tokens) == "c/1/1 rewritten"
+    assert before.method == {"local": "stat", "fsspec-memory": "listing"}.get(where, "content")
