@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +86,24 @@ def dask_cluster(tmp_path_factory):
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def wait_until_idle(address: str, quiet_seconds: float = 1.0) -> None:
+    """Wait until the cluster has run no task for ``quiet_seconds`` on end."""
+    with Client(address) as client:
+
+        def busy() -> bool:
+            executing = client.run(lambda dask_worker: dask_worker.state.executing_count)
+            return any(executing.values()) or any(client.processing().values())
+
+        quiet_since = [time.monotonic()]
+
+        def quiet() -> bool:
+            if busy():
+                quiet_since[0] = time.monotonic()
+            return time.monotonic() - quiet_since[0] >= quiet_seconds
+
+        wait_for(quiet, 120, "the cluster to run no task")
 
 
 # -- panels kept between tasks -----------------------------------------------------------
@@ -164,8 +183,7 @@ def test_resume_onto_a_rewritten_input_is_refused(dask_cluster, tmp_path):
     finally:
         job.send_signal(signal.SIGKILL)
         job.wait()
-    with Client(dask_cluster) as client:  # the dead client's task in flight still finishes
-        wait_for(lambda: not any(client.processing().values()), 60, "the worker to idle")
+    wait_until_idle(dask_cluster)  # the dead client's tasks in flight still finish
     done = len(records(Path(c)))
     random_array(a, (2000, 2000), (100, 100), seed=9, overwrite=True)  # same shape and chunks
 
