@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 
-from outofcore.errors import ClusterError
+from scheduler.errors import ClusterError
 from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor
 from scheduler.gpu_cluster import gpu_worker_specs
 

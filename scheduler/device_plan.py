@@ -36,7 +36,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from outofcore.errors import BudgetError, InputError
+from scheduler.errors import BudgetError, InputError
 
 #: Kernel block tile ``(bm, bn, bk)`` per element size, as in
 #: ``outofcore.cuda.kernels.PRODUCTION`` (a test keeps the two in step).

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from outofcore.errors import ClusterError
+from scheduler.errors import ClusterError
 
 GPU_RESOURCE = "GPU"
 

@@ -33,7 +33,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from outofcore.errors import BudgetError, InputError
+from scheduler.errors import BudgetError, InputError
 
 PANELS_IN_FLIGHT = 2
 DEFAULT_IO_CONCURRENCY = 2

@@ -199,3 +199,22 @@ def test_plan_prefers_tiles_that_read_less_over_square_ones():
     assert sorted((plan.tm, plan.tn)) == [8192, 16384]
     assert plan.bytes_read == 3 * 2**30
     assert plan.task_bytes <= 2**30
+
+
+def test_scheduler_imports_nothing_from_outofcore():
+    """The bottom layer: no module of ``scheduler`` imports ``outofcore`` (at any depth)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "scheduler"
+    found = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "outofcore"]
+    assert len(list(root.glob("*.py"))) >= 7
+    assert found == []
