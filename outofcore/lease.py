@@ -202,10 +202,6 @@ class Lease:
         self.job_id = job_id
         self.timeout = timeout
         self.key = journal.key(LEASE_NAME)
-        #: The dead lease this one replaced, if any.
-        self.took_over: LeaseInfo | None = None
-        #: Set when another job took the lease while this one held it.
-        self.lost_to: LeaseInfo | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._held = False
@@ -239,7 +235,6 @@ class Lease:
             # Dead (or unreadable): delete it only if nobody replaced it meanwhile.
             if self.journal.get_bytes(self.key) == raw:
                 self.journal.delete(self.key)
-                self.took_over = holder
         raise LeaseError(
             f"could not take the lease of {self.where!r}: other jobs keep replacing it"
         )
@@ -255,7 +250,6 @@ class Lease:
             try:
                 holder = read_lease(self.journal)
                 if holder is None or holder.job_id != self.job_id:
-                    self.lost_to = holder
                     who = holder.describe() if holder else "nobody (it was deleted)"
                     print(
                         f"outofcore: warning: the lease of {self.where!r} is now held by {who}",

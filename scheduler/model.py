@@ -117,7 +117,6 @@ CPU_CLUSTER_NODE = Machine(
     network_bps=12.5 * GB,
     storage_bps=100 * GB,
 )
-PRESETS = {m.name: m for m in (CI_2CORE, GPU_NODE, CPU_CLUSTER_NODE)}
 
 
 @dataclass(frozen=True)

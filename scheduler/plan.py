@@ -30,7 +30,7 @@ for a budget of ``M`` bytes (Smith et al., arXiv:1702.02017).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.errors import BudgetError, InputError
@@ -173,10 +173,6 @@ class Plan:
             "read_over_lower_bound": self.bytes_read / self.io_lower_bound,
             "flops": self.problem.flops,
         }
-
-    def as_dict(self) -> dict:
-        """Every field, tasks included, as plain data (for the job journal)."""
-        return asdict(self)
 
 
 def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int) -> int:
