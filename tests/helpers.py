@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import zarr
+
+from outofcore.generate import random_array
+from outofcore.journal import JOURNAL_DIR
 
 
 def write_zarr(path: Path, data: np.ndarray, chunks: tuple[int, int]) -> zarr.Array:
@@ -67,3 +73,35 @@ def break_chunk(array: Path, chunk: str) -> tuple[Path, bytes]:
 
 def restore_chunk(broken: tuple[Path, bytes]) -> None:
     overwrite_in_place(*broken)
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``outofcore ARGS`` in a new process; its output is captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "outofcore.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def tile_records(c: Path) -> list[Path]:
+    """Finished-tile records of every journal under the output ``c``."""
+    return sorted((c / JOURNAL_DIR / "tiles").glob("*/tile-*.json"))
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def long_job_inputs(folder: Path) -> tuple[str, str, str]:
+    """Paths of A (2000²) and B (2000x1100), 100² chunks, written, and of C: at
+    ``--memory 512KiB`` a job of 220 tiles, long enough to be interrupted."""
+    a, b, c = (str(folder / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
+    random_array(a, (2000, 2000), (100, 100), seed=1)
+    random_array(b, (2000, 1100), (100, 100), seed=2)
+    return a, b, c

@@ -23,19 +23,13 @@ import pytest
 import yaml
 import zarr
 from distributed import Client
-from helpers import assert_product_close, break_chunk, restore_chunk, wait_for
+from helpers import assert_product_close, break_chunk, free_port, restore_chunk, wait_for
 from test_compose import ROOT, interpolate
 
 from outofcore.generate import random_array
 from outofcore.journal import JOURNAL_DIR
 
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def native(parts: list, port: int, data: Path, env: dict[str, str] | None = None) -> list[str]:

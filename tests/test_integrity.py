@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +24,16 @@ import numpy as np
 import pytest
 import zarr
 from distributed import Client, LocalCluster
-from helpers import assert_product_close, random_matrix, wait_for, write_zarr
+from helpers import (
+    assert_product_close,
+    cli,
+    free_port,
+    long_job_inputs,
+    random_matrix,
+    tile_records,
+    wait_for,
+    write_zarr,
+)
 
 from outofcore import panel_cache
 from outofcore.api import ATTRIBUTE, job_status, run_job
@@ -36,26 +44,10 @@ from outofcore.journal import JOURNAL_DIR, ResumeError
 BIN = Path(sys.executable).parent
 
 
-def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "outofcore.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def records(c: Path) -> list[Path]:
-    return sorted((c / JOURNAL_DIR / "tiles").glob("*/tile-*.json"))
-
-
 @pytest.fixture(scope="module")
 def dask_cluster(tmp_path_factory):
     """``dask scheduler`` and one ``dask worker`` (one thread) on loopback; its address."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     logs = tmp_path_factory.mktemp("dask-logs")
     address = f"tcp://127.0.0.1:{port}"
     processes = [
@@ -167,9 +159,7 @@ def test_rewritten_inputs_between_jobs_on_one_running_cluster(dask_cluster, tmp_
 # -- inputs rewritten before a resume or during a job ------------------------------------
 def test_resume_onto_a_rewritten_input_is_refused(dask_cluster, tmp_path):
     """Issue 9's second reproduction: the client SIGKILLed, A rewritten, the same command."""
-    a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
-    random_array(a, (2000, 2000), (100, 100), seed=1)
-    random_array(b, (2000, 1100), (100, 100), seed=2)
+    a, b, c = long_job_inputs(tmp_path)
     command = ["matmul", a, b, "-o", c, "--memory", "512KiB", "--scheduler", dask_cluster]
     job = subprocess.Popen(
         [sys.executable, "-m", "outofcore.cli", *command, "--json"],
@@ -178,13 +168,13 @@ def test_resume_onto_a_rewritten_input_is_refused(dask_cluster, tmp_path):
         env={**os.environ, "OUTOFCORE_LEASE_TIMEOUT": "1"},
     )
     try:
-        wait_for(lambda: len(records(Path(c))) >= 10, 120, "10 tiles journaled")
+        wait_for(lambda: len(tile_records(Path(c))) >= 10, 120, "10 tiles journaled")
         assert job.poll() is None, "the job finished before the kill; make it longer"
     finally:
         job.send_signal(signal.SIGKILL)
         job.wait()
     wait_until_idle(dask_cluster)  # the dead client's tasks in flight still finish
-    done = len(records(Path(c)))
+    done = len(tile_records(Path(c)))
     random_array(a, (2000, 2000), (100, 100), seed=9, overwrite=True)  # same shape and chunks
 
     refused = cli(*command)
@@ -193,7 +183,7 @@ def test_resume_onto_a_rewritten_input_is_refused(dask_cluster, tmp_path):
     assert "input A was rewritten since the job started (" in refused.stderr
     assert "c/0/0 rewritten" in refused.stderr and "--overwrite" in refused.stderr
     assert "Traceback" not in refused.stderr
-    assert len(records(Path(c))) == done  # nothing written
+    assert len(tile_records(Path(c))) == done  # nothing written
 
     again = cli(*command, "--overwrite", "--json")
     assert again.returncode == 0, again.stderr
@@ -203,9 +193,7 @@ def test_resume_onto_a_rewritten_input_is_refused(dask_cluster, tmp_path):
 
 
 def test_input_rewritten_during_a_job_leaves_the_output_incomplete(tmp_path):
-    a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
-    random_array(a, (2000, 2000), (100, 100), seed=1)
-    random_array(b, (2000, 1100), (100, 100), seed=2)
+    a, b, c = long_job_inputs(tmp_path)
     command = ["matmul", a, b, "-o", c, "--memory", "512KiB", "--scheduler", "sync", "--json"]
     job = subprocess.Popen(
         [sys.executable, "-m", "outofcore.cli", *command],
@@ -214,7 +202,7 @@ def test_input_rewritten_during_a_job_leaves_the_output_incomplete(tmp_path):
         text=True,
     )
     try:
-        wait_for(lambda: len(records(Path(c))) >= 3, 120, "3 tiles journaled")
+        wait_for(lambda: len(tile_records(Path(c))) >= 3, 120, "3 tiles journaled")
         zarr.open_array(b, mode="r+")[1900:2000, 1000:1100] = 1.5  # B's last chunk
         assert job.poll() is None, "the job finished before the input changed; make it longer"
         _, stderr = job.communicate(timeout=300)
@@ -325,7 +313,7 @@ def test_two_clients_at_once_share_one_worker(tmp_path):
     spans = {
         name: (min(r["finished"] for r in found), max(r["finished"] for r in found))
         for name, folder in jobs.items()
-        for found in [[json.loads(p.read_text()) for p in records(folder / "c.zarr")]]
+        for found in [[json.loads(p.read_text()) for p in tile_records(folder / "c.zarr")]]
     }
     assert spans["x"][0] < spans["y"][1] and spans["y"][0] < spans["x"][1], spans
     # What the worker kept after each task (both threads, both jobs) stayed within the budget.
@@ -376,7 +364,7 @@ def test_full_disk_stops_the_job_naming_the_output_then_the_rerun_resumes(small_
     # Every tile recorded done is on disk, whole and right.
     a_np, b_np = zarr.open_array(a)[...], zarr.open_array(b)[...]
     stored = zarr.open_array(str(c))
-    for path in records(c):
+    for path in tile_records(c):
         record = json.loads(path.read_text())
         (r0, r1), (c0, c1) = record["rows"], record["cols"]
         assert_product_close(stored[r0:r1, c0:c1], a_np[r0:r1], b_np[:, c0:c1])
@@ -434,15 +422,13 @@ def test_corrupt_input_chunk_is_named_after_the_retries(tmp_path, layout, how):
     rows = "rows 0:20" if layout == "sharded" else "rows 10:20"
     assert f"key {key} ({rows}, columns 0:" in failed.stderr, failed.stderr
     assert "failed 3 time(s)" in failed.stderr
-    assert not (tmp_path / "c" / JOURNAL_DIR / "tiles").exists() or not records(tmp_path / "c")
+    assert not (tmp_path / "c" / JOURNAL_DIR / "tiles").exists() or not tile_records(tmp_path / "c")
 
 
 def test_a_job_whose_output_was_taken_over_stops_writing(tmp_path):
     """Another job takes the lease mid-job (as a rerun does after a client died): the
     first job's tasks stop before their next write, and the new holder's lease stays."""
-    a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
-    random_array(a, (2000, 2000), (100, 100), seed=1)
-    random_array(b, (2000, 1100), (100, 100), seed=2)
+    a, b, c = long_job_inputs(tmp_path)
     job = subprocess.Popen(
         [sys.executable, "-m", "outofcore.cli", "matmul", a, b, "-o", c, "--memory", "512KiB",
          "--scheduler", "sync", "--json"],
@@ -450,18 +436,18 @@ def test_a_job_whose_output_was_taken_over_stops_writing(tmp_path):
     )  # fmt: skip
     lease_path = Path(c) / JOURNAL_DIR / "lease.json"
     try:
-        wait_for(lambda: len(records(Path(c))) >= 3, 120, "3 tiles journaled")
+        wait_for(lambda: len(tile_records(Path(c))) >= 3, 120, "3 tiles journaled")
         taken = json.loads(lease_path.read_text())
         taken.update(job_id="takeover0001", host="elsewhere", heartbeat=taken["heartbeat"] + 1e6)
         lease_path.write_text(json.dumps(taken))
-        at_takeover = len(records(Path(c)))
+        at_takeover = len(tile_records(Path(c)))
         assert job.poll() is None, "the job finished before the takeover; make it longer"
         _, stderr = job.communicate(timeout=300)
     finally:
         job.kill()
     assert job.returncode == 2, stderr
     assert "job takeover0001 (host elsewhere" in stderr and "stop without writing" in stderr
-    assert len(records(Path(c))) <= at_takeover + 1  # at most the tile being recorded then
+    assert len(tile_records(Path(c))) <= at_takeover + 1  # at most the tile being recorded then
     assert json.loads(lease_path.read_text())["job_id"] == "takeover0001"
 
 

@@ -25,23 +25,20 @@ import zarr
 from helpers import (
     assert_product_close,
     break_chunk,
+    cli,
+    long_job_inputs,
     random_matrix,
     restore_chunk,
+    tile_records,
     wait_for,
     write_zarr,
 )
 
 from outofcore.api import ATTRIBUTE, job_status, run_job
 from outofcore.errors import OutputExistsError
-from outofcore.generate import random_array
 from outofcore.journal import JOURNAL_DIR, Journal, ResumeError
 from outofcore.lease import LEASE_NAME, Lease, LeaseError
 from outofcore.reading import ReadError, with_retries
-
-
-def tile_records(c: Path) -> list[Path]:
-    """Finished-tile records of every journal under the output ``c``."""
-    return sorted((c / JOURNAL_DIR / "tiles").glob("*/tile-*.json"))
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
@@ -211,21 +208,9 @@ def test_two_leases_on_one_output(tmp_path):
     assert not (tmp_path / "c.zarr").exists()  # nothing left behind
 
 
-def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "outofcore.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
-
-
 def test_client_killed_mid_job_then_rerun_skips_done_tiles(tmp_path):
     """SIGKILL ``outofcore matmul``; a second job meanwhile is refused; the rerun resumes."""
-    a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
-    random_array(a, (2000, 2000), (100, 100), seed=1)
-    random_array(b, (2000, 1100), (100, 100), seed=2)
+    a, b, c = long_job_inputs(tmp_path)
     command = [a, b, "-o", c, "--memory", "512KiB", "--scheduler", "sync", "--json"]
     env = {"OUTOFCORE_LEASE_TIMEOUT": "1"}  # heartbeats every 0.25 s
     job = subprocess.Popen(
