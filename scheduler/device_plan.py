@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler.errors import BudgetError, InputError
+from scheduler.plan import mib, round_up, widest
 
 #: Kernel block tile ``(bm, bn, bk)`` per element size, as in
 #: ``outofcore.cuda.kernels.PRODUCTION`` (a test keeps the two in step).
@@ -222,11 +223,11 @@ def plan_device(
         needed = device_bytes(small_m, small_n, small_k, itemsize)
         whole = device_bytes(tm, tn, small_k, itemsize)
         raise BudgetError(
-            f"device budget of {budget_bytes} bytes ({_mib(budget_bytes)}) is too small: the "
+            f"device budget of {budget_bytes} bytes ({mib(budget_bytes)}) is too small: the "
             f"smallest device tile, {small_m}x{small_n} with {small_k}-deep double-buffered "
-            f"panels, needs {needed} bytes ({_mib(needed)}) = {itemsize}*({small_m}*{small_n} "
+            f"panels, needs {needed} bytes ({mib(needed)}) = {itemsize}*({small_m}*{small_n} "
             f"+ 2*{small_k}*({small_m}+{small_n})); the whole {tm}x{tn} host tile would need "
-            f"{whole} bytes ({_mib(whole)}); raise the device memory (--device-memory)"
+            f"{whole} bytes ({mib(whole)}); raise the device memory (--device-memory)"
         )
     # Slices start SUBTILE_DK deep (shallower if even the smallest tile needs it).
     dk = min(tk, max(small_k, _round_down(SUBTILE_DK, bk)))
@@ -236,12 +237,12 @@ def plan_device(
     # row: minimise cols*tm + rows*tn over the heights, each with the widest width
     # that fits (with dm*dn bounded, the optimum is square).  Ties: larger tiles.
     best: tuple[tuple[int, int], int, int] | None = None
-    heights = {min(tm, _round_up(math.ceil(tm / r), bm)) for r in range(1, math.ceil(tm / bm) + 1)}
+    heights = {min(tm, round_up(math.ceil(tm / r), bm)) for r in range(1, math.ceil(tm / bm) + 1)}
     for dm in sorted(heights, reverse=True):
-        dn = _widest(dm, dk, bn, tn, elements)
+        dn = widest(dm, bn, tn, lambda height, width: fits(height, width, dk))
         if dn == 0:
             continue
-        dn = min(tn, _round_up(math.ceil(tn / math.ceil(tn / dn)), bn))  # spread evenly
+        dn = min(tn, round_up(math.ceil(tn / math.ceil(tn / dn)), bn))  # spread evenly
         score = (math.ceil(tn / dn) * tm + math.ceil(tm / dm) * tn, -dm * dn)
         if best is None or score < best[0]:
             best = (score, dm, dn)
@@ -272,21 +273,5 @@ def job_pcie_bytes(
     return total
 
 
-def _widest(height: int, dk: int, unit: int, extent: int, elements: int) -> int:
-    """Widest width that fits beside ``height`` rows: ``extent``, a ``unit`` multiple, or 0."""
-    room = (elements - DEVICE_PANELS * dk * height) // (height + DEVICE_PANELS * dk)
-    if room >= extent:
-        return extent
-    return max(0, _round_down(room, unit))
-
-
 def _round_down(value: int, unit: int) -> int:
     return (value // unit) * unit
-
-
-def _round_up(value: int, unit: int) -> int:
-    return math.ceil(value / unit) * unit
-
-
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"

@@ -30,8 +30,8 @@ for a budget of ``M`` bytes (Smith et al., arXiv:1702.02017).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from scheduler.errors import BudgetError, InputError
 
@@ -271,7 +271,7 @@ def make_plan(
     if projected > budget_bytes:
         raise BudgetError(
             f"a {tm}x{tn} tile with {tk}-deep panels needs {projected} bytes per task "
-            f"({_mib(projected)}), over the budget of {budget_bytes} bytes ({_mib(budget_bytes)})"
+            f"({mib(projected)}), over the budget of {budget_bytes} bytes ({mib(budget_bytes)})"
         )
     out_chunks = p.out_grid or (_output_chunk(tm), _output_chunk(tn))
     panels = tuple((k0, min(k0 + tk, p.k)) for k0 in range(0, p.k, tk))
@@ -347,10 +347,10 @@ def _best_tile(
     if not fits(row_unit, col_unit):
         smallest = task_bytes(p, row_unit, col_unit, tk, io_concurrency)
         raise BudgetError(
-            f"budget of {budget} bytes ({_mib(budget)}) is too small: the smallest tile "
+            f"budget of {budget} bytes ({mib(budget)}) is too small: the smallest tile "
             f"the chunking allows ({row_unit}x{col_unit}, panels {tk} deep, "
             f"A chunks {p.a_chunks}, B chunks {p.b_chunks}) needs {smallest} bytes "
-            f"({_mib(smallest)}) per task; raise the budget or rechunk the inputs smaller"
+            f"({mib(smallest)}) per task; raise the budget or rechunk the inputs smaller"
         )
     panels = tuple((k0, min(k0 + tk, p.k)) for k0 in range(0, p.k, tk))
     a_touched = _touched(panels, p.a_chunks[1], p.k)
@@ -359,10 +359,10 @@ def _best_tile(
     for tm in _candidate_edges(p.m, row_unit):
         if not fits(tm, col_unit):
             continue
-        widest = _widest(tm, col_unit, p.n, fits)
-        first = math.ceil(p.n / widest)
+        widest_tn = widest(tm, col_unit, p.n, fits)
+        first = math.ceil(p.n / widest_tn)
         for columns in range(first, first + 4):
-            tn = min(p.n, _round_up(math.ceil(p.n / columns), col_unit))
+            tn = min(p.n, round_up(math.ceil(p.n / columns), col_unit))
             rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
             decoded = cols * p.m * a_touched + rows * p.n * b_touched
             score = _busiest_worker(p, tm, tn, workers) * p.k + DECODE_COST_FMAS * decoded / workers
@@ -380,16 +380,22 @@ def _candidate_edges(extent: int, unit: int) -> list[int]:
     while count < most:  # geometric beyond the first few hundred counts
         count *= 1.05
         counts.append(min(most, math.ceil(count)))
-    edges = {min(extent, _round_up(math.ceil(extent / c), unit)) for c in counts}
+    edges = {min(extent, round_up(math.ceil(extent / c), unit)) for c in counts}
     return sorted(edges, reverse=True)
 
 
-def _widest(tm: int, unit: int, extent: int, fits: Any) -> int:
-    """Widest aligned tile width that fits beside a height of ``tm`` (binary search)."""
+def widest(height: int, unit: int, extent: int, fits: Callable[[int, int], bool]) -> int:
+    """Widest width beside ``height`` rows that ``fits``: ``extent``, a ``unit`` multiple, or 0.
+
+    Binary search over the multiples of ``unit`` (exact when ``fits`` is
+    monotone in the width); 0 when not even one ``unit`` fits.
+    """
+    if not fits(height, min(extent, unit)):
+        return 0
     low, high = 1, math.ceil(extent / unit)  # in units; ``low`` fits
     while low < high:
         middle = (low + high + 1) // 2
-        if fits(tm, min(extent, middle * unit)):
+        if fits(height, min(extent, middle * unit)):
             low = middle
         else:
             high = middle - 1
@@ -421,13 +427,14 @@ def _split_for_workers(
         if not (rows_can or cols_can):
             break
         if rows_can and (tm >= tn or not cols_can):
-            tm = max(row_unit, _round_up(math.ceil(tm / 2), row_unit))
+            tm = max(row_unit, round_up(math.ceil(tm / 2), row_unit))
         else:
-            tn = max(col_unit, _round_up(math.ceil(tn / 2), col_unit))
+            tn = max(col_unit, round_up(math.ceil(tn / 2), col_unit))
     return tm, tn
 
 
-def _round_up(value: int, unit: int) -> int:
+def round_up(value: int, unit: int) -> int:
+    """``value`` rounded up to a multiple of ``unit``."""
     return math.ceil(value / unit) * unit
 
 
@@ -470,5 +477,6 @@ def _tasks_in_locality_order(p: Problem, tm: int, tn: int) -> tuple[TileTask, ..
     return tuple(tasks)
 
 
-def _mib(nbytes: int) -> str:
+def mib(nbytes: int) -> str:
+    """``nbytes`` as ``"12.3 MiB"`` for messages (scheduler/ may not import dask's format_bytes)."""
     return f"{nbytes / 2**20:.1f} MiB"
