@@ -25,7 +25,8 @@ read (decoded), ``O`` = bytes written, ``c`` = stored/decoded size ratio::
     T_fill    = tasks per worker * (first panel: decode + PCIe + stored read)
 
 The busiest worker's flops come from the plan's tiles handed out largest
-first to the least loaded worker.  Rates are inputs; the presets below are
+first to the least loaded worker (:func:`scheduler.plan.busiest_worker`, the
+planner's own estimate).  Rates are inputs; the presets below are
 measured on this project's CI machine (``ci-2core``) or stated assumptions
 (the GPU and cluster ones) to be replaced by measurements.
 """
@@ -35,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from scheduler.plan import Plan, make_plan
+from scheduler.plan import Plan, busiest_worker, make_plan
 
 
 @dataclass(frozen=True)
@@ -139,30 +140,14 @@ class Prediction:
         return asdict(self)
 
 
-def busiest_worker_flops(plan: Plan, workers: int) -> float:
-    """FLOPs of the worker with the most work: tiles largest first to the least loaded.
-
-    Memory and time are proportional to the number of tiles (a heap over
-    ``workers`` would be faster for huge clusters; tile counts here stay small).
-    """
-    k = plan.problem.k
-    areas = sorted(((t.row1 - t.row0) * (t.col1 - t.col0) for t in plan.tasks), reverse=True)
-    if workers >= len(areas):
-        return 2.0 * k * (areas[0] if areas else 0)
-    if len(areas) > 64 * workers:  # fine-grained: the mean plus one tile of slack
-        return 2.0 * k * (sum(areas) / workers + areas[0])
-    loads = [0] * workers
-    for area in areas:
-        loads[loads.index(min(loads))] += area
-    return 2.0 * k * max(loads)
-
-
 def predict(plan: Plan, machine: Machine) -> Prediction:
     """Predict the job time of ``plan`` on ``machine`` (see the module docstring)."""
     workers = machine.workers
     read, written = plan.bytes_read, plan.bytes_written
     stored = machine.compression * (read + written)
-    compute = busiest_worker_flops(plan, workers) / machine.kernel_flops
+    p = plan.problem
+    busiest = 2 * p.k * busiest_worker(p, plan.tm, plan.tn, workers)
+    compute = busiest / machine.kernel_flops
     decode = read / workers / machine.decode_bps
     pcie = (read + written) / workers / machine.pcie_bps if machine.pcie_bps else 0.0
     disk_bps = machine.nodes * machine.disk_bps
@@ -172,7 +157,6 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
     network = stored / (machine.nodes * machine.network_bps) if machine.network_bps else 0.0
     write = written / workers / machine.encode_bps
     # The first panel of every task is read before anything overlaps it.
-    p = plan.problem
     first = p.itemsize * plan.tk * (plan.tm + plan.tn)
     per_byte = 1 / machine.decode_bps + (1 / machine.pcie_bps if machine.pcie_bps else 0.0)
     per_byte += machine.compression / machine.disk_bps

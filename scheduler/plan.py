@@ -365,7 +365,7 @@ def _best_tile(
             tn = min(p.n, round_up(math.ceil(p.n / columns), col_unit))
             rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
             decoded = cols * p.m * a_touched + rows * p.n * b_touched
-            score = _busiest_worker(p, tm, tn, workers) * p.k + DECODE_COST_FMAS * decoded / workers
+            score = busiest_worker(p, tm, tn, workers) * p.k + DECODE_COST_FMAS * decoded / workers
             if best is None or score < best[0]:
                 best = (score, tm, tn)
     assert best is not None  # the smallest tile fits, so some candidate does
@@ -402,15 +402,21 @@ def widest(height: int, unit: int, extent: int, fits: Callable[[int, int], bool]
     return min(extent, low * unit)
 
 
-def _busiest_worker(p: Problem, tm: int, tn: int, workers: int) -> float:
-    """Output elements computed by the busiest worker (largest tile first, least loaded)."""
+def busiest_worker(p: Problem, tm: int, tn: int, workers: int) -> float:
+    """Output elements of the busiest worker when ``tm×tn`` tiles of ``p`` go to ``workers``.
+
+    Tiles are handed out largest first to the least loaded worker.  Beyond
+    ``4 * workers`` tiles that is approximated, in constant time, by the mean
+    share or one whole tile, whichever is larger (the planner calls this for
+    every candidate tile shape).  :mod:`scheduler.model` uses it too.
+    """
     rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
     if workers == 1:
         return float(p.m * p.n)
-    heights = [tm] * (rows - 1) + [p.m - (rows - 1) * tm]
-    widths = [tn] * (cols - 1) + [p.n - (cols - 1) * tn]
     if rows * cols > 4 * workers:  # fine-grained: the average, or one whole tile
         return float(max(p.m * p.n / workers, tm * tn))
+    heights = [tm] * (rows - 1) + [p.m - (rows - 1) * tm]
+    widths = [tn] * (cols - 1) + [p.n - (cols - 1) * tn]
     loads = [0] * workers
     for area in sorted((h * w for h in heights for w in widths), reverse=True):
         loads[loads.index(min(loads))] += area
