@@ -12,8 +12,9 @@ import zarr
 from tqdm import tqdm
 from zarr.storage import MemoryStore
 
-from outofcore import arrays
+from outofcore import arrays, config
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
+from outofcore.config import parse_size
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
@@ -36,7 +37,6 @@ from outofcore.lease import (
     new_job_id,
     read_lease,
 )
-from outofcore.sizes import parse_size
 from outofcore.tile import TileJob, TileResult
 from scheduler.cluster import open_executor
 from scheduler.executors import SynchronousExecutor
@@ -182,7 +182,12 @@ def run_job(
     with (
         lease,
         open_executor(
-            client, budget_bytes=budget, workers=workers, gpus=gpus, announce=progress
+            client,
+            budget_bytes=budget,
+            workers=workers,
+            gpus=gpus,
+            announce=progress,
+            connect_timeout=config.number("connect-timeout", positive=True),
         ) as executor,
     ):
         _check_unchanged(

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import zarr
 
+from outofcore import config
+
 #: Threads for chunk files when zarr's configuration does not say.
 CHUNK_FILE_THREADS = 2
 #: What codecs raise for bytes they cannot decode (truncated or corrupt chunks).
@@ -273,9 +275,6 @@ def aligned(layout: PlainLayout, start: tuple[int, int], shape: tuple[int, int])
 
 #: Alignment of buffers, offsets and sizes for unbuffered (``O_DIRECT``) writes.
 DIRECT_ALIGNMENT = 4096
-#: Set to 0 to write chunk files through the page cache.
-DIRECT_WRITES_ENV = "OUTOFCORE_DIRECT_WRITES"
-_direct_writes: list[bool] = []
 
 
 def _aligned_scratch(scratch: dict[str, np.ndarray], nbytes: int) -> np.ndarray:
@@ -336,9 +335,8 @@ def _write_unbuffered(path: str, data: np.ndarray, size: int) -> bool:
 
 
 def _direct_writes_allowed() -> bool:
-    if not _direct_writes:
-        _direct_writes.append(os.environ.get(DIRECT_WRITES_ENV, "1") != "0")
-    return _direct_writes[0]
+    """The setting ``direct-writes`` (``$OUTOFCORE_DIRECT_WRITES=0`` turns them off)."""
+    return config.flag("direct-writes")
 
 
 def write_region(layout: PlainLayout, start: tuple[int, int], values: np.ndarray) -> None:

@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dask.utils import format_bytes, format_time
+
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, OUTPUT_CODECS
+from outofcore.config import parse_size
 from outofcore.errors import OutOfCoreError
-from outofcore.sizes import format_size, parse_size
 
 DEMO_SIZE = 4096
 DEMO_CHUNK = 512
@@ -196,7 +198,7 @@ def _random(args: argparse.Namespace) -> int:
     nbytes = array.nbytes
     print(
         f"wrote {args.path}: {array.shape[0]}x{array.shape[1]} {array.dtype}, chunks "
-        f"{array.chunks}, {format_size(nbytes)} in {time.perf_counter() - started:.2f} s"
+        f"{array.chunks}, {format_bytes(nbytes)} in {time.perf_counter() - started:.2f} s"
     )
     return 0
 
@@ -249,7 +251,7 @@ def _demo(args: argparse.Namespace) -> int:
             random_array(paths[name], (size, size), (chunk, chunk), seed=seed, overwrite=True)
         inputs = 2 * size * size * 4
         say(
-            f"Inputs hold {format_size(inputs)}; the budget is {format_size(args.memory)} "
+            f"Inputs hold {format_bytes(inputs)}; the budget is {format_bytes(args.memory)} "
             "per worker"
         )
         result = run_job(
@@ -282,13 +284,13 @@ def _format_summary(s: dict[str, Any]) -> str:
             f"  tiles          {s['tiles']} of {s['tile'][0]}x{s['tile'][1]}, panels "
             f"{s['tk']} deep ({s['tiles_skipped']} skipped)",
             f"  time           {s['seconds']:.2f} s, {s['gflops']:.1f} GFLOP/s",
-            f"  read           {format_size(s['bytes_read'])} "
+            f"  read           {format_bytes(s['bytes_read'])} "
             f"({s['read_over_lower_bound']:.2f}x the lower bound "
-            f"{format_size(s['io_lower_bound'])})",
-            f"  written        {format_size(s['bytes_written'])}",
-            f"  memory         peak worker RSS {format_size(s['peak_worker_bytes'])}; "
-            f"task projected {format_size(s['task_bytes_projected'])} of a "
-            f"{format_size(s['budget_bytes'])} budget",
+            f"{format_bytes(s['io_lower_bound'])})",
+            f"  written        {format_bytes(s['bytes_written'])}",
+            f"  memory         peak worker RSS {format_bytes(s['peak_worker_bytes'])}; "
+            f"task projected {format_bytes(s['task_bytes_projected'])} of a "
+            f"{format_bytes(s['budget_bytes'])} budget",
             f"  task time      compute {s['compute_seconds']:.2f} s, waiting for reads "
             f"{s['read_wait_seconds']:.2f} s, writing {s['write_seconds']:.2f} s (summed)",
         ]
@@ -301,16 +303,16 @@ def _format_plan(p: dict[str, Any]) -> str:
             f"A {p['m']}x{p['k']} (chunks {p['a_chunks'][0]}x{p['a_chunks'][1]}) @ "
             f"B {p['k']}x{p['n']} (chunks {p['b_chunks'][0]}x{p['b_chunks'][1]}), "
             f"{p['itemsize'] * 8}-bit floats",
-            f"  budget         {format_size(p['budget_bytes'])} per worker, "
+            f"  budget         {format_bytes(p['budget_bytes'])} per worker, "
             f"{p['workers']} worker(s)",
             f"  tiles          {p['tiles']} ({p['tiles_grid'][0]}x{p['tiles_grid'][1]}) of "
             f"{p['tile'][0]}x{p['tile'][1]}, {p['panels_per_tile']} panel(s) of {p['tk']}",
             f"  output chunks  {p['out_chunks'][0]}x{p['out_chunks'][1]}",
-            f"  task memory    {format_size(p['task_bytes'])} projected",
+            f"  task memory    {format_bytes(p['task_bytes'])} projected",
             *_format_device(p.get("device")),
-            f"  bytes read     {format_size(p['bytes_read'])} predicted, lower bound "
-            f"{format_size(p['io_lower_bound'])} ({p['read_over_lower_bound']:.2f}x)",
-            f"  bytes written  {format_size(p['bytes_written'])}",
+            f"  bytes read     {format_bytes(p['bytes_read'])} predicted, lower bound "
+            f"{format_bytes(p['io_lower_bound'])} ({p['read_over_lower_bound']:.2f}x)",
+            f"  bytes written  {format_bytes(p['bytes_written'])}",
             f"  work           {p['flops'] / 1e9:.1f} GFLOP",
             *_format_predictions(p.get("predicted", [])),
         ]
@@ -324,21 +326,13 @@ def _format_predictions(predictions: list[dict[str, Any]]) -> list[str]:
     lines = ["  predicted time (model: slowest stream + pipeline fill; docs/performance.md)"]
     for p in predictions:
         lines.append(
-            f"    {p['machine']:<22} {p['workers']:>4} worker(s)  {_duration(p['seconds']):>9}"
-            f"  bound by {p['bottleneck']} (compute {_duration(p['compute'])}, decode "
-            f"{_duration(p['decode'])}, PCIe {_duration(p['pcie'])}, disk "
-            f"{_duration(p['disk'])}, network {_duration(p['network'])}, write "
-            f"{_duration(p['write'])})"
+            f"    {p['machine']:<22} {p['workers']:>4} worker(s)  {format_time(p['seconds']):>9}"
+            f"  bound by {p['bottleneck']} (compute {format_time(p['compute'])}, decode "
+            f"{format_time(p['decode'])}, PCIe {format_time(p['pcie'])}, disk "
+            f"{format_time(p['disk'])}, network {format_time(p['network'])}, write "
+            f"{format_time(p['write'])})"
         )
     return lines
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.1f} s"
 
 
 def _device_summary(plan: Any, device_memory: int) -> dict[str, Any]:
@@ -361,11 +355,11 @@ def _format_device(d: dict[str, Any] | None) -> list[str]:
         how = "the whole host tile, resident"
     return [
         f"  device tile    {d['device_tile'][0]}x{d['device_tile'][1]} ({how}), slices "
-        f"{d['dk']} deep: {format_size(d['device_bytes'])} of a "
-        f"{format_size(d['device_budget_bytes'])} device budget",
-        f"  PCIe           {format_size(d['pcie_bytes_per_tile'])} per host tile (H2D "
-        f"{format_size(d['h2d_bytes_per_tile'])}, D2H {format_size(d['d2h_bytes_per_tile'])}), "
-        f"{format_size(d['pcie_bytes'])} in all",
+        f"{d['dk']} deep: {format_bytes(d['device_bytes'])} of a "
+        f"{format_bytes(d['device_budget_bytes'])} device budget",
+        f"  PCIe           {format_bytes(d['pcie_bytes_per_tile'])} per host tile (H2D "
+        f"{format_bytes(d['h2d_bytes_per_tile'])}, D2H {format_bytes(d['d2h_bytes_per_tile'])}), "
+        f"{format_bytes(d['pcie_bytes'])} in all",
     ]
 
 

@@ -30,13 +30,11 @@ from typing import Any
 
 import psutil
 
+from outofcore import config
 from outofcore.errors import OutOfCoreError
 from outofcore.journal import Journal, timestamp
 
 LEASE_NAME = "lease.json"
-#: Seconds without a heartbeat after which a lease is dead (``OUTOFCORE_LEASE_TIMEOUT``).
-DEFAULT_TIMEOUT = 60.0
-TIMEOUT_ENV = "OUTOFCORE_LEASE_TIMEOUT"
 
 
 class LeaseError(OutOfCoreError, RuntimeError):
@@ -48,13 +46,12 @@ class LeaseLostError(LeaseError):
 
 
 def lease_timeout(value: float | None = None) -> float:
-    """The lease timeout: ``value``, else ``$OUTOFCORE_LEASE_TIMEOUT``, else 60 s."""
+    """The lease timeout: ``value``, else the setting ``lease-timeout`` (60 s).
+
+    The setting is ``$OUTOFCORE_LEASE_TIMEOUT`` (:mod:`outofcore.config`).
+    """
     if value is None:
-        text = os.environ.get(TIMEOUT_ENV, str(DEFAULT_TIMEOUT))
-        try:
-            value = float(text)
-        except ValueError:
-            raise LeaseError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds") from None
+        return config.number("lease-timeout", positive=True)
     if not value > 0:
         raise LeaseError(f"lease timeout = {value}: need a positive number of seconds")
     return float(value)

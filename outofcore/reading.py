@@ -11,21 +11,16 @@ decode (truncated or corrupt bytes) are retried; when the retries run out,
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
 import numpy as np
 import zarr
 
-from outofcore import arrays, chunkfiles
+from outofcore import arrays, chunkfiles, config
 from outofcore.chunkfiles import DECODE_ERRORS, ChunkDecodeError
 from outofcore.errors import OutOfCoreError
 
-#: Extra attempts after a failed read of an input region (default 3).
-READ_RETRIES_ENV = "OUTOFCORE_READ_RETRIES"
-#: Seconds before the first retry; each further retry waits twice as long (default 0.2).
-READ_RETRY_DELAY_ENV = "OUTOFCORE_READ_RETRY_DELAY"
 #: Errors worth retrying: I/O and network failures (timeouts, resets, unreadable or
 #: undecodable chunks: :class:`~outofcore.chunkfiles.ChunkDecodeError` is an OSError).
 TRANSIENT_READ_ERRORS = (OSError, TimeoutError)
@@ -36,20 +31,13 @@ class ReadError(OutOfCoreError, OSError):
 
 
 def read_retry_settings() -> tuple[int, float]:
-    """Retries and first delay from ``$OUTOFCORE_READ_RETRIES`` / ``$OUTOFCORE_READ_RETRY_DELAY``.
+    """Extra attempts after a failed read (default 3) and the first delay (0.2 s, doubling).
 
-    Read where the task runs, so set them in the workers' environment.
+    The settings ``read-retries`` and ``read-retry-delay`` (:mod:`outofcore.config`,
+    ``$OUTOFCORE_READ_RETRIES``, ``$OUTOFCORE_READ_RETRY_DELAY``), read where the
+    task runs: set them in the workers' environment.
     """
-    try:
-        retries = int(os.environ.get(READ_RETRIES_ENV, "3"))
-        delay = float(os.environ.get(READ_RETRY_DELAY_ENV, "0.2"))
-    except ValueError as exc:
-        raise ReadError(f"{READ_RETRIES_ENV} / {READ_RETRY_DELAY_ENV}: {exc}") from None
-    if retries < 0 or delay < 0:
-        raise ReadError(
-            f"{READ_RETRIES_ENV}={retries}, {READ_RETRY_DELAY_ENV}={delay}: need values >= 0"
-        )
-    return retries, delay
+    return int(config.number("read-retries", integer=True)), config.number("read-retry-delay")
 
 
 def _read_into(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:
@@ -75,7 +63,8 @@ def with_retries(read: Callable[[], object], region: Callable[[], str]) -> None:
             if attempt == retries:
                 raise ReadError(
                     f"reading {region()} failed {retries + 1} time(s); last error: "
-                    f"{type(exc).__name__}: {exc} (retries: ${READ_RETRIES_ENV}={retries})"
+                    f"{type(exc).__name__}: {exc} "
+                    f"(retries: ${config.env_name('read-retries')}={retries})"
                 ) from exc
             time.sleep(delay * 2**attempt)
 

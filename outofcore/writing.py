@@ -18,11 +18,11 @@ from collections.abc import Iterator
 
 import numpy as np
 import zarr
+from dask.utils import format_bytes
 from zarr.storage import LocalStore
 
 from outofcore import arrays, chunkfiles
 from outofcore.errors import OutputWriteError
-from outofcore.sizes import format_size
 
 #: errno values of a full disk or a spent quota.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -80,7 +80,7 @@ def free_space(folder: str | None) -> str:
     except OSError as exc:
         return f"free space of {folder} unknown: {exc}"
     return (
-        f"{format_size(usage.free)} free of {format_size(usage.total)} on the file system of "
+        f"{format_bytes(usage.free)} free of {format_bytes(usage.total)} on the file system of "
         f"{existing}"
     )
 

@@ -26,7 +26,8 @@ from scheduler.gpu_cluster import gpu_worker_specs
 
 #: Memory a worker process needs besides its task (interpreter, libraries, Dask).
 WORKER_OVERHEAD_BYTES = 768 * 2**20
-CONNECT_TIMEOUT_SECONDS = float(os.environ.get("OUTOFCORE_CONNECT_TIMEOUT", "10"))
+#: Seconds to wait for a scheduler address to answer (``outofcore.config``: connect-timeout).
+CONNECT_TIMEOUT_SECONDS = 10.0
 SYNC = ("sync", "synchronous")
 BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -103,11 +104,13 @@ def open_executor(
     workers: int | None = None,
     gpus: tuple[int, ...] | None = None,
     announce: bool = True,
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
 ) -> Iterator[Executor]:
     """Yield an executor for ``client`` (see the module docstring), cleaning up after.
 
     ``gpus`` (with ``client=None``) starts one worker per listed GPU instead
-    of one per core (see :mod:`scheduler.gpu_cluster`).
+    of one per core (see :mod:`scheduler.gpu_cluster`).  ``connect_timeout``
+    bounds the wait for a scheduler address (three times it for its workers).
 
     Raises
     ------
@@ -140,28 +143,28 @@ def open_executor(
     if isinstance(client, str):
         address = client
         try:
-            connected = Client(address, timeout=CONNECT_TIMEOUT_SECONDS)
+            connected = Client(address, timeout=connect_timeout)
         except (OSError, TimeoutError) as exc:
             raise ClusterError(
                 f"no Dask scheduler answered at {address!r} within "
-                f"{CONNECT_TIMEOUT_SECONDS:g} s ({type(exc).__name__}); is `dask scheduler` "
+                f"{connect_timeout:g} s ({type(exc).__name__}); is `dask scheduler` "
                 "running there, and is the address (tcp://HOST:PORT) right?"
             ) from None
         with connected:
-            _wait_for_workers(connected, address, workers)
+            _wait_for_workers(connected, address, workers, connect_timeout)
             yield DaskExecutor(connected)
         return
-    _wait_for_workers(client, getattr(client.scheduler, "address", "?"), workers)
+    _wait_for_workers(client, getattr(client.scheduler, "address", "?"), workers, connect_timeout)
     yield DaskExecutor(client)
 
 
-def _wait_for_workers(client: Any, address: str, workers: int | None) -> None:
+def _wait_for_workers(client: Any, address: str, workers: int | None, timeout: float) -> None:
     wanted = workers or 1
     try:
-        client.wait_for_workers(wanted, timeout=CONNECT_TIMEOUT_SECONDS * 3)
+        client.wait_for_workers(wanted, timeout=timeout * 3)
     except TimeoutError:
         have = len(client.scheduler_info(n_workers=-1)["workers"])
         raise ClusterError(
             f"the scheduler at {address!r} has {have} worker(s); waited "
-            f"{CONNECT_TIMEOUT_SECONDS * 3:g} s for {wanted}"
+            f"{timeout * 3:g} s for {wanted}"
         ) from None

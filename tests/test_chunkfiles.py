@@ -26,13 +26,13 @@ def chunk_files(root: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(params=["unbuffered", "buffered", "tmpfs"])
-def write_mode(request, tmp_path, monkeypatch):
+def write_mode(request, tmp_path, outofcore_settings):
     """Where and how chunk files are written: O_DIRECT, the page cache, or a tmpfs.
 
     On a tmpfs (no O_DIRECT) the writer falls back to ordinary writes by itself.
     """
     if request.param == "buffered":
-        monkeypatch.setattr(chunkfiles, "_direct_writes", [False])
+        outofcore_settings(direct_writes=False)
     if request.param != "tmpfs":
         return tmp_path
     shm = Path("/dev/shm")

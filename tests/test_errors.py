@@ -13,6 +13,7 @@ import zarr
 from helpers import random_matrix, write_zarr
 
 import outofcore
+from outofcore.config import parse_size
 from outofcore.errors import (
     BackendError,
     BudgetError,
@@ -20,7 +21,8 @@ from outofcore.errors import (
     InputError,
     OutputExistsError,
 )
-from outofcore.sizes import parse_size
+from outofcore.lease import lease_timeout
+from outofcore.reading import read_retry_settings
 
 
 @pytest.fixture
@@ -145,9 +147,9 @@ def test_budget_too_small_is_refused_with_numbers(inputs):
     assert not (folder / "c.zarr").exists()
 
 
-def test_scheduler_address_that_does_not_answer(inputs, monkeypatch):
+def test_scheduler_address_that_does_not_answer(inputs, outofcore_settings):
     folder, a, b = inputs
-    monkeypatch.setattr("scheduler.cluster.CONNECT_TIMEOUT_SECONDS", 2.0)
+    outofcore_settings(connect_timeout=2)
     started = time.monotonic()
     with pytest.raises(ClusterError, match=r"'tcp://127.0.0.1:9' within 2 s"):
         outofcore.matmul(a, b, folder / "c.zarr", client="tcp://127.0.0.1:9", progress=False)
@@ -183,7 +185,7 @@ def test_cuda_backend_without_gpu_is_a_clear_error(inputs):
         assert not (folder / "c.zarr").exists()
 
 
-@pytest.mark.parametrize("text", ["lots", "-5MiB", "12 parsecs", "0"])
+@pytest.mark.parametrize("text", ["lots", "-5MiB", "12 parsecs", "0", "", "MiB", "0.5"])
 def test_bad_memory_sizes(text):
     with pytest.raises(InputError):
         parse_size(text)
@@ -192,7 +194,27 @@ def test_bad_memory_sizes(text):
 def test_sizes():
     assert parse_size("512MiB") == 512 * 2**20
     assert parse_size("1.5GB") == 1_500_000_000
+    assert parse_size("2 gib") == 2 * 2**30
     assert parse_size(4096) == 4096
+
+
+def test_settings_come_from_the_environment_and_bad_ones_are_named(outofcore_settings):
+    code = (
+        "from outofcore.reading import read_retry_settings; from outofcore.lease import "
+        "lease_timeout; print(read_retry_settings(), lease_timeout())"
+    )
+    env = {**os.environ, "OUTOFCORE_READ_RETRIES": "7", "OUTOFCORE_LEASE_TIMEOUT": "2.5"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["(7,", "0.2)", "2.5"]
+    outofcore_settings(lease_timeout="soon")
+    with pytest.raises(InputError, match=r"OUTOFCORE_LEASE_TIMEOUT='soon' is not a number"):
+        lease_timeout()
+    outofcore_settings(lease_timeout=0, read_retries=1.5)
+    with pytest.raises(InputError, match=r"OUTOFCORE_LEASE_TIMEOUT=0: need a number > 0"):
+        lease_timeout()
+    with pytest.raises(InputError, match=r"OUTOFCORE_READ_RETRIES=1.5 is not a whole number"):
+        read_retry_settings()
 
 
 def test_local_cluster_larger_than_this_machine_is_refused(inputs):

@@ -63,9 +63,9 @@ def run(folder: Path, out: str = "c.zarr", **kwargs):
     return run_job(folder / "a.zarr", folder / "b.zarr", folder / out, **kwargs)
 
 
-def test_read_error_names_the_chunk_then_the_rerun_resumes(small, monkeypatch):
+def test_read_error_names_the_chunk_then_the_rerun_resumes(small, outofcore_settings):
     folder, a, b = small
-    monkeypatch.setenv("OUTOFCORE_READ_RETRIES", "0")
+    outofcore_settings(read_retries=0)
     broken = break_chunk(folder / "b.zarr", "3/2")  # rows 30:40, columns 20:30 of B
     with pytest.raises(ReadError) as failure:
         run(folder)
@@ -92,7 +92,7 @@ def test_read_error_names_the_chunk_then_the_rerun_resumes(small, monkeypatch):
 
     # The same job again: only the missing tiles are computed.
     restore_chunk(broken)
-    monkeypatch.delenv("OUTOFCORE_READ_RETRIES")
+    outofcore_settings(read_retries=3)
     result = run(folder)
     assert result.summary["tiles_skipped"] == done
     assert result.summary["tiles_computed"] == total - done == len(result.results)
@@ -113,10 +113,9 @@ def test_read_error_names_the_chunk_then_the_rerun_resumes(small, monkeypatch):
     assert_product_close(zarr.open_array(str(c))[...], a, b)
 
 
-def test_transient_read_error_is_retried(small, monkeypatch):
+def test_transient_read_error_is_retried(small, outofcore_settings):
     folder, a, b = small
-    monkeypatch.setenv("OUTOFCORE_READ_RETRIES", "8")
-    monkeypatch.setenv("OUTOFCORE_READ_RETRY_DELAY", "0.05")
+    outofcore_settings(read_retries=8, read_retry_delay=0.05)
     broken = break_chunk(folder / "b.zarr", "0/0")  # every tile of the first column reads it
     healer = threading.Timer(0.5, restore_chunk, args=(broken,))
     healer.start()
@@ -128,8 +127,8 @@ def test_transient_read_error_is_retried(small, monkeypatch):
     assert_product_close(zarr.open_array(str(folder / "c.zarr"))[...], a, b)
 
 
-def test_with_retries_counts_attempts_and_names_the_region(monkeypatch):
-    monkeypatch.setenv("OUTOFCORE_READ_RETRY_DELAY", "0")
+def test_with_retries_counts_attempts_and_names_the_region(outofcore_settings):
+    outofcore_settings(read_retry_delay=0)
     calls = []
 
     def flaky(failures: int):
@@ -140,7 +139,7 @@ def test_with_retries_counts_attempts_and_names_the_region(monkeypatch):
 
         return read
 
-    monkeypatch.setenv("OUTOFCORE_READ_RETRIES", "2")
+    outofcore_settings(read_retries=2)
     with_retries(flaky(2), lambda: "region")
     assert len(calls) == 3
     calls.clear()
@@ -256,11 +255,11 @@ def test_client_killed_mid_job_then_rerun_skips_done_tiles(tmp_path):
     assert f"complete, {summary['tiles']} of {summary['tiles']} tiles done" in human.stdout
 
 
-def test_journal_and_resume_through_the_store_api_on_an_fsspec_store(small, monkeypatch):
+def test_journal_and_resume_through_the_store_api_on_an_fsspec_store(small, outofcore_settings):
     """The output in fsspec's memory filesystem: no local paths, only the zarr store API."""
     folder, a, b = small
     out = f"memory://outofcore-test-{time.monotonic_ns()}/c.zarr"
-    monkeypatch.setenv("OUTOFCORE_READ_RETRIES", "0")
+    outofcore_settings(read_retries=0)
     broken = break_chunk(folder / "b.zarr", "5/4")  # B's last column: read by later tiles
     with pytest.raises(ReadError, match=r"chunk \(5, 4\)"):
         run_job(folder / "a.zarr", folder / "b.zarr", out, memory=24 * 1024, client="sync")
