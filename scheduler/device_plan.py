@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from scheduler.errors import BudgetError, InputError
 from scheduler.plan import mib, round_up, widest
 
-#: Kernel block tile ``(bm, bn, bk)`` per element size, as in
-#: ``outofcore.cuda.kernels.PRODUCTION`` (a test keeps the two in step).
+#: Kernel block tile ``(bm, bn, bk)`` per element size: the one table of them;
+#: ``outofcore.cuda.kernels.PRODUCTION`` builds the production kernels from it.
 KERNEL_BLOCKS: dict[int, tuple[int, int, int]] = {4: (128, 128, 8), 8: (64, 64, 8)}
 #: Device panels in flight (one multiplied, one being copied).
 DEVICE_PANELS = 2

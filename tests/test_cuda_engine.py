@@ -28,9 +28,9 @@ from outofcore import panel_cache  # noqa: E402
 from outofcore.api import run_job  # noqa: E402
 from outofcore.cuda import engine as engine_module  # noqa: E402
 from outofcore.cuda.engine import CudaEngine, CudaEnginePlugin  # noqa: E402
-from outofcore.cuda.kernels import PRODUCTION, TileParams  # noqa: E402
+from outofcore.cuda.kernels import TileParams  # noqa: E402
 from outofcore.errors import BudgetError  # noqa: E402
-from scheduler.device_plan import KERNEL_BLOCKS, device_bytes  # noqa: E402
+from scheduler.device_plan import device_bytes  # noqa: E402
 
 TINY = TileParams(bm=8, bn=8, bk=4, tm=2, tn=2)
 
@@ -198,11 +198,6 @@ def check_transfers(engine, widths):
     """The bytes the tile moved across PCIe are what its device plan predicts for ``widths``."""
     plan = dataclasses.replace(engine.device_plan, k=sum(widths))  # the engine saw one panel
     assert engine.transfer_bytes == {"h2d": plan.h2d_bytes, "d2h": plan.d2h_bytes}
-
-
-def test_kernel_blocks_match_the_production_kernels():
-    for dtype, params in PRODUCTION.items():
-        assert KERNEL_BLOCKS[dtype.itemsize] == (params.bm, params.bn, params.bk)
 
 
 def test_budget_is_the_smaller_of_the_device_and_the_setting():

@@ -246,8 +246,9 @@ def test_bad_tile_parameters(params, message):
 
 
 def test_production_parameters_are_valid():
-    for dtype, params in PRODUCTION.items():
+    assert set(PRODUCTION) == set(ooc_cuda.SUPPORTED_DTYPES)
+    for params in PRODUCTION.values():
         params.check()
         assert params.threads == (16, 16)
-        assert np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64))
     assert PRODUCTION[np.dtype(np.float32)] == TileParams(128, 128, 8, 8, 8)
+    assert PRODUCTION[np.dtype(np.float64)] == TileParams(64, 64, 8, 4, 4)

@@ -36,6 +36,7 @@ from numba import cuda, uint32
 from numba.cuda import config as cuda_config
 
 from outofcore.errors import InputError
+from scheduler.device_plan import KERNEL_BLOCKS
 
 #: Largest grid extent along y (CUDA's limit); taller matrices take several launches.
 MAX_GRID_Y = 65535
@@ -86,10 +87,12 @@ class TileParams:
 
 
 #: Production parameters per dtype: 128x128 blocks of 16x16 threads for float32
-#: (8x8 outputs per thread), 64x64 blocks with 4x4 per thread for float64.
+#: (8x8 outputs per thread), 64x64 blocks with 4x4 per thread for float64.  The
+#: block tiles ``(bm, bn, bk)`` are :data:`scheduler.device_plan.KERNEL_BLOCKS`,
+#: the table the device tiling is sized by; only the per-thread tiles are here.
 PRODUCTION = {
-    np.dtype(np.float32): TileParams(bm=128, bn=128, bk=8, tm=8, tn=8),
-    np.dtype(np.float64): TileParams(bm=64, bn=64, bk=8, tm=4, tn=4),
+    np.dtype(np.float32): TileParams(*KERNEL_BLOCKS[4], tm=8, tn=8),
+    np.dtype(np.float64): TileParams(*KERNEL_BLOCKS[8], tm=4, tn=4),
 }
 
 
