@@ -38,8 +38,9 @@ kernels each process ran are recorded (threadpoolctl) and printed.
 
 Bytes read: ``read_chars`` of the process tree during the timed region
 (compressed bytes as stored, page cache included), and that figure scaled by
-the inputs' compression ratio to decoded bytes, against the lower bound
-``max(|A| + |B|, 2mnk·w/√(M/w) − 2M)`` for a per-worker budget ``M``.
+the inputs' compression ratio to decoded bytes, against the plan's lower bound
+``max(|A| + |B|, 2mnk·w/√(M/w) − 2M)`` for a per-worker budget ``M``
+(``scheduler.plan.io_lower_bound``).
 
 Usage::
 
@@ -51,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import statistics
@@ -382,12 +382,6 @@ def run_one(system: str, a_path: str, b_path: str, cfg: dict) -> dict:
 # --------------------------------------------------------------------------- driver
 
 
-def lower_bound(size: int, itemsize: int, budget: int) -> int:
-    inputs = 2 * size * size * itemsize
-    comm = 2 * size**3 * itemsize / math.sqrt(budget / itemsize) - 2 * budget
-    return int(max(inputs, comm))
-
-
 def measure(system: str, paths: tuple[Path, Path], cfg: dict, timeout: float) -> dict:
     cmd = [
         sys.executable,
@@ -547,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from outofcore.sizes import parse_size  # noqa: PLC0415
+    from scheduler.plan import Problem, io_lower_bound  # noqa: PLC0415
 
     if args.quick:
         args.size, args.chunk, args.repeats = 2048, 512, 1
@@ -564,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     memory = parse_size(args.memory)
     paths = ensure_inputs(args.data_dir, args.size, chunk)
     logical = 2 * args.size * args.size * 4
+    square = Problem(args.size, args.size, args.size, 4, (chunk, chunk), (chunk, chunk))
     ratio = logical / sum(stored_bytes(p) for p in paths)
     info = {
         "size": args.size,
@@ -573,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         "workers": args.workers,
         "cpus": os.cpu_count(),
         "compression_ratio": ratio,
-        "lower_bound_bytes": lower_bound(args.size, 4, memory // args.workers),
+        "lower_bound_bytes": io_lower_bound(square, memory // args.workers),
         "inputs_bytes": logical,
         "blas": {
             "mode": args.blas,

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from outofcore.engines import CpuEngine, gemm_accumulate
+from scheduler.plan import Problem, io_lower_bound
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,6 +49,8 @@ def test_compare_runs_numpy_and_outofcore_and_writes_json_and_png(tmp_path):
     assert status == 0
     result = json.loads((out / "compare-256.json").read_text())
     assert set(result["systems"]) == {"numpy", "outofcore"}
+    square = Problem(m=256, k=256, n=256, itemsize=4, a_chunks=(128, 128), b_chunks=(128, 128))
+    assert result["info"]["lower_bound_bytes"] == io_lower_bound(square, 64 * 2**20)
     ours = result["systems"]["outofcore"]
     assert ours["seconds_median"] > 0 and ours["peak_rss_bytes"] > 0
     assert ours["ratio_to_numpy"] > 0
@@ -56,15 +59,6 @@ def test_compare_runs_numpy_and_outofcore_and_writes_json_and_png(tmp_path):
     assert (out / "compare-256.png").stat().st_size > 1000
     # Inputs are cached: a second call reuses them.
     assert (tmp_path / "data" / "a-256-128.zarr" / ".complete").exists()
-
-
-def test_lower_bound_matches_the_plan():
-    from scheduler.plan import Problem, io_lower_bound
-
-    compare = load_compare()
-    problem = Problem(m=4096, k=4096, n=4096, itemsize=4, a_chunks=(512,) * 2, b_chunks=(512,) * 2)
-    for budget in (2**20, 2**30):
-        assert compare.lower_bound(4096, 4, budget) == io_lower_bound(problem, budget)
 
 
 def test_blas_call_releases_the_gil():
