@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from outofcore.engines import SUPPORTED_DTYPES
 from outofcore.errors import BackendError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,7 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["device_budget_bytes", "gemm", "is_available", "make_engine", "simulator_enabled"]
 
-SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 #: Share of the free device memory an engine uses unless told otherwise.
 DEVICE_FRACTION = 0.8
 _MAX_DIM = 2**31 - 1  # the kernel indexes with 32-bit integers

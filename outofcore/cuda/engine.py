@@ -48,8 +48,9 @@ import numpy as np
 from distributed import WorkerPlugin
 from numba import cuda
 
-from outofcore.cuda import DEVICE_FRACTION, SUPPORTED_DTYPES, is_available, simulator_enabled
+from outofcore.cuda import DEVICE_FRACTION, is_available, simulator_enabled
 from outofcore.cuda.kernels import PRODUCTION, TileParams, build_gemm_kernel, launch
+from outofcore.engines import SUPPORTED_DTYPES
 from outofcore.errors import BackendError, InputError
 from scheduler.device_plan import DevicePlan, plan_device
 
