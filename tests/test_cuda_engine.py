@@ -8,7 +8,6 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba.cuda is impor
 
 import dataclasses  # noqa: E402
 import threading  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -27,9 +26,10 @@ from helpers import assert_product_close, random_matrix, write_zarr  # noqa: E40
 from outofcore import panel_cache  # noqa: E402
 from outofcore.api import run_job  # noqa: E402
 from outofcore.cuda import engine as engine_module  # noqa: E402
-from outofcore.cuda.engine import CudaEngine, CudaEnginePlugin  # noqa: E402
+from outofcore.cuda.engine import CudaEngine  # noqa: E402
 from outofcore.cuda.kernels import TileParams  # noqa: E402
 from outofcore.errors import BudgetError  # noqa: E402
+from outofcore.tile import worker_engine  # noqa: E402
 from scheduler.device_plan import device_bytes  # noqa: E402
 
 TINY = TileParams(bm=8, bn=8, bk=4, tm=2, tn=2)
@@ -110,16 +110,19 @@ def test_host_buffer_is_flat_and_typed(engine):
     assert buf.shape == (12,) and buf.dtype == np.float32
 
 
-def test_make_engine_reuses_one_engine_per_thread():
-    first = ooc_cuda.make_engine("cuda", params=TINY)
-    assert ooc_cuda.make_engine("cuda", params=TINY) is first
-    other = []
-    thread = threading.Thread(
-        target=lambda: other.append(ooc_cuda.make_engine("cuda", params=TINY))
+def test_each_task_thread_makes_its_engine_once(monkeypatch):
+    """make_engine makes a new engine; a tile task's thread keeps the one it made first."""
+    assert ooc_cuda.make_engine("cuda", params=TINY) is not ooc_cuda.make_engine(
+        "cuda", params=TINY
     )
+    monkeypatch.setattr(panel_cache.this_thread(), "engines", {})
+    mine = worker_engine("cuda")
+    assert isinstance(mine, CudaEngine) and worker_engine("cuda") is mine
+    other = []
+    thread = threading.Thread(target=lambda: other.append(worker_engine("cuda")))
     thread.start()
     thread.join()
-    assert other[0] is not first
+    assert isinstance(other[0], CudaEngine) and other[0] is not mine
 
 
 def test_outofcore_engines_builds_the_cuda_engine():
@@ -179,14 +182,6 @@ def test_device_budget():
     for bad in (0, -0.1, 1.5):
         with pytest.raises(InputError, match="fraction must be in"):
             ooc_cuda.device_budget_bytes(bad)
-
-
-def test_worker_plugin_setup():
-    plugin = CudaEnginePlugin("cuda", fraction=0.25)
-    plugin.setup(SimpleNamespace(address="tcp://127.0.0.1:0"))
-    assert plugin.budget_bytes and plugin.budget_bytes > 0
-    with pytest.raises(BackendError, match="unknown GPU backend"):
-        CudaEnginePlugin("opencl")
 
 
 # -- the two-level plan: host tiles cut into device tiles ---------------------------------

@@ -7,8 +7,8 @@ of CUDA) can still be chosen by whoever imports numba first.
 * :func:`is_available`: whether a GPU, or the simulator, can run kernels here.
 * :func:`gemm`: ``C += A · B`` (or ``C = A · B``) with our kernel, on device or
   host arrays.
-* :func:`make_engine`: the tile engine (``outofcore.engines.TileEngine``) of this
-  thread for ``"cuda"`` (our kernel) or ``"cupy"`` (cuBLAS through CuPy).
+* :func:`make_engine`: a tile engine (``outofcore.engines.TileEngine``) for
+  ``"cuda"`` (our kernel) or ``"cupy"`` (cuBLAS through CuPy).
 * :func:`device_budget_bytes`: how much device memory a plan may use.
 """
 
@@ -196,10 +196,12 @@ def gemm(
 
 
 def make_engine(backend: str = "cuda", *, params: TileParams | None = None) -> CudaEngine:
-    """Return this thread's tile engine for ``backend`` (``"cuda"`` or ``"cupy"``).
+    """Return a new tile engine for ``backend`` (``"cuda"`` or ``"cupy"``).
 
-    The engine (streams, device and pinned buffers) is made once per thread,
-    backend and device and then reused, so a worker pays for it once.
+    An engine (streams, device and pinned buffers) holds one tile at a time and
+    is costly to make: the caller keeps it for its thread.  A tile task's
+    thread makes its engine on first use and reuses it
+    (``outofcore.tile.worker_engine``).
 
     Raises
     ------
@@ -207,9 +209,9 @@ def make_engine(backend: str = "cuda", *, params: TileParams | None = None) -> C
         For an unknown backend, no usable GPU, or ``"cupy"`` without CuPy.
     """
     _require_cuda()
-    from outofcore.cuda.engine import get_engine  # noqa: PLC0415
+    from outofcore.cuda.engine import CudaEngine  # noqa: PLC0415
 
-    return get_engine(backend, params=params)
+    return CudaEngine(backend, params=params)
 
 
 def device_budget_bytes(fraction: float = DEVICE_FRACTION) -> int:

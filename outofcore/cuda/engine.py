@@ -40,16 +40,14 @@ memset); a tile with no panel is zero.
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from distributed import WorkerPlugin
 from numba import cuda
 
-from outofcore.cuda import DEVICE_FRACTION, is_available, simulator_enabled
-from outofcore.cuda.kernels import PRODUCTION, TileParams, build_gemm_kernel, launch
+from outofcore.cuda import DEVICE_FRACTION, is_available
+from outofcore.cuda.kernels import PRODUCTION, TileParams, launch
 from outofcore.engines import SUPPORTED_DTYPES
 from outofcore.errors import BackendError, InputError
 from scheduler.device_plan import DevicePlan, plan_device
@@ -461,64 +459,3 @@ class CudaEngine:
         if self._tile is None:
             raise RuntimeError("CudaEngine: start_tile() was not called")
         return self._tile
-
-
-_engines = threading.local()
-
-
-def get_engine(backend: str = "cuda", *, params: TileParams | None = None) -> CudaEngine:
-    """Return this thread's engine for ``(backend, current device, params)``, made once.
-
-    An engine is not shared between threads: its buffers hold one tile at a time.
-    """
-    if backend not in BACKENDS:
-        raise BackendError(f"unknown GPU backend {backend!r}; choose one of {BACKENDS}")
-    if not is_available():
-        raise BackendError(f"backend {backend!r} needs a usable CUDA GPU, and none is")
-    cache = getattr(_engines, "cache", None)
-    if cache is None:
-        cache = _engines.cache = {}
-    key = (backend, getattr(cuda.get_current_device(), "id", 0), params)
-    engine = cache.get(key)
-    if engine is None:
-        engine = cache[key] = CudaEngine(backend, params=params)
-    return engine
-
-
-def warm_up(dtypes=SUPPORTED_DTYPES, params: TileParams | None = None) -> None:
-    """Compile the kernels for ``dtypes`` now, so the first tile does not wait for it."""
-    if simulator_enabled():  # the simulator runs the Python function: nothing to compile
-        return
-    for dtype in dtypes:
-        dt = np.dtype(dtype)
-        kernel = build_gemm_kernel(params or PRODUCTION[dt], dt)
-        kernel.compile(f"void({dt.name}[:, ::1], {dt.name}[:, ::1], {dt.name}[:, ::1], boolean)")
-
-
-class CudaEnginePlugin(WorkerPlugin):
-    """Dask worker plugin: check the GPU and compile the kernels when a worker starts.
-
-    Register it with ``client.register_plugin(CudaEnginePlugin("cuda"))``.  Tasks
-    then get their thread's engine with ``outofcore.cuda.make_engine(backend)``;
-    :attr:`budget_bytes` holds the device budget measured at start.
-    """
-
-    name = "outofcore-cuda-engine"
-
-    def __init__(self, backend: str = "cuda", fraction: float = 0.8) -> None:
-        if backend not in BACKENDS:
-            raise BackendError(f"unknown GPU backend {backend!r}; choose one of {BACKENDS}")
-        self.backend = backend
-        self.fraction = fraction
-        self.budget_bytes: int | None = None
-
-    def setup(self, worker) -> None:
-        from outofcore.cuda import device_budget_bytes  # noqa: PLC0415
-
-        if not is_available():
-            raise BackendError(f"worker {worker.address}: no usable CUDA GPU for {self.backend!r}")
-        if self.backend == "cupy":
-            _import_cupy()
-        else:
-            warm_up()
-        self.budget_bytes = device_budget_bytes(self.fraction)
