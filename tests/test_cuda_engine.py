@@ -25,7 +25,7 @@ from helpers import assert_product_close, random_matrix, write_zarr  # noqa: E40
 
 from outofcore import panel_cache  # noqa: E402
 from outofcore.api import run_job  # noqa: E402
-from outofcore.cuda import engine as engine_module  # noqa: E402
+from outofcore.cuda import buffers  # noqa: E402
 from outofcore.cuda.engine import CudaEngine  # noqa: E402
 from outofcore.cuda.kernels import TileParams  # noqa: E402
 from outofcore.errors import BudgetError  # noqa: E402
@@ -244,7 +244,7 @@ def test_sub_tiled(shape, widths, dtype, budget, grid, dk):
 def test_sub_tiled_through_a_small_staging_ring(monkeypatch):
     """Parts of strided slices wrap around a ring of two 64-byte buffers."""
     engine = fresh_engine(1024)
-    engine._stager = engine_module._Stager(buffers=2, nbytes=64)
+    engine._stager = buffers.Stager(buffers=2, nbytes=64)
     assert_close(*run_tile(engine, (19, 23), [9, 5], np.float32, seed=8))
     assert not engine.device_plan.resident
 

@@ -3,7 +3,8 @@
 One :class:`CudaEngine` per worker thread owns three streams (operand copies,
 ``C`` copies, compute), two device panel slots (double buffering), a device
 ``C`` buffer, a pinned host ``C`` buffer and a small ring of pinned staging
-buffers; all are allocated once and grown when a larger tile arrives.
+buffers (:mod:`outofcore.cuda.buffers`); all are allocated once and grown when a
+larger tile arrives.
 
 The device tiling of each host tile comes from :func:`scheduler.device_plan.plan_device`
 with the engine's device budget: the smaller of ``fraction`` of the free device
@@ -40,23 +41,19 @@ memset); a tile with no panel is zero.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda
 
 from outofcore.cuda import DEVICE_FRACTION, is_available
+from outofcore.cuda.buffers import DeviceBuffer, PanelSlot, PinnedBuffer, Stager
 from outofcore.cuda.kernels import PRODUCTION, TileParams, launch
 from outofcore.engines import SUPPORTED_DTYPES
 from outofcore.errors import BackendError, InputError
 from scheduler.device_plan import DevicePlan, plan_device
 
 BACKENDS = ("cuda", "cupy")
-_GROWTH = 1 << 16  # device buffers grow in steps of 64 KiB
-#: Pinned staging buffers in the ring, and the bytes of each.
-STAGE_BUFFERS = 4
-STAGE_BYTES = 8 << 20
 
 
 def free_device_bytes() -> int:
@@ -79,82 +76,6 @@ def _import_cupy():
             "(pip install 'outofcore[cupy]') or use backend 'cuda'"
         ) from exc
     return cupy
-
-
-class _DeviceBuffer:
-    """A reusable flat device allocation viewed as arrays of any shape and dtype."""
-
-    def __init__(self) -> None:
-        self._raw = None
-
-    @property
-    def nbytes(self) -> int:
-        return 0 if self._raw is None else int(self._raw.size)
-
-    def view(self, shape: tuple[int, ...], dtype: np.dtype, before_grow=None):
-        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-        if nbytes == 0:
-            return cuda.device_array(shape, dtype=dtype)  # allocates nothing
-        if self._raw is None or self._raw.size < nbytes:
-            if before_grow is not None and self._raw is not None:
-                before_grow()  # the old allocation may still be in use on a stream
-            size = -(-nbytes // _GROWTH) * _GROWTH
-            self._raw = None
-            self._raw = cuda.device_array(size, dtype=np.uint8)
-        return self._raw[:nbytes].view(dtype).reshape(shape)
-
-
-@dataclass
-class _Slot:
-    """One of the two device panel slots, with the events that guard it."""
-
-    a: _DeviceBuffer = field(default_factory=_DeviceBuffer)
-    b: _DeviceBuffer = field(default_factory=_DeviceBuffer)
-    copied: Any = field(default_factory=cuda.event)
-    consumed: Any = field(default_factory=cuda.event)
-    in_use: bool = False  # ``consumed`` has been recorded at least once
-
-
-class _Stager:
-    """Copies strided host views to contiguous device arrays through a ring of pinned buffers.
-
-    Rows of the view are packed into the next free buffer (waiting for the
-    copy that last used it) and copied from there, so the host packs one part
-    while the previous one crosses PCIe.  The view may be reused on return.
-    """
-
-    def __init__(self, buffers: int = STAGE_BUFFERS, nbytes: int = STAGE_BYTES) -> None:
-        self._nbytes = nbytes
-        self._ring: list[np.ndarray | None] = [None] * buffers
-        self._events = [cuda.event() for _ in range(buffers)]
-        self._used = [False] * buffers
-        self._next = 0
-
-    def to_device(self, src: np.ndarray, dst, stream) -> None:
-        rows, cols = src.shape
-        per = max(1, self._nbytes // max(1, cols * src.itemsize))
-        for r0 in range(0, rows, per):
-            part = src[r0 : r0 + per]
-            i = self._next
-            self._next = (i + 1) % len(self._ring)
-            if self._used[i]:
-                self._events[i].synchronize()
-            staged = self._buffer(i, part.nbytes)[: part.nbytes].view(src.dtype)
-            staged = staged.reshape(part.shape)
-            np.copyto(staged, part)
-            dst[r0 : r0 + part.shape[0]].copy_to_device(staged, stream=stream)
-            self._events[i].record(stream)
-            self._used[i] = True
-
-    @property
-    def nbytes(self) -> int:
-        return sum(buffer.nbytes for buffer in self._ring if buffer is not None)
-
-    def _buffer(self, i: int, nbytes: int) -> np.ndarray:
-        buffer = self._ring[i]
-        if buffer is None or buffer.size < nbytes:  # free: its last copy was waited for
-            self._ring[i] = buffer = cuda.pinned_array(max(nbytes, self._nbytes), dtype=np.uint8)
-        return buffer
 
 
 @dataclass
@@ -220,13 +141,13 @@ class CudaEngine:
         self._copy_stream = cuda.stream()
         self._c_stream = cuda.stream()
         self._compute_stream = cuda.stream()
-        self._slots = (_Slot(), _Slot())
+        self._slots = (PanelSlot(), PanelSlot())
         self._next_slot = 0
-        self._c_dev = _DeviceBuffer()
+        self._c_dev = DeviceBuffer()
         self._c_ready = cuda.event()
         self._c_done = cuda.event()
-        self._c_host: np.ndarray | None = None  # flat pinned uint8, grown when needed
-        self._stager = _Stager()
+        self._c_host = PinnedBuffer()
+        self._stager = Stager()
         self._tile: _Tile | None = None
         self.device_plan: DevicePlan | None = None
         self.transfer_bytes = {"h2d": 0, "d2h": 0}
@@ -333,12 +254,12 @@ class CudaEngine:
         (m, n), dtype = tile.shape, tile.dtype
         self._tile = None
         if tile.fresh:  # no panel was multiplied (k == 0): the product is zero
-            out = self._host(m * n, dtype).reshape(m, n)
+            out = self._c_host.view(m * n, dtype).reshape(m, n)
             out[...] = 0
             return out
         plan = tile.plan
         if plan.resident:
-            out = self._host(m * n, dtype).reshape(m, n)
+            out = self._c_host.view(m * n, dtype).reshape(m, n)
             c = self._c_dev.view((m, n), dtype)
             c.copy_to_host(out, stream=self._compute_stream)
             self.transfer_bytes["d2h"] += out.nbytes
@@ -371,7 +292,7 @@ class CudaEngine:
             block=(params.bm, params.bn, params.bk),
         )
 
-    def _slice(self, a: np.ndarray, b: np.ndarray, c, accumulate: bool) -> _Slot:
+    def _slice(self, a: np.ndarray, b: np.ndarray, c, accumulate: bool) -> PanelSlot:
         """Copy one slice pair into the next slot and queue ``c (+)= a @ b`` behind it."""
         slot = self._slots[self._next_slot]
         self._next_slot ^= 1
@@ -400,7 +321,7 @@ class CudaEngine:
         """Load ``C_sub`` (after the first panel); its kernels wait for that and the last store."""
         if tile.host is None:
             m, n = tile.shape
-            tile.host = self._host(m * n, tile.dtype)
+            tile.host = self._c_host.view(m * n, tile.dtype)
         if not tile.fresh:
             block = self._block(tile, c.shape, r0, c0)
             c.copy_to_device(block, stream=self._c_stream)
@@ -424,14 +345,6 @@ class CudaEngine:
         start = r0 * n + height * c0
         return tile.host[start : start + height * width].reshape(height, width)
 
-    def _host(self, size: int, dtype: np.dtype) -> np.ndarray:
-        """A flat pinned host array of ``size`` elements (reused across tiles)."""
-        nbytes = max(1, size * dtype.itemsize)
-        if self._c_host is None or self._c_host.size < nbytes:
-            self._c_host = None
-            self._c_host = cuda.pinned_array(nbytes, dtype=np.uint8)
-        return self._c_host[: size * dtype.itemsize].view(dtype)
-
     def _synchronize(self) -> None:
         for stream in (self._copy_stream, self._c_stream, self._compute_stream):
             stream.synchronize()
@@ -452,8 +365,7 @@ class CudaEngine:
 
     def kept_bytes(self) -> int:
         """Pinned host bytes kept between tiles: the host ``C`` buffer and the staging ring."""
-        host = self._c_host.nbytes if self._c_host is not None else 0
-        return host + self._stager.nbytes
+        return self._c_host.nbytes + self._stager.nbytes
 
     def _require_tile(self) -> _Tile:
         if self._tile is None:
