@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from outofcore.sizes import parse_size  # noqa: PLC0415
+    from outofcore.config import parse_size  # noqa: PLC0415
     from scheduler.plan import Problem, io_lower_bound  # noqa: PLC0415
 
     if args.quick:

@@ -1,9 +1,19 @@
-"""The Python API: :func:`matmul` and the job runner behind it and the CLI."""
+"""The Python API: :func:`matmul`, and :func:`run_job` behind it and the CLI.
+
+``run_job`` is orchestration only: it checks the operands and the output
+(:mod:`outofcore.arrays`, :mod:`outofcore.resume`), takes the output's lease
+(:mod:`outofcore.lease`), opens an executor (:mod:`scheduler.cluster`), makes
+the plan for its workers (:mod:`scheduler.plan`), runs the worker entry
+:func:`outofcore.tile.compute_and_record` once per tile not yet recorded, and
+marks the output complete only when every tile has its record.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,35 +23,27 @@ from tqdm import tqdm
 from zarr.storage import MemoryStore
 
 from outofcore import arrays, config
-from outofcore.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
-from outofcore.config import parse_size
-from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
-from outofcore.journal import (
-    Journal,
-    RecordedJob,
+from outofcore.journal import Journal
+from outofcore.lease import Lease, OwnerCheck, check_not_held, new_job_id
+from outofcore.resume import (
     Start,
-    add_run,
-    compute_and_record,
+    check_start_unchanged,
+    describe_output,
     inspect_output,
     job_identity,
-    new_job_document,
-    timestamp,
+    job_status,
+    open_journal,
 )
-from outofcore.lease import (
-    Lease,
-    OwnerCheck,
-    check_not_held,
-    lease_timeout,
-    new_job_id,
-    read_lease,
-)
-from outofcore.tile import TileJob, TileResult
-from scheduler.cluster import open_executor
-from scheduler.executors import SynchronousExecutor
+from outofcore.spec import JobSpec
+from outofcore.tile import RecordedJob, TileJob, TileResult, compute_and_record
+from scheduler.cluster import check_worker_memory, open_executor
+from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE
 from scheduler.plan import Plan, make_plan
+
+__all__ = ["ATTRIBUTE", "JobResult", "JobSpec", "job_status", "matmul", "run_job", "summarize"]
 
 #: Key of the job record in the output array's attributes.
 ATTRIBUTE = "outofcore"
@@ -61,14 +63,10 @@ def matmul(
     a: arrays.ArrayLike,
     b: arrays.ArrayLike,
     out: arrays.ArrayLike,
+    spec: JobSpec | None = None,
     *,
-    memory: int | str = "1GiB",
-    backend: str = "auto",
     client: Any = None,
-    workers: int | None = None,
-    overwrite: bool = False,
-    progress: bool = True,
-    output_codec: str = DEFAULT_OUTPUT_CODEC,
+    **options: Any,
 ) -> zarr.Array:
     """Compute ``out = a @ b`` out of core and return the output array.
 
@@ -80,26 +78,18 @@ def matmul(
         Path or URL of the output (created with the plan's tiling), or an
         existing ``zarr.Array`` of shape ``(a.shape[0], b.shape[1])`` and the
         inputs' dtype.
-    memory
-        Memory budget of one worker, e.g. ``"512MiB"``; tiles are sized to it.
-    backend
-        ``"cpu"`` (BLAS), ``"cuda"`` (our numba kernel), ``"cupy"`` or
-        ``"auto"`` (cuda when a GPU is visible).
+    spec
+        The job's options as a :class:`~outofcore.spec.JobSpec`, or ``None``
+        to build one from ``options``.
     client
         ``None`` (start a LocalCluster for this job), a scheduler address, a
         ``distributed.Client``, or ``"sync"`` (in-process, no Dask).
-    workers
-        Workers of the LocalCluster to start; with a scheduler address, the
-        number of workers to wait for.
-    overwrite
-        Replace an existing output at ``out``.
-    progress
-        Show a progress bar on stderr.
-    output_codec
-        Compression of an output created here: ``"none"`` (default, the
-        fastest to write and read; dense float products barely compress) or
-        ``"zstd"`` (zarr's default; about 8% smaller on random data). An
-        existing output keeps its own.
+    **options
+        Fields of :class:`~outofcore.spec.JobSpec`: ``memory`` (per worker,
+        e.g. ``"512MiB"``; default 1 GiB), ``backend`` (``"auto"``, ``"cpu"``,
+        ``"cuda"``, ``"cupy"``), ``workers``, ``overwrite``, ``progress``,
+        ``output_codec`` (``"none"`` or ``"zstd"``), ``device_memory``,
+        ``gpus``, ``tile``, ``tk``, ``lease_timeout``.
 
     Returns
     -------
@@ -110,172 +100,231 @@ def matmul(
     --------
     >>> c = outofcore.matmul("a.zarr", "b.zarr", "c.zarr", memory="512MiB")  # doctest: +SKIP
     """
-    return run_job(
-        a,
-        b,
-        out,
-        memory=memory,
-        backend=backend,
-        client=client,
-        workers=workers,
-        overwrite=overwrite,
-        progress=progress,
-        output_codec=output_codec,
-    ).output
+    return run_job(a, b, out, spec, client=client, **options).output
 
 
 def run_job(
     a: arrays.ArrayLike,
     b: arrays.ArrayLike,
     out: arrays.ArrayLike,
+    spec: JobSpec | None = None,
     *,
-    memory: int | str = "1GiB",
-    backend: str = "auto",
     client: Any = None,
-    workers: int | None = None,
-    overwrite: bool = False,
-    progress: bool = True,
-    tile: tuple[int, int] | None = None,
-    tk: int | None = None,
-    gpus: tuple[int, ...] | None = None,
-    lease_timeout_s: float | None = None,
-    device_memory: int | str | None = None,
-    output_codec: str = DEFAULT_OUTPUT_CODEC,
+    **options: Any,
 ) -> JobResult:
     """Run one product like :func:`matmul` and return the plan and summary too.
 
-    ``tile`` and ``tk`` force the plan's tile shape and panel depth; ``gpus``
-    starts one worker per listed GPU on this node instead of a CPU LocalCluster.
-    ``device_memory`` (e.g. ``"2GiB"``) caps the device memory of each GPU
-    worker's engine, which uses the smaller of it and its own budget (a
-    fraction of the free device memory); a host tile larger than that is cut
-    into device tiles (``scheduler/device_plan.py``).  CPU engines ignore it.
-
     An incomplete output whose journal matches this job is resumed: its tile
     sizes are forced and only the tiles without a record are computed.  The
-    job holds the output's lease while it runs (``lease_timeout_s``, default
-    ``$OUTOFCORE_LEASE_TIMEOUT`` or 60 s; see :mod:`outofcore.lease`).
+    job holds the output's lease while it runs (see :mod:`outofcore.lease`).
     """
-    budget = parse_size(memory)
-    device_budget = None if device_memory is None else parse_size(device_memory)
-    backend_name = resolve_backend(backend)
-    check_output_codec(output_codec)
-    a_array = arrays.open_input(a, "A")
-    b_array = arrays.open_input(b, "B")
-    dtype = arrays.check_operands(a_array, b_array)
-    shape = (a_array.shape[0], b_array.shape[1])
-    arrays.check_output_target(out, {"A": a_array, "B": b_array})
-    journal = Journal.for_output(out)
-    where = _where(out)
-    inputs = {"A": a_array, "B": b_array}
-    fingerprints = {name: fingerprint(array) for name, array in inputs.items()}
-    identity = job_identity(inputs, fingerprints, budget, tile, tk)
-    check_not_held(journal, where)  # refuse at once, before writing anything
-    start = inspect_output(out, journal, shape, dtype, identity, overwrite, fingerprints)
+    spec = JobSpec.of(spec, options)
+    operands = Operands.open(a, b, out, spec)
+    check_not_held(operands.journal, operands.where)  # refuse at once, before writing anything
+    start = operands.inspect(spec.overwrite)
+    tile, tk = spec.tile, spec.tk
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         tile, tk = tuple(start.document["tile"]), int(start.document["tk"])
-    existing = start.existing
-    problem = arrays.problem_of(a_array, b_array, existing)
-    make_plan(problem, budget, tile=tile, tk=tk)  # refuse a budget too small before any cluster
+    problem = arrays.problem_of(operands.a, operands.b, start.existing)
+    make_plan(
+        problem, spec.memory, tile=tile, tk=tk
+    )  # refuse a budget too small before any cluster
 
-    lease = Lease(journal, where, new_job_id(), lease_timeout(lease_timeout_s))
-    with (
-        lease,
-        open_executor(
-            client,
-            budget_bytes=budget,
-            workers=workers,
-            gpus=gpus,
-            announce=progress,
-            connect_timeout=config.number("connect-timeout", positive=True),
-        ) as executor,
-    ):
-        _check_unchanged(
-            start, inspect_output(out, journal, shape, dtype, identity, overwrite, fingerprints)
-        )
-        shape_of_workers = executor.worker_shape()
+    lease = Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout)
+    with lease, _open_executor(client, spec) as executor:
+        check_start_unchanged(start, operands.inspect(spec.overwrite))
+        workers = executor.worker_shape()
+        per_thread = spec.memory // workers.threads_per_worker
+        plan = make_plan(problem, per_thread, max(1, workers.workers), tile=tile, tk=tk)
         if not isinstance(executor, SynchronousExecutor):
-            _check_shareable({**inputs, "the output": existing})
-        plan = make_plan(
-            problem,
-            budget // shape_of_workers.threads_per_worker,
-            max(1, shape_of_workers.workers),
-            tile=tile,
-            tk=tk,
-        )
-        record = {
-            "complete": False,
-            "plan": plan.summary(),
-            "backend": backend_name,
-            "job_id": lease.job_id,
-        }
-        document, done = _open_journal(
-            journal, start, plan, identity, fingerprints, backend_name, lease.job_id
-        )
-        if existing is None:
-            output = arrays.create_output(
-                out, shape, dtype, plan.out_chunks, False, {ATTRIBUTE: record}, output_codec
-            )
-        else:
-            output = existing
-            output.attrs[ATTRIBUTE] = record
-        job = TileJob(
-            a=a_array,
-            b=b_array,
-            c=output,
-            panels=plan.panels,
-            tm=plan.tm,
-            tn=plan.tn,
-            tk=plan.tk,
-            backend=backend_name,
-            blas_threads=shape_of_workers.blas_threads,
-            io_concurrency=plan.io_concurrency,
-            job_id=lease.job_id,
-            device_memory=device_budget,
-        )
+            _check_shareable({**operands.inputs, "the output": start.existing})
+            check_worker_memory(workers, plan.task_bytes)
+        output, record, document, done = _start_output(operands, start, plan, spec, lease.job_id)
         recorded = RecordedJob(
-            tile_job=job,
-            journal=journal,
+            tile_job=_tile_job(operands, output, plan, spec, workers, lease.job_id),
+            journal=operands.journal,
             journal_id=document["journal_id"],
-            owner_check=OwnerCheck(journal, lease.job_id),
+            owner_check=OwnerCheck(operands.journal, lease.job_id),
         )
         todo = [task for task in plan.tasks if task.key not in done]
         started = time.perf_counter()
-        with tqdm(
-            total=len(plan.tasks),
-            initial=len(done),
-            unit="tile",
-            desc="matmul",
-            disable=not progress,
-            file=sys.stderr,
-            dynamic_ncols=True,
-        ) as bar:
+        with _progress(len(plan.tasks), len(done), spec.progress) as on_result:
             results = executor.run(
                 compute_and_record,
                 recorded,
                 todo,
-                on_result=lambda _: bar.update(1),
-                resources=(
-                    {GPU_RESOURCE: 1}
-                    if backend_name in ("cuda", "cupy") and shape_of_workers.gpu_workers
-                    else None
-                ),
+                on_result=on_result,
+                resources={GPU_RESOURCE: 1} if spec.on_gpu and workers.gpu_workers else None,
             )
-        seconds = time.perf_counter() - started
         summary = summarize(
-            plan, results, seconds, backend_name, output, skipped=len(done), job_id=lease.job_id
+            plan,
+            results,
+            time.perf_counter() - started,
+            spec.backend,
+            output,
+            len(done),
+            lease.job_id,
         )
-        # Never claim a partial output: every tile must have its record in the journal.
-        missing = {t.key for t in plan.tasks} - journal.done_tiles(document["journal_id"])
-        if missing or {r.key for r in results} | done != {t.key for t in plan.tasks}:
-            raise RuntimeError(
-                f"{len(missing)} of {len(plan.tasks)} tiles of {where!r} have no journal record "
-                f"(first: {sorted(missing)[:3]}); the output is not complete, rerun to resume"
-            )
-        check_unchanged(inputs, fingerprints, where)  # read while it changed: not complete
+        _finish(operands, plan, document, done, results)
         output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
-        journal.write_job({**document, "complete": True, "completed": time.time()})
+        operands.journal.write_job({**document, "complete": True, "completed": time.time()})
     return JobResult(output=output, plan=plan, summary=summary, results=tuple(results))
+
+
+@dataclass(frozen=True)
+class Operands:
+    """A job's inputs and output as checked in the client, before anything is written."""
+
+    a: zarr.Array
+    b: zarr.Array
+    out: arrays.ArrayLike
+    shape: tuple[int, int]
+    dtype: np.dtype
+    journal: Journal
+    #: How messages name the output.
+    where: str
+    fingerprints: dict[str, Fingerprint]
+    #: What must match for a rerun to resume (:func:`outofcore.resume.job_identity`).
+    identity: dict[str, Any]
+
+    @classmethod
+    def open(
+        cls, a: arrays.ArrayLike, b: arrays.ArrayLike, out: arrays.ArrayLike, spec: JobSpec
+    ) -> Operands:
+        """Open and check A and B, check the output target and fingerprint the inputs."""
+        a_array, b_array = arrays.open_input(a, "A"), arrays.open_input(b, "B")
+        dtype = arrays.check_operands(a_array, b_array)
+        inputs = {"A": a_array, "B": b_array}
+        arrays.check_output_target(out, inputs)
+        fingerprints = {name: fingerprint(array) for name, array in inputs.items()}
+        return cls(
+            a=a_array,
+            b=b_array,
+            out=out,
+            shape=(a_array.shape[0], b_array.shape[1]),
+            dtype=dtype,
+            journal=Journal.for_output(out),
+            where=describe_output(out),
+            fingerprints=fingerprints,
+            identity=job_identity(inputs, fingerprints, spec.memory, spec.tile, spec.tk),
+        )
+
+    @property
+    def inputs(self) -> dict[str, zarr.Array]:
+        return {"A": self.a, "B": self.b}
+
+    def inspect(self, overwrite: bool) -> Start:
+        """How the job starts on its output now (:func:`outofcore.resume.inspect_output`)."""
+        return inspect_output(
+            self.out,
+            self.journal,
+            self.shape,
+            self.dtype,
+            self.identity,
+            overwrite,
+            self.fingerprints,
+        )
+
+
+def _open_executor(client: Any, spec: JobSpec) -> contextlib.AbstractContextManager[Executor]:
+    return open_executor(
+        client,
+        budget_bytes=spec.memory,
+        workers=spec.workers,
+        gpus=spec.gpus,
+        announce=spec.progress,
+        connect_timeout=config.number("connect-timeout", positive=True),
+    )
+
+
+def _start_output(
+    operands: Operands, start: Start, plan: Plan, spec: JobSpec, job_id: str
+) -> tuple[zarr.Array, dict[str, Any], dict[str, Any], set[str]]:
+    """Open the journal and create (or take) the output, marked incomplete.
+
+    Returns the output, its attribute record, the job document and the tiles done.
+    """
+    record = {"complete": False, "plan": plan.summary(), "backend": spec.backend, "job_id": job_id}
+    document, done = open_journal(
+        operands.journal,
+        start,
+        plan,
+        operands.identity,
+        operands.fingerprints,
+        spec.backend,
+        job_id,
+    )
+    if start.existing is None:
+        output = arrays.create_output(
+            operands.out,
+            operands.shape,
+            operands.dtype,
+            plan.out_chunks,
+            False,
+            {ATTRIBUTE: record},
+            spec.output_codec,
+        )
+    else:
+        output = start.existing
+        output.attrs[ATTRIBUTE] = record
+    return output, record, document, done
+
+
+def _tile_job(
+    operands: Operands,
+    output: zarr.Array,
+    plan: Plan,
+    spec: JobSpec,
+    workers: WorkerShape,
+    job_id: str,
+) -> TileJob:
+    return TileJob(
+        a=operands.a,
+        b=operands.b,
+        c=output,
+        panels=plan.panels,
+        tm=plan.tm,
+        tn=plan.tn,
+        tk=plan.tk,
+        backend=spec.backend,
+        blas_threads=workers.blas_threads,
+        io_concurrency=plan.io_concurrency,
+        job_id=job_id,
+        device_memory=spec.device_memory,
+    )
+
+
+@contextlib.contextmanager
+def _progress(total: int, done: int, show: bool) -> Iterator[Callable[[Any], None]]:
+    """A progress bar on stderr; yields the executor's per-result callback."""
+    with tqdm(
+        total=total,
+        initial=done,
+        unit="tile",
+        desc="matmul",
+        disable=not show,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    ) as bar:
+        yield lambda _: bar.update(1)
+
+
+def _finish(
+    operands: Operands,
+    plan: Plan,
+    document: dict[str, Any],
+    done: set[str],
+    results: list[TileResult],
+) -> None:
+    """Refuse to call the output complete unless every tile is recorded and inputs held still."""
+    expected = {task.key for task in plan.tasks}
+    missing = expected - operands.journal.done_tiles(document["journal_id"])
+    if missing or {r.key for r in results} | done != expected:
+        raise RuntimeError(
+            f"{len(missing)} of {len(plan.tasks)} tiles of {operands.where!r} have no journal "
+            f"record (first: {sorted(missing)[:3]}); the output is not complete, rerun to resume"
+        )
+    check_unchanged(operands.inputs, operands.fingerprints, operands.where)
 
 
 def summarize(
@@ -333,110 +382,3 @@ def _check_shareable(named: dict[str, zarr.Array | None]) -> None:
                 f"{name} lives in memory in this process, so Dask worker processes cannot "
                 "see it; save it to a path, or run in-process with client='sync'"
             )
-
-
-def _where(out: arrays.ArrayLike) -> str:
-    """How messages name the output."""
-    return arrays.describe(out) if isinstance(out, zarr.Array) else str(out)
-
-
-def _check_unchanged(before: Start, now: Start) -> None:
-    """Refuse when the output changed between the first look and taking the lease."""
-    then_id = before.document["journal_id"] if before.document else None
-    now_id = now.document["journal_id"] if now.document else None
-    if then_id != now_id:
-        raise InputError(
-            "the output changed while this job was starting (another job wrote its journal); "
-            "run the command again"
-        )
-
-
-def _open_journal(
-    journal: Journal,
-    start: Start,
-    plan: Plan,
-    identity: dict[str, Any],
-    fingerprints: dict[str, Fingerprint],
-    backend: str,
-    job_id: str,
-) -> tuple[dict[str, Any], set[str]]:
-    """Start or resume the output's journal; return the job document and the tiles done."""
-    if start.clear_output:
-        journal.clear_output()
-    elif start.clear_journal:
-        journal.clear_journal()
-    if start.resuming:
-        document = start.document
-        if [plan.tm, plan.tn] != list(document["tile"]) or plan.tk != document["tk"]:
-            raise InputError(  # make_plan honours forced sizes; this guards the invariant
-                f"the resumed plan has {plan.tm}x{plan.tn} tiles {plan.tk} deep, the journal "
-                f"{document['tile']} {document['tk']} deep"
-            )
-        done = journal.done_tiles(document["journal_id"]) & {t.key for t in plan.tasks}
-    else:
-        document = new_job_document(
-            job_id, identity, plan.summary(), (plan.tm, plan.tn), plan.tk, backend
-        )
-        journal.write_input_tokens(document["journal_id"], fingerprints)
-        done = set()
-    document = add_run(document, job_id, len(done))
-    journal.write_job(document)
-    return document, done
-
-
-def job_status(out: arrays.ArrayLike) -> dict[str, Any]:
-    """The state of the job writing (or that wrote) the output ``out``, from its journal.
-
-    Returns the tiles done and in total, when the job started and last made
-    progress, whether it is complete, and who holds the lease (alive or not).
-
-    Raises
-    ------
-    InputError
-        When there is no job journal at ``out``.
-    """
-    journal = Journal.for_output(out)
-    where = _where(out)
-    document = journal.read_job()
-    if document is None or "journal_id" not in document:
-        raise InputError(
-            f"no outofcore job journal at {where!r}: no job has written there, or the output "
-            "was made by an older version"
-        )
-    records = journal.tile_records(document["journal_id"])
-    last = max((r.get("finished", 0.0) for r in records), default=None)
-    holder = read_lease(journal)
-    now = time.time()
-    dead = holder.dead_because(now) if holder else None
-    complete = bool(document.get("complete"))
-    runs = document.get("runs", [])
-    if complete:
-        state = "complete"
-    elif holder is not None and dead is None:
-        state = "running"
-    else:
-        state = "stopped"
-    return {
-        "output": where,
-        "state": state,
-        "complete": complete,
-        "tiles_done": len(records),
-        "tiles_total": document.get("tiles_total"),
-        "tile": document.get("tile"),
-        "tk": document.get("tk"),
-        "journal_id": document["journal_id"],
-        "runs": len(runs),
-        "started": timestamp(document.get("created")),
-        "last_run_started": runs[-1].get("started_text") if runs else None,
-        "last_progress": timestamp(last),
-        "last_progress_seconds_ago": now - last if last else None,
-        "completed": timestamp(document.get("completed")),
-        "lease": None
-        if holder is None
-        else {
-            **holder.as_document(),
-            "heartbeat_seconds_ago": now - holder.heartbeat,
-            "alive": dead is None,
-            "dead_because": dead,
-        },
-    }

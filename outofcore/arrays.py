@@ -23,6 +23,16 @@ from scheduler.plan import Problem
 ArrayLike = zarr.Array | str | os.PathLike
 
 
+def is_remote(location: str) -> bool:
+    """Whether ``location`` is the URL of a store other than this machine's file system."""
+    return "://" in location and not location.startswith("file://")
+
+
+def local_path(location: str) -> str:
+    """The file-system path of a local ``location`` (a path, or a ``file://`` URL)."""
+    return location.removeprefix("file://")
+
+
 def open_input(source: ArrayLike, name: str) -> zarr.Array:
     """Open input ``name`` (``"A"`` or ``"B"``) read-only and check it is a 2-D float array.
 
@@ -108,7 +118,7 @@ def describe(array: zarr.Array) -> str:
     return where
 
 
-def _location(array: zarr.Array) -> str | None:
+def location_of(array: zarr.Array) -> str | None:
     """A comparable location (absolute local path or URL) of an array, or None in memory."""
     store = array.store
     if isinstance(store, MemoryStore):
@@ -121,19 +131,19 @@ def _location(array: zarr.Array) -> str | None:
 
 def _location_of_target(target: ArrayLike) -> str:
     if isinstance(target, zarr.Array):
-        location = _location(target)
+        location = location_of(target)
         return location if location is not None else f"memory:{id(target.store)}"
     text = os.fspath(target)
-    if "://" in text and not text.startswith("file://"):
+    if is_remote(text):
         return text.rstrip("/")
-    return os.path.realpath(text.removeprefix("file://"))
+    return os.path.realpath(local_path(text))
 
 
 def check_output_target(target: ArrayLike, inputs: dict[str, zarr.Array]) -> None:
     """Refuse an output that is, contains or lies inside an input array."""
     out = _location_of_target(target)
     for name, array in inputs.items():
-        location = _location(array)
+        location = location_of(array)
         if location is None:
             same_store = isinstance(target, zarr.Array) and target.store is array.store
             if same_store and target.path == array.path:
@@ -167,7 +177,7 @@ def open_existing_output(
             )
         return target
     location = os.fspath(target)
-    if _exists(location) and not overwrite:
+    if exists(location) and not overwrite:
         raise OutputExistsError(
             f"the output {location!r} already exists; pass overwrite=True "
             "(--overwrite) to replace it, or choose another path"
@@ -175,9 +185,10 @@ def open_existing_output(
     return None
 
 
-def _exists(location: str) -> bool:
-    if "://" not in location or location.startswith("file://"):
-        return os.path.exists(location.removeprefix("file://"))
+def exists(location: str) -> bool:
+    """Whether anything is stored at ``location`` (a path or URL)."""
+    if not is_remote(location):
+        return os.path.exists(local_path(location))
     try:
         zarr.open(location, mode="r")
     except (FileNotFoundError, KeyError, ValueError):

@@ -15,6 +15,7 @@ from dask.utils import format_bytes, format_time
 
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, OUTPUT_CODECS
 from outofcore.config import parse_size
+from outofcore.engines import BACKENDS
 from outofcore.errors import OutOfCoreError
 
 DEMO_SIZE = 4096
@@ -52,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
         "cap on the device memory of each GPU worker, e.g. 2GiB (default: "
         "80%% of its free memory); larger host tiles are cut into device tiles",
     )
-    run.add_argument("--backend", choices=["auto", "cpu", "cuda", "cupy"], default="auto")
+    run.add_argument("--backend", choices=BACKENDS, default="auto")
     run.add_argument(
         "--scheduler",
         metavar="ADDRESS",
@@ -168,22 +169,20 @@ def _size(text: str) -> int:
 
 def _matmul(args: argparse.Namespace) -> int:
     from outofcore.api import run_job  # noqa: PLC0415 (fast --help)
+    from outofcore.spec import JobSpec  # noqa: PLC0415
     from scheduler.gpu_cluster import parse_gpus  # noqa: PLC0415
 
-    result = run_job(
-        args.a,
-        args.b,
-        args.out,
+    spec = JobSpec(
         memory=args.memory,
-        backend=args.backend,
-        client=args.scheduler,
-        workers=args.workers,
-        overwrite=args.overwrite,
-        progress=not args.json,
-        gpus=parse_gpus(args.gpus) if args.gpus else None,
         device_memory=args.device_memory,
+        backend=args.backend,
         output_codec=args.output_codec,
+        overwrite=args.overwrite,
+        workers=args.workers,
+        gpus=parse_gpus(args.gpus) if args.gpus else None,
+        progress=not args.json,
     )
+    result = run_job(args.a, args.b, args.out, spec, client=args.scheduler)
     _print(result.summary, args.json, _format_summary)
     return 0
 
@@ -238,6 +237,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from outofcore.api import run_job  # noqa: PLC0415
     from outofcore.generate import random_array  # noqa: PLC0415
+    from outofcore.spec import JobSpec  # noqa: PLC0415
     from outofcore.verify import verify  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="outofcore-demo-") as scratch:
@@ -254,15 +254,10 @@ def _demo(args: argparse.Namespace) -> int:
             f"Inputs hold {format_bytes(inputs)}; the budget is {format_bytes(args.memory)} "
             "per worker"
         )
-        result = run_job(
-            paths["a"],
-            paths["b"],
-            paths["c"],
-            memory=args.memory,
-            workers=args.workers,
-            overwrite=True,
-            progress=not args.json,
+        spec = JobSpec(
+            memory=args.memory, workers=args.workers, overwrite=True, progress=not args.json
         )
+        result = run_job(paths["a"], paths["b"], paths["c"], spec)
         say(_format_summary(result.summary))
         report = verify(paths["a"], paths["b"], paths["c"])
         if args.json:

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from scheduler.errors import ClusterError
-from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor
+from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import gpu_worker_specs
 
 #: Memory a worker process needs besides its task (interpreter, libraries, Dask).
@@ -94,6 +94,32 @@ def start_local_cluster(
         dashboard_address=":0",
         silence_logs=logging.ERROR,
     )
+
+
+def check_worker_memory(shape: WorkerShape, task_bytes: int) -> None:
+    """Refuse workers whose memory limit per thread is below a task's projected bytes.
+
+    A worker runs one task per thread, so each task may use its memory limit
+    divided by its threads (as cubed's ``check_runtime_memory``).  Workers
+    without a limit pass.
+
+    Raises
+    ------
+    ClusterError
+        Naming every worker that is short, its limit and threads, and the task's bytes.
+    """
+    short = [
+        f"{address} ({limit} bytes for {threads} thread(s): {limit // threads} per task)"
+        for address, limit, threads in shape.memory_limits
+        if limit and limit // max(1, threads) < task_bytes
+    ]
+    if short:
+        raise ClusterError(
+            f"a task of this plan needs {task_bytes} bytes (projected), more than the memory "
+            f"limit per thread of worker(s) {', '.join(short)}; lower --memory (the budget is "
+            "shared by a worker's threads), or start the workers with more --memory-limit "
+            "or fewer --nthreads"
+        )
 
 
 @contextlib.contextmanager

@@ -34,6 +34,8 @@ class WorkerShape:
     blas_threads: int
     #: Workers that advertise a ``GPU`` resource (tile tasks then ask for one).
     gpu_workers: int = 0
+    #: ``(address, memory limit in bytes or 0 for none, threads)`` of every worker.
+    memory_limits: tuple[tuple[str, int, int], ...] = ()
 
 
 class Executor(Protocol):
@@ -101,11 +103,16 @@ class DaskExecutor:
         )
         threads = max(info["nthreads"] for info in workers.values())
         gpu_workers = sum(1 for info in workers.values() if info.get("resources", {}).get("GPU"))
+        limits = tuple(
+            (address, int(info.get("memory_limit") or 0), int(info["nthreads"]))
+            for address, info in sorted(workers.items())
+        )
         return WorkerShape(
             workers=len(workers),
             threads_per_worker=threads,
             blas_threads=blas,
             gpu_workers=gpu_workers,
+            memory_limits=limits,
         )
 
     def run(

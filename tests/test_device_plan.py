@@ -226,8 +226,8 @@ def test_matmul_passes_the_device_memory_to_the_job(operands, monkeypatch, tmp_p
 
     seen = {}
 
-    def fake_run_job(*args, **kwargs):
-        seen.update(kwargs)
+    def fake_run_job(a, b, out, spec, **kwargs):
+        seen["device_memory"] = spec.device_memory
         return SimpleNamespace(summary={})
 
     monkeypatch.setattr(api, "run_job", fake_run_job)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -225,3 +226,27 @@ def test_local_cluster_larger_than_this_machine_is_refused(inputs):
     with pytest.raises(ClusterError, match=r"4 worker\(s\) with a budget of \d+ bytes each"):
         outofcore.matmul(a, b, folder / "c.zarr", memory=total // 2, workers=4, progress=False)
     assert not (folder / "c.zarr").exists()
+
+
+def test_workers_of_a_brought_cluster_short_of_memory_are_named(inputs):
+    import dask
+    from distributed import Client, LocalCluster
+
+    folder, a, b = inputs
+    # A 4 KiB limit is below any process: keep the worker running (not paused) with it.
+    no_monitor = {f"distributed.worker.memory.{x}": False for x in ("target", "spill", "pause")}
+    with (
+        dask.config.set(no_monitor),
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, memory_limit=4096,
+            dashboard_address=":0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        address = next(iter(cluster.scheduler.workers))
+        before = snapshot(folder)
+        with pytest.raises(ClusterError) as refused:
+            outofcore.matmul(a, b, folder / "c.zarr", client=client, progress=False)
+        assert f"{address} (4096 bytes for 2 thread(s): 2048 per task)" in str(refused.value)
+        assert re.search(r"a task of this plan needs \d+ bytes", str(refused.value))
+        assert snapshot(folder) == before and not (folder / "c.zarr").exists()

@@ -36,9 +36,10 @@ from helpers import (
 
 from outofcore.api import ATTRIBUTE, job_status, run_job
 from outofcore.errors import OutputExistsError
-from outofcore.journal import JOURNAL_DIR, Journal, ResumeError
+from outofcore.journal import JOURNAL_DIR, Journal
 from outofcore.lease import LEASE_NAME, Lease, LeaseError
 from outofcore.reading import ReadError, with_retries
+from outofcore.resume import ResumeError
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:

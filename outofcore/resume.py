@@ -1,0 +1,378 @@
+"""Whether a job starts afresh or resumes its output's journal, and the state of a job.
+
+A rerun of the same job (same inputs, shapes, dtypes, chunkings, memory
+budget and tile sizes) into an incomplete output resumes: the tiles with a
+record are skipped and the plan's tile sizes are forced from the journal.
+"Same inputs" includes their content: the job records a fingerprint of every
+input object (:mod:`outofcore.fingerprint`), and an input rewritten since is
+refused, naming the objects that changed.  The records themselves live in
+:mod:`outofcore.journal`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import zarr
+
+from outofcore import arrays
+from outofcore.errors import InputError, OutputExistsError
+from outofcore.fingerprint import Fingerprint, changes
+from outofcore.journal import FORMAT, JOURNAL_DIR, Journal, timestamp
+from outofcore.lease import read_lease
+from scheduler.plan import Plan
+
+
+class ResumeError(OutputExistsError):
+    """The output holds the journal of a different job (other inputs or parameters)."""
+
+
+def describe_input(array: zarr.Array, content: Fingerprint) -> dict[str, Any]:
+    """What identifies an input: where it lives, shape, dtype, chunking and content."""
+    return {
+        "location": arrays.location_of(array) or "memory",
+        "shape": list(array.shape),
+        "dtype": str(array.dtype),
+        "chunks": list(array.chunks),
+        "shards": list(array.shards) if array.shards else None,
+        "content": content.summary(),
+    }
+
+
+def job_identity(
+    inputs: dict[str, zarr.Array],
+    fingerprints: dict[str, Fingerprint],
+    budget_bytes: int,
+    tile: tuple[int, int] | None,
+    tk: int | None,
+) -> dict[str, Any]:
+    """What must match for a rerun to resume: inputs and their content, budget, tile sizes."""
+    return {
+        "inputs": {name: describe_input(inputs[name], fingerprints[name]) for name in inputs},
+        "memory": budget_bytes,
+        "tile": list(tile) if tile else None,
+        "tk": tk,
+    }
+
+
+def differences(
+    journal: dict[str, Any],
+    now: dict[str, Any],
+    tokens_then: dict[str, dict[str, str]] | None = None,
+    fingerprints: dict[str, Fingerprint] | None = None,
+) -> list[str]:
+    """Human-readable differences between a journal's identity and this job's.
+
+    With the journal's input tokens and this job's fingerprints, a changed
+    input names the objects that changed.
+    """
+    found = []
+    then_inputs, now_inputs = journal.get("inputs", {}), now["inputs"]
+    for name in ("A", "B"):
+        then, current = then_inputs.get(name, {}), now_inputs[name]
+        for field in ("location", "shape", "dtype", "chunks", "shards"):
+            if then.get(field) != current[field]:
+                was, now_value = _show(then.get(field)), _show(current[field])
+                found.append(f"input {name} {field} was {was}, now {now_value}")
+        was, content = then.get("content") or {}, current["content"]
+        if was.get("digest") != content["digest"]:
+            if tokens_then and fingerprints and name in tokens_then:
+                detail = changes(tokens_then[name], fingerprints[name].tokens)
+            else:
+                detail = (
+                    f"{was.get('objects')} objects of {was.get('bytes')} bytes then, "
+                    f"{content['objects']} of {content['bytes']} now"
+                )
+            found.append(f"input {name} was rewritten since the job started ({detail})")
+    if journal.get("memory") != now["memory"]:
+        found.append(f"memory budget was {journal.get('memory')} bytes, now {now['memory']} bytes")
+    for field in ("tile", "tk"):
+        if now[field] is not None and journal.get(field) != now[field]:
+            found.append(f"{field} was {_show(journal.get(field))}, now {_show(now[field])}")
+    return found
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return (
+            "x".join(str(v) for v in value)
+            if all(isinstance(v, int) for v in value)
+            else str(value)
+        )
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def new_job_document(
+    journal_id: str,
+    identity: dict[str, Any],
+    plan_summary: dict[str, Any],
+    tile: tuple[int, int],
+    tk: int,
+    backend: str,
+) -> dict[str, Any]:
+    """The job document of a fresh start."""
+    now = time.time()
+    return {
+        "format": FORMAT,
+        "journal_id": journal_id,
+        "created": now,
+        "created_text": timestamp(now),
+        "inputs": identity["inputs"],
+        "memory": identity["memory"],
+        "tile": list(tile),
+        "tk": tk,
+        "tiles_total": plan_summary["tiles"],
+        "plan": plan_summary,
+        "backend": backend,
+        "complete": False,
+        "completed": None,
+        "runs": [],
+    }
+
+
+def add_run(document: dict[str, Any], job_id: str, skipped: int) -> dict[str, Any]:
+    """The job document with this run (job id, host, pid, start, tiles skipped) appended."""
+    now = time.time()
+    run = {
+        "job_id": job_id,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": now,
+        "started_text": timestamp(now),
+        "tiles_skipped": skipped,
+    }
+    return {**document, "runs": [*document.get("runs", []), run]}
+
+
+@dataclass(frozen=True)
+class Start:
+    """How a job starts on its output: fresh, or resuming a journal."""
+
+    #: The output array to write into, or None to create one at the path.
+    existing: zarr.Array | None
+    #: The job document to resume, or None for a fresh start.
+    document: dict[str, Any] | None
+    #: Delete what is at the output path (data and journal) before creating it.
+    clear_output: bool = False
+    #: Delete the journal (not the data) of an array given as the output.
+    clear_journal: bool = False
+
+    @property
+    def resuming(self) -> bool:
+        return self.document is not None
+
+
+def inspect_output(
+    target: arrays.ArrayLike,
+    journal: Journal,
+    shape: tuple[int, int],
+    dtype: Any,
+    identity: dict[str, Any],
+    overwrite: bool,
+    fingerprints: dict[str, Fingerprint] | None = None,
+) -> Start:
+    """Decide how to start on the output ``target``; reads, never writes.
+
+    * nothing there (or only a journal folder): a fresh start;
+    * an incomplete output whose journal matches ``identity``: resume it;
+    * ``overwrite``: start over;
+    * a ``zarr.Array`` given as the output without a journal, or complete:
+      write into it afresh (as before journals existed).
+
+    Raises
+    ------
+    OutputExistsError
+        For an existing path holding a complete output, or no journal.
+    ResumeError
+        When the journal belongs to other inputs or parameters (naming the
+        differences) or to another journal format.
+    """
+    if isinstance(target, zarr.Array):
+        existing = arrays.open_existing_output(target, shape, dtype, overwrite)
+        document = journal.read_job()
+        if document is None or document.get("complete") or overwrite:
+            return Start(existing=existing, document=None, clear_journal=document is not None)
+        _check_resumable(document, identity, journal, arrays.describe(target), fingerprints)
+        return Start(existing=existing, document=document)
+
+    where = os.fspath(target)
+    if overwrite or not _holds_output(where):
+        return Start(existing=None, document=None, clear_output=True)
+    try:
+        existing = zarr.open_array(where, mode="r+")
+    except (FileNotFoundError, KeyError, ValueError, OSError, zarr.errors.NodeTypeValidationError):
+        raise OutputExistsError(_exists_message(where, "it is not a zarr array")) from None
+    document = journal.read_job()
+    if document is None:
+        raise OutputExistsError(
+            _exists_message(where, "it has no outofcore job journal, so there is nothing to resume")
+        )
+    if document.get("complete"):
+        raise OutputExistsError(
+            _exists_message(
+                where,
+                f"it holds the complete result of an earlier job, finished "
+                f"{timestamp(document.get('completed'))}",
+            )
+        )
+    _check_resumable(document, identity, journal, where, fingerprints)
+    if tuple(existing.shape) != tuple(shape) or str(existing.dtype) != str(dtype):
+        raise ResumeError(
+            f"the output {where!r} is {existing.shape} {existing.dtype}, but A @ B is "
+            f"{shape} {dtype}; pass overwrite=True (--overwrite) to start over"
+        )
+    return Start(existing=existing, document=document)
+
+
+def _holds_output(where: str) -> bool:
+    """Whether something other than a bare journal folder is at ``where``."""
+    if arrays.is_remote(where):
+        return arrays.exists(where)
+    local = arrays.local_path(where)
+    if not os.path.exists(local):
+        return False
+    return not os.path.isdir(local) or bool(set(os.listdir(local)) - {JOURNAL_DIR})
+
+
+def _exists_message(where: str, why: str) -> str:
+    return (
+        f"the output {where!r} already exists; pass overwrite=True (--overwrite) to replace it, "
+        f"or choose another path ({why})"
+    )
+
+
+def _check_resumable(
+    document: dict[str, Any],
+    identity: dict[str, Any],
+    journal: Journal,
+    where: str,
+    fingerprints: dict[str, Fingerprint] | None,
+) -> None:
+    if document.get("format") != FORMAT or not document.get("journal_id"):
+        raise ResumeError(
+            f"the output {where!r} holds a job journal of format {document.get('format')!r}, "
+            f"this version reads format {FORMAT}; pass overwrite=True (--overwrite) to start over"
+        )
+    found = differences(document, identity)
+    if found and fingerprints:  # name the objects of a changed input
+        tokens = journal.read_input_tokens(document["journal_id"])
+        found = differences(document, identity, tokens, fingerprints)
+    if found:
+        done = len(journal.done_tiles(document["journal_id"]))
+        raise ResumeError(
+            f"the output {where!r} holds an unfinished job ({done} of "
+            f"{document.get('tiles_total')} tiles done) for other inputs or parameters: "
+            f"{'; '.join(found)}. Rerun with the original inputs and parameters to resume it, "
+            "or pass overwrite=True (--overwrite) to start over"
+        )
+
+
+def check_start_unchanged(before: Start, now: Start) -> None:
+    """Refuse when the output changed between the first look and taking the lease."""
+    then_id = before.document["journal_id"] if before.document else None
+    now_id = now.document["journal_id"] if now.document else None
+    if then_id != now_id:
+        raise InputError(
+            "the output changed while this job was starting (another job wrote its journal); "
+            "run the command again"
+        )
+
+
+def open_journal(
+    journal: Journal,
+    start: Start,
+    plan: Plan,
+    identity: dict[str, Any],
+    fingerprints: dict[str, Fingerprint],
+    backend: str,
+    job_id: str,
+) -> tuple[dict[str, Any], set[str]]:
+    """Start or resume the output's journal; return the job document and the tiles done."""
+    if start.clear_output:
+        journal.clear_output()
+    elif start.clear_journal:
+        journal.clear_journal()
+    if start.resuming:
+        document = start.document
+        if [plan.tm, plan.tn] != list(document["tile"]) or plan.tk != document["tk"]:
+            raise InputError(  # make_plan honours forced sizes; this guards the invariant
+                f"the resumed plan has {plan.tm}x{plan.tn} tiles {plan.tk} deep, the journal "
+                f"{document['tile']} {document['tk']} deep"
+            )
+        done = journal.done_tiles(document["journal_id"]) & {t.key for t in plan.tasks}
+    else:
+        document = new_job_document(
+            job_id, identity, plan.summary(), (plan.tm, plan.tn), plan.tk, backend
+        )
+        journal.write_input_tokens(document["journal_id"], fingerprints)
+        done = set()
+    document = add_run(document, job_id, len(done))
+    journal.write_job(document)
+    return document, done
+
+
+def job_status(out: arrays.ArrayLike) -> dict[str, Any]:
+    """The state of the job writing (or that wrote) the output ``out``, from its journal.
+
+    Returns the tiles done and in total, when the job started and last made
+    progress, whether it is complete, and who holds the lease (alive or not).
+
+    Raises
+    ------
+    InputError
+        When there is no job journal at ``out``.
+    """
+    journal = Journal.for_output(out)
+    where = describe_output(out)
+    document = journal.read_job()
+    if document is None or "journal_id" not in document:
+        raise InputError(
+            f"no outofcore job journal at {where!r}: no job has written there, or the output "
+            "was made by an older version"
+        )
+    records = journal.tile_records(document["journal_id"])
+    last = max((r.get("finished", 0.0) for r in records), default=None)
+    holder = read_lease(journal)
+    now = time.time()
+    dead = holder.dead_because(now) if holder else None
+    complete = bool(document.get("complete"))
+    runs = document.get("runs", [])
+    if complete:
+        state = "complete"
+    elif holder is not None and dead is None:
+        state = "running"
+    else:
+        state = "stopped"
+    return {
+        "output": where,
+        "state": state,
+        "complete": complete,
+        "tiles_done": len(records),
+        "tiles_total": document.get("tiles_total"),
+        "tile": document.get("tile"),
+        "tk": document.get("tk"),
+        "journal_id": document["journal_id"],
+        "runs": len(runs),
+        "started": timestamp(document.get("created")),
+        "last_run_started": runs[-1].get("started_text") if runs else None,
+        "last_progress": timestamp(last),
+        "last_progress_seconds_ago": now - last if last else None,
+        "completed": timestamp(document.get("completed")),
+        "lease": None
+        if holder is None
+        else {
+            **holder.as_document(),
+            "heartbeat_seconds_ago": now - holder.heartbeat,
+            "alive": dead is None,
+            "dead_because": dead,
+        },
+    }
+
+
+def describe_output(out: arrays.ArrayLike) -> str:
+    """How messages name the output."""
+    return arrays.describe(out) if isinstance(out, zarr.Array) else str(out)

@@ -1,0 +1,117 @@
+"""What a job is asked to do, parsed and checked once: :class:`JobSpec`.
+
+The CLI builds a spec from its arguments, :func:`outofcore.matmul` and
+:func:`outofcore.api.run_job` from their keyword arguments; both then run
+through the same function.  Every value is checked here, before any array is
+opened, so a bad option fails at once with the value named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from outofcore.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
+from outofcore.config import parse_size
+from outofcore.engines import resolve_backend
+from outofcore.errors import InputError
+from outofcore.lease import lease_timeout
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The options of one product ``out = a @ b`` (sizes as bytes or text like ``"512MiB"``).
+
+    Attributes
+    ----------
+    memory
+        Memory budget of one worker; tiles are sized to it (default 1 GiB).
+    device_memory
+        Cap on each GPU engine's device memory (default: its own budget, a
+        share of the free device memory); CPU engines ignore it.
+    backend
+        ``"cpu"``, ``"cuda"``, ``"cupy"`` or ``"auto"`` (cuda when a GPU is
+        visible); held resolved to the backend that runs.
+    output_codec
+        Compression of an output created by the job: ``"none"`` or ``"zstd"``.
+    overwrite
+        Replace an existing output (and its journal).
+    tile, tk
+        Force the plan's tile shape ``(tm, tn)`` and panel depth.
+    lease_timeout
+        Seconds without a heartbeat after which the job's lease is dead
+        (default: the ``lease-timeout`` setting, 60 s).
+    workers
+        Workers of the LocalCluster the job starts; with a scheduler address,
+        the workers to wait for.
+    gpus
+        Start one worker per listed GPU on this node instead of a CPU cluster.
+    progress
+        Show a progress bar on stderr (and announce a LocalCluster).
+    """
+
+    memory: int | str = "1GiB"
+    device_memory: int | str | None = None
+    backend: str = "auto"
+    output_codec: str = DEFAULT_OUTPUT_CODEC
+    overwrite: bool = False
+    tile: tuple[int, int] | None = None
+    tk: int | None = None
+    lease_timeout: float | None = None
+    workers: int | None = None
+    gpus: tuple[int, ...] | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        device = self.device_memory
+        parsed = {
+            "memory": parse_size(self.memory),
+            "device_memory": None if device is None else parse_size(device),
+            "backend": resolve_backend(self.backend),
+            "output_codec": check_output_codec(self.output_codec),
+            "tile": None if self.tile is None else _positive_pair(self.tile),
+            "tk": None if self.tk is None else _positive(self.tk, "tk"),
+            "lease_timeout": lease_timeout(self.lease_timeout),
+            "workers": None if self.workers is None else _positive(self.workers, "workers"),
+            "gpus": None if self.gpus is None else tuple(int(g) for g in self.gpus),
+        }
+        for name, value in parsed.items():
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def of(cls, spec: JobSpec | None, options: dict[str, Any]) -> JobSpec:
+        """``spec``, or a spec built from keyword ``options`` (not both).
+
+        Raises
+        ------
+        InputError
+            For an option a spec does not have, naming the ones it has.
+        """
+        if spec is not None:
+            if options:
+                raise InputError(f"pass options in the JobSpec or as keywords, not both: {options}")
+            return spec
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InputError(f"unknown job option(s) {unknown}; the options are {sorted(known)}")
+        return cls(**options)
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the job's engines run on a GPU."""
+        return self.backend in ("cuda", "cupy")
+
+
+def _positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} = {value!r}: need a whole number >= 1")
+    return value
+
+
+def _positive_pair(value: Any) -> tuple[int, int]:
+    try:
+        first, second = value
+    except (TypeError, ValueError):
+        raise InputError(f"tile = {value!r}: need two whole numbers (rows, columns)") from None
+    return _positive(first, "tile rows"), _positive(second, "tile columns")
