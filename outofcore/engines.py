@@ -35,6 +35,19 @@ class TileEngine(Protocol):
     """What a tile task needs from an engine (CPU BLAS, numba CUDA, ...)."""
 
     name: str
+    #: Whether :meth:`accumulate_rows` works: the task then multiplies a tile's last
+    #: panels block of rows by block and writes each block while the next is computed.
+    #: False: every panel goes through :meth:`accumulate` and the whole tile is written.
+    row_blocks: bool
+
+    def configure(
+        self, *, device_memory: int | None = None, panel_depth: int | None = None
+    ) -> None:
+        """Take a job's settings for the tiles that follow (the task calls this first).
+
+        ``device_memory`` caps a GPU engine's device bytes; ``panel_depth`` is the
+        plan's ``tk``.  Engines without a device ignore both.
+        """
 
     def host_buffer(self, size: int, dtype: np.dtype) -> np.ndarray:
         """Return a flat host array of ``size`` elements to decode panels into."""
@@ -44,6 +57,14 @@ class TileEngine(Protocol):
 
     def accumulate(self, a_panel: np.ndarray, b_panel: np.ndarray) -> None:
         """``C += a_panel @ b_panel``; the panel buffers are free again on return."""
+
+    def accumulate_rows(
+        self, row0: int, panels: Sequence[tuple[np.ndarray, np.ndarray]]
+    ) -> np.ndarray:
+        """``C[row0:row0+h] += sum(a_rows @ b_panel)``; return those rows of ``C``.
+
+        Called only when :attr:`row_blocks` is True.
+        """
 
     def finish_tile(self) -> np.ndarray:
         """Return the finished tile as a C-ordered host array.
@@ -164,6 +185,7 @@ class CpuEngine:
     """
 
     name = "cpu"
+    row_blocks = True
 
     def __init__(self) -> None:
         self._c: np.ndarray | None = None
@@ -171,6 +193,11 @@ class CpuEngine:
         self._spare: np.ndarray | None = None
         self._fresh = True
         self._partial = False
+
+    def configure(
+        self, *, device_memory: int | None = None, panel_depth: int | None = None
+    ) -> None:
+        """Nothing to configure: BLAS has no device budget, and panels come whole."""
 
     def host_buffer(self, size: int, dtype: np.dtype) -> np.ndarray:
         return np.empty(size, dtype=dtype)

@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -149,146 +149,220 @@ def compute_tile(
     configure_io(job.io_concurrency)
     chunkfiles.fit_buffers(_largest_chunk_bytes(job))
     engine = worker_engine(job.backend)
-    configure = getattr(engine, "configure", None)
-    if configure is not None:  # GPU engines: device budget min(own, the job's), panel depth
-        configure(device_memory=job.device_memory, panel_depth=job.tk)
-    tm, tn = task.shape
-    dtype = np.dtype(job.a.dtype)
-    streaming = hasattr(engine, "accumulate_rows")
-    # The previous task on this thread may have left its last panels: when this
-    # task of the same job needs one of them (same A rows or same B columns, e.g.
-    # the next tile of a row), start with it instead of reading it again.
-    reuse = panel_cache.plan_reuse(
-        panel_cache.take_kept(),
-        job_id=job.job_id,
-        dtype=dtype,
-        backend=job.backend,
-        panels=job.panels,
-        rows=(task.row0, task.row1),
-        cols=(task.col0, task.col1),
-    )
-    order, held_a, held_b = reuse.order, reuse.a, reuse.b
-    a_buffers = [held_a] if held_a is not None else []
-    b_buffers = [held_b] if held_b is not None else []
-    # The other kept buffers are reused when their size is one this task needs
-    # (fresh memory costs page faults, pinned memory an expensive allocation);
-    # the rest are dropped before anything new is allocated.
-    needs = [("a", tm * job.tk)] * (2 - len(a_buffers)) + [("b", job.tk * tn)] * (
-        2 - len(b_buffers)
-    )
-    taken = [reuse.take(size) for _, size in needs]
-    reuse.spares.clear()  # unused kept buffers are freed here
-    for (name, size), buffer in zip(needs, taken, strict=True):
-        target = a_buffers if name == "a" else b_buffers
-        target.append(buffer if buffer is not None else engine.host_buffer(size, dtype))
-
-    def load_panel(position: int) -> tuple[np.ndarray, np.ndarray, int]:
-        k0, k1 = job.panels[order[position]]
-        slot = position % PANELS_IN_FLIGHT
-        a_panel = a_buffers[slot][: tm * (k1 - k0)].reshape(tm, k1 - k0)
-        b_panel = b_buffers[slot][: (k1 - k0) * tn].reshape(k1 - k0, tn)
-        skip_a = position == 0 and held_a is not None
-        skip_b = position == 0 and held_b is not None
-        if not skip_a:
-            read_panel(job.a, (slice(task.row0, task.row1), slice(k0, k1)), a_panel)
-        if not skip_b:
-            read_panel(job.b, (slice(k0, k1), slice(task.col0, task.col1)), b_panel)
-        return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, not skip_a, not skip_b)
-
-    def write_rows(r0: int, rows: np.ndarray) -> None:
-        if before_write is not None:
-            before_write()
-        write_region(job.c, (task.row0 + r0, task.col0), rows)
-
-    read_wait = compute = 0.0
-    bytes_read = 0
-    writes: list = []
+    # GPU engines: device budget min(own, the job's) and panel depth; CPU: nothing.
+    engine.configure(device_memory=job.device_memory, panel_depth=job.tk)
+    panels = TilePanels.prepare(job, task, engine)
     with (
         threadpool_limits(limits=job.blas_threads, user_api="blas"),
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-read") as reader,
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-write") as writer,
     ):
-        engine.start_tile((tm, tn), dtype)
-        pending = reader.submit(load_panel, 0)
-        streamed_from = len(job.panels) - (
-            min(STREAMED_PANELS, len(job.panels)) if streaming else 0
-        )
-        streamed: list[tuple[np.ndarray, np.ndarray]] = []
-        block = _write_block_rows(job.c, tm)
-        ahead: set[int] = set()  # row blocks the first streamed panel was added to early
-        for s in range(len(job.panels)):
-            t0 = time.perf_counter()
-            a_panel, b_panel, nbytes = pending.result()
-            t1 = time.perf_counter()
-            if s + 1 < len(job.panels):
-                pending = reader.submit(load_panel, s + 1)
-            if s < streamed_from:
-                engine.accumulate(a_panel, b_panel)
-            else:
-                streamed.append((a_panel, b_panel))
-            if s == streamed_from > 0 and s + 1 < len(job.panels):
-                # Rather than wait for the last panel, add this one to row blocks
-                # until it arrives (the accumulator is not fresh: beta = 1).
-                for r0 in range(0, tm, block):
-                    if pending.done():
-                        break
-                    engine.accumulate_rows(r0, [(a_panel[r0 : r0 + block], b_panel)])
-                    ahead.add(r0)
-            if streamed and s + 1 == len(job.panels):
-                # The last panels: multiply them block by block of whole output-chunk
-                # rows and write each finished block while BLAS works on the next one.
-                for r0 in range(0, tm, block):
-                    parts = [
-                        (a[r0 : r0 + block], b)
-                        for position, (a, b) in enumerate(streamed)
-                        if not (position == 0 and r0 in ahead)
-                    ]
-                    writes.append(writer.submit(write_rows, r0, engine.accumulate_rows(r0, parts)))
-            compute += time.perf_counter() - t1
-            read_wait += t1 - t0
-            bytes_read += nbytes
-        t0 = time.perf_counter()
-        tile = engine.finish_tile()
-        compute += time.perf_counter() - t0
-        last_a, last_b = a_buffers[(len(order) - 1) % 2], b_buffers[(len(order) - 1) % 2]
-        t0 = time.perf_counter()
-        if not writes:
-            a_buffers.clear()  # the plan's memory contract: panels are gone before the write
-            b_buffers.clear()
-            write_rows(0, tile)
-        for future in writes:
-            future.result()
-        write = time.perf_counter() - t0  # the part of writing not hidden behind compute
-    in_worker = panel_cache.in_dask_worker()
-    if streaming and in_worker:  # keep the buffers for this thread's next task
-        others = [x for x in a_buffers + b_buffers if x is not last_a and x is not last_b]
-        identity = panel_cache.PanelIdentity(
-            job_id=job.job_id,
-            dtype=dtype.str,
-            panel=job.panels[order[-1]],
-            rows=(task.row0, task.row1),
-            cols=(task.col0, task.col1),
-        )
-        panel_cache.keep(
-            panel_cache.KeptPanels(identity, job.backend, last_a, last_b, tuple(others))
-        )
-    elif not in_worker:  # an in-process run frees everything when it returns
-        panel_cache.release_thread()
-        chunkfiles.release_buffers()
-    a_buffers.clear()
-    b_buffers.clear()
+        run = _PanelLoop(job, task, engine, panels, reader, writer, before_write)
+        tile = run.multiply_and_write()
+    panels.keep_for_next_task(job, task)
     return TileResult(
         key=task.key,
-        bytes_read=bytes_read,
+        bytes_read=run.bytes_read,
         bytes_written=tile.nbytes,
-        read_wait_seconds=read_wait,
-        compute_seconds=compute,
-        write_seconds=write,
+        read_wait_seconds=run.read_wait,
+        compute_seconds=run.compute,
+        write_seconds=run.write,
         seconds=time.perf_counter() - started,
         peak_rss_bytes=peak_rss_bytes(),
         worker=f"{socket.gethostname()}:{os.getpid()}",
         kept_bytes=panel_cache.kept_bytes() + chunkfiles.kept_bytes(),
     )
+
+
+@dataclass
+class TilePanels:
+    """The panel buffers of one task: two A and two B slots, in the order it reads panels.
+
+    The previous task on this thread may have left its last panels: when this
+    task of the same job needs one of them (same A rows or same B columns, e.g.
+    the next tile of a row), it starts with it instead of reading it again
+    (:func:`outofcore.panel_cache.plan_reuse`).
+    """
+
+    job: TileJob
+    task: TileTask
+    #: Positions in the job's panel list, in the order this task reads them.
+    order: tuple[int, ...]
+    a: list[np.ndarray]
+    b: list[np.ndarray]
+    #: Whether slot 0 already holds the first panel of A / of B (kept by the last task).
+    holds_a: bool
+    holds_b: bool
+
+    @classmethod
+    def prepare(cls, job: TileJob, task: TileTask, engine: TileEngine) -> TilePanels:
+        """Take what this thread kept that fits, then allocate the rest from ``engine``."""
+        tm, tn = task.shape
+        dtype = np.dtype(job.a.dtype)
+        reuse = panel_cache.plan_reuse(
+            panel_cache.take_kept(),
+            job_id=job.job_id,
+            dtype=dtype,
+            backend=job.backend,
+            panels=job.panels,
+            rows=(task.row0, task.row1),
+            cols=(task.col0, task.col1),
+        )
+        a = [reuse.a] if reuse.a is not None else []
+        b = [reuse.b] if reuse.b is not None else []
+        # Other kept buffers are reused when their size is one this task needs
+        # (fresh memory costs page faults, pinned memory an expensive allocation);
+        # the rest are dropped before anything new is allocated.
+        needs = [(a, tm * job.tk)] * (2 - len(a)) + [(b, job.tk * tn)] * (2 - len(b))
+        taken = [reuse.take(size) for _, size in needs]
+        reuse.spares.clear()  # unused kept buffers are freed here
+        for (slots, size), buffer in zip(needs, taken, strict=True):
+            slots.append(buffer if buffer is not None else engine.host_buffer(size, dtype))
+        return cls(job, task, reuse.order, a, b, reuse.a is not None, reuse.b is not None)
+
+    def load(self, position: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """Read the ``position``-th panel pair into its slot; return it and the bytes decoded."""
+        job, task = self.job, self.task
+        k0, k1 = job.panels[self.order[position]]
+        slot = position % PANELS_IN_FLIGHT
+        tm, tn = task.shape
+        a_panel = self.a[slot][: tm * (k1 - k0)].reshape(tm, k1 - k0)
+        b_panel = self.b[slot][: (k1 - k0) * tn].reshape(k1 - k0, tn)
+        read_a = not (position == 0 and self.holds_a)
+        read_b = not (position == 0 and self.holds_b)
+        if read_a:
+            read_panel(job.a, (slice(task.row0, task.row1), slice(k0, k1)), a_panel)
+        if read_b:
+            read_panel(job.b, (slice(k0, k1), slice(task.col0, task.col1)), b_panel)
+        return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, read_a, read_b)
+
+    def drop(self) -> None:
+        """Let go of every buffer (the plan's memory contract before a whole-tile write)."""
+        self.a.clear()
+        self.b.clear()
+
+    def keep_for_next_task(self, job: TileJob, task: TileTask) -> None:
+        """In a Dask worker keep the last panels for this thread's next task; else free all."""
+        in_worker = panel_cache.in_dask_worker()
+        if self.a and self.b and in_worker:
+            last = (len(self.order) - 1) % PANELS_IN_FLIGHT
+            last_a, last_b = self.a[last], self.b[last]
+            others = [x for x in self.a + self.b if x is not last_a and x is not last_b]
+            identity = panel_cache.PanelIdentity(
+                job_id=job.job_id,
+                dtype=np.dtype(job.a.dtype).str,
+                panel=job.panels[self.order[-1]],
+                rows=(task.row0, task.row1),
+                cols=(task.col0, task.col1),
+            )
+            panel_cache.keep(
+                panel_cache.KeptPanels(identity, job.backend, last_a, last_b, tuple(others))
+            )
+        elif not in_worker:  # an in-process run frees everything when it returns
+            panel_cache.release_thread()
+            chunkfiles.release_buffers()
+        self.drop()
+
+
+class _PanelLoop:
+    """One tile's panel loop: read ahead, multiply, and write C (overlapped where it can).
+
+    The next panel is decoded in the reader thread while the engine multiplies
+    the current one.  On an engine with ``row_blocks``, the last panels are
+    multiplied block by block of whole output-chunk rows and each finished
+    block is written by the writer thread while BLAS works on the next one.
+    """
+
+    def __init__(
+        self,
+        job: TileJob,
+        task: TileTask,
+        engine: TileEngine,
+        panels: TilePanels,
+        reader: ThreadPoolExecutor,
+        writer: ThreadPoolExecutor,
+        before_write: Callable[[], None] | None,
+    ) -> None:
+        self.job, self.task, self.engine, self.panels = job, task, engine, panels
+        self.reader, self.writer, self.before_write = reader, writer, before_write
+        self.block = _write_block_rows(job.c, task.shape[0])
+        self.read_wait = self.compute = self.write = 0.0
+        self.bytes_read = 0
+
+    def multiply_and_write(self) -> np.ndarray:
+        """Run every panel through the engine, write the tile; return the tile written."""
+        count = len(self.job.panels)
+        streamed_from = count - (min(STREAMED_PANELS, count) if self.engine.row_blocks else 0)
+        self.engine.start_tile(self.task.shape, np.dtype(self.job.a.dtype))
+        pending = self.reader.submit(self.panels.load, 0)
+        streamed: list[tuple[np.ndarray, np.ndarray]] = []
+        ahead: set[int] = set()  # row blocks the first streamed panel was added to early
+        writes: list[Future] = []
+        for s in range(count):
+            t0 = time.perf_counter()
+            a_panel, b_panel, nbytes = pending.result()
+            t1 = time.perf_counter()
+            if s + 1 < count:
+                pending = self.reader.submit(self.panels.load, s + 1)
+            if s < streamed_from:
+                self.engine.accumulate(a_panel, b_panel)
+            else:
+                streamed.append((a_panel, b_panel))
+            if s == streamed_from > 0 and s + 1 < count:
+                ahead = self._add_while_waiting(a_panel, b_panel, pending)
+            if streamed and s + 1 == count:
+                writes = self._multiply_last_and_write(streamed, ahead)
+            self.compute += time.perf_counter() - t1
+            self.read_wait += t1 - t0
+            self.bytes_read += nbytes
+        t0 = time.perf_counter()
+        tile = self.engine.finish_tile()
+        self.compute += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if not writes:
+            self.panels.drop()  # the plan's memory contract: panels are gone before the write
+            self._write_rows(0, tile)
+        for future in writes:
+            future.result()
+        self.write = time.perf_counter() - t0  # the part of writing not hidden behind compute
+        return tile
+
+    def _add_while_waiting(
+        self, a_panel: np.ndarray, b_panel: np.ndarray, pending: Future
+    ) -> set[int]:
+        """Add the first streamed panel to row blocks until the next panel arrives.
+
+        Rather than wait for the last panel, the loop multiplies this one into
+        row blocks (the accumulator is not fresh: beta = 1).  Returns the row
+        blocks done early, which the last step then leaves this panel out of.
+        """
+        ahead = set()
+        for r0 in range(0, self.task.shape[0], self.block):
+            if pending.done():
+                break
+            self.engine.accumulate_rows(r0, [(a_panel[r0 : r0 + self.block], b_panel)])
+            ahead.add(r0)
+        return ahead
+
+    def _multiply_last_and_write(
+        self, streamed: list[tuple[np.ndarray, np.ndarray]], ahead: set[int]
+    ) -> list[Future]:
+        """Multiply the last panels block of rows by block; queue each finished block's write."""
+        writes = []
+        for r0 in range(0, self.task.shape[0], self.block):
+            parts = [
+                (a[r0 : r0 + self.block], b)
+                for position, (a, b) in enumerate(streamed)
+                if not (position == 0 and r0 in ahead)
+            ]
+            rows = self.engine.accumulate_rows(r0, parts)
+            writes.append(self.writer.submit(self._write_rows, r0, rows))
+        return writes
+
+    def _write_rows(self, r0: int, rows: np.ndarray) -> None:
+        if self.before_write is not None:
+            self.before_write()
+        write_region(self.job.c, (self.task.row0 + r0, self.task.col0), rows)
 
 
 #: The last panels of a tile are multiplied row block by row block, so that the

@@ -41,6 +41,7 @@ memset); a tile with no panel is zero.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +115,10 @@ class CudaEngine:
         ``{"h2d": ..., "d2h": ...}``: bytes the current (or last) tile moved
         across PCIe so far.
     """
+
+    #: The whole tile comes back from the device at :meth:`finish_tile`; a device
+    #: tiling cuts C into sub-tiles, so finished row blocks do not exist earlier.
+    row_blocks = False
 
     def __init__(
         self,
@@ -247,6 +252,15 @@ class CudaEngine:
                 self._end_subtile(tile, c, r0, c0)
         tile.fresh = False
         last.copied.synchronize()  # every host panel read is done: the caller may reuse them
+
+    def accumulate_rows(
+        self, row0: int, panels: Sequence[tuple[np.ndarray, np.ndarray]]
+    ) -> np.ndarray:
+        """Not on this engine (:attr:`row_blocks` is False): tasks use :meth:`accumulate`."""
+        raise BackendError(
+            f"the {self.name} engine multiplies whole tiles (row_blocks is False); "
+            "accumulate_rows is not available on it"
+        )
 
     def finish_tile(self) -> np.ndarray:
         """Return the tile as a C-ordered pinned host array, valid until the next start_tile."""
