@@ -146,25 +146,8 @@ def run_job(
             journal_id=document["journal_id"],
             owner_check=OwnerCheck(operands.journal, lease.job_id),
         )
-        todo = [task for task in plan.tasks if task.key not in done]
-        started = time.perf_counter()
-        with _progress(len(plan.tasks), len(done), spec.progress) as on_result:
-            results = executor.run(
-                compute_and_record,
-                recorded,
-                todo,
-                on_result=on_result,
-                resources={GPU_RESOURCE: 1} if spec.on_gpu and workers.gpu_workers else None,
-            )
-        summary = summarize(
-            plan,
-            results,
-            time.perf_counter() - started,
-            spec.backend,
-            output,
-            len(done),
-            lease.job_id,
-        )
+        results, seconds = _run_tiles(executor, recorded, plan, done, spec, workers)
+        summary = summarize(plan, results, seconds, spec.backend, output, len(done), lease.job_id)
         _finish(operands, plan, document, done, results)
         output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
         operands.journal.write_job({**document, "complete": True, "completed": time.time()})
@@ -292,6 +275,28 @@ def _tile_job(
         job_id=job_id,
         device_memory=spec.device_memory,
     )
+
+
+def _run_tiles(
+    executor: Executor,
+    recorded: RecordedJob,
+    plan: Plan,
+    done: set[str],
+    spec: JobSpec,
+    workers: WorkerShape,
+) -> tuple[list[TileResult], float]:
+    """Run every tile not ``done`` (GPU workers only, for a GPU backend); results, seconds."""
+    todo = [task for task in plan.tasks if task.key not in done]
+    started = time.perf_counter()
+    with _progress(len(plan.tasks), len(done), spec.progress) as on_result:
+        results = executor.run(
+            compute_and_record,
+            recorded,
+            todo,
+            on_result=on_result,
+            resources={GPU_RESOURCE: 1} if spec.on_gpu and workers.gpu_workers else None,
+        )
+    return results, time.perf_counter() - started
 
 
 @contextlib.contextmanager
