@@ -1,8 +1,10 @@
-"""Shared test helpers: seeded data on disk and a dtype- and k-aware comparison."""
+"""Shared test helpers: seeded data on disk, a dtype- and k-aware comparison, processes
+and ports, and docker-compose.yml's variables.  Import as ``from tests.helpers import ...``."""
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -14,6 +16,9 @@ import zarr
 
 from outofcore.generate import random_array
 from outofcore.journal import JOURNAL_DIR
+
+#: The repository's root folder.
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_zarr(path: Path, data: np.ndarray, chunks: tuple[int, int]) -> zarr.Array:
@@ -105,3 +110,21 @@ def long_job_inputs(folder: Path) -> tuple[str, str, str]:
     random_array(a, (2000, 2000), (100, 100), seed=1)
     random_array(b, (2000, 1100), (100, 100), seed=2)
     return a, b, c
+
+
+COMPOSE_VARIABLE = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(:-([^}]*))?\}")
+
+
+def interpolate(value: str, overrides: dict[str, str] | None = None) -> str:
+    """Compose's ``${VAR:-default}`` interpolation, with ``overrides`` as the environment."""
+    overrides = overrides or {}
+
+    def replace(match: re.Match) -> str:
+        name, default = match.group(1), match.group(3)
+        if name in overrides:
+            return overrides[name]
+        if default is None:
+            raise AssertionError(f"${{{name}}} has no default in docker-compose.yml")
+        return default
+
+    return COMPOSE_VARIABLE.sub(replace, value)

@@ -21,7 +21,7 @@ if not ooc_cuda.simulator_enabled() and not ooc_cuda.is_available():
         allow_module_level=True,
     )
 
-from helpers import assert_product_close, random_matrix, write_zarr  # noqa: E402
+from tests.helpers import assert_product_close, random_matrix, write_zarr  # noqa: E402
 
 from outofcore import panel_cache  # noqa: E402
 from outofcore.api import run_job  # noqa: E402

@@ -12,13 +12,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from outofcore.cuda import report
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 SASS = """
         Function : kernel
@@ -81,7 +79,7 @@ MISSING = report.missing_toolchain()
 @pytest.mark.skipif(MISSING is not None, reason=f"cuda-tools toolchain not installed: {MISSING}")
 def test_kernels_compile_for_sm90_without_spills_and_meet_targets():
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     done = subprocess.run(
         [sys.executable, "-m", "outofcore.cuda.report", "--json", "--arch", "sm_90"],
         capture_output=True,

@@ -8,7 +8,8 @@ import sys
 
 import numpy as np
 import zarr
-from helpers import assert_product_close
+
+from tests.helpers import assert_product_close
 
 
 def outofcore(*args: str, cwd=None) -> subprocess.CompletedProcess:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import assert_product_close, random_matrix
 
 from outofcore.engines import CpuEngine
+from tests.helpers import assert_product_close, random_matrix
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -11,7 +11,6 @@ import time
 import numpy as np
 import pytest
 import zarr
-from helpers import random_matrix, write_zarr
 
 import outofcore
 from outofcore.config import parse_size
@@ -24,6 +23,7 @@ from outofcore.errors import (
 )
 from outofcore.lease import lease_timeout
 from outofcore.reading import read_retry_settings
+from tests.helpers import random_matrix, write_zarr
 
 
 @pytest.fixture
@@ -165,7 +165,7 @@ def test_unknown_backend(inputs):
 
 
 def test_cuda_backend_without_gpu_is_a_clear_error(inputs):
-    # A fresh process without the simulator (other test modules turn it on here).
+    # A fresh process without the simulator (tests/conftest.py turns it on here).
     folder, a, b = inputs
     code = (
         "import outofcore, sys\n"

@@ -24,7 +24,14 @@ import numpy as np
 import pytest
 import zarr
 from distributed import Client, LocalCluster
-from helpers import (
+
+from outofcore import panel_cache
+from outofcore.api import ATTRIBUTE, job_status, run_job
+from outofcore.errors import InputChangedError
+from outofcore.generate import random_array
+from outofcore.journal import JOURNAL_DIR
+from outofcore.resume import ResumeError
+from tests.helpers import (
     assert_product_close,
     cli,
     free_port,
@@ -34,13 +41,6 @@ from helpers import (
     wait_for,
     write_zarr,
 )
-
-from outofcore import panel_cache
-from outofcore.api import ATTRIBUTE, job_status, run_job
-from outofcore.errors import InputChangedError
-from outofcore.generate import random_array
-from outofcore.journal import JOURNAL_DIR
-from outofcore.resume import ResumeError
 
 BIN = Path(sys.executable).parent
 

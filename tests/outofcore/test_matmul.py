@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import zarr
 from distributed import Client, LocalCluster
-from helpers import assert_product_close, random_matrix, write_zarr
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,6 +15,7 @@ import outofcore
 from outofcore.api import ATTRIBUTE, run_job
 from outofcore.errors import BudgetError, InputError
 from scheduler.executors import DaskExecutor
+from tests.helpers import assert_product_close, random_matrix, write_zarr
 
 # 1, primes, and sizes that are multiples of nothing the plans use.
 odd_dims = st.sampled_from([1, 2, 3, 7, 13, 31, 61, 97, 128, 131])

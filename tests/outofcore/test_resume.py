@@ -22,7 +22,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from helpers import (
+
+from outofcore.api import ATTRIBUTE, job_status, run_job
+from outofcore.errors import OutputExistsError
+from outofcore.journal import JOURNAL_DIR, Journal
+from outofcore.lease import LEASE_NAME, Lease, LeaseError
+from outofcore.reading import ReadError, with_retries
+from outofcore.resume import ResumeError
+from tests.helpers import (
     assert_product_close,
     break_chunk,
     cli,
@@ -33,13 +40,6 @@ from helpers import (
     wait_for,
     write_zarr,
 )
-
-from outofcore.api import ATTRIBUTE, job_status, run_job
-from outofcore.errors import OutputExistsError
-from outofcore.journal import JOURNAL_DIR, Journal
-from outofcore.lease import LEASE_NAME, Lease, LeaseError
-from outofcore.reading import ReadError, with_retries
-from outofcore.resume import ResumeError
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:

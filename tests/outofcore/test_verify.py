@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import random_matrix, write_zarr
 
 from outofcore.errors import InputError
 from outofcore.verify import verify
+from tests.helpers import random_matrix, write_zarr
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

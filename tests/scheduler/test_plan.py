@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from outofcore.errors import BudgetError, InputError
 from scheduler.plan import Problem, io_lower_bound, make_plan, task_bytes
+from tests.helpers import ROOT
 
 dims = st.integers(min_value=1, max_value=3000)
 chunk = st.integers(min_value=1, max_value=700)
@@ -204,9 +205,8 @@ def test_plan_prefers_tiles_that_read_less_over_square_ones():
 def test_scheduler_imports_nothing_from_outofcore():
     """The bottom layer: no module of ``scheduler`` imports ``outofcore`` (at any depth)."""
     import ast
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "scheduler"
+    root = ROOT / "scheduler"
     found = []
     for path in sorted(root.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -6,14 +6,12 @@ import importlib.util
 import json
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
 from outofcore.engines import CpuEngine, gemm_accumulate
 from scheduler.plan import Problem, io_lower_bound
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 
 def load_compare():

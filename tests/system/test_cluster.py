@@ -20,14 +20,19 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 import zarr
 from distributed import Client
-from helpers import assert_product_close, break_chunk, free_port, restore_chunk, wait_for
-from test_compose import ROOT, interpolate
 
 from outofcore.generate import random_array
 from outofcore.journal import JOURNAL_DIR
+from tests.helpers import (
+    assert_product_close,
+    break_chunk,
+    free_port,
+    interpolate,
+    restore_chunk,
+    wait_for,
+)
 
 BIN = Path(sys.executable).parent
 
@@ -46,11 +51,6 @@ def native(parts: list, port: int, data: Path, env: dict[str, str] | None = None
     if line[0] == "outofcore":
         return [sys.executable, "-m", "outofcore.cli", *line[1:]]
     raise AssertionError(f"unexpected executable {line[0]!r}")
-
-
-@pytest.fixture(scope="module")
-def compose():
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
 @pytest.fixture(scope="module")

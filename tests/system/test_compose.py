@@ -1,43 +1,18 @@
 """docker-compose.yml and the Dockerfile, checked without a Docker engine.
 
 The command lines are parsed by the real parsers (Dask's click commands and
-outofcore's argparse), so a misspelt option fails here; tests/test_cluster.py
+outofcore's argparse), so a misspelt option fails here; tests/system/test_cluster.py
 runs the same command lines natively.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-import pytest
-import yaml
 from distributed.cli import dask_scheduler, dask_worker
 
 from outofcore.cli import _parser
-
-ROOT = Path(__file__).resolve().parents[1]
-VARIABLE = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(:-([^}]*))?\}")
-
-
-@pytest.fixture(scope="module")
-def compose() -> dict:
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-
-
-def interpolate(value: str, overrides: dict[str, str] | None = None) -> str:
-    """Compose's ``${VAR:-default}`` interpolation, with ``overrides`` as the environment."""
-    overrides = overrides or {}
-
-    def replace(match: re.Match) -> str:
-        name, default = match.group(1), match.group(3)
-        if name in overrides:
-            return overrides[name]
-        if default is None:
-            raise AssertionError(f"${{{name}}} has no default in docker-compose.yml")
-        return default
-
-    return VARIABLE.sub(replace, value)
+from tests.helpers import COMPOSE_VARIABLE, ROOT, interpolate
 
 
 def command(compose: dict, service: str) -> list[str]:
@@ -107,7 +82,7 @@ def test_job_command_parses_with_the_outofcore_cli(compose):
 
 def test_every_variable_has_a_default():
     text = (ROOT / "docker-compose.yml").read_text()
-    names = VARIABLE.findall(text)
+    names = COMPOSE_VARIABLE.findall(text)
     assert names, "expected configurable values"
     interpolate(text)  # raises naming a variable without a default
 

@@ -1,0 +1,1 @@
+"""Tests of ``outofcore`` on the CPU: engines, chunk files, jobs, resume, integrity, the CLI."""

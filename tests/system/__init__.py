@@ -1,0 +1,1 @@
+"""Whole-system tests: docker-compose.yml, its command lines run as real processes, benchmarks."""
