@@ -1,9 +1,19 @@
-"""Test configuration: hypothesis profiles (CI runs the 'ci' profile)."""
+"""Test configuration: numba's CUDA simulator, hypothesis profiles (CI runs 'ci'), fixtures.
+
+The CUDA tests (tests/cuda) run on numba's CUDA simulator, which must be chosen
+before anything imports ``numba.cuda``: this file is loaded before any test
+module, so it sets ``NUMBA_ENABLE_CUDASIM=1`` here, for the whole session and
+the processes it starts, unless the variable is already set.  On a GPU node,
+``NUMBA_ENABLE_CUDASIM=0 python -m pytest tests/cuda`` runs them on the chip.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import os
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before anything imports numba.cuda
+
+import contextlib
 
 import pytest
 from hypothesis import HealthCheck, settings

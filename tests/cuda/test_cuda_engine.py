@@ -2,35 +2,28 @@
 
 from __future__ import annotations
 
-import os
+import dataclasses
+import threading
 
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba.cuda is imported
+import numpy as np
+import pytest
 
-import dataclasses  # noqa: E402
-import threading  # noqa: E402
+import outofcore.cuda as ooc_cuda
+from outofcore import panel_cache
+from outofcore.api import run_job
+from outofcore.cuda import buffers
+from outofcore.cuda.engine import CudaEngine
+from outofcore.cuda.kernels import TileParams
+from outofcore.errors import BackendError, BudgetError, InputError
+from outofcore.tile import worker_engine
+from scheduler.device_plan import device_bytes
+from tests.helpers import assert_product_close, random_matrix, write_zarr
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import outofcore.cuda as ooc_cuda  # noqa: E402
-from outofcore.errors import BackendError, InputError  # noqa: E402
-
-if not ooc_cuda.simulator_enabled() and not ooc_cuda.is_available():
-    pytest.skip(
-        "numba.cuda was imported without NUMBA_ENABLE_CUDASIM=1 and no GPU is visible",
-        allow_module_level=True,
-    )
-
-from tests.helpers import assert_product_close, random_matrix, write_zarr  # noqa: E402
-
-from outofcore import panel_cache  # noqa: E402
-from outofcore.api import run_job  # noqa: E402
-from outofcore.cuda import buffers  # noqa: E402
-from outofcore.cuda.engine import CudaEngine  # noqa: E402
-from outofcore.cuda.kernels import TileParams  # noqa: E402
-from outofcore.errors import BudgetError  # noqa: E402
-from outofcore.tile import worker_engine  # noqa: E402
-from scheduler.device_plan import device_bytes  # noqa: E402
+# tests/conftest.py turns numba's CUDA simulator on unless NUMBA_ENABLE_CUDASIM is set.
+pytestmark = pytest.mark.skipif(
+    not ooc_cuda.simulator_enabled() and not ooc_cuda.is_available(),
+    reason="NUMBA_ENABLE_CUDASIM=0 and no GPU is visible to numba.cuda",
+)
 
 TINY = TileParams(bm=8, bn=8, bk=4, tm=2, tn=2)
 

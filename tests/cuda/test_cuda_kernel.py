@@ -6,26 +6,20 @@ and most use tiny tile parameters; two cases run the production parameters.
 
 from __future__ import annotations
 
-import os
+import numpy as np
+import pytest
+from numba import cuda
 
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba.cuda is imported
+import outofcore.cuda as ooc_cuda
+from outofcore.cuda import kernels
+from outofcore.cuda.kernels import PRODUCTION, TileParams
+from outofcore.errors import InputError
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import outofcore.cuda as ooc_cuda  # noqa: E402
-from outofcore.errors import InputError  # noqa: E402
-
-if not ooc_cuda.simulator_enabled() and not ooc_cuda.is_available():
-    pytest.skip(
-        "numba.cuda was imported without NUMBA_ENABLE_CUDASIM=1 and no GPU is visible",
-        allow_module_level=True,
-    )
-
-from numba import cuda  # noqa: E402
-
-from outofcore.cuda import kernels  # noqa: E402
-from outofcore.cuda.kernels import PRODUCTION, TileParams  # noqa: E402
+# tests/conftest.py turns numba's CUDA simulator on unless NUMBA_ENABLE_CUDASIM is set.
+pytestmark = pytest.mark.skipif(
+    not ooc_cuda.simulator_enabled() and not ooc_cuda.is_available(),
+    reason="NUMBA_ENABLE_CUDASIM=0 and no GPU is visible to numba.cuda",
+)
 
 TINY = TileParams(bm=8, bn=8, bk=4, tm=2, tn=2)  # 4x4 threads
 TALL = TileParams(bm=16, bn=8, bk=2, tm=4, tn=2)  # non-square block, 4x4 threads
