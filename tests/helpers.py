@@ -3,6 +3,7 @@ and ports, and docker-compose.yml's variables.  Import as ``from tests.helpers i
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import socket
@@ -128,3 +129,19 @@ def interpolate(value: str, overrides: dict[str, str] | None = None) -> str:
         return default
 
     return COMPOSE_VARIABLE.sub(replace, value)
+
+
+async def with_sync_client(scheduler, fn):
+    """``fn(client)`` in a worker thread with a synchronous ``distributed.Client`` of
+    ``scheduler`` (a gen_cluster test's Scheduler), awaited from the test's event loop.
+
+    DaskExecutor and open_executor use Dask's synchronous API, which must not
+    block the loop the in-process scheduler and workers run on.
+    """
+    from distributed import Client  # noqa: PLC0415
+
+    def call():
+        with Client(scheduler.address, timeout=10) as client:
+            return fn(client)
+
+    return await asyncio.to_thread(call)

@@ -1,17 +1,25 @@
-"""Multi-GPU node worker specs, checked without a GPU on real worker processes."""
+"""Multi-GPU node worker specs, checked without a GPU.
+
+The devices each worker sees are checked on real worker processes (each has
+its own environment); the routing of GPU tasks on in-process workers
+(distributed's gen_cluster), as it needs no separate processes.
+"""
 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
-from distributed import Client, Nanny, Scheduler, SpecCluster
+from distributed import get_worker
+from distributed.utils_test import gen_cluster
 
 from outofcore.errors import ClusterError
 from scheduler.cluster import open_executor
 from scheduler.executors import DaskExecutor
-from scheduler.gpu_cluster import gpu_worker_specs, parse_gpus
+from scheduler.gpu_cluster import GPU_RESOURCE, gpu_worker_specs, parse_gpus
 from scheduler.plan import TileTask
+from tests.helpers import with_sync_client
 
 
 def test_specs_rotate_visible_devices_one_thread_and_a_gpu_resource():
@@ -40,32 +48,31 @@ def test_gpu_workers_start_with_their_own_device_first():
         assert sorted(seen.values()) == ["3,5", "5,3"]
 
 
-def _where(job, task):
-    return os.environ.get("OUTOFCORE_TEST_ROLE", "plain")
+def _worker_address(job, task):
+    return get_worker().address
 
 
-def test_tile_tasks_that_ask_for_a_gpu_land_only_on_gpu_workers():
-    specs = gpu_worker_specs((0,), memory_limit=2**30)
-    specs["gpu-0"]["options"]["env"]["OUTOFCORE_TEST_ROLE"] = "gpu"
-    specs["cpu"] = {
-        "cls": Nanny,
-        "options": {"nthreads": 1, "env": {"OUTOFCORE_TEST_ROLE": "cpu"}},
-    }
-    scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0"}}
-    with SpecCluster(workers=specs, scheduler=scheduler) as cluster, Client(cluster) as client:
-        client.wait_for_workers(2, timeout=60)
+def _slow_worker_address(job, task):
+    time.sleep(0.1)
+    return _worker_address(job, task)
+
+
+@gen_cluster(
+    nthreads=[("127.0.0.1", 1, {"resources": {GPU_RESOURCE: 1}}), ("127.0.0.1", 1)],
+)
+async def test_tile_tasks_that_ask_for_a_gpu_land_only_on_gpu_workers(s, gpu, cpu):
+    tasks = [TileTask(index=i, i=i, j=0, row0=0, row1=1, col0=0, col1=1) for i in range(8)]
+
+    def run(client):
         executor = DaskExecutor(client)
         assert executor.worker_shape().gpu_workers == 1
-        tasks = [TileTask(index=i, i=i, j=0, row0=0, row1=1, col0=0, col1=1) for i in range(8)]
-        roles = executor.run(_where, None, tasks, on_result=lambda _: None, resources={"GPU": 1})
-        assert roles == ["gpu"] * 8
+        on_gpu = executor.run(
+            _worker_address, None, tasks, on_result=lambda _: None, resources={GPU_RESOURCE: 1}
+        )
         # Without the resource request both kinds of worker take tasks.
-        anywhere = executor.run(_slow_where, None, tasks, on_result=lambda _: None)
-        assert set(anywhere) == {"gpu", "cpu"}
+        anywhere = executor.run(_slow_worker_address, None, tasks, on_result=lambda _: None)
+        return on_gpu, anywhere
 
-
-def _slow_where(job, task):
-    import time
-
-    time.sleep(0.2)
-    return _where(job, task)
+    on_gpu, anywhere = await with_sync_client(s, run)
+    assert on_gpu == [gpu.address] * 8
+    assert set(anywhere) == {gpu.address, cpu.address}

@@ -1,0 +1,139 @@
+"""Executors and open_executor on in-process Dask clusters (distributed's gen_cluster).
+
+The scheduler and workers run in this process, on one event loop: what is
+checked here is scheduling (worker shapes, memory limits, retries, waiting for
+workers), which needs no separate processes.  Killed worker processes are
+tested in tests/system/test_cluster.py and tests/outofcore/test_integrity.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+
+import pytest
+from distributed.utils_test import gen_cluster
+
+from scheduler.cluster import check_worker_memory, open_executor
+from scheduler.errors import ClusterError
+from scheduler.executors import DaskExecutor, SynchronousExecutor, WorkerShape
+from scheduler.gpu_cluster import GPU_RESOURCE
+from scheduler.plan import TileTask
+from tests.helpers import with_sync_client
+
+GIB = 2**30
+TASKS = [TileTask(index=i, i=i, j=0, row0=i, row1=i + 1, col0=0, col1=1) for i in range(6)]
+
+
+def _index(job, task):
+    return (job, task.index)
+
+
+def test_synchronous_executor_runs_the_tasks_in_order():
+    seen = []
+    results = SynchronousExecutor().run(_index, "job", TASKS, on_result=seen.append)
+    assert results == seen == [("job", i) for i in range(6)]
+    shape = SynchronousExecutor().worker_shape()
+    assert (shape.workers, shape.threads_per_worker, shape.gpu_workers) == (1, 1, 0)
+    assert shape.blas_threads == (os.cpu_count() or 1)
+
+
+@gen_cluster(
+    nthreads=[
+        ("127.0.0.1", 1, {"resources": {GPU_RESOURCE: 1}, "memory_limit": GIB}),
+        ("127.0.0.1", 3, {"memory_limit": 0}),
+    ]
+)
+async def test_worker_shape_of_unlike_workers(s, gpu, cpu):
+    shape = await with_sync_client(s, lambda client: DaskExecutor(client).worker_shape())
+    assert shape.workers == 2
+    assert shape.threads_per_worker == 3  # the most threads of any worker
+    assert shape.gpu_workers == 1
+    # (address, memory limit or 0 for none, threads), by address.
+    assert shape.memory_limits == tuple(sorted([(gpu.address, GIB, 1), (cpu.address, 0, 3)]))
+    # Both on one host: 1 + 3 tasks at once share its cores; the busiest worker's share.
+    assert shape.blas_threads == max(1, (os.cpu_count() or 1) // (2 * 3))
+
+
+@gen_cluster(nthreads=[])
+async def test_worker_shape_of_a_cluster_without_workers(s):
+    shape = await with_sync_client(s, lambda client: DaskExecutor(client).worker_shape())
+    assert shape == WorkerShape(workers=0, threads_per_worker=1, blas_threads=1)
+
+
+@gen_cluster(
+    nthreads=[("127.0.0.1", 2, {"memory_limit": 4 * 2**20}), ("127.0.0.1", 1, {"memory_limit": 0})]
+)
+async def test_workers_short_of_memory_per_thread_are_named(s, small, unlimited):
+    shape = await with_sync_client(s, lambda client: DaskExecutor(client).worker_shape())
+    check_worker_memory(shape, 2 * 2**20)  # 2 MiB per thread of the 4 MiB worker: fits
+    with pytest.raises(ClusterError) as refused:
+        check_worker_memory(shape, 2 * 2**20 + 1)
+    message = str(refused.value)
+    assert f"{small.address} ({4 * 2**20} bytes for 2 thread(s): {2 * 2**20} per task)" in message
+    assert unlimited.address not in message  # no limit: never short
+
+
+# In-process workers unpickle task functions from this module: they share these.
+ATTEMPTS: collections.Counter[int] = collections.Counter()
+ATTEMPTS_LOCK = threading.Lock()
+
+
+def _fails_twice_on_odd_tiles(job, task):
+    with ATTEMPTS_LOCK:
+        ATTEMPTS[task.index] += 1
+        tries = ATTEMPTS[task.index]
+    if task.index % 2 and tries < 3:
+        raise OSError(f"attempt {tries} of tile {task.index}")
+    return (job, task.index)
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1), ("127.0.0.1", 1)])
+async def test_dask_executor_reports_every_result_once_and_retries_failed_tasks(s, a, b):
+    ATTEMPTS.clear()
+    reported = []
+
+    def run(client):
+        executor = DaskExecutor(client, retries=2)
+        return executor.run(_fails_twice_on_odd_tiles, "job", TASKS, on_result=reported.append)
+
+    results = await with_sync_client(s, run)
+    assert sorted(results) == sorted(reported) == [("job", i) for i in range(6)]
+    assert {i: 3 if i % 2 else 1 for i in range(6)} == ATTEMPTS
+
+
+def _broken(job, task):
+    raise OSError(f"tile {task.index} cannot be read")
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1)])
+async def test_dask_executor_raises_after_its_retries(s, a):
+    def run(client):
+        return DaskExecutor(client, retries=1).run(_broken, None, TASKS[:2], on_result=print)
+
+    with pytest.raises(OSError, match="cannot be read"):
+        await with_sync_client(s, run)
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1), ("127.0.0.1", 2)])
+async def test_open_executor_on_a_client_waits_for_enough_workers(s, a, b):
+    def open_with(client, workers):
+        with open_executor(client, budget_bytes=GIB, workers=workers, connect_timeout=0.1) as ex:
+            return ex.worker_shape()
+
+    shape = await with_sync_client(s, lambda client: open_with(client, 2))
+    assert shape.workers == 2 and shape.threads_per_worker == 2
+    with pytest.raises(ClusterError, match=r"has 2 worker\(s\); waited 0.3 s for 3"):
+        await with_sync_client(s, lambda client: open_with(client, 3))
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1)])
+async def test_open_executor_connects_to_a_scheduler_address(s, a):
+    def open_address(_):
+        with open_executor(s.address, budget_bytes=GIB, announce=False) as executor:
+            assert isinstance(executor, DaskExecutor)
+            return executor.worker_shape()
+
+    shape = await with_sync_client(s, open_address)
+    assert shape.workers == 1 and shape.memory_limits[0][0] == a.address
