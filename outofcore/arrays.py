@@ -16,7 +16,7 @@ from zarr.errors import NodeTypeValidationError
 from zarr.storage import LocalStore, MemoryStore
 
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
-from outofcore.engines import SUPPORTED_DTYPES
+from outofcore.engines import SUPPORTED_DTYPES, check_product
 from outofcore.errors import InputError, OutputExistsError
 from scheduler.plan import Problem
 
@@ -79,17 +79,8 @@ def check_dtype(dtype: Any, what: str) -> np.dtype:
 
 
 def check_operands(a: zarr.Array, b: zarr.Array) -> np.dtype:
-    """Check that ``A @ B`` is defined: inner dimensions and dtypes agree."""
-    if a.shape[1] != b.shape[0]:
-        raise InputError(
-            f"inner dimensions differ: A is {a.shape[0]}x{a.shape[1]} and B is "
-            f"{b.shape[0]}x{b.shape[1]} ({a.shape[1]} != {b.shape[0]})"
-        )
-    if a.dtype != b.dtype:
-        raise InputError(
-            f"mixed dtypes: A is {a.dtype} and B is {b.dtype}; convert one so both are "
-            "float32 or both float64"
-        )
+    """Check that ``A @ B`` is defined (:func:`outofcore.engines.check_product`); its dtype."""
+    check_product(a, b, names=("A", "B", "C"))
     return np.dtype(a.dtype)
 
 

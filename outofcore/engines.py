@@ -21,14 +21,53 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from scipy.linalg import blas
 
-from outofcore.errors import BackendError
+from outofcore.errors import BackendError, InputError
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def check_product(
+    a: Any, b: Any, c: Any = None, *, names: tuple[str, str, str] = ("a", "b", "c")
+) -> tuple[int, int, int]:
+    """Check that ``a @ b`` (into ``c``, if given) is defined; return ``(m, n, k)``.
+
+    Takes anything with ``shape`` and ``dtype``: numpy, CUDA device or zarr arrays.
+    ``names`` are how messages call the operands.
+
+    Raises
+    ------
+    InputError
+        Naming the shapes or dtypes that do not fit.
+    """
+    operands = [(name, x) for name, x in zip(names, (a, b, c), strict=True) if x is not None]
+    for name, x in operands:
+        if len(x.shape) != 2:
+            raise InputError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise InputError(
+            f"inner dimensions differ: {names[0]} is {m}x{k} and {names[1]} is {k2}x{n} "
+            f"({k} != {k2})"
+        )
+    if c is not None and tuple(c.shape) != (m, n):
+        raise InputError(
+            f"{names[2]} has shape {tuple(c.shape)}; {names[0]} @ {names[1]} needs ({m}, {n})"
+        )
+    dtypes = {name: np.dtype(x.dtype) for name, x in operands}
+    if len(set(dtypes.values())) != 1:
+        said = [f"{name} is {dtype}" for name, dtype in dtypes.items()]
+        described = ", ".join(said[:-1]) + f" and {said[-1]}"
+        raise InputError(
+            f"mixed dtypes: {described}; convert so that all are float32 or all float64"
+        )
+    if dtypes[names[0]] not in SUPPORTED_DTYPES:
+        raise InputError(f"unsupported dtype {dtypes[names[0]]}; use float32 or float64")
+    return m, n, k
 
 
 class TileEngine(Protocol):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from outofcore.engines import SUPPORTED_DTYPES
+from outofcore.engines import SUPPORTED_DTYPES, check_product  # noqa: F401 (re-exported)
 from outofcore.errors import BackendError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,27 +93,17 @@ def _is_c_contiguous(x: Any, on_device: bool) -> bool:
 
 
 def check_operands(a: Any, b: Any, c: Any) -> tuple[int, int, int]:
-    """Check that ``c += a @ b`` is well formed; return ``(m, n, k)``.
+    """Check that ``c += a @ b`` is well formed for the kernel; return ``(m, n, k)``.
+
+    The shapes and dtypes as every engine checks them
+    (:func:`outofcore.engines.check_product`), and the kernel's 32-bit index limit.
 
     Raises
     ------
     InputError
-        Naming the offending shapes, dtypes or layout.
+        Naming the offending shapes, dtypes or sizes.
     """
-    for name, x in (("a", a), ("b", b), ("c", c)):
-        if len(x.shape) != 2:
-            raise InputError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
-    (m, k), (k2, n) = a.shape, b.shape
-    if k != k2:
-        raise InputError(f"inner dimensions differ: a is {m}x{k}, b is {k2}x{n}")
-    if tuple(c.shape) != (m, n):
-        raise InputError(f"c has shape {tuple(c.shape)}; a @ b needs ({m}, {n})")
-    dtypes = {name: np.dtype(x.dtype) for name, x in (("a", a), ("b", b), ("c", c))}
-    if len(set(dtypes.values())) != 1:
-        described = ", ".join(f"{name} {dt}" for name, dt in dtypes.items())
-        raise InputError(f"a, b and c must share one dtype, got {described}")
-    if dtypes["c"] not in SUPPORTED_DTYPES:
-        raise InputError(f"unsupported dtype {dtypes['c']}; use float32 or float64")
+    m, n, k = check_product(a, b, c)
     if max(m, n, k) > _MAX_DIM:
         raise InputError(f"dimensions m={m}, n={n}, k={k} exceed {_MAX_DIM}")
     return m, n, k

@@ -165,7 +165,7 @@ def test_is_available():
             np.ones((3, 4)),
             np.ones((5, 2)),
             np.ones((3, 2)),
-            "inner dimensions differ: a is 3x4, b is 5x2",
+            "inner dimensions differ: a is 3x4 and b is 5x2",
         ),
         (
             np.ones((3, 4)),
@@ -178,7 +178,7 @@ def test_is_available():
             np.ones((3, 4), np.float32),
             np.ones((4, 2)),
             np.ones((3, 2)),
-            "a float32, b float64, c float64",
+            "a is float32, b is float64 and c is float64",
         ),
         (
             np.ones((3, 4), np.int32),
