@@ -332,3 +332,16 @@ def test_run_job_on_the_simulator_cuts_host_tiles_into_device_tiles(tmp_path, mo
     assert any(p.resident for p in plans)  # the 1-row tiles at the bottom do
     assert all(p.budget_bytes == 1024 and p.tk == 8 for p in plans)
     assert engine.budget_bytes == 1024
+
+
+def test_the_cuda_engine_has_the_whole_engine_protocol():
+    from outofcore.engines import TileEngine
+
+    engine = fresh_engine()
+    wanted = {name for name in dir(TileEngine) if not name.startswith("_")}
+    wanted |= set(TileEngine.__annotations__)
+    assert wanted >= {"configure", "accumulate_rows", "row_blocks", "release", "kept_bytes"}
+    assert not {name for name in wanted if not hasattr(engine, name)}
+    assert engine.row_blocks is False  # whole tiles come back at finish_tile
+    with pytest.raises(BackendError, match="multiplies whole tiles"):
+        engine.accumulate_rows(0, [])

@@ -37,3 +37,25 @@ def test_cpu_engine_with_no_panels_gives_zeros():
 def test_accumulate_before_start_is_an_error():
     with pytest.raises(RuntimeError, match="start_tile"):
         CpuEngine().accumulate(np.ones((2, 2), "f4"), np.ones((2, 2), "f4"))
+
+
+def test_the_cpu_engine_has_the_whole_engine_protocol_and_streams_row_blocks():
+    from outofcore.engines import TileEngine
+
+    engine = CpuEngine()
+    wanted = {name for name in dir(TileEngine) if not name.startswith("_")}
+    wanted |= set(TileEngine.__annotations__)
+    assert wanted >= {"configure", "accumulate_rows", "row_blocks", "release", "kept_bytes"}
+    assert not {name for name in wanted if not hasattr(engine, name)}
+    assert engine.row_blocks is True
+    rng = np.random.default_rng(3)
+    a, b = random_matrix(rng, (19, 11), "float64"), random_matrix(rng, (11, 7), "float64")
+    engine.configure(device_memory=123, panel_depth=5)  # no device: changes nothing
+    engine.start_tile((19, 7), np.dtype("float64"))
+    engine.accumulate(np.ascontiguousarray(a[:, :6]), np.ascontiguousarray(b[:6]))
+    for r0 in (0, 8, 16):  # the last panel, block of rows by block
+        rows = engine.accumulate_rows(
+            r0, [(np.ascontiguousarray(a[r0 : r0 + 8, 6:]), np.ascontiguousarray(b[6:]))]
+        )
+        assert_product_close(rows, a[r0 : r0 + 8], b)
+    assert_product_close(engine.finish_tile(), a, b)
