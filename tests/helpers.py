@@ -145,3 +145,14 @@ async def with_sync_client(scheduler, fn):
             return fn(client)
 
     return await asyncio.to_thread(call)
+
+
+def engine_protocol_gaps(engine) -> set[str]:
+    """Members of :class:`outofcore.engines.TileEngine` that ``engine`` lacks (empty: none)."""
+    from outofcore.engines import TileEngine  # noqa: PLC0415
+
+    wanted = {name for name in dir(TileEngine) if not name.startswith("_")}
+    wanted |= set(TileEngine.__annotations__)
+    if not wanted >= {"configure", "accumulate_rows", "row_blocks", "release", "kept_bytes"}:
+        raise AssertionError(f"the TileEngine protocol lost members: {sorted(wanted)}")
+    return {name for name in wanted if not hasattr(engine, name)}

@@ -17,7 +17,7 @@ from outofcore.cuda.kernels import TileParams
 from outofcore.errors import BackendError, BudgetError, InputError
 from outofcore.tile import worker_engine
 from scheduler.device_plan import device_bytes
-from tests.helpers import assert_product_close, random_matrix, write_zarr
+from tests.helpers import assert_product_close, engine_protocol_gaps, random_matrix, write_zarr
 
 # tests/conftest.py turns numba's CUDA simulator on unless NUMBA_ENABLE_CUDASIM is set.
 pytestmark = pytest.mark.skipif(
@@ -335,13 +335,8 @@ def test_run_job_on_the_simulator_cuts_host_tiles_into_device_tiles(tmp_path, mo
 
 
 def test_the_cuda_engine_has_the_whole_engine_protocol():
-    from outofcore.engines import TileEngine
-
     engine = fresh_engine()
-    wanted = {name for name in dir(TileEngine) if not name.startswith("_")}
-    wanted |= set(TileEngine.__annotations__)
-    assert wanted >= {"configure", "accumulate_rows", "row_blocks", "release", "kept_bytes"}
-    assert not {name for name in wanted if not hasattr(engine, name)}
+    assert engine_protocol_gaps(engine) == set()
     assert engine.row_blocks is False  # whole tiles come back at finish_tile
     with pytest.raises(BackendError, match="multiplies whole tiles"):
         engine.accumulate_rows(0, [])
