@@ -126,9 +126,8 @@ def run_job(
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         tile, tk = tuple(start.document["tile"]), int(start.document["tk"])
     problem = arrays.problem_of(operands.a, operands.b, start.existing)
-    make_plan(
-        problem, spec.memory, tile=tile, tk=tk
-    )  # refuse a budget too small before any cluster
+    # Refuse a budget too small for the smallest tile before any cluster starts.
+    make_plan(problem, spec.memory, tile=tile, tk=tk)
 
     lease = Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout)
     with lease, _open_executor(client, spec) as executor:
