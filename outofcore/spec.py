@@ -16,6 +16,7 @@ from outofcore.config import parse_size
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.lease import lease_timeout
+from scheduler.gpu_cluster import parse_gpus
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class JobSpec:
             "tk": None if self.tk is None else _positive(self.tk, "tk"),
             "lease_timeout": lease_timeout(self.lease_timeout),
             "workers": None if self.workers is None else _positive(self.workers, "workers"),
-            "gpus": None if self.gpus is None else tuple(int(g) for g in self.gpus),
+            "gpus": None if self.gpus is None else _gpus(self.gpus),
         }
         for name, value in parsed.items():
             object.__setattr__(self, name, value)
@@ -107,6 +108,12 @@ def _positive(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{name} = {value!r}: need a whole number >= 1")
     return value
+
+
+def _gpus(value: Any) -> tuple[int, ...]:
+    """GPU indices from ``"0,1"`` or ``(0, 1)``, checked as ``--gpus`` is."""
+    text = value if isinstance(value, str) else ",".join(str(gpu) for gpu in value)
+    return parse_gpus(text)
 
 
 def _positive_pair(value: Any) -> tuple[int, int]:

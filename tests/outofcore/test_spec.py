@@ -11,7 +11,7 @@ import zarr
 import outofcore
 from outofcore import cli
 from outofcore.api import run_job
-from outofcore.errors import BackendError, InputError
+from outofcore.errors import BackendError, ClusterError, InputError
 from outofcore.lease import LeaseError
 from outofcore.spec import JobSpec
 from tests.helpers import assert_product_close, random_matrix, write_zarr
@@ -21,6 +21,11 @@ def test_a_spec_parses_sizes_and_resolves_defaults_once():
     spec = JobSpec(memory="3MiB", device_memory="1.5GB", backend="cpu", tile=[40, 60], tk=20)
     assert spec.memory == 3 * 2**20 and spec.device_memory == 1_500_000_000
     assert spec.tile == (40, 60) and spec.tk == 20 and spec.backend == "cpu"
+    assert (
+        JobSpec(backend="cpu", gpus="2,0").gpus
+        == JobSpec(backend="cpu", gpus=[2, 0]).gpus
+        == (2, 0)
+    )
     assert spec.lease_timeout == 60.0  # the setting's default
     assert JobSpec(backend="auto").backend in ("cpu", "cuda")  # never "auto" once built
     assert not JobSpec(backend="cpu").on_gpu
@@ -39,6 +44,8 @@ def test_a_spec_parses_sizes_and_resolves_defaults_once():
         ({"tile": (10, 0)}, InputError, "tile columns = 0: need a whole number >= 1"),
         ({"tk": 2.5}, InputError, "tk = 2.5: need a whole number >= 1"),
         ({"workers": 0}, InputError, "workers = 0"),
+        ({"gpus": (0, 0)}, ClusterError, "need distinct non-negative GPU indices"),
+        ({"gpus": "0,x"}, ClusterError, "give GPU indices like 0,1,2,3"),
         ({"lease_timeout": -1}, LeaseError, "positive number of seconds"),
     ],
 )
