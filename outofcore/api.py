@@ -27,6 +27,7 @@ from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
 from outofcore.journal import Journal
 from outofcore.lease import Lease, OwnerCheck, check_not_held, new_job_id
+from outofcore.product import Product
 from outofcore.resume import (
     Start,
     check_start_unchanged,
@@ -68,16 +69,17 @@ def matmul(
     client: Any = None,
     **options: Any,
 ) -> zarr.Array:
-    """Compute ``out = a @ b`` out of core and return the output array.
+    """Compute ``out = alpha * op(a) @ op(b) + beta * addend`` out of core; return ``out``.
 
     Parameters
     ----------
     a, b
-        2-D float32 or float64 ``zarr.Array`` objects, or paths / fsspec URLs.
+        2-D ``zarr.Array`` objects, or paths / fsspec URLs: float16/32/64,
+        complex64/128, int8, uint8 or int16, mixed as numpy mixes them
+        (:mod:`outofcore.dtypes`).
     out
         Path or URL of the output (created with the plan's tiling), or an
-        existing ``zarr.Array`` of shape ``(a.shape[0], b.shape[1])`` and the
-        inputs' dtype.
+        existing ``zarr.Array`` of the product's shape and output dtype.
     spec
         The job's options as a :class:`~outofcore.spec.JobSpec`, or ``None``
         to build one from ``options``.
@@ -85,7 +87,8 @@ def matmul(
         ``None`` (start a LocalCluster for this job), a scheduler address, a
         ``distributed.Client``, or ``"sync"`` (in-process, no Dask).
     **options
-        Fields of :class:`~outofcore.spec.JobSpec`: ``memory`` (per worker,
+        Fields of :class:`~outofcore.spec.JobSpec`: ``transpose_a``,
+        ``transpose_b``, ``alpha``, ``beta``, ``addend``, ``out_dtype``, ``memory`` (per worker,
         e.g. ``"512MiB"``; default 1 GiB), ``backend`` (``"auto"``, ``"cpu"``,
         ``"cuda"``, ``"cupy"``), ``workers``, ``overwrite``, ``progress``,
         ``output_codec`` (``"none"`` or ``"zstd"``), ``device_memory``,
@@ -99,6 +102,7 @@ def matmul(
     Examples
     --------
     >>> c = outofcore.matmul("a.zarr", "b.zarr", "c.zarr", memory="512MiB")  # doctest: +SKIP
+    >>> gram = outofcore.matmul("x.zarr", "x.zarr", "g.zarr", transpose_a=True)  # doctest: +SKIP
     """
     return run_job(a, b, out, spec, client=client, **options).output
 
@@ -125,7 +129,7 @@ def run_job(
     tile, tk = spec.tile, spec.tk
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         tile, tk = tuple(start.document["tile"]), int(start.document["tk"])
-    problem = arrays.problem_of(operands.a, operands.b, start.existing)
+    problem = operands.product.problem(start.existing)
     # Refuse a budget too small for the smallest tile before any cluster starts.
     make_plan(problem, spec.memory, tile=tile, tk=tk)
 
@@ -136,7 +140,7 @@ def run_job(
         per_thread = spec.memory // workers.threads_per_worker
         plan = make_plan(problem, per_thread, max(1, workers.workers), tile=tile, tk=tk)
         if not isinstance(executor, SynchronousExecutor):
-            _check_shareable({**operands.inputs, "the output": start.existing})
+            _check_shareable({**operands.product.inputs, "the output": start.existing})
             check_worker_memory(workers, plan.task_bytes)
         output, record, document, done = _start_output(operands, start, plan, spec, lease.job_id)
         recorded = RecordedJob(
@@ -147,6 +151,7 @@ def run_job(
         )
         results, seconds = _run_tiles(executor, recorded, plan, done, spec, workers)
         summary = summarize(plan, results, seconds, spec.backend, output, len(done), lease.job_id)
+        summary["product"] = operands.product.summary()
         _finish(operands, plan, document, done, results)
         output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
         operands.journal.write_job({**document, "complete": True, "completed": time.time()})
@@ -157,8 +162,7 @@ def run_job(
 class Operands:
     """A job's inputs and output as checked in the client, before anything is written."""
 
-    a: zarr.Array
-    b: zarr.Array
+    product: Product
     out: arrays.ArrayLike
     shape: tuple[int, int]
     dtype: np.dtype
@@ -173,27 +177,38 @@ class Operands:
     def open(
         cls, a: arrays.ArrayLike, b: arrays.ArrayLike, out: arrays.ArrayLike, spec: JobSpec
     ) -> Operands:
-        """Open and check A and B, check the output target and fingerprint the inputs."""
-        a_array, b_array = arrays.open_input(a, "A"), arrays.open_input(b, "B")
-        dtype = arrays.check_operands(a_array, b_array)
-        inputs = {"A": a_array, "B": b_array}
+        """Open and check the product, check the output target and fingerprint the inputs."""
+        product = Product.open(
+            a,
+            b,
+            transpose_a=spec.transpose_a,
+            transpose_b=spec.transpose_b,
+            alpha=spec.alpha,
+            beta=spec.beta,
+            addend=spec.addend,
+            out_dtype=spec.out_dtype,
+        )
+        inputs = product.inputs
         arrays.check_output_target(out, inputs)
         fingerprints = {name: fingerprint(array) for name, array in inputs.items()}
+        identity = job_identity(
+            inputs, fingerprints, spec.memory, spec.tile, spec.tk, product.summary()
+        )
         return cls(
-            a=a_array,
-            b=b_array,
+            product=product,
             out=out,
-            shape=(a_array.shape[0], b_array.shape[1]),
-            dtype=dtype,
+            shape=product.shape,
+            dtype=product.types.output,
             journal=Journal.for_output(out),
             where=describe_output(out),
             fingerprints=fingerprints,
-            identity=job_identity(inputs, fingerprints, spec.memory, spec.tile, spec.tk),
+            identity=identity,
         )
 
     @property
     def inputs(self) -> dict[str, zarr.Array]:
-        return {"A": self.a, "B": self.b}
+        """Every array the job reads, by name."""
+        return self.product.inputs
 
     def inspect(self, overwrite: bool) -> Start:
         """How the job starts on its output now (:func:`outofcore.resume.inspect_output`)."""
@@ -226,7 +241,13 @@ def _start_output(
 
     Returns the output, its attribute record, the job document and the tiles done.
     """
-    record = {"complete": False, "plan": plan.summary(), "backend": spec.backend, "job_id": job_id}
+    record = {
+        "complete": False,
+        "plan": plan.summary(),
+        "product": operands.product.summary(),
+        "backend": spec.backend,
+        "job_id": job_id,
+    }
     document, done = open_journal(
         operands.journal,
         start,
@@ -261,8 +282,7 @@ def _tile_job(
     job_id: str,
 ) -> TileJob:
     return TileJob(
-        a=operands.a,
-        b=operands.b,
+        product=operands.product,
         c=output,
         panels=plan.panels,
         tm=plan.tm,

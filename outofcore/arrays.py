@@ -16,9 +16,8 @@ from zarr.errors import NodeTypeValidationError
 from zarr.storage import LocalStore, MemoryStore
 
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
-from outofcore.engines import SUPPORTED_DTYPES, check_product
+from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.errors import InputError, OutputExistsError
-from scheduler.plan import Problem
 
 ArrayLike = zarr.Array | str | os.PathLike
 
@@ -33,8 +32,10 @@ def local_path(location: str) -> str:
     return location.removeprefix("file://")
 
 
-def open_input(source: ArrayLike, name: str) -> zarr.Array:
-    """Open input ``name`` (``"A"`` or ``"B"``) read-only and check it is a 2-D float array.
+def open_input(
+    source: ArrayLike, name: str, dtypes: tuple[np.dtype, ...] | None = INPUT_DTYPES
+) -> zarr.Array:
+    """Open input ``name`` (``"A"``, ``"B"``, ...) read-only and check it is 2-D.
 
     Parameters
     ----------
@@ -42,6 +43,8 @@ def open_input(source: ArrayLike, name: str) -> zarr.Array:
         A ``zarr.Array``, or a path or fsspec URL of one.
     name
         How error messages call this operand.
+    dtypes
+        The dtypes it may have (:func:`outofcore.dtypes.check_input_dtype`); None: any.
     """
     if isinstance(source, zarr.Array):
         array = source
@@ -63,38 +66,9 @@ def open_input(source: ArrayLike, name: str) -> zarr.Array:
             f"input {name} ({describe(array)}) has {array.ndim} dimensions with shape "
             f"{array.shape}; matmul needs 2-D arrays"
         )
-    check_dtype(array.dtype, f"input {name} ({describe(array)})")
+    if dtypes is not None:
+        check_input_dtype(array.dtype, f"input {name} ({describe(array)})", dtypes)
     return array
-
-
-def check_dtype(dtype: Any, what: str) -> np.dtype:
-    """Return ``dtype`` as a numpy dtype, or raise naming what is wrong and what to do."""
-    dtype = np.dtype(dtype)
-    if dtype not in SUPPORTED_DTYPES:
-        raise InputError(
-            f"{what} has dtype {dtype}; outofcore multiplies float32 or float64. "
-            "Convert it first, e.g. write A.astype('float64') to a new zarr array"
-        )
-    return dtype
-
-
-def check_operands(a: zarr.Array, b: zarr.Array) -> np.dtype:
-    """Check that ``A @ B`` is defined (:func:`outofcore.engines.check_product`); its dtype."""
-    check_product(a, b, names=("A", "B", "C"))
-    return np.dtype(a.dtype)
-
-
-def problem_of(a: zarr.Array, b: zarr.Array, out: zarr.Array | None = None) -> Problem:
-    """The plan's view of ``A @ B``: shapes, element size, chunk grids, output grid."""
-    return Problem(
-        m=a.shape[0],
-        k=a.shape[1],
-        n=b.shape[1],
-        itemsize=np.dtype(a.dtype).itemsize,
-        a_chunks=tuple(a.chunks),
-        b_chunks=tuple(b.chunks),
-        out_grid=output_grid(out) if out is not None else None,
-    )
 
 
 def describe(array: zarr.Array) -> str:
@@ -128,6 +102,15 @@ def _location_of_target(target: ArrayLike) -> str:
     if is_remote(text):
         return text.rstrip("/")
     return os.path.realpath(local_path(text))
+
+
+def check_distinct(array: zarr.Array, others: dict[str, zarr.Array], what: str) -> None:
+    """Refuse ``array`` (called ``what``) when it is one of ``others``."""
+    location = location_of(array)
+    for name, other in others.items():
+        same_memory = location is None and other.store is array.store and other.path == array.path
+        if same_memory or (location is not None and location == location_of(other)):
+            raise InputError(f"{what} ({describe(array)}) is the same array as input {name}")
 
 
 def check_output_target(target: ArrayLike, inputs: dict[str, zarr.Array]) -> None:
@@ -212,6 +195,8 @@ def create_output(
         dtype=dtype,
         overwrite=overwrite,
         attributes=attributes,
-        fill_value=np.nan,
+        # Chunks never written read as NaN (as 0 in an integer output, which has no NaN;
+        # the output's record says whether it is complete).
+        fill_value=0 if np.dtype(dtype).kind in "iu" else np.nan,
         compressors=zarr_compressors(codec),
     )

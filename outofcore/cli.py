@@ -15,6 +15,7 @@ from dask.utils import format_bytes, format_time
 
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, OUTPUT_CODECS
 from outofcore.config import parse_size
+from outofcore.dtypes import INPUT_DTYPES
 from outofcore.engines import BACKENDS
 from outofcore.errors import OutOfCoreError
 
@@ -43,10 +44,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    run = commands.add_parser("matmul", help="compute C = A @ B into a zarr array")
-    run.add_argument("a", help="path or URL of the zarr array A (m×k)")
-    run.add_argument("b", help="path or URL of the zarr array B (k×n)")
+    run = commands.add_parser(
+        "matmul", help="compute C = alpha * op(A) @ op(B) + beta * D into a zarr array"
+    )
+    run.add_argument("a", help="path or URL of the zarr array A (m×k, or k×m with --transpose-a)")
+    run.add_argument("b", help="path or URL of the zarr array B (k×n, or n×k with --transpose-b)")
     run.add_argument("-o", "--out", required=True, help="path or URL of the output C (m×n)")
+    _add_product(run)
+    run.add_argument(
+        "--out-dtype",
+        metavar="DTYPE",
+        help="write C in this dtype, e.g. float16 (default: the product's own: float32 for "
+        "float16 inputs, int32 or int64 for integer ones; see docs/api.md)",
+    )
     _add_memory(run, "1GiB")
     _add_device_memory(
         run,
@@ -85,7 +95,9 @@ def _parser() -> argparse.ArgumentParser:
     rand.add_argument("path")
     rand.add_argument("--shape", required=True, type=_pair, metavar="M,N")
     rand.add_argument("--chunks", required=True, type=_pair, metavar="R,C")
-    rand.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    rand.add_argument(
+        "--dtype", choices=[str(d) for d in INPUT_DTYPES], default="float32", help="%(default)s"
+    )
     rand.add_argument("--seed", type=int, default=0)
     rand.add_argument("--overwrite", action="store_true")
     rand.set_defaults(run=_random)
@@ -93,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     plan = commands.add_parser("plan", help="print the plan of A @ B for a memory budget")
     plan.add_argument("a")
     plan.add_argument("b")
+    _add_transposes(plan)
     _add_memory(plan, "1GiB")
     plan.add_argument("--workers", type=int, default=1, help="workers the plan is made for")
     _add_device_memory(
@@ -114,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("a")
     check.add_argument("b")
     check.add_argument("c")
+    _add_product(check)
     check.add_argument("--rounds", type=int, default=2)
     check.add_argument("--seed", type=int)
     _add_json(check)
@@ -130,6 +144,51 @@ def _parser() -> argparse.ArgumentParser:
     _add_json(demo)
     demo.set_defaults(run=_demo)
     return parser
+
+
+def _add_transposes(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--transpose-a", action="store_true", help="use A.T (read from A as stored, no copy)"
+    )
+    parser.add_argument(
+        "--transpose-b", action="store_true", help="use B.T (read from B as stored, no copy)"
+    )
+
+
+def _add_product(parser: argparse.ArgumentParser) -> None:
+    """The options that say which product: transposes, scales and the addend."""
+    _add_transposes(parser)
+    parser.add_argument(
+        "--alpha", type=_number, default=1.0, help="scale of op(A) @ op(B) (default 1)"
+    )
+    parser.add_argument(
+        "--beta", type=_number, default=0.0, help="scale of the addend (default 0; needs --addend)"
+    )
+    parser.add_argument(
+        "--addend",
+        metavar="PATH",
+        help="zarr array D of C's shape: C = alpha*op(A)@op(B) + beta*D (read, never written)",
+    )
+
+
+def _product_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "transpose_a": args.transpose_a,
+        "transpose_b": args.transpose_b,
+        "alpha": args.alpha,
+        "beta": args.beta,
+        "addend": args.addend,
+    }
+
+
+def _number(text: str) -> float | complex:
+    try:
+        value = complex(text.replace(" ", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number like 2, -0.5 or 1+2j, got {text!r}"
+        ) from None
+    return value if value.imag else value.real
 
 
 def _add_memory(parser: argparse.ArgumentParser, default: str) -> None:
@@ -173,6 +232,8 @@ def _matmul(args: argparse.Namespace) -> int:
     from scheduler.gpu_cluster import parse_gpus  # noqa: PLC0415
 
     spec = JobSpec(
+        **_product_options(args),
+        out_dtype=args.out_dtype,
         memory=args.memory,
         device_memory=args.device_memory,
         backend=args.backend,
@@ -203,16 +264,21 @@ def _random(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from outofcore.arrays import check_operands, open_input, problem_of  # noqa: PLC0415
+    from outofcore.product import Product  # noqa: PLC0415
+    from scheduler.model import scenarios  # noqa: PLC0415
     from scheduler.plan import make_plan  # noqa: PLC0415
 
-    a, b = open_input(args.a, "A"), open_input(args.b, "B")
-    check_operands(a, b)
-    problem = problem_of(a, b)
-    from scheduler.model import scenarios  # noqa: PLC0415
+    product = Product.open(
+        args.a, args.b, transpose_a=args.transpose_a, transpose_b=args.transpose_b
+    )
+    problem = product.problem()
 
     plan = make_plan(problem, args.memory, args.workers)
-    summary = {**plan.summary(), "predicted": [p.as_dict() for p in scenarios(plan)]}
+    summary = {
+        **plan.summary(),
+        "product": product.summary(),
+        "predicted": [p.as_dict() for p in scenarios(plan)],
+    }
     if args.device_memory is not None:
         summary["device"] = _device_summary(plan, args.device_memory)
     _print(summary, args.json, _format_plan)
@@ -229,7 +295,9 @@ def _status(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from outofcore.verify import verify  # noqa: PLC0415
 
-    report = verify(args.a, args.b, args.c, rounds=args.rounds, seed=args.seed)
+    report = verify(
+        args.a, args.b, args.c, rounds=args.rounds, seed=args.seed, **_product_options(args)
+    )
     _print(report.as_dict(), args.json, _format_verify)
     return 0 if report.passed else 1
 
@@ -293,11 +361,15 @@ def _format_summary(s: dict[str, Any]) -> str:
 
 
 def _format_plan(p: dict[str, Any]) -> str:
+    product = p["product"]
+    a = "A.T" if product["transpose_a"] else "A"
+    b = "B.T" if product["transpose_b"] else "B"
     return "\n".join(
         [
-            f"A {p['m']}x{p['k']} (chunks {p['a_chunks'][0]}x{p['a_chunks'][1]}) @ "
-            f"B {p['k']}x{p['n']} (chunks {p['b_chunks'][0]}x{p['b_chunks'][1]}), "
-            f"{p['itemsize'] * 8}-bit floats",
+            f"{a} {p['m']}x{p['k']} (chunks {p['a_chunks'][0]}x{p['a_chunks'][1]}) @ "
+            f"{b} {p['k']}x{p['n']} (chunks {p['b_chunks'][0]}x{p['b_chunks'][1]}), "
+            f"accumulated in {product['compute']}"
+            f"{' (exact)' if product['exact'] else ''}, written as {product['output']}",
             f"  budget         {format_bytes(p['budget_bytes'])} per worker, "
             f"{p['workers']} worker(s)",
             f"  tiles          {p['tiles']} ({p['tiles_grid'][0]}x{p['tiles_grid'][1]}) of "

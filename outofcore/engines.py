@@ -24,20 +24,25 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from scipy.linalg import blas
 
+from outofcore.dtypes import COMPUTE_DTYPES
 from outofcore.errors import BackendError, InputError
-
-SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def check_product(
-    a: Any, b: Any, c: Any = None, *, names: tuple[str, str, str] = ("a", "b", "c")
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    names: tuple[str, str, str] = ("a", "b", "c"),
+    one_dtype: bool = True,
 ) -> tuple[int, int, int]:
     """Check that ``a @ b`` (into ``c``, if given) is defined; return ``(m, n, k)``.
 
     Takes anything with ``shape`` and ``dtype``: numpy, CUDA device or zarr arrays.
-    ``names`` are how messages call the operands.
+    ``names`` are how messages call the operands.  With ``one_dtype`` (a kernel
+    or BLAS call) all must share one of :data:`~outofcore.dtypes.COMPUTE_DTYPES`;
+    without, dtypes are left to :func:`outofcore.dtypes.product_types`.
 
     Raises
     ------
@@ -58,16 +63,21 @@ def check_product(
         raise InputError(
             f"{names[2]} has shape {tuple(c.shape)}; {names[0]} @ {names[1]} needs ({m}, {n})"
         )
+    if not one_dtype:
+        return m, n, k
     dtypes = {name: np.dtype(x.dtype) for name, x in operands}
     if len(set(dtypes.values())) != 1:
         said = [f"{name} is {dtype}" for name, dtype in dtypes.items()]
         described = ", ".join(said[:-1]) + f" and {said[-1]}"
         raise InputError(
-            f"mixed dtypes: {described}; convert so that all are float32 or all float64"
+            f"mixed dtypes: {described}; convert so that all share one of {_COMPUTE_NAMES}"
         )
-    if dtypes[names[0]] not in SUPPORTED_DTYPES:
-        raise InputError(f"unsupported dtype {dtypes[names[0]]}; use float32 or float64")
+    if dtypes[names[0]] not in COMPUTE_DTYPES:
+        raise InputError(f"unsupported dtype {dtypes[names[0]]}; use one of {_COMPUTE_NAMES}")
     return m, n, k
+
+
+_COMPUTE_NAMES = ", ".join(str(d) for d in COMPUTE_DTYPES)
 
 
 class TileEngine(Protocol):
@@ -118,15 +128,25 @@ class TileEngine(Protocol):
         """Host bytes the engine keeps between tiles."""
 
 
+#: BLAS routine per accumulation dtype.
+_GEMM_NAMES = {
+    np.dtype(np.float32): "sgemm",
+    np.dtype(np.float64): "dgemm",
+    np.dtype(np.complex64): "cgemm",
+    np.dtype(np.complex128): "zgemm",
+}
+
+
 def _blas_gemm(dtype: np.dtype) -> ctypes._CFuncPtr | None:
-    """SciPy's Fortran ``sgemm``/``dgemm`` as a ctypes function, or None if unavailable.
+    """SciPy's Fortran ``?gemm`` for ``dtype`` as a ctypes function, or None if unavailable.
 
     ``scipy.linalg.blas.sgemm`` (f2py) holds the GIL for the whole product, so
     a panel being decoded in another thread of the same process makes no
     progress while BLAS runs.  Calling the same BLAS routine through ctypes
-    releases the GIL during the call, and decoding overlaps compute.
+    releases the GIL during the call, and decoding overlaps compute.  Scalars
+    (``alpha``, ``beta``) are passed by pointer, as pairs for the complex ones.
     """
-    name = {np.dtype(np.float32): "sgemm", np.dtype(np.float64): "dgemm"}[np.dtype(dtype)]
+    name = _GEMM_NAMES[np.dtype(dtype)]
     with _gemm_lock:
         if name in _gemm_cache:
             return _gemm_cache[name]
@@ -141,7 +161,6 @@ def _blas_gemm(dtype: np.dtype) -> ctypes._CFuncPtr | None:
             get_pointer.restype = ctypes.c_void_p
             get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
             address = get_pointer(capsule, get_name(capsule))
-            real = ctypes.POINTER(ctypes.c_float if name == "sgemm" else ctypes.c_double)
             integer = ctypes.POINTER(ctypes.c_int)
             prototype = ctypes.CFUNCTYPE(
                 None,
@@ -150,12 +169,12 @@ def _blas_gemm(dtype: np.dtype) -> ctypes._CFuncPtr | None:
                 integer,
                 integer,
                 integer,
-                real,
+                ctypes.c_void_p,
                 ctypes.c_void_p,
                 integer,
                 ctypes.c_void_p,
                 integer,
-                real,
+                ctypes.c_void_p,
                 ctypes.c_void_p,
                 integer,
             )
@@ -172,45 +191,89 @@ _gemm_lock = threading.Lock()
 _INT_MAX = 2**31 - 1
 
 
-def gemm_accumulate(c: np.ndarray, a: np.ndarray, b: np.ndarray, beta: float) -> bool:
-    """``c = a @ b + beta * c`` in place with the GIL released; False if it cannot.
+def _blas_operand(x: np.ndarray) -> tuple[bytes, int] | None:
+    """How BLAS (column-major) reads ``x.T``: the transpose flag and leading dimension.
 
-    ``c``, ``a`` and ``b`` must be C-contiguous of one dtype.  Column-major BLAS
-    sees the C-ordered ``c`` as ``c^T`` and computes ``c^T = b^T a^T + beta c^T``.
+    A row-major ``x`` (unit stride along its columns) is ``x.T`` column-major:
+    ``"N"``.  A column-major ``x``, such as the transposed view of a panel read
+    from a stored ``A`` when ``op(A) = A.T``, is ``x`` column-major: ``"T"``.
+    None when neither axis has unit stride (or a stride is negative).
+    """
+    rows, cols = x.shape
+    item = x.itemsize
+    row_stride, col_stride = x.strides
+    if (col_stride == item or cols == 1) and row_stride >= 0 and row_stride % item == 0:
+        return b"N", max(1, cols, row_stride // item if rows > 1 else cols)
+    if (row_stride == item or rows == 1) and col_stride >= 0 and col_stride % item == 0:
+        return b"T", max(1, rows, col_stride // item if cols > 1 else rows)
+    return None
+
+
+def _scalar(value: float, dtype: np.dtype) -> ctypes.Array:
+    """A BLAS scalar argument of ``dtype``: one real, or a (real, imaginary) pair."""
+    if dtype.kind == "c":
+        real = ctypes.c_float if dtype == np.complex64 else ctypes.c_double
+        return (real * 2)(complex(value).real, complex(value).imag)
+    real = ctypes.c_float if dtype == np.float32 else ctypes.c_double
+    return (real * 1)(float(value))
+
+
+def gemm_accumulate(
+    c: np.ndarray, a: np.ndarray, b: np.ndarray, beta: float, alpha: float = 1.0
+) -> bool:
+    """``c = alpha * a @ b + beta * c`` in place with the GIL released; False if it cannot.
+
+    ``c`` must have unit stride along its columns (a C-ordered array or a block
+    of its rows); ``a`` and ``b`` may be row- or column-major views (a
+    transposed panel is handed over as a view, with BLAS's transpose flag, never
+    copied).  All three share one of :data:`outofcore.dtypes.COMPUTE_DTYPES`.
+    Column-major BLAS sees the row-major ``c`` as ``c^T`` and computes
+    ``c^T = alpha * b^T a^T + beta * c^T``.
     """
     m, n = c.shape
     k = a.shape[1]
     if not (
-        c.flags.c_contiguous
-        and a.flags.c_contiguous
-        and b.flags.c_contiguous
-        and a.dtype == b.dtype == c.dtype
+        a.dtype == b.dtype == c.dtype
+        and c.dtype in _GEMM_NAMES
         and max(m, n, k) <= _INT_MAX
         and min(m, n, k) > 0
+        and (c.strides[1] == c.itemsize or n == 1)
+        and c.strides[0] % c.itemsize == 0
+        and c.strides[0] >= 0
     ):
         return False
+    b_op, a_op = _blas_operand(b), _blas_operand(a)
     function = _blas_gemm(c.dtype)
-    if function is None:
+    if function is None or b_op is None or a_op is None:
         return False
-    real = ctypes.c_float if c.dtype == np.float32 else ctypes.c_double
-    no = ctypes.c_char_p(b"N")
-    cols, rows, depth = ctypes.c_int(n), ctypes.c_int(m), ctypes.c_int(k)
+    (b_flag, ldb), (a_flag, lda) = b_op, a_op
+    ldc = max(1, n, c.strides[0] // c.itemsize if m > 1 else n)
     function(
-        no,
-        no,
-        ctypes.byref(cols),
-        ctypes.byref(rows),
-        ctypes.byref(depth),
-        ctypes.byref(real(1.0)),
+        ctypes.c_char_p(b_flag),
+        ctypes.c_char_p(a_flag),
+        ctypes.byref(ctypes.c_int(n)),
+        ctypes.byref(ctypes.c_int(m)),
+        ctypes.byref(ctypes.c_int(k)),
+        _scalar(alpha, c.dtype),
         b.ctypes.data,
-        ctypes.byref(ctypes.c_int(max(1, n))),
+        ctypes.byref(ctypes.c_int(ldb)),
         a.ctypes.data,
-        ctypes.byref(ctypes.c_int(max(1, k))),
-        ctypes.byref(real(beta)),
+        ctypes.byref(ctypes.c_int(lda)),
+        _scalar(beta, c.dtype),
         c.ctypes.data,
-        ctypes.byref(ctypes.c_int(max(1, n))),
+        ctypes.byref(ctypes.c_int(ldc)),
     )
     return True
+
+
+def multiply_into(c: np.ndarray, a: np.ndarray, b: np.ndarray, *, accumulate: bool) -> None:
+    """``c += a @ b`` (or ``c = a @ b``) in place: BLAS, else numpy's matmul."""
+    if gemm_accumulate(c, a, b, 1.0 if accumulate else 0.0):
+        return
+    if accumulate:
+        c += a @ b
+    else:
+        np.matmul(a, b, out=c)
 
 
 class CpuEngine:
@@ -218,9 +281,10 @@ class CpuEngine:
 
     The accumulator is C-ordered ``tm x tn``; we ask BLAS for
     ``C^T += B^T A^T`` so that every operand is already Fortran-ordered as
-    BLAS wants and no copy or temporary is made per panel.  The call goes
-    through ctypes so that the GIL is released while BLAS runs (see
-    :func:`gemm_accumulate`); the f2py wrapper is the fallback.
+    BLAS wants (a transposed panel with BLAS's transpose flag) and no copy or
+    temporary is made per panel.  The call goes through ctypes so that the GIL
+    is released while BLAS runs (see :func:`gemm_accumulate`); numpy's matmul is
+    the fallback.
     """
 
     name = "cpu"
@@ -253,15 +317,7 @@ class CpuEngine:
 
     def accumulate(self, a_panel: np.ndarray, b_panel: np.ndarray) -> None:
         c = self._require_tile()
-        beta = 0.0 if self._fresh else 1.0
-        if gemm_accumulate(c, a_panel, b_panel, beta):
-            self._fresh = False
-            return
-        gemm = blas.sgemm if c.dtype == np.float32 else blas.dgemm
-        c_t = c.T  # Fortran-ordered view of the C-ordered accumulator
-        result = gemm(1.0, b_panel.T, a_panel.T, beta=beta, c=c_t, overwrite_c=True)
-        if not np.shares_memory(result, c):  # BLAS had to copy: keep the result anyway
-            c[...] = result.T
+        multiply_into(c, a_panel, b_panel, accumulate=not self._fresh)
         self._fresh = False
 
     def accumulate_rows(
@@ -276,10 +332,8 @@ class CpuEngine:
         c = self._require_tile()
         rows = c[row0 : row0 + panels[0][0].shape[0]]
         for position, (a_rows, b_panel) in enumerate(panels):
-            beta = 0.0 if self._fresh and position == 0 else 1.0
-            if not gemm_accumulate(rows, a_rows, b_panel, beta):
-                product = np.matmul(a_rows, b_panel)
-                rows[...] = product + rows if beta else product
+            first = self._fresh and position == 0
+            multiply_into(rows, a_rows, b_panel, accumulate=not first)
         self._partial = True
         return rows
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import zarr
 
-from outofcore import arrays
+from outofcore.dtypes import check_input_dtype
 from outofcore.errors import InputError, OutputExistsError
 
 
@@ -22,17 +22,19 @@ def random_array(
     overwrite: bool = False,
     threads: int | None = None,
 ) -> zarr.Array:
-    """Write a ``shape`` array of standard normal values to a new zarr array.
+    """Write a ``shape`` array of random values to a new zarr array.
 
-    Each chunk draws from its own generator seeded with ``(seed, i, j)``, so
-    the values depend only on the seed, shape and chunks, never on the order
-    chunks are written in; memory use is a few chunks.
+    Floats are standard normal (complex: real and imaginary parts each);
+    integers uniform over the dtype's whole range.  Each chunk draws from its
+    own generator seeded with ``(seed, i, j)``, so the values depend only on
+    the seed, shape and chunks, never on the order chunks are written in;
+    memory use is a few chunks.
     """
     if len(shape) != 2 or min(shape) < 1:
         raise InputError(f"shape {shape}: need two dimensions >= 1")
     if len(chunks) != 2 or min(chunks) < 1:
         raise InputError(f"chunks {chunks}: need two chunk sizes >= 1")
-    np_dtype = arrays.check_dtype(dtype, f"random array {os.fspath(path)!r}")
+    np_dtype = check_input_dtype(dtype, f"random array {os.fspath(path)!r}")
     if not overwrite and os.path.exists(os.fspath(path)):
         raise OutputExistsError(
             f"{os.fspath(path)!r} already exists; pass overwrite=True (--overwrite) to replace it"
@@ -46,8 +48,21 @@ def random_array(
         r0, c0 = origin
         r1, c1 = min(r0 + chunks[0], shape[0]), min(c0 + chunks[1], shape[1])
         rng = np.random.default_rng((seed, r0 // chunks[0], c0 // chunks[1]))
-        array[r0:r1, c0:c1] = rng.standard_normal((r1 - r0, c1 - c0), dtype=np_dtype)
+        array[r0:r1, c0:c1] = random_values(rng, (r1 - r0, c1 - c0), np_dtype)
 
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
         list(pool.map(write_chunk, itertools.product(*grid)))
     return array
+
+
+def random_values(rng: np.random.Generator, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+    """Random values of ``dtype``: standard normal floats, integers over the dtype's range."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    real = np.float64 if dtype in (np.float64, np.complex128) else np.float32
+    values = rng.standard_normal(shape, dtype=real)
+    if dtype.kind == "c":
+        values = values + 1j * rng.standard_normal(shape, dtype=real)
+    return values.astype(dtype)

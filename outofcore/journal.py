@@ -47,8 +47,9 @@ JOB_NAME = "job.json"
 TILES_DIR = "tiles"
 INPUTS_DIR = "inputs"
 #: Version of the journal's layout; a journal of another version is not resumed.
-#: 2: inputs carry a content fingerprint.
-FORMAT = 2
+#: 2: inputs carry a content fingerprint.  3: the job names its product (transposes,
+#: scales, addend, dtypes).
+FORMAT = 3
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,46 @@ def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
     )
 
 
+def read_converted(
+    array: zarr.Array,
+    selection: tuple[slice, slice],
+    out: np.ndarray,
+    staging: np.ndarray | None = None,
+) -> None:
+    """Read ``array[selection]`` into ``out``, converting when ``out`` has another dtype.
+
+    The region is decoded into ``staging`` (a flat buffer of the stored dtype
+    with room for it; allocated when None) and then converted into ``out``.
+    """
+    if out.dtype == array.dtype:
+        read_panel(array, selection, out)
+        return
+    if staging is None:
+        staging = np.empty(out.size, dtype=array.dtype)
+    stage = staging[: out.size].reshape(out.shape)
+    read_panel(array, selection, stage)
+    np.copyto(out, stage, casting="unsafe")
+
+
+def read_operand(
+    array: zarr.Array,
+    transposed: bool,
+    rows: slice,
+    cols: slice,
+    out: np.ndarray,
+    staging: np.ndarray | None = None,
+) -> None:
+    """Read ``op(array)[rows, cols]`` into ``out``, where ``op`` is the identity or ``.T``.
+
+    A transposed operand's region is ``array[cols, rows]``, read as stored into
+    ``out.T`` (``out`` is then a column-major view over a row-major buffer).
+    """
+    if transposed:
+        read_converted(array, (cols, rows), out.T, staging)
+    else:
+        read_converted(array, (rows, cols), out, staging)
+
+
 def read_panel(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:
     """Read ``array[selection]`` into ``out``: directly from chunk files where we can.
 

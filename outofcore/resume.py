@@ -49,10 +49,17 @@ def job_identity(
     budget_bytes: int,
     tile: tuple[int, int] | None,
     tk: int | None,
+    product: dict[str, Any],
 ) -> dict[str, Any]:
-    """What must match for a rerun to resume: inputs and their content, budget, tile sizes."""
+    """What must match for a rerun to resume.
+
+    The inputs (A, B and an addend) and their content, the product's
+    parameters (transposes, scales, dtypes: :meth:`outofcore.product.Product.summary`),
+    the budget and forced tile sizes.
+    """
     return {
         "inputs": {name: describe_input(inputs[name], fingerprints[name]) for name in inputs},
+        "product": product,
         "memory": budget_bytes,
         "tile": list(tile) if tile else None,
         "tk": tk,
@@ -72,8 +79,13 @@ def differences(
     """
     found = []
     then_inputs, now_inputs = journal.get("inputs", {}), now["inputs"]
-    for name in ("A", "B"):
-        then, current = then_inputs.get(name, {}), now_inputs[name]
+    for name in sorted(set(then_inputs) - set(now_inputs)):
+        found.append(f"input {name} was {then_inputs[name].get('location')!r}, now none")
+    for name, current in now_inputs.items():
+        if name not in then_inputs:
+            found.append(f"input {name} was none, now {current['location']!r}")
+            continue
+        then = then_inputs[name]
         for field in ("location", "shape", "dtype", "chunks", "shards"):
             if then.get(field) != current[field]:
                 was, now_value = _show(then.get(field)), _show(current[field])
@@ -88,6 +100,10 @@ def differences(
                     f"{content['objects']} of {content['bytes']} now"
                 )
             found.append(f"input {name} was rewritten since the job started ({detail})")
+    then_product = journal.get("product") or {}
+    for field, value in now["product"].items():
+        if then_product.get(field) != value:
+            found.append(f"{field} was {_show(then_product.get(field))}, now {_show(value)}")
     if journal.get("memory") != now["memory"]:
         found.append(f"memory budget was {journal.get('memory')} bytes, now {now['memory']} bytes")
     for field in ("tile", "tk"):
@@ -122,6 +138,7 @@ def new_job_document(
         "created": now,
         "created_text": timestamp(now),
         "inputs": identity["inputs"],
+        "product": identity["product"],
         "memory": identity["memory"],
         "tile": list(tile),
         "tk": tk,
@@ -222,7 +239,7 @@ def inspect_output(
     _check_resumable(document, identity, journal, where, fingerprints)
     if tuple(existing.shape) != tuple(shape) or str(existing.dtype) != str(dtype):
         raise ResumeError(
-            f"the output {where!r} is {existing.shape} {existing.dtype}, but A @ B is "
+            f"the output {where!r} is {existing.shape} {existing.dtype}, but the product is "
             f"{shape} {dtype}; pass overwrite=True (--overwrite) to start over"
         )
     return Start(existing=existing, document=document)

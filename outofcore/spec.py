@@ -11,8 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
 from outofcore.config import parse_size
+from outofcore.dtypes import check_scale
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.lease import lease_timeout
@@ -21,10 +24,24 @@ from scheduler.gpu_cluster import parse_gpus
 
 @dataclass(frozen=True)
 class JobSpec:
-    """The options of one product ``out = a @ b`` (sizes as bytes or text like ``"512MiB"``).
+    """The options of one product ``out = alpha * op(a) @ op(b) + beta * addend``.
+
+    Sizes are bytes or text like ``"512MiB"``.
 
     Attributes
     ----------
+    transpose_a, transpose_b
+        Multiply by ``a.T`` (``b.T``) instead of ``a`` (``b``), read straight
+        from the stored array (no transposed copy).
+    alpha, beta
+        Scales of the product and of the addend (``beta`` needs an addend).
+    addend
+        An array of the output's shape (``zarr.Array``, path or URL), read tile
+        by tile and never written; must not be the output or an input.
+    out_dtype
+        Write the output in this dtype instead of the product's own
+        (:mod:`outofcore.dtypes`: float32 for float16 inputs, int32/int64 for
+        integer ones), e.g. ``"float16"``.
     memory
         Memory budget of one worker; tiles are sized to it (default 1 GiB).
     device_memory
@@ -51,6 +68,12 @@ class JobSpec:
         Show a progress bar on stderr (and announce a LocalCluster).
     """
 
+    transpose_a: bool = False
+    transpose_b: bool = False
+    alpha: float | complex = 1.0
+    beta: float | complex = 0.0
+    addend: Any = None
+    out_dtype: Any = None
     memory: int | str = "1GiB"
     device_memory: int | str | None = None
     backend: str = "auto"
@@ -66,6 +89,11 @@ class JobSpec:
     def __post_init__(self) -> None:
         device = self.device_memory
         parsed = {
+            "transpose_a": _flag(self.transpose_a, "transpose_a"),
+            "transpose_b": _flag(self.transpose_b, "transpose_b"),
+            "alpha": check_scale(self.alpha, "alpha"),
+            "beta": check_scale(self.beta, "beta"),
+            "out_dtype": None if self.out_dtype is None else _dtype(self.out_dtype),
             "memory": parse_size(self.memory),
             "device_memory": None if device is None else parse_size(device),
             "backend": resolve_backend(self.backend),
@@ -102,6 +130,19 @@ class JobSpec:
     def on_gpu(self) -> bool:
         """Whether the job's engines run on a GPU."""
         return self.backend in ("cuda", "cupy")
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise InputError(f"{name} = {value!r}: need True or False")
+    return bool(value)
+
+
+def _dtype(value: Any) -> np.dtype:
+    try:
+        return np.dtype(value)
+    except TypeError:
+        raise InputError(f"out_dtype = {value!r} is not a dtype") from None
 
 
 def _positive(value: Any, name: str) -> int:

@@ -10,6 +10,7 @@ twice (a retry, a lost worker) gives the same result.
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import socket
@@ -17,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -27,17 +28,17 @@ from threadpoolctl import threadpool_limits
 from outofcore import chunkfiles, panel_cache
 from outofcore.engines import TileEngine, make_engine
 from outofcore.journal import Journal
-from outofcore.reading import read_panel
+from outofcore.product import Product
+from outofcore.reading import read_operand
 from outofcore.writing import write_region
-from scheduler.plan import PANELS_IN_FLIGHT, TileTask, chunk_span
+from scheduler.plan import PANELS_IN_FLIGHT, TileTask, chunk_span, write_block_rows
 
 
 @dataclass(frozen=True)
 class TileJob:
-    """What every task of one job shares: the arrays, the panels and how to compute."""
+    """What every task of one job shares: the product, the output, the panels, how to compute."""
 
-    a: zarr.Array
-    b: zarr.Array
+    product: Product
     c: zarr.Array
     panels: tuple[tuple[int, int], ...]
     tm: int
@@ -193,12 +194,14 @@ class TilePanels:
     #: Whether slot 0 already holds the first panel of A / of B (kept by the last task).
     holds_a: bool
     holds_b: bool
+    #: Buffers of A's and B's stored dtype that panels are decoded into before conversion.
+    staged: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def prepare(cls, job: TileJob, task: TileTask, engine: TileEngine) -> TilePanels:
         """Take what this thread kept that fits, then allocate the rest from ``engine``."""
         tm, tn = task.shape
-        dtype = np.dtype(job.a.dtype)
+        dtype = job.product.types.compute
         reuse = panel_cache.plan_reuse(
             panel_cache.take_kept(),
             job_id=job.job_id,
@@ -220,20 +223,37 @@ class TilePanels:
             slots.append(buffer if buffer is not None else engine.host_buffer(size, dtype))
         return cls(job, task, reuse.order, a, b, reuse.a is not None, reuse.b is not None)
 
+    def _staging(self, operand: str, size: int) -> np.ndarray | None:
+        """A buffer of ``operand``'s stored dtype to decode into before converting (or None).
+
+        One per operand, made at its first use: the reader thread converts one panel at a time.
+        """
+        array = getattr(self.job.product, operand)
+        if array.dtype == self.job.product.types.compute:
+            return None
+        kept = self.staged.get(operand)
+        if kept is None or kept.size < size:
+            kept = self.staged[operand] = np.empty(size, dtype=array.dtype)
+        return kept
+
     def load(self, position: int) -> tuple[np.ndarray, np.ndarray, int]:
         """Read the ``position``-th panel pair into its slot; return it and the bytes decoded."""
-        job, task = self.job, self.task
+        job, task, product = self.job, self.task, self.job.product
         k0, k1 = job.panels[self.order[position]]
         slot = position % PANELS_IN_FLIGHT
         tm, tn = task.shape
-        a_panel = self.a[slot][: tm * (k1 - k0)].reshape(tm, k1 - k0)
-        b_panel = self.b[slot][: (k1 - k0) * tn].reshape(k1 - k0, tn)
+        depth = k1 - k0
+        a_panel = _panel_view(self.a[slot], (tm, depth), product.transpose_a)
+        b_panel = _panel_view(self.b[slot], (depth, tn), product.transpose_b)
         read_a = not (position == 0 and self.holds_a)
         read_b = not (position == 0 and self.holds_b)
+        rows, cols, ks = slice(task.row0, task.row1), slice(task.col0, task.col1), slice(k0, k1)
         if read_a:
-            read_panel(job.a, (slice(task.row0, task.row1), slice(k0, k1)), a_panel)
+            staging = self._staging("a", tm * depth)
+            read_operand(product.a, product.transpose_a, rows, ks, a_panel, staging)
         if read_b:
-            read_panel(job.b, (slice(k0, k1), slice(task.col0, task.col1)), b_panel)
+            staging = self._staging("b", depth * tn)
+            read_operand(product.b, product.transpose_b, ks, cols, b_panel, staging)
         return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, read_a, read_b)
 
     def drop(self) -> None:
@@ -250,7 +270,7 @@ class TilePanels:
             others = [x for x in self.a + self.b if x is not last_a and x is not last_b]
             identity = panel_cache.PanelIdentity(
                 job_id=job.job_id,
-                dtype=np.dtype(job.a.dtype).str,
+                dtype=job.product.types.compute.str,
                 panel=job.panels[self.order[-1]],
                 rows=(task.row0, task.row1),
                 cols=(task.col0, task.col1),
@@ -262,6 +282,14 @@ class TilePanels:
             panel_cache.release_thread()
             chunkfiles.release_buffers()
         self.drop()
+
+
+def _panel_view(buffer: np.ndarray, shape: tuple[int, int], transposed: bool) -> np.ndarray:
+    """The ``shape`` panel over a flat buffer: row-major, or for a transposed operand the
+    transpose of a row-major ``shape[::-1]`` block (its stored layout, read as is)."""
+    rows, cols = shape
+    flat = buffer[: rows * cols]
+    return flat.reshape(cols, rows).T if transposed else flat.reshape(rows, cols)
 
 
 class _PanelLoop:
@@ -285,7 +313,7 @@ class _PanelLoop:
     ) -> None:
         self.job, self.task, self.engine, self.panels = job, task, engine, panels
         self.reader, self.writer, self.before_write = reader, writer, before_write
-        self.block = _write_block_rows(job.c, task.shape[0])
+        self.block = write_block_rows((job.c.shards or job.c.chunks)[0], task.shape[0])
         self.read_wait = self.compute = self.write = 0.0
         self.bytes_read = 0
 
@@ -293,7 +321,7 @@ class _PanelLoop:
         """Run every panel through the engine, write the tile; return the tile written."""
         count = len(self.job.panels)
         streamed_from = count - (min(STREAMED_PANELS, count) if self.engine.row_blocks else 0)
-        self.engine.start_tile(self.task.shape, np.dtype(self.job.a.dtype))
+        self.engine.start_tile(self.task.shape, self.job.product.types.compute)
         pending = self.reader.submit(self.panels.load, 0)
         streamed: list[tuple[np.ndarray, np.ndarray]] = []
         ahead: set[int] = set()  # row blocks the first streamed panel was added to early
@@ -321,7 +349,8 @@ class _PanelLoop:
         t0 = time.perf_counter()
         if not writes:
             self.panels.drop()  # the plan's memory contract: panels are gone before the write
-            self._write_rows(0, tile)
+            for r0 in range(0, tile.shape[0], self.block):
+                self._write_rows(r0, tile[r0 : r0 + self.block])
         for future in writes:
             future.result()
         self.write = time.perf_counter() - t0  # the part of writing not hidden behind compute
@@ -360,41 +389,40 @@ class _PanelLoop:
         return writes
 
     def _write_rows(self, r0: int, rows: np.ndarray) -> None:
+        """Write finished ``rows`` (scaled, addend added, converted) at row ``r0`` of the tile."""
         if self.before_write is not None:
             self.before_write()
-        write_region(self.job.c, (self.task.row0 + r0, self.task.col0), rows)
+        origin = (self.task.row0 + r0, self.task.col0)
+        values = self.job.product.finish_rows(rows, origin) if self.job.product.scaled else rows
+        write_region(self.job.c, origin, values)
 
 
 #: The last panels of a tile are multiplied row block by row block, so that the
 #: write of C overlaps their compute: all the panels in memory at once (two
 #: overlap the write with a quarter of an 8-panel tile's compute, not an eighth).
 STREAMED_PANELS = PANELS_IN_FLIGHT
-#: Rows of C multiplied (and then written) at once in a tile's last panels, at least.
-WRITE_BLOCK_ROWS = 1024
-
-
-def _write_block_rows(c: zarr.Array, tile_rows: int) -> int:
-    """Rows per streamed write block: whole rows of output chunks (or shards)."""
-    grid_rows = (c.shards or c.chunks)[0]
-    block = grid_rows * max(1, -(-WRITE_BLOCK_ROWS // grid_rows))
-    return min(block, tile_rows)
 
 
 def _largest_chunk_bytes(job: TileJob) -> int:
     """Bytes of the largest input or output chunk this job reads or writes."""
-    grids = (job.a.chunks, job.b.chunks, job.c.shards or job.c.chunks)
-    return np.dtype(job.a.dtype).itemsize * max(rows * cols for rows, cols in grids)
+    arrays = (*job.product.inputs.values(), job.c)
+    return max(
+        np.dtype(x.dtype).itemsize * math.prod(x.shards or x.chunks if x is job.c else x.chunks)
+        for x in arrays
+    )
 
 
 def _decoded_bytes(
     job: TileJob, task: TileTask, k0: int, k1: int, a: bool = True, b: bool = True
 ) -> int:
     """Bytes of A and B decoded to read this panel (whole chunks along k)."""
-    itemsize = np.dtype(job.a.dtype).itemsize
-    a_k = chunk_span(k0, k1, job.a.chunks[1], job.a.shape[1]) if a else 0
-    b_k = chunk_span(k0, k1, job.b.chunks[0], job.b.shape[0]) if b else 0
+    product = job.product
+    a_axis = 0 if product.transpose_a else 1
+    b_axis = 1 if product.transpose_b else 0
+    a_k = chunk_span(k0, k1, product.a.chunks[a_axis], product.k) if a else 0
+    b_k = chunk_span(k0, k1, product.b.chunks[b_axis], product.k) if b else 0
     rows, cols = task.shape
-    return itemsize * (rows * a_k + b_k * cols)
+    return product.a.dtype.itemsize * rows * a_k + product.b.dtype.itemsize * b_k * cols
 
 
 def peak_rss_bytes() -> int:

@@ -1,19 +1,27 @@
-"""Checking ``C = A @ B`` without recomputing it (Freivalds' method).
+"""Checking ``C = alpha·op(A)·op(B) + beta·D`` without recomputing it (Freivalds' method).
 
-For random ±1 vectors ``r`` (one per round) compare ``C·r`` with ``A·(B·r)``:
-``O(mn + mk + kn)`` work per round instead of ``O(mnk)``, streamed chunk by
-chunk (Dask's threaded scheduler in this process), in float64.
+For random ±1 vectors ``r`` (one per round) compare ``C·r`` with
+``alpha·op(A)·(op(B)·r) + beta·D·r``: ``O(mn + mk + kn)`` work per round
+instead of ``O(mnk)``, streamed chunk by chunk (Dask's threaded scheduler in
+this process).
 
-Tolerance.  If ``C = AB + E`` then ``C·r − A·(B·r) = E·r``.  A computed
-product obeys ``|E_ij| ≤ γ·‖a_i‖₂·‖b_j‖₂`` and with random signs
-``|(E·r)_i| ≈ ‖E_i,:‖₂ ≤ γ·‖a_i‖₂·‖B‖_F``.  We take ``γ = 16·√k·u``
-(``u`` the unit roundoff of the dtype), so row ``i`` passes when
+**Floating-point products** are checked in float64 (complex128 for complex
+ones).  If ``C = exact + E`` then ``C·r − (...)= E·r``.  Accumulated in a
+dtype of unit roundoff ``u``, ``|E_ij| ≤ γ·(|alpha|·‖a_i‖₂·‖b_j‖₂ + |beta|·|d_ij|)``
+and with random signs ``|(E·r)_i| ≲ γ·s_i`` where
+``s_i = |alpha|·‖a_i‖₂·‖op(B)‖_F + |beta|·‖d_i‖₂``.  We take
+``γ = 16·(√k·u + u_out)``, where ``u`` is the accumulation's unit roundoff
+(float32's for float16 inputs) and ``u_out`` that of an output written in a
+coarser dtype (float16 output: its rounding, once per element).  Row ``i``
+passes when ``|(C·r)_i − (...)_i| ≤ γ·s_i``; the report's
+``max_relative_residual`` is the largest left side over ``s_i``.  Rows where
+the reference is not finite (NaN or Inf in the inputs) must be non-finite in
+``C·r`` too.
 
-    |(C·r)_i − (A·(B·r))_i|  ≤  16·√k·u · ‖a_i‖₂ · ‖B‖_F.
-
-The report's ``max_relative_residual`` is the largest left side divided by
-``‖a_i‖₂·‖B‖_F``, to compare with ``tolerance``.  Rows where ``A·(B·r)`` is
-not finite (NaN or Inf in the inputs) must be non-finite in ``C·r`` too.
+**Integer products** are exact, and are checked exactly: in int64 arithmetic,
+which wraps modulo ``2**64``.  A wrong element changes ``(C·r)_i`` by twice
+its error on one sign of ``r_j``, so each round misses it with probability at
+most 1/2; the tolerance is 0.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import numpy as np
 import zarr
 
 from outofcore import arrays
+from outofcore.product import Product
 
 SAFETY = 16.0
 
@@ -42,6 +51,8 @@ class VerifyReport:
     failing_rows: int
     first_failing_row: int | None
     nonfinite_mismatches: int
+    #: Whether the check was exact (an integer product).
+    exact: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -53,59 +64,126 @@ def verify(
     c: arrays.ArrayLike,
     rounds: int = 2,
     seed: int | None = None,
+    *,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    alpha: float | complex = 1.0,
+    beta: float | complex = 0.0,
+    addend: arrays.ArrayLike | None = None,
 ) -> VerifyReport:
-    """Check that ``c`` holds ``a @ b``, reading each array once.
+    """Check that ``c`` holds ``alpha * op(a) @ op(b) + beta * addend``, reading each once.
 
     Parameters
     ----------
     a, b, c
-        ``zarr.Array`` objects or paths / URLs; ``c`` must be ``m×n``.
+        ``zarr.Array`` objects or paths / URLs; ``c`` must have the product's shape.
     rounds
         Random vectors to test with; a wrong element escapes all of them
         only when its error is below the tolerance.
     seed
         Seed of the random vectors (fresh ones when None).
+    transpose_a, transpose_b, alpha, beta, addend
+        The product, as given to :func:`outofcore.matmul`.
     """
     if rounds < 1:
         raise arrays.InputError(f"rounds = {rounds}: need at least one round")
-    a_arr = arrays.open_input(a, "A")
-    b_arr = arrays.open_input(b, "B")
-    c_arr = arrays.open_input(c, "C")
-    dtype = arrays.check_operands(a_arr, b_arr)
-    expected = (a_arr.shape[0], b_arr.shape[1])
-    if tuple(c_arr.shape) != expected:
-        raise arrays.InputError(f"C is {tuple(c_arr.shape)} but A @ B is {expected}")
-
-    k = a_arr.shape[1]
+    c_arr = arrays.open_input(c, "C", dtypes=None)
+    product = Product.open(
+        a,
+        b,
+        transpose_a=transpose_a,
+        transpose_b=transpose_b,
+        alpha=alpha,
+        beta=beta,
+        addend=addend,
+        out_dtype=c_arr.dtype,
+    )
+    if tuple(c_arr.shape) != product.shape:
+        raise arrays.InputError(
+            f"C is {tuple(c_arr.shape)} but the product "
+            f"({'A.T' if transpose_a else 'A'} @ {'B.T' if transpose_b else 'B'}) is "
+            f"{product.shape}"
+        )
     rng = np.random.default_rng(seed)
-    r = rng.choice(np.array([-1.0, 1.0]), size=(b_arr.shape[1], rounds))
-    a_d, b_d, c_d = (_as_float64(x) for x in (a_arr, b_arr, c_arr))
-    cr = c_d @ r
-    abr = a_d @ (b_d @ r)
-    row_norms = da.sqrt((a_d * a_d).sum(axis=1))
-    b_frobenius = da.sqrt((b_d * b_d).sum())
-    with dask.config.set(scheduler="threads"):
-        cr, abr, row_norms, b_frobenius = dask.compute(cr, abr, row_norms, b_frobenius)
+    r = rng.choice(np.array([-1, 1]), size=(product.shape[1], rounds))
+    if product.types.exact:
+        return _verify_exact(product, c_arr, r)
+    return _verify_rounded(product, c_arr, r)
 
-    scale = row_norms[:, None] * float(b_frobenius)
+
+def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Array, ...]:
+    """``op(A)``, ``op(B)``, ``C`` and the addend (or None) as Dask arrays of ``dtype``."""
+    a, b = da.from_zarr(product.a), da.from_zarr(product.b)
+    a = (a.T if product.transpose_a else a).astype(dtype)
+    b = (b.T if product.transpose_b else b).astype(dtype)
+    addend = None if product.addend is None else da.from_zarr(product.addend).astype(dtype)
+    return a, b, da.from_zarr(c).astype(dtype), addend
+
+
+def _reference(product: Product, a: da.Array, b: da.Array, addend, r: np.ndarray) -> da.Array:
+    expected = a @ (b @ r)
+    if product.alpha != 1:
+        expected = expected * product.alpha
+    if addend is not None:
+        expected = expected + (addend @ r) * product.beta
+    return expected
+
+
+def _verify_exact(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyReport:
+    """Integers: exact in int64 arithmetic (modulo 2**64)."""
+    a, b, c_d, addend = _operands(product, c, np.dtype(np.int64))
+    alpha, beta = int(product.alpha.real), int(product.beta.real)
+    r = r.astype(np.int64)
+    expected = a @ (b @ r) * alpha
+    if addend is not None:
+        expected = expected + (addend @ r) * beta
+    with dask.config.set(scheduler="threads"):
+        cr, abr = dask.compute(c_d @ r, expected)
+    residual = np.abs((cr - abr).astype(np.float64))
+    bad_rows = np.flatnonzero((cr != abr).any(axis=1))
+    return VerifyReport(
+        passed=bad_rows.size == 0,
+        rounds=r.shape[1],
+        max_relative_residual=float(residual.max()) if residual.size else 0.0,
+        tolerance=0.0,
+        failing_rows=int(bad_rows.size),
+        first_failing_row=int(bad_rows[0]) if bad_rows.size else None,
+        nonfinite_mismatches=0,
+        exact=True,
+    )
+
+
+def _verify_rounded(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyReport:
+    """Floats and complex: residuals against ``γ·s_i`` (see the module docstring)."""
+    dtype = np.dtype(np.complex128 if product.types.compute.kind == "c" else np.float64)
+    a, b, c_d, addend = _operands(product, c, dtype)
+    r = r.astype(np.float64)
+    row_norms = da.sqrt((abs(a) ** 2).sum(axis=1))
+    b_frobenius = da.sqrt((abs(b) ** 2).sum())
+    addend_norms = (
+        da.zeros(product.shape[0]) if addend is None else (da.sqrt((abs(addend) ** 2).sum(axis=1)))
+    )
+    with dask.config.set(scheduler="threads"):
+        cr, abr, row_norms, b_frobenius, addend_norms = dask.compute(
+            c_d @ r, _reference(product, a, b, addend, r), row_norms, b_frobenius, addend_norms
+        )
+    scale = abs(product.alpha) * row_norms * float(b_frobenius) + abs(product.beta) * addend_norms
+    scale = scale[:, None]
     expected_finite = np.isfinite(abr)
     got_finite = np.isfinite(cr)
     nonfinite_mismatch = expected_finite != got_finite
     with np.errstate(invalid="ignore", divide="ignore"):
         residual = np.where(expected_finite & got_finite, np.abs(cr - abr), 0.0)
         relative = np.where(scale > 0, residual / scale, np.where(residual > 0, np.inf, 0.0))
-    tolerance = SAFETY * math.sqrt(k) * float(np.finfo(dtype).eps) / 2
+    types = product.types
+    tolerance = SAFETY * (math.sqrt(product.k) * types.unit_roundoff() + types.output_roundoff())
     bad_rows = np.flatnonzero((relative > tolerance).any(axis=1) | nonfinite_mismatch.any(axis=1))
     return VerifyReport(
         passed=bad_rows.size == 0,
-        rounds=rounds,
+        rounds=r.shape[1],
         max_relative_residual=float(relative.max()) if relative.size else 0.0,
         tolerance=tolerance,
         failing_rows=int(bad_rows.size),
         first_failing_row=int(bad_rows[0]) if bad_rows.size else None,
         nonfinite_mismatches=int(nonfinite_mismatch.any(axis=1).sum()),
     )
-
-
-def _as_float64(array: zarr.Array) -> da.Array:
-    return da.from_zarr(array).astype(np.float64)

@@ -41,7 +41,8 @@ from scheduler.plan import mib, round_up, widest
 
 #: Kernel block tile ``(bm, bn, bk)`` per element size: the one table of them;
 #: ``outofcore.cuda.kernels.PRODUCTION`` builds the production kernels from it.
-KERNEL_BLOCKS: dict[int, tuple[int, int, int]] = {4: (128, 128, 8), 8: (64, 64, 8)}
+#: 4: float32; 8: float64 and complex64; 16: complex128.
+KERNEL_BLOCKS: dict[int, tuple[int, int, int]] = {4: (128, 128, 8), 8: (64, 64, 8), 16: (64, 64, 8)}
 #: Device panels in flight (one multiplied, one being copied).
 DEVICE_PANELS = 2
 #: Slice depth a sub-tiling starts from before its sub-tiles are sized; the
@@ -58,12 +59,13 @@ def device_bytes(dm: int, dn: int, dk: int, itemsize: int) -> int:
 
 
 def kernel_block(itemsize: int) -> tuple[int, int, int]:
-    """The production kernel's block tile ``(bm, bn, bk)`` for ``itemsize``-byte floats."""
+    """The production kernel's block tile ``(bm, bn, bk)`` for ``itemsize``-byte elements."""
     try:
         return KERNEL_BLOCKS[itemsize]
     except KeyError:
         raise InputError(
-            f"itemsize = {itemsize}: the GPU kernels take float32 (4) or float64 (8)"
+            f"itemsize = {itemsize}: the GPU kernels take float32 (4), float64 or complex64 "
+            "(8) and complex128 (16)"
         ) from None
 
 

@@ -7,12 +7,17 @@ the tasks do.
 
 Memory contract of one task (bytes)::
 
-    w * (tm*tn + depth * tk * (tm + tn))  +  codec buffers
+    w * (tm*tn + depth * tk * (tm + tn))  +  staging  +  write block  +  codec buffers
 
-with ``depth = 2`` panels in flight (one multiplied, one being decoded) and
-codec buffers: a file and a chunk buffer per I/O thread (``io_concurrency``
-of them), of the input chunk's size, grown to the output chunk's size in the
-threads that write; the same buffers serve reads and writes and are kept
+with ``w`` the accumulation dtype's size (float32 for float16 inputs, float64
+for exact integer products), ``depth = 2`` panels in flight (one multiplied,
+one being decoded), staging: the panel of an input stored in another dtype,
+decoded there before it is converted (``tk * (tm + tn)`` at the stored size,
+for each input that needs it), write block: the output rows written at once
+(``write_block_rows``) when they are converted to the output dtype or an
+addend is read for them, and codec buffers: a file and a chunk buffer per I/O
+thread (``io_concurrency`` of them), of the input chunk's size, grown to the
+output chunk's size in the threads that write; the same buffers serve reads and writes and are kept
 between tasks.  The CPU engine writes the tile's finished rows while it multiplies
 the last panels, so the panels are still live while output chunks are
 written (:func:`task_bytes`).
@@ -20,9 +25,10 @@ written (:func:`task_bytes`).
 Bytes read by the whole job (every task reads its A row-panel and B
 column-panel once)::
 
-    nt * w * m * k  +  mt * w * k * n        (mt, nt = tiles down and across)
+    nt * wa * m * k  +  mt * wb * k * n        (mt, nt = tiles down and across)
 
-plus whatever a k-panel boundary that splits a chunk reads twice.  The lower
+(``wa``, ``wb`` the stored element sizes of A and B) plus whatever a k-panel
+boundary that splits a chunk reads twice, plus the addend once.  The lower
 bound printed beside it is ``max(|A| + |B|, 2*m*n*k*w / sqrt(M/w) - 2*M)``
 for a budget of ``M`` bytes (Smith et al., arXiv:1702.02017).
 """
@@ -48,20 +54,39 @@ MAX_OUTPUT_CHUNK = 2048
 DECODE_COST_FMAS = 200
 #: Tile counts along one side tried one by one before the search goes geometric.
 MAX_EDGE_CANDIDATES = 256
+#: Rows of C written at once (whole rows of output chunks, at least this many):
+#: the CPU engine multiplies a tile's last panels block by block and writes each
+#: finished block while it multiplies the next.
+WRITE_BLOCK_ROWS = 1024
 
 
 @dataclass(frozen=True)
 class Problem:
-    """The shapes and chunkings of one product ``C (m×n) = A (m×k) @ B (k×n)``."""
+    """The shapes and chunkings of one product ``C (m×n) = op(A) (m×k) @ op(B) (k×n)``.
+
+    Chunk grids are those of ``op(A)`` and ``op(B)``: a transposed operand's
+    stored chunks, swapped.  Element sizes are bytes.
+    """
 
     m: int
     k: int
     n: int
+    #: Size of the accumulation dtype (panels in memory and the tile).
     itemsize: int
     a_chunks: tuple[int, int]
     b_chunks: tuple[int, int]
     #: The grid an existing output must be written in (its shards, else chunks).
     out_grid: tuple[int, int] | None = None
+    #: Stored element sizes of A and B (bytes read); None: ``itemsize``.
+    read_itemsizes: tuple[int, int] | None = None
+    #: Bytes per element of A's and B's staging panels (0: decoded straight into the panel).
+    staging: tuple[int, int] = (0, 0)
+    #: Element size of the output; None: ``itemsize``.
+    out_itemsize: int | None = None
+    #: Bytes per output element of a write block's buffers (converted output, addend).
+    block_extra: int = 0
+    #: Stored element size of the addend (read once); 0: no addend.
+    addend_itemsize: int = 0
 
     def __post_init__(self) -> None:
         for name in ("m", "k", "n"):
@@ -73,6 +98,19 @@ class Problem:
         for name, grid in grids.items():
             if len(grid) != 2 or min(grid) < 1:
                 raise InputError(f"{name} = {grid}: need two chunk sizes >= 1")
+        sizes = [self.itemsize, *self.read_sizes, self.written_itemsize]
+        if min(sizes) < 1 or min(*self.staging, self.block_extra, self.addend_itemsize) < 0:
+            raise InputError(f"element sizes must be >= 1 (staging >= 0), got {self}")
+
+    @property
+    def read_sizes(self) -> tuple[int, int]:
+        """Stored element sizes of A and B."""
+        return self.read_itemsizes or (self.itemsize, self.itemsize)
+
+    @property
+    def written_itemsize(self) -> int:
+        """Element size of the output."""
+        return self.out_itemsize or self.itemsize
 
     @property
     def flops(self) -> int:
@@ -135,14 +173,15 @@ class Plan:
     def bytes_read(self) -> int:
         """Predicted bytes of A and B read by all tasks together."""
         p = self.problem
-        a_per_tile_row = p.m * _touched(self.panels, p.a_chunks[1], p.k)
-        b_per_tile_col = p.n * _touched(self.panels, p.b_chunks[0], p.k)
-        return p.itemsize * (self.tiles_across * a_per_tile_row + self.tiles_down * b_per_tile_col)
+        wa, wb = p.read_sizes
+        a_reads = wa * self.tiles_across * p.m * _touched(self.panels, p.a_chunks[1], p.k)
+        b_reads = wb * self.tiles_down * p.n * _touched(self.panels, p.b_chunks[0], p.k)
+        return a_reads + b_reads + p.addend_itemsize * p.m * p.n
 
     @property
     def bytes_written(self) -> int:
         p = self.problem
-        return p.itemsize * p.m * p.n
+        return p.written_itemsize * p.m * p.n
 
     @property
     def io_lower_bound(self) -> int:
@@ -156,6 +195,8 @@ class Plan:
             "k": self.problem.k,
             "n": self.problem.n,
             "itemsize": self.problem.itemsize,
+            "read_itemsizes": list(self.problem.read_sizes),
+            "out_itemsize": self.problem.written_itemsize,
             "a_chunks": list(self.problem.a_chunks),
             "b_chunks": list(self.problem.b_chunks),
             "budget_bytes": self.budget_bytes,
@@ -178,31 +219,50 @@ class Plan:
 def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int) -> int:
     """Projected peak bytes of one task with a ``tm×tn`` tile and ``tk``-deep panels.
 
-    ``w * (tm*tn + depth*tk*(tm + tn) + codec buffers)``: the tile and the
-    panels in flight are live throughout (the last panels' rows are written
-    while they are multiplied), plus the codec buffers, kept from reads to
-    writes and task to task: a file and a chunk buffer for each of the
-    ``c = io_concurrency`` I/O threads, of the input chunk's size, and grown to
+    ``w * (tm*tn + depth*tk*(tm + tn))`` for the tile and the panels in flight,
+    live throughout (the last panels' rows are written while they are
+    multiplied); the staging panels of inputs stored in another dtype; one write
+    block's conversion and addend buffers; and the codec buffers, kept from reads
+    to writes and task to task: a file and a chunk buffer for each of the
+    ``c = io_concurrency`` I/O threads, of the largest input chunk, and grown to
     the output chunk's size in the threads that write (at most ``c``, and at
     most the tile's output chunks).
     """
-    tm, tn, tk = min(tm, problem.m), min(tn, problem.n), min(tk, problem.k)
-    input_chunk = max(
-        problem.a_chunks[0] * problem.a_chunks[1], problem.b_chunks[0] * problem.b_chunks[1]
-    )
-    out_rows, out_cols = problem.out_grid or (_output_chunk(tm), _output_chunk(tn))
-    panels = PANELS_IN_FLIGHT * tk * (tm + tn)
-    out_chunk = min(out_rows, tm) * min(out_cols, tn)
+    p = problem
+    tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
+    wa, wb = p.read_sizes
+    input_chunk = max(wa * p.a_chunks[0] * p.a_chunks[1], wb * p.b_chunks[0] * p.b_chunks[1])
+    out_rows, out_cols = p.out_grid or (_output_chunk(tm), _output_chunk(tn))
+    panels = p.itemsize * PANELS_IN_FLIGHT * tk * (tm + tn)
+    staging = tk * (tm * p.staging[0] + tn * p.staging[1])
+    block = p.block_extra * write_block_rows(out_rows, tm) * tn
+    out_chunk = p.written_itemsize * min(out_rows, tm) * min(out_cols, tn)
     writers = min(io_concurrency, math.ceil(tm / out_rows) * math.ceil(tn / out_cols))
     codec_buffers = io_concurrency * 2 * input_chunk + writers * 2 * max(0, out_chunk - input_chunk)
-    return problem.itemsize * (tm * tn + panels + codec_buffers)
+    return p.itemsize * tm * tn + panels + staging + block + codec_buffers
+
+
+def write_block_rows(grid_rows: int, tile_rows: int) -> int:
+    """Rows of a tile written at once: whole rows of output chunks (or shards).
+
+    At least :data:`WRITE_BLOCK_ROWS` (rounded up to the output grid), at most the tile.
+    """
+    block = grid_rows * max(1, -(-WRITE_BLOCK_ROWS // grid_rows))
+    return min(block, tile_rows)
 
 
 def io_lower_bound(problem: Problem, budget_bytes: int) -> int:
-    """``max(|A|+|B|, 2·m·n·k·w/√(M/w) − 2M)`` bytes for a budget of ``M`` bytes."""
-    p, w, budget = problem, problem.itemsize, budget_bytes
-    inputs = w * (p.m * p.k + p.k * p.n)
-    communication = 2 * p.m * p.n * p.k * w / math.sqrt(budget / w) - 2 * budget
+    """``max(|A|+|B|, 2·m·n·k·w/√(M/w) − 2M)`` bytes for a budget of ``M`` bytes.
+
+    ``|A|``, ``|B|`` (and an addend) at their stored sizes; the communication
+    term counts words of the accumulation size held in ``M``, moved at the
+    inputs' mean stored size.
+    """
+    p, budget = problem, budget_bytes
+    wa, wb = p.read_sizes
+    inputs = wa * p.m * p.k + wb * p.k * p.n + p.addend_itemsize * p.m * p.n
+    words = budget / p.itemsize
+    communication = (2 * p.m * p.n * p.k / math.sqrt(words) - 2 * words) * (wa + wb) / 2
     return int(max(inputs, communication))
 
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from outofcore.engines import SUPPORTED_DTYPES, check_product  # noqa: F401 (re-exported)
+from outofcore.dtypes import COMPUTE_DTYPES  # noqa: F401 (re-exported)
+from outofcore.engines import check_product
 from outofcore.errors import BackendError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -123,7 +124,7 @@ def gemm(
     Parameters
     ----------
     a, b, c
-        2-D C-contiguous arrays of one dtype (float32 or float64), ``(m, k)``,
+        2-D C-contiguous arrays of one dtype (float32, float64, complex64, complex128), ``(m, k)``,
         ``(k, n)`` and ``(m, n)``: numba device arrays, any array with
         ``__cuda_array_interface__`` (CuPy, ...), or numpy arrays, which are
         copied to the device (and ``c`` back into place).

@@ -50,7 +50,7 @@ from numba import cuda
 from outofcore.cuda import DEVICE_FRACTION, is_available
 from outofcore.cuda.buffers import DeviceBuffer, PanelSlot, PinnedBuffer, Stager
 from outofcore.cuda.kernels import PRODUCTION, TileParams, launch
-from outofcore.engines import SUPPORTED_DTYPES
+from outofcore.dtypes import COMPUTE_DTYPES
 from outofcore.errors import BackendError, InputError
 from scheduler.device_plan import DevicePlan, plan_device
 
@@ -207,8 +207,9 @@ class CudaEngine:
     def start_tile(self, shape: tuple[int, int], dtype: np.dtype) -> None:
         """Begin a tile of ``shape``; the accumulator starts at zero."""
         dtype = np.dtype(dtype)
-        if dtype not in SUPPORTED_DTYPES:
-            raise InputError(f"unsupported dtype {dtype}; use float32 or float64")
+        if dtype not in COMPUTE_DTYPES:
+            names = ", ".join(str(d) for d in COMPUTE_DTYPES)
+            raise InputError(f"unsupported dtype {dtype}; the GPU engine takes {names}")
         m, n = (int(s) for s in shape)
         if m < 0 or n < 0:
             raise InputError(f"tile shape must be non-negative, got {tuple(shape)}")

@@ -87,12 +87,15 @@ class TileParams:
 
 
 #: Production parameters per dtype: 128x128 blocks of 16x16 threads for float32
-#: (8x8 outputs per thread), 64x64 blocks with 4x4 per thread for float64.  The
+#: (8x8 outputs per thread), 64x64 blocks with 4x4 per thread for float64 and
+#: both complex dtypes (a complex multiply-add is four real FMAs).  The
 #: block tiles ``(bm, bn, bk)`` are :data:`scheduler.device_plan.KERNEL_BLOCKS`,
 #: the table the device tiling is sized by; only the per-thread tiles are here.
 PRODUCTION = {
     np.dtype(np.float32): TileParams(*KERNEL_BLOCKS[4], tm=8, tn=8),
     np.dtype(np.float64): TileParams(*KERNEL_BLOCKS[8], tm=4, tn=4),
+    np.dtype(np.complex64): TileParams(*KERNEL_BLOCKS[8], tm=4, tn=4),
+    np.dtype(np.complex128): TileParams(*KERNEL_BLOCKS[16], tm=4, tn=4),
 }
 
 
@@ -295,7 +298,8 @@ def launch(a, b, c, accumulate: bool, stream=0, params: TileParams | None = None
     Parameters
     ----------
     a, b, c
-        C-contiguous 2-D device arrays of one dtype (float32 or float64),
+        C-contiguous 2-D device arrays of one dtype (float32, float64, complex64
+        or complex128),
         ``(m, k)``, ``(k, n)`` and ``(m, n)`` with ``m, n >= 1``.
     accumulate
         Add to ``c`` when true, overwrite it when false.

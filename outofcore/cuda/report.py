@@ -1,15 +1,17 @@
 """Compile report of the GEMM kernels for real GPUs, made on a machine without one.
 
 ``python -m outofcore.cuda.report [--json] [--arch sm_80 sm_90]`` compiles every
-kernel variant (float32 and float64, production tile parameters) to PTX with
+kernel variant (float32, float64, complex64 and complex128, production tile
+parameters) to PTX with
 ``numba.cuda.compile_ptx``, links it to a cubin per architecture with
 nvJitLink (whose info log gives registers, spills and shared memory), then
 disassembles the cubin with ``cuobjdump -sass`` and counts, in the inner loop,
 the FMA instructions against the shared-memory loads and against everything.
 
-It exits 1 when a variant spills, does not compile for sm_90, or a float32
+It exits 1 when a variant spills, does not compile for sm_90, a float32
 variant misses its targets (>= 8 FFMA per shared load, FFMA >= 75 % of the
-inner loop, no float64 instruction); 2 when the toolchain is not installed.
+inner loop, no float64 instruction), or a complex64 loop has a float64
+instruction; 2 when the toolchain is not installed.
 The toolchain is ``numba-cuda[cu13]`` (NVVM, nvJitLink) plus the
 ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm`` wheels.
 """
@@ -40,7 +42,14 @@ FMA_LANES = {
     ("sm_80", "float64"): 8,
     ("sm_90", "float32"): 32,
     ("sm_90", "float64"): 16,
+    ("sm_80", "complex64"): 16,
+    ("sm_80", "complex128"): 8,
+    ("sm_90", "complex64"): 32,
+    ("sm_90", "complex128"): 16,
 }
+#: The FMA instruction of each dtype's inner loop (a complex one is real FMAs).
+FMA_OPS = {"float32": "FFMA", "complex64": "FFMA", "float64": "DFMA", "complex128": "DFMA"}
+DTYPES = tuple(FMA_OPS)
 
 _SASS_LINE = re.compile(
     r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)(?P<args>[^;]*);"
@@ -297,7 +306,7 @@ def report_variant(dtype: np.dtype, arch: str, params=None) -> VariantReport:
         return report
     report.compiled = True
     parse_info_log(log, report)
-    fma_op = "FFMA" if dtype == np.float32 else "DFMA"
+    fma_op = FMA_OPS[dtype.name]
     report.loop = inner_loop(parse_sass(sass), fma_op)
     check(report)
     return report
@@ -312,9 +321,11 @@ def check(report: VariantReport) -> None:
         )
     if report.loop.fma == 0:
         report.problems.append("no FMA found in any loop")
+    loop = report.loop
+    if report.dtype == "complex64" and loop.float64_ops:
+        report.problems.append(f"{loop.float64_ops} float64 instructions in a complex64 loop")
     if report.dtype != "float32":
         return
-    loop = report.loop
     if loop.fma_per_lds < MIN_FMA_PER_LDS:
         report.problems.append(f"{loop.fma_per_lds:.1f} FFMA per shared load < {MIN_FMA_PER_LDS}")
     if loop.fma_share < MIN_FMA_SHARE:
@@ -323,7 +334,7 @@ def check(report: VariantReport) -> None:
         report.problems.append(f"{loop.float64_ops} float64 instructions in a float32 loop")
 
 
-def run(archs=DEFAULT_ARCHS, dtypes=("float32", "float64")) -> list[VariantReport]:
+def run(archs=DEFAULT_ARCHS, dtypes=DTYPES) -> list[VariantReport]:
     """Compile and analyse every variant for every architecture."""
     return [report_variant(np.dtype(dt), arch) for dt in dtypes for arch in archs]
 

@@ -240,7 +240,7 @@ def test_bad_tile_parameters(params, message):
 
 
 def test_production_parameters_are_valid():
-    assert set(PRODUCTION) == set(ooc_cuda.SUPPORTED_DTYPES)
+    assert set(PRODUCTION) == set(ooc_cuda.COMPUTE_DTYPES)
     for params in PRODUCTION.values():
         params.check()
         assert params.threads == (16, 16)

@@ -93,7 +93,7 @@ def test_kernels_compile_for_sm90_without_spills_and_meet_targets():
     assert result["problems"] == [], result["problems"]
     assert done.returncode == 0
     variants = {v["dtype"]: v for v in result["variants"] if v["arch"] == "sm_90"}
-    assert set(variants) == {"float32", "float64"}
+    assert set(variants) == {"float32", "float64", "complex64", "complex128"}
     for v in variants.values():
         assert v["compiled"], v["error"]
         assert v["spill_stores"] == v["spill_loads"] == v["local_bytes"] == 0
@@ -103,6 +103,7 @@ def test_kernels_compile_for_sm90_without_spills_and_meet_targets():
     assert f32["fma_share"] >= report.MIN_FMA_SHARE
     assert f32["shared_loads_128"] == f32["shared_loads"]  # every shared load is 128-bit wide
     assert f32["float64_ops"] == 0  # accumulates in float32
+    assert variants["complex64"]["loop"]["float64_ops"] == 0  # and complex64 in float32 parts
     # registers allow two 256-thread blocks per SM (65536 registers)
     assert variants["float32"]["registers"] <= 128
 

@@ -63,5 +63,5 @@ def test_wrong_shape_of_c(tmp_path):
     write_zarr(tmp_path / "a.zarr", random_matrix(rng, (4, 3), "float32"), (2, 2))
     write_zarr(tmp_path / "b.zarr", random_matrix(rng, (3, 5), "float32"), (2, 2))
     write_zarr(tmp_path / "c.zarr", random_matrix(rng, (4, 4), "float32"), (2, 2))
-    with pytest.raises(InputError, match=r"C is \(4, 4\) but A @ B is \(4, 5\)"):
+    with pytest.raises(InputError, match=r"C is \(4, 4\) but the product \(A @ B\) is \(4, 5\)"):
         verify(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr")

@@ -1,0 +1,221 @@
+"""The dtypes of a product: what it is accumulated in, what it is written as, and why.
+
+``out = alpha * op(A) @ op(B) + beta * addend`` takes the result type numpy
+gives its operands (``np.result_type(A, B[, addend])``), with three rules:
+
+* **float32, float64, complex64, complex128** results are accumulated in that
+  dtype by BLAS (or the GPU kernel).
+* **float16** results are accumulated in float32 (each panel is converted as it
+  is read) and written as float32, unless ``out_dtype="float16"`` is asked; then
+  each element is rounded once, at the end.
+* **integer** results (int8, uint8 and int16 inputs) are exact: they are
+  accumulated in float64, where every partial sum is an integer of magnitude at
+  most ``|alpha|·k·max|a|·max|b| + |beta|·max|addend|`` (the largest magnitudes
+  the dtypes allow).  Integers up to ``2**53`` are exact in float64, so a
+  product whose bound is at most ``2**53`` is computed exactly at BLAS speed and
+  written as int32 when the bound fits in int32, else int64.  For int8 inputs
+  that is every ``k`` below ``2**39``.  A product whose bound exceeds ``2**53``
+  is refused.  Wider integers (int32, int64, uint16 and up) are refused.
+
+This module is pure numpy arithmetic on dtypes: it reads no data.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from outofcore.errors import InputError
+
+#: Dtypes BLAS and the GPU kernels accumulate in.
+COMPUTE_DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
+#: Integer inputs multiplied exactly (through float64).
+EXACT_INTEGERS = tuple(np.dtype(t) for t in ("int8", "uint8", "int16"))
+#: Every input dtype a product takes.
+INPUT_DTYPES = (np.dtype("float16"), *COMPUTE_DTYPES, *EXACT_INTEGERS)
+#: An addend may also be int32 (a previous integer result, for instance).
+ADDEND_DTYPES = (*INPUT_DTYPES, np.dtype("int32"))
+#: Largest integer every smaller one of which float64 holds exactly.
+EXACT_FLOAT64 = 2**53
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ProductTypes:
+    """How one product is typed.
+
+    Attributes
+    ----------
+    compute
+        The dtype panels are converted to and accumulated in.
+    output
+        The dtype the output is written in.
+    exact
+        Whether the product is an exact integer one.
+    bound
+        For an exact product, the largest magnitude any partial result can reach.
+    """
+
+    compute: np.dtype
+    output: np.dtype
+    exact: bool = False
+    bound: int | None = None
+
+    def unit_roundoff(self) -> float:
+        """Unit roundoff of the accumulation (0 for an exact product)."""
+        return 0.0 if self.exact else float(np.finfo(self.compute).eps) / 2
+
+    def output_roundoff(self) -> float:
+        """Unit roundoff added by writing the result (0 unless the output is coarser)."""
+        if self.output.kind in "iu":
+            return 0.0
+        unit = float(np.finfo(self.output).eps) / 2
+        return unit if self.exact or unit > self.unit_roundoff() else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready values for the job record."""
+        return {
+            "compute": str(self.compute),
+            "output": str(self.output),
+            "exact": self.exact,
+            "bound": self.bound,
+        }
+
+
+def check_input_dtype(
+    dtype: Any, what: str, allowed: tuple[np.dtype, ...] = INPUT_DTYPES
+) -> np.dtype:
+    """Return ``dtype`` as a numpy dtype if a product takes it, else raise saying what to do."""
+    dtype = np.dtype(dtype)
+    if dtype in allowed:
+        return dtype
+    if dtype.kind in "iu":
+        raise InputError(
+            f"{what} has dtype {dtype}; outofcore multiplies integers exactly only up to "
+            "16 bits (int8, uint8, int16), through float64 BLAS whose partial sums are exact "
+            "below 2**53; products of wider integers are not. Convert to int16 if the values "
+            "fit, or to float64 for a rounded result"
+        )
+    raise InputError(
+        f"{what} has dtype {dtype}; outofcore multiplies float16/32/64, complex64/128, "
+        "int8, uint8 and int16. Convert it first, e.g. write A.astype('float64') to a new "
+        "zarr array"
+    )
+
+
+def product_types(
+    a: Any,
+    b: Any,
+    k: int,
+    *,
+    addend: Any = None,
+    alpha: complex = 1.0,
+    beta: complex = 0.0,
+    out_dtype: Any = None,
+) -> ProductTypes:
+    """The dtypes of ``alpha * A @ B + beta * addend`` with inner dimension ``k``.
+
+    ``a``, ``b`` and ``addend`` are dtypes (or anything ``np.dtype`` takes).
+
+    Raises
+    ------
+    InputError
+        For an input dtype not taken, a complex scale on a real product, a
+        fractional scale on an integer one, an integer product that float64
+        cannot hold exactly, or an ``out_dtype`` the result cannot be written as.
+    """
+    dtypes = {"A": a, "B": b} | ({} if addend is None else {"the addend": addend})
+    dtypes = {
+        name: check_input_dtype(
+            dtype, name, ADDEND_DTYPES if name == "the addend" else INPUT_DTYPES
+        )
+        for name, dtype in dtypes.items()
+    }
+    alpha, beta = check_scale(alpha, "alpha"), check_scale(beta, "beta")
+    result = np.result_type(*dtypes.values())
+    scales = [("alpha", alpha), ("beta", beta)]
+    if result.kind != "c":
+        for name, value in scales:
+            if isinstance(value, complex) and value.imag:
+                raise InputError(
+                    f"{name} = {value} is complex but the product is {result}; "
+                    "use complex64 or complex128 inputs for complex scaling"
+                )
+    if result.kind in "iu":
+        types = _exact_types(dtypes, k, alpha, beta)
+    else:
+        compute = np.dtype("float32") if result == np.float16 else result
+        types = ProductTypes(compute=compute, output=compute)
+    return _with_output(types, out_dtype, dtypes)
+
+
+def check_scale(value: Any, name: str) -> float | complex:
+    """``value`` as a Python float (or complex), if it is a finite number; else InputError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Number):
+        raise InputError(f"{name} = {value!r}: need a number")
+    value = complex(value) if isinstance(value, complex | np.complexfloating) else float(value)
+    if isinstance(value, complex) and not value.imag:
+        value = value.real
+    if not np.isfinite(value):
+        raise InputError(f"{name} = {value}: need a finite number")
+    return value
+
+
+def _exact_types(dtypes: dict[str, np.dtype], k: int, alpha: float, beta: float) -> ProductTypes:
+    """An integer product through float64, if every partial result is exact there."""
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if not float(value).is_integer():
+            raise InputError(
+                f"{name} = {value} is not a whole number, so the integer product "
+                f"({', '.join(f'{n} {d}' for n, d in dtypes.items())}) cannot stay exact; "
+                "use a whole number, or convert the inputs to float"
+            )
+    largest = {name: _largest_magnitude(dtype) for name, dtype in dtypes.items()}
+    bound = abs(int(alpha)) * k * largest["A"] * largest["B"]
+    if "the addend" in largest:
+        bound += abs(int(beta)) * largest["the addend"]
+    if bound > EXACT_FLOAT64:
+        raise InputError(
+            f"the integer product of A ({dtypes['A']}) and B ({dtypes['B']}) with k = {k} "
+            f"and alpha = {alpha:g} can reach {bound}, beyond 2**53 = {EXACT_FLOAT64}, the "
+            "largest integer float64 holds exactly; split k into parts and add them, "
+            "or convert the inputs to float64 for a rounded result"
+        )
+    output = np.dtype("int32") if bound <= INT32_MAX else np.dtype("int64")
+    return ProductTypes(compute=np.dtype("float64"), output=output, exact=True, bound=bound)
+
+
+def _largest_magnitude(dtype: np.dtype) -> int:
+    info = np.iinfo(dtype)
+    return max(abs(int(info.min)), int(info.max))
+
+
+def _with_output(types: ProductTypes, out_dtype: Any, dtypes: dict[str, np.dtype]) -> ProductTypes:
+    """``types`` written as ``out_dtype`` when asked, if the result can be written so."""
+    if out_dtype is None:
+        return types
+    try:
+        wanted = np.dtype(out_dtype)
+    except TypeError:
+        raise InputError(f"out_dtype = {out_dtype!r} is not a dtype") from None
+    natural = types.output
+    if types.exact:
+        fits = wanted.kind in "iu" and (
+            int(np.iinfo(wanted).max) >= types.bound and -int(np.iinfo(wanted).min) >= types.bound
+        )
+        if not (fits or wanted.kind in "fc"):
+            raise InputError(
+                f"out_dtype = {wanted}: this integer product can reach {types.bound}, which "
+                f"{wanted} does not hold; use int64 ({natural} is the default here)"
+            )
+    elif wanted.kind != natural.kind or wanted not in INPUT_DTYPES:
+        kinds = {"f": "float16, float32 or float64", "c": "complex64 or complex128"}
+        raise InputError(
+            f"out_dtype = {wanted}: a {natural} result "
+            f"({', '.join(f'{n} {d}' for n, d in dtypes.items())}) is written as "
+            f"{kinds[natural.kind]}"
+        )
+    return ProductTypes(types.compute, wanted, types.exact, types.bound)

@@ -1,0 +1,219 @@
+"""What a job computes: ``out = alpha * op(A) @ op(B) + beta * addend``, checked once.
+
+:class:`Product` holds the opened operands with their transpose flags, the
+scales and the addend, and the dtypes the product is accumulated and written
+in (:mod:`outofcore.dtypes`).  ``op(A)`` is ``A`` or ``A.T``: a transposed
+operand is never copied; a panel of ``A.T`` is a region of ``A``, read as it
+is stored and handed to BLAS (or the GPU engine) as a transposed view.
+
+The client opens a product (every check runs before any work), tile tasks
+carry it to the workers, and :meth:`Product.finish_rows` turns accumulated
+rows of a tile into the values written: scaled, the addend's rows added,
+converted to the output dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zarr
+
+from outofcore import arrays
+from outofcore.dtypes import ADDEND_DTYPES, ProductTypes, check_scale, product_types
+from outofcore.engines import check_product
+from outofcore.errors import InputError
+from outofcore.reading import read_converted
+from scheduler.plan import Problem
+
+
+@dataclass(frozen=True)
+class _OpView:
+    """Shape, dtype and chunk grid of ``op(X)``, as the checks and the plan see it."""
+
+    shape: tuple[int, int]
+    dtype: np.dtype
+    chunks: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Product:
+    """``alpha * op(A) @ op(B) + beta * addend`` on opened zarr arrays.
+
+    Build one with :meth:`open`; the fields are then consistent and checked.
+    """
+
+    a: zarr.Array
+    b: zarr.Array
+    types: ProductTypes
+    transpose_a: bool = False
+    transpose_b: bool = False
+    alpha: float | complex = 1.0
+    beta: float | complex = 0.0
+    addend: zarr.Array | None = None
+
+    @classmethod
+    def open(
+        cls,
+        a: arrays.ArrayLike,
+        b: arrays.ArrayLike,
+        *,
+        transpose_a: bool = False,
+        transpose_b: bool = False,
+        alpha: float | complex = 1.0,
+        beta: float | complex = 0.0,
+        addend: arrays.ArrayLike | None = None,
+        out_dtype: Any = None,
+    ) -> Product:
+        """Open and check the operands; nothing is written.
+
+        Raises
+        ------
+        InputError
+            Naming the shapes, dtypes, scales or paths that do not make a product:
+            inner dimensions that differ, a dtype not taken, ``beta != 0``
+            without an addend (or an addend with ``beta == 0``), an addend of
+            another shape, or an addend that is A or B.
+        """
+        for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b)):
+            if not isinstance(flag, bool | np.bool_):
+                raise InputError(f"{name} = {flag!r}: need True or False")
+        a_array, b_array = arrays.open_input(a, "A"), arrays.open_input(b, "B")
+        op_a = _op(a_array, transpose_a)
+        op_b = _op(b_array, transpose_b)
+        m, n, k = check_product(op_a, op_b, names=_names(transpose_a, transpose_b), one_dtype=False)
+        addend_array = None
+        if addend is not None:
+            addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)
+            arrays.check_distinct(addend_array, {"A": a_array, "B": b_array}, "the addend")
+            if tuple(addend_array.shape) != (m, n):
+                raise InputError(
+                    f"the addend ({arrays.describe(addend_array)}) has shape "
+                    f"{tuple(addend_array.shape)}; the output is ({m}, {n})"
+                )
+        types = product_types(
+            a_array.dtype,
+            b_array.dtype,
+            k,
+            addend=None if addend_array is None else addend_array.dtype,
+            alpha=alpha,
+            beta=beta,
+            out_dtype=out_dtype,
+        )
+        if beta != 0 and addend_array is None:
+            raise InputError(f"beta = {beta} needs an addend (out = alpha*A@B + beta*addend)")
+        if beta == 0 and addend_array is not None:
+            raise InputError(
+                f"an addend ({arrays.describe(addend_array)}) was given with beta = 0, so it "
+                "would be ignored; pass beta (e.g. 1.0) or leave the addend out"
+            )
+        return cls(
+            a=a_array,
+            b=b_array,
+            types=types,
+            transpose_a=bool(transpose_a),
+            transpose_b=bool(transpose_b),
+            alpha=check_scale(alpha, "alpha"),
+            beta=check_scale(beta, "beta"),
+            addend=addend_array,
+        )
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape of the output."""
+        return self.a.shape[1 if self.transpose_a else 0], self.b.shape[
+            0 if self.transpose_b else 1
+        ]
+
+    @property
+    def k(self) -> int:
+        """The inner dimension."""
+        return self.a.shape[0 if self.transpose_a else 1]
+
+    @property
+    def inputs(self) -> dict[str, zarr.Array]:
+        """Every array read (A, B and the addend when there is one), by name."""
+        named = {"A": self.a, "B": self.b}
+        return named if self.addend is None else {**named, "addend": self.addend}
+
+    @property
+    def scaled(self) -> bool:
+        """Whether finished rows need more than a plain write (scale, addend or conversion)."""
+        return self.alpha != 1 or self.addend is not None or self.types.output != self.types.compute
+
+    def problem(self, out: zarr.Array | None = None) -> Problem:
+        """The plan's view: shapes, ``op`` chunk grids, element sizes and buffers."""
+        compute = self.types.compute
+        a_chunks, b_chunks = (
+            _op(self.a, self.transpose_a).chunks,
+            _op(self.b, self.transpose_b).chunks,
+        )
+        staged = [x.dtype.itemsize if x.dtype != compute else 0 for x in (self.a, self.b)]
+        block_extra = 0
+        if self.types.output != compute:
+            block_extra += self.types.output.itemsize
+        if self.addend is not None:
+            block_extra += compute.itemsize
+            if self.addend.dtype != compute:
+                block_extra += self.addend.dtype.itemsize
+        m, n = self.shape
+        return Problem(
+            m=m,
+            k=self.k,
+            n=n,
+            itemsize=compute.itemsize,
+            a_chunks=a_chunks,
+            b_chunks=b_chunks,
+            out_grid=arrays.output_grid(out) if out is not None else None,
+            read_itemsizes=(self.a.dtype.itemsize, self.b.dtype.itemsize),
+            staging=(staged[0], staged[1]),
+            out_itemsize=self.types.output.itemsize,
+            block_extra=block_extra,
+            addend_itemsize=0 if self.addend is None else self.addend.dtype.itemsize,
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready description (job identity and the output's record)."""
+        return {
+            "transpose_a": self.transpose_a,
+            "transpose_b": self.transpose_b,
+            "alpha": _json_number(self.alpha),
+            "beta": _json_number(self.beta),
+            "addend": None if self.addend is None else arrays.describe(self.addend),
+            **self.types.summary(),
+        }
+
+    def finish_rows(self, rows: np.ndarray, origin: tuple[int, int]) -> np.ndarray:
+        """The values to write for accumulated ``rows`` of the output at ``origin``.
+
+        ``rows`` (accumulation dtype) is scaled in place by ``alpha``; the
+        addend's matching region, times ``beta``, is added; the result is
+        converted to the output dtype (exact for an integer product).
+        """
+        if self.alpha != 1:
+            rows *= self.alpha
+        if self.addend is not None:
+            (r0, c0), (h, w) = origin, rows.shape
+            addend = np.empty(rows.shape, self.types.compute)
+            read_converted(self.addend, (slice(r0, r0 + h), slice(c0, c0 + w)), addend)
+            if self.beta != 1:
+                addend *= self.beta
+            rows += addend
+        if self.types.output == rows.dtype:
+            return rows
+        return rows.astype(self.types.output)
+
+
+def _op(array: zarr.Array, transposed: bool) -> _OpView:
+    """The view of ``array`` or of its transpose (nothing is read)."""
+    step = -1 if transposed else 1
+    return _OpView(tuple(array.shape[::step]), np.dtype(array.dtype), tuple(array.chunks[::step]))
+
+
+def _names(transpose_a: bool, transpose_b: bool) -> tuple[str, str, str]:
+    return ("A.T" if transpose_a else "A", "B.T" if transpose_b else "B", "C")
+
+
+def _json_number(value: float | complex) -> float | list[float]:
+    return [value.real, value.imag] if isinstance(value, complex) else value
