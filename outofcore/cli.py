@@ -51,12 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("b", help="path or URL of the zarr array B (k×n, or n×k with --transpose-b)")
     run.add_argument("-o", "--out", required=True, help="path or URL of the output C (m×n)")
     _add_product(run)
-    run.add_argument(
-        "--out-dtype",
-        metavar="DTYPE",
-        help="write C in this dtype, e.g. float16 (default: the product's own: float32 for "
-        "float16 inputs, int32 or int64 for integer ones; see docs/api.md)",
-    )
+    _add_out_dtype(run)
     _add_memory(run, "1GiB")
     _add_device_memory(
         run,
@@ -106,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("a")
     plan.add_argument("b")
     _add_transposes(plan)
+    _add_out_dtype(plan)
     _add_memory(plan, "1GiB")
     plan.add_argument("--workers", type=int, default=1, help="workers the plan is made for")
     _add_device_memory(
@@ -168,6 +164,15 @@ def _add_product(parser: argparse.ArgumentParser) -> None:
         "--addend",
         metavar="PATH",
         help="zarr array D of C's shape: C = alpha*op(A)@op(B) + beta*D (read, never written)",
+    )
+
+
+def _add_out_dtype(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out-dtype",
+        metavar="DTYPE",
+        help="write C in this dtype, e.g. float16 (default: the product's own: float32 for "
+        "float16 inputs, int32 or int64 for integer ones; see docs/api.md)",
     )
 
 
@@ -269,7 +274,11 @@ def _plan(args: argparse.Namespace) -> int:
     from scheduler.plan import make_plan  # noqa: PLC0415
 
     product = Product.open(
-        args.a, args.b, transpose_a=args.transpose_a, transpose_b=args.transpose_b
+        args.a,
+        args.b,
+        transpose_a=args.transpose_a,
+        transpose_b=args.transpose_b,
+        out_dtype=args.out_dtype,
     )
     problem = product.problem()
 

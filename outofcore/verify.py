@@ -9,12 +9,17 @@ this process).
 ones).  If ``C = exact + E`` then ``C·r − (...)= E·r``.  Accumulated in a
 dtype of unit roundoff ``u``, ``|E_ij| ≤ γ·(|alpha|·‖a_i‖₂·‖b_j‖₂ + |beta|·|d_ij|)``
 and with random signs ``|(E·r)_i| ≲ γ·s_i`` where
-``s_i = |alpha|·‖a_i‖₂·‖op(B)‖_F + |beta|·‖d_i‖₂``.  We take
-``γ = 16·(√k·u + u_out)``, where ``u`` is the accumulation's unit roundoff
-(float32's for float16 inputs) and ``u_out`` that of an output written in a
-coarser dtype (float16 output: its rounding, once per element).  Row ``i``
-passes when ``|(C·r)_i − (...)_i| ≤ γ·s_i``; the report's
-``max_relative_residual`` is the largest left side over ``s_i``.  Rows where
+``s_i = |alpha|·‖a_i‖₂·‖op(B)‖_F + |beta|·‖d_i‖₂``, with ``γ = √k·u`` and
+``u`` the accumulation's unit roundoff (float32's for float16 inputs).  An
+output written in a coarser dtype (float16) rounds each element once more,
+by at most ``u_out·|c_ij|``: ``u_out·‖c_i‖₂`` for the row.  Row ``i`` passes when
+
+    |(C·r)_i − (...)_i|  ≤  16 · (√k·u·s_i + u_out·‖c_i‖₂);
+
+the report's ``tolerance`` is ``16·√k·u`` and ``max_relative_residual`` the
+largest left side over ``s_i + (u_out / (√k·u))·‖c_i‖₂`` (just ``s_i`` unless
+the output is coarser), so a row passes when its ratio is within the
+tolerance.  Rows where
 the reference is not finite (NaN or Inf in the inputs) must be non-finite in
 ``C·r`` too.
 
@@ -159,15 +164,25 @@ def _verify_rounded(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyRep
     a, b, c_d, addend = _operands(product, c, dtype)
     r = r.astype(np.float64)
     row_norms = da.sqrt((abs(a) ** 2).sum(axis=1))
+    c_norms = da.sqrt((abs(c_d) ** 2).sum(axis=1))
     b_frobenius = da.sqrt((abs(b) ** 2).sum())
     addend_norms = (
         da.zeros(product.shape[0]) if addend is None else (da.sqrt((abs(addend) ** 2).sum(axis=1)))
     )
     with dask.config.set(scheduler="threads"):
-        cr, abr, row_norms, b_frobenius, addend_norms = dask.compute(
-            c_d @ r, _reference(product, a, b, addend, r), row_norms, b_frobenius, addend_norms
+        cr, abr, row_norms, b_frobenius, addend_norms, c_norms = dask.compute(
+            c_d @ r,
+            _reference(product, a, b, addend, r),
+            row_norms,
+            b_frobenius,
+            addend_norms,
+            c_norms,
         )
+    types = product.types
+    accumulation = math.sqrt(product.k) * types.unit_roundoff()
     scale = abs(product.alpha) * row_norms * float(b_frobenius) + abs(product.beta) * addend_norms
+    if types.output_roundoff():
+        scale = scale + types.output_roundoff() / accumulation * np.nan_to_num(c_norms)
     scale = scale[:, None]
     expected_finite = np.isfinite(abr)
     got_finite = np.isfinite(cr)
@@ -175,8 +190,7 @@ def _verify_rounded(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyRep
     with np.errstate(invalid="ignore", divide="ignore"):
         residual = np.where(expected_finite & got_finite, np.abs(cr - abr), 0.0)
         relative = np.where(scale > 0, residual / scale, np.where(residual > 0, np.inf, 0.0))
-    types = product.types
-    tolerance = SAFETY * (math.sqrt(product.k) * types.unit_roundoff() + types.output_roundoff())
+    tolerance = SAFETY * accumulation
     bad_rows = np.flatnonzero((relative > tolerance).any(axis=1) | nonfinite_mismatch.any(axis=1))
     return VerifyReport(
         passed=bad_rows.size == 0,

@@ -39,14 +39,69 @@ def assert_product_close(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 
     |got - ref| <= 2 * k * u * (|a| @ |b|) elementwise, u the dtype's unit roundoff.
     """
-    ref = a.astype(np.float64) @ b.astype(np.float64)
-    bound = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
-    k = a.shape[1]
-    u = np.finfo(a.dtype).eps / 2
-    tolerance = 2 * k * u * bound + np.finfo(a.dtype).tiny
-    assert got.shape == ref.shape, (got.shape, ref.shape)
     assert got.dtype == a.dtype, (got.dtype, a.dtype)
-    excess = np.abs(got.astype(np.float64) - ref) - tolerance
+    assert_gemm_close(got, a, b, accumulated_in=a.dtype)
+
+
+def reference_gemm(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    alpha: complex = 1.0,
+    beta: complex = 0.0,
+    addend: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``alpha * op(a) @ op(b) + beta * addend`` and the magnitude its rounding scales with.
+
+    Exact int64 arithmetic when every operand is an integer (the magnitude is
+    then None); else float64, or complex128 when any operand is complex.
+    """
+    op_a, op_b = (a.T if transpose_a else a), (b.T if transpose_b else b)
+    operands = [op_a, op_b] + ([] if addend is None else [addend])
+    if all(x.dtype.kind in "iu" for x in operands):
+        ref = int(np.real(alpha)) * (op_a.astype(np.int64) @ op_b.astype(np.int64))
+        if addend is not None:
+            ref += int(np.real(beta)) * addend.astype(np.int64)
+        return ref, None
+    wide = np.complex128 if any(x.dtype.kind == "c" for x in operands) else np.float64
+    ref = alpha * (op_a.astype(wide) @ op_b.astype(wide))
+    size = abs(alpha) * (np.abs(op_a.astype(wide)) @ np.abs(op_b.astype(wide)))
+    if addend is not None:
+        ref = ref + beta * addend.astype(wide)
+        size = size + abs(beta) * np.abs(addend.astype(wide))
+    return ref, size
+
+
+def assert_gemm_close(
+    got: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    accumulated_in: np.dtype | str | None,
+    rounded_to: np.dtype | str | None = None,
+    **product,
+) -> None:
+    """``got`` equals :func:`reference_gemm` within the worst-case rounding bound.
+
+    ``accumulated_in`` is the dtype the test expects the product to be summed in
+    (None: exact, an integer product, compared for equality); ``rounded_to`` a
+    coarser output dtype that rounds each element once more.  Elementwise:
+    ``|got - ref| <= 2 * (k * u + u_out) * size``.
+    """
+    ref, size = reference_gemm(a, b, **product)
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    if accumulated_in is None:
+        assert got.dtype.kind in "iu", got.dtype
+        mismatch = np.argwhere(got.astype(np.int64) != ref)
+        assert mismatch.size == 0, f"{len(mismatch)} elements differ, first at {mismatch[:1]}"
+        return
+    k = a.shape[0] if product.get("transpose_a") else a.shape[1]
+    unit = np.finfo(np.dtype(accumulated_in)).eps / 2
+    out_unit = 0.0 if rounded_to is None else np.finfo(np.dtype(rounded_to)).eps / 2
+    tolerance = 2 * (k * unit + out_unit) * size + np.finfo(np.dtype(accumulated_in)).tiny
+    excess = np.abs(got.astype(ref.dtype) - ref) - tolerance
     worst = np.unravel_index(np.argmax(excess), excess.shape) if excess.size else None
     assert (excess <= 0).all(), f"largest error over tolerance at {worst}: {excess[worst]}"
 

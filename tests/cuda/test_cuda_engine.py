@@ -17,7 +17,13 @@ from outofcore.cuda.kernels import TileParams
 from outofcore.errors import BackendError, BudgetError, InputError
 from outofcore.tile import worker_engine
 from scheduler.device_plan import device_bytes
-from tests.helpers import assert_product_close, engine_protocol_gaps, random_matrix, write_zarr
+from tests.helpers import (
+    assert_gemm_close,
+    assert_product_close,
+    engine_protocol_gaps,
+    random_matrix,
+    write_zarr,
+)
 
 # tests/conftest.py turns numba's CUDA simulator on unless NUMBA_ENABLE_CUDASIM is set.
 pytestmark = pytest.mark.skipif(
@@ -340,3 +346,47 @@ def test_the_cuda_engine_has_the_whole_engine_protocol():
     assert engine.row_blocks is False  # whole tiles come back at finish_tile
     with pytest.raises(BackendError, match="multiplies whole tiles"):
         engine.accumulate_rows(0, [])
+
+
+@pytest.mark.parametrize(
+    ("a_dtype", "b_dtype", "accumulated"),
+    [
+        ("complex64", "complex64", "complex64"),
+        ("complex128", "float64", "complex128"),
+        ("float16", "float16", "float32"),
+        ("int8", "int8", None),
+    ],
+)
+def test_run_job_on_the_simulator_with_transposes_scales_and_dtypes(
+    tmp_path, monkeypatch, a_dtype, b_dtype, accumulated
+):
+    """Transposed panels (strided host views) and every compute dtype through the CUDA engine."""
+    from outofcore.generate import random_values
+
+    rng = np.random.default_rng(12)
+    a = random_values(rng, (17, 21), np.dtype(a_dtype))  # stored k x m: used as A.T
+    b = random_values(rng, (19, 17), np.dtype(b_dtype))  # stored n x k: used as B.T
+    d = random_values(rng, (21, 19), np.dtype(a_dtype))
+    for name, x, chunks in (("a", a, (4, 5)), ("b", b, (6, 4)), ("d", d, (5, 6))):
+        write_zarr(tmp_path / f"{name}.zarr", x, chunks)
+    engine = fresh_engine()
+    monkeypatch.setitem(panel_cache.this_thread().engines, "cuda", engine)
+    exact = accumulated is None
+    scales = {"alpha": 3 if exact else 0.5, "beta": -2 if exact else 1.5}
+    product = {"transpose_a": True, "transpose_b": True, **scales}
+    result = run_job(
+        str(tmp_path / "a.zarr"),
+        str(tmp_path / "b.zarr"),
+        str(tmp_path / "c.zarr"),
+        addend=str(tmp_path / "d.zarr"),
+        memory="1MiB",
+        backend="cuda",
+        client="sync",
+        progress=False,
+        tile=(10, 12),
+        tk=8,
+        device_memory=4096,
+        **product,
+    )
+    assert len(result.plan.tasks) == 6  # 21x19 in 10x12 tiles
+    assert_gemm_close(result.output[...], a, b, accumulated_in=accumulated, addend=d, **product)

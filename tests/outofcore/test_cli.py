@@ -113,3 +113,47 @@ def test_errors_are_one_line_with_status_two(tmp_path):
     assert out.stderr.startswith("outofcore: error: input A: no zarr array at")
     bad = outofcore("plan", "a", "b", "--memory", "lots")
     assert bad.returncode == 2 and "cannot read the size 'lots'" in bad.stderr
+
+
+def test_every_dtype_from_the_command_line_with_transposes_and_an_addend(tmp_path):
+    """random --dtype, plan, matmul and verify with --transpose-a/-b, --alpha/--beta/--addend."""
+    from tests.helpers import assert_gemm_close
+
+    cases = [  # (dtype, accumulated in (None: exact), output dtype, extra matmul options)
+        ("int8", None, "int32", []),
+        ("float16", "float32", "float16", ["--out-dtype", "float16"]),
+        ("complex64", "complex64", "complex64", []),
+    ]
+    for dtype, accumulated, output, extra in cases:
+        folder = tmp_path / dtype
+        x, d, c = (str(folder / name) for name in ("x.zarr", "d.zarr", "c.zarr"))
+        for path, shape, chunks, seed in ((x, "211,37", "50,9", "1"), (d, "37,37", "10,10", "2")):
+            made = outofcore(
+                "random", path, "--shape", shape, "--chunks", chunks, "--seed", seed,
+                "--dtype", dtype,
+            )  # fmt: skip
+            assert made.returncode == 0, made.stderr
+        plan = outofcore("plan", x, x, "--transpose-a", *extra, "--memory", "1MiB")
+        assert plan.returncode == 0, plan.stderr
+        assert "A.T 37x211" in plan.stdout and f"written as {output}" in plan.stdout
+        product = ["--transpose-a", "--alpha", "2", "--beta", "-1", "--addend", d]
+        run = outofcore("matmul", x, x, "-o", c, *product, *extra, "--memory", "1MiB", "--json")
+        assert run.returncode == 0, run.stderr
+        summary = json.loads(run.stdout)
+        assert summary["dtype"] == output and summary["product"]["transpose_a"] is True
+        checked = outofcore("verify", x, x, c, *product, "--json")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert json.loads(checked.stdout)["exact"] == (accumulated is None)
+        x_np, d_np = zarr.open_array(x)[...], zarr.open_array(d)[...]
+        assert_gemm_close(
+            zarr.open_array(c)[...], x_np, x_np, accumulated_in=accumulated,
+            rounded_to=output if extra else None, transpose_a=True, alpha=2, beta=-1,
+            addend=d_np,
+        )  # fmt: skip
+        # verify without the addend is a different product: it fails, exit status 1.
+        wrong = outofcore("verify", x, x, c, "--transpose-a", "--alpha", "2")
+        assert wrong.returncode == 1 and "FAILED" in wrong.stdout
+    refused = outofcore(
+        "matmul", x, x, "-o", str(tmp_path / "e.zarr"), "--transpose-a", "--beta", "2"
+    )
+    assert refused.returncode == 2 and "beta = 2.0 needs an addend" in refused.stderr
