@@ -14,7 +14,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from outofcore.resume import (
     open_journal,
 )
 from outofcore.spec import JobSpec
+from outofcore.stores import read_concurrency
 from outofcore.tile import RecordedJob, TileJob, TileResult, compute_and_record
 from scheduler.cluster import check_worker_memory, open_executor
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
@@ -92,7 +93,8 @@ def matmul(
         e.g. ``"512MiB"``; default 1 GiB), ``backend`` (``"auto"``, ``"cpu"``,
         ``"cuda"``, ``"cupy"``), ``workers``, ``overwrite``, ``progress``,
         ``output_codec`` (``"none"`` or ``"zstd"``), ``device_memory``,
-        ``gpus``, ``tile``, ``tk``, ``lease_timeout``.
+        ``gpus``, ``tile``, ``tk``, ``lease_timeout``, ``storage_options`` (fsspec
+        options of URLs: credentials, endpoint; docs/object-stores.md).
 
     Returns
     -------
@@ -130,15 +132,19 @@ def run_job(
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         tile, tk = tuple(start.document["tile"]), int(start.document["tk"])
     problem = operands.product.problem(start.existing)
+    # Chunk requests in flight per task (many on object stores): in the memory contract.
+    io = read_concurrency(operands.inputs.values())
     # Refuse a budget too small for the smallest tile before any cluster starts.
-    make_plan(problem, spec.memory, tile=tile, tk=tk)
+    make_plan(problem, spec.memory, tile=tile, tk=tk, io_concurrency=io)
 
     lease = Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout)
     with lease, _open_executor(client, spec) as executor:
         check_start_unchanged(start, operands.inspect(spec.overwrite))
         workers = executor.worker_shape()
         per_thread = spec.memory // workers.threads_per_worker
-        plan = make_plan(problem, per_thread, max(1, workers.workers), tile=tile, tk=tk)
+        plan = make_plan(
+            problem, per_thread, max(1, workers.workers), tile=tile, tk=tk, io_concurrency=io
+        )
         if not isinstance(executor, SynchronousExecutor):
             _check_shareable({**operands.product.inputs, "the output": start.existing})
             check_worker_memory(workers, plan.task_bytes)
@@ -172,6 +178,8 @@ class Operands:
     fingerprints: dict[str, Fingerprint]
     #: What must match for a rerun to resume (:func:`outofcore.resume.job_identity`).
     identity: dict[str, Any]
+    #: fsspec options of the output's URL (never written to the journal).
+    storage_options: arrays.StorageOptions = field(default=None, repr=False)
 
     @classmethod
     def open(
@@ -187,6 +195,7 @@ class Operands:
             beta=spec.beta,
             addend=spec.addend,
             out_dtype=spec.out_dtype,
+            storage_options=spec.storage_options,
         )
         inputs = product.inputs
         arrays.check_output_target(out, inputs)
@@ -199,10 +208,11 @@ class Operands:
             out=out,
             shape=product.shape,
             dtype=product.types.output,
-            journal=Journal.for_output(out),
+            journal=Journal.for_output(out, spec.storage_options),
             where=describe_output(out),
             fingerprints=fingerprints,
             identity=identity,
+            storage_options=spec.storage_options,
         )
 
     @property
@@ -220,6 +230,7 @@ class Operands:
             self.identity,
             overwrite,
             self.fingerprints,
+            self.storage_options,
         )
 
 
@@ -266,6 +277,7 @@ def _start_output(
             False,
             {ATTRIBUTE: record},
             spec.output_codec,
+            spec.storage_options,
         )
     else:
         output = start.existing

@@ -13,27 +13,25 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.errors import NodeTypeValidationError
-from zarr.storage import LocalStore, MemoryStore
+from zarr.storage import FsspecStore, LocalStore, MemoryStore
 
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
 from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.errors import InputError, OutputExistsError
+from outofcore.stores import is_remote, local_path, url_of, zarr_options
 
 ArrayLike = zarr.Array | str | os.PathLike
+#: fsspec options of URLs (credentials, endpoint), or None.
+StorageOptions = dict[str, Any] | None
 
-
-def is_remote(location: str) -> bool:
-    """Whether ``location`` is the URL of a store other than this machine's file system."""
-    return "://" in location and not location.startswith("file://")
-
-
-def local_path(location: str) -> str:
-    """The file-system path of a local ``location`` (a path, or a ``file://`` URL)."""
-    return location.removeprefix("file://")
+__all__ = ["ArrayLike", "StorageOptions", "is_remote", "local_path"]
 
 
 def open_input(
-    source: ArrayLike, name: str, dtypes: tuple[np.dtype, ...] | None = INPUT_DTYPES
+    source: ArrayLike,
+    name: str,
+    dtypes: tuple[np.dtype, ...] | None = INPUT_DTYPES,
+    storage_options: StorageOptions = None,
 ) -> zarr.Array:
     """Open input ``name`` (``"A"``, ``"B"``, ...) read-only and check it is 2-D.
 
@@ -45,13 +43,15 @@ def open_input(
         How error messages call this operand.
     dtypes
         The dtypes it may have (:func:`outofcore.dtypes.check_input_dtype`); None: any.
+    storage_options
+        fsspec options (credentials, endpoint) for a URL (:mod:`outofcore.stores`).
     """
     if isinstance(source, zarr.Array):
         array = source
     else:
         location = os.fspath(source)
         try:
-            array = zarr.open_array(location, mode="r")
+            array = zarr.open_array(location, mode="r", **zarr_options(location, storage_options))
         except FileNotFoundError:
             raise InputError(f"input {name}: no zarr array at {location!r}") from None
         except NodeTypeValidationError:
@@ -76,6 +76,8 @@ def describe(array: zarr.Array) -> str:
     store = array.store
     if isinstance(store, LocalStore):
         where = f"file://{os.path.realpath(os.fspath(store.root))}"
+    elif isinstance(store, FsspecStore):
+        where = url_of(store)
     else:
         where = str(store)
     if array.path:
@@ -159,12 +161,12 @@ def open_existing_output(
     return None
 
 
-def exists(location: str) -> bool:
+def exists(location: str, storage_options: StorageOptions = None) -> bool:
     """Whether anything is stored at ``location`` (a path or URL)."""
     if not is_remote(location):
         return os.path.exists(local_path(location))
     try:
-        zarr.open(location, mode="r")
+        zarr.open(location, mode="r", **zarr_options(location, storage_options))
     except (FileNotFoundError, KeyError, ValueError):
         return False
     return True
@@ -183,13 +185,16 @@ def create_output(
     overwrite: bool,
     attributes: dict[str, Any],
     codec: str = DEFAULT_OUTPUT_CODEC,
+    storage_options: StorageOptions = None,
 ) -> zarr.Array:
     """Create the output array (replacing an old one only when ``overwrite``).
 
-    ``codec`` is one of :data:`outofcore.codecs.OUTPUT_CODECS`.
+    ``codec`` is one of :data:`outofcore.codecs.OUTPUT_CODECS`; ``storage_options``
+    open a URL (:mod:`outofcore.stores`).
     """
     return zarr.create_array(
         os.fspath(target),
+        **zarr_options(os.fspath(target), storage_options),
         shape=shape,
         chunks=chunks,
         dtype=dtype,

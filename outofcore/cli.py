@@ -83,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         help="compression of a new output (default: %(default)s; zstd is zarr's default, "
         "about 8%% smaller on dense floats, slower to write and read)",
     )
+    _add_storage_options(run)
     _add_json(run)
     run.set_defaults(run=_matmul)
 
@@ -95,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     rand.add_argument("--seed", type=int, default=0)
     rand.add_argument("--overwrite", action="store_true")
+    _add_storage_options(rand)
     rand.set_defaults(run=_random)
 
     plan = commands.add_parser("plan", help="print the plan of A @ B for a memory budget")
@@ -109,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         "also show how a GPU with this much device memory cuts each "
         "host tile into device tiles, and the predicted PCIe bytes",
     )
+    _add_storage_options(plan)
     _add_json(plan)
     plan.set_defaults(run=_plan)
 
@@ -116,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
         "status", help="show the state of the job writing an output (tiles done, lease)"
     )
     status.add_argument("c", help="path or URL of the output C")
+    _add_storage_options(status)
     _add_json(status)
     status.set_defaults(run=_status)
 
@@ -126,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_product(check)
     check.add_argument("--rounds", type=int, default=2)
     check.add_argument("--seed", type=int)
+    _add_storage_options(check)
     _add_json(check)
     check.set_defaults(run=_verify)
 
@@ -210,6 +215,24 @@ def _add_device_memory(parser: argparse.ArgumentParser, text: str) -> None:
     parser.add_argument("--device-memory", type=_size, metavar="SIZE", help=text)
 
 
+def _add_storage_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option for every URL, repeatable: endpoint_url=http://host:9000, "
+        "key=..., secret=..., client_kwargs.region_name=us-east-1 (docs/object-stores.md); "
+        "s3fs also reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL",
+    )
+
+
+def _storage(args: argparse.Namespace) -> dict[str, Any] | None:
+    from outofcore.stores import parse_storage_options  # noqa: PLC0415
+
+    return parse_storage_options(args.storage_option)
+
+
 def _add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -247,6 +270,7 @@ def _matmul(args: argparse.Namespace) -> int:
         workers=args.workers,
         gpus=parse_gpus(args.gpus) if args.gpus else None,
         progress=not args.json,
+        storage_options=_storage(args),
     )
     result = run_job(args.a, args.b, args.out, spec, client=args.scheduler)
     _print(result.summary, args.json, _format_summary)
@@ -258,7 +282,13 @@ def _random(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     array = random_array(
-        args.path, args.shape, args.chunks, args.dtype, seed=args.seed, overwrite=args.overwrite
+        args.path,
+        args.shape,
+        args.chunks,
+        args.dtype,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        storage_options=_storage(args),
     )
     nbytes = array.nbytes
     print(
@@ -270,6 +300,7 @@ def _random(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from outofcore.product import Product  # noqa: PLC0415
+    from outofcore.stores import read_concurrency  # noqa: PLC0415
     from scheduler.model import scenarios  # noqa: PLC0415
     from scheduler.plan import make_plan  # noqa: PLC0415
 
@@ -279,10 +310,12 @@ def _plan(args: argparse.Namespace) -> int:
         transpose_a=args.transpose_a,
         transpose_b=args.transpose_b,
         out_dtype=args.out_dtype,
+        storage_options=_storage(args),
     )
     problem = product.problem()
 
-    plan = make_plan(problem, args.memory, args.workers)
+    io = read_concurrency(product.inputs.values())  # as a job plans: many requests on S3
+    plan = make_plan(problem, args.memory, args.workers, io_concurrency=io)
     summary = {
         **plan.summary(),
         "product": product.summary(),
@@ -297,7 +330,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from outofcore.api import job_status  # noqa: PLC0415
 
-    _print(job_status(args.c), args.json, _format_status)
+    _print(job_status(args.c, _storage(args)), args.json, _format_status)
     return 0
 
 
@@ -305,7 +338,13 @@ def _verify(args: argparse.Namespace) -> int:
     from outofcore.verify import verify  # noqa: PLC0415
 
     report = verify(
-        args.a, args.b, args.c, rounds=args.rounds, seed=args.seed, **_product_options(args)
+        args.a,
+        args.b,
+        args.c,
+        rounds=args.rounds,
+        seed=args.seed,
+        storage_options=_storage(args),
+        **_product_options(args),
     )
     _print(report.as_dict(), args.json, _format_verify)
     return 0 if report.passed else 1

@@ -11,15 +11,16 @@ Worker processes read their own environment: set the variables where the
 workers start (``dask worker``, the compose file); a LocalCluster's workers
 inherit the environment of the process that starts them.
 
-=====================  =======  ===============================================
-name                   default  meaning
-=====================  =======  ===============================================
-``connect-timeout``    10       seconds to wait for a scheduler address
-``read-retries``       3        extra attempts of a failed input read
-``read-retry-delay``   0.2      seconds before the first retry, doubling
-``lease-timeout``      60       seconds without heartbeat before a lease is dead
-``direct-writes``      1        0: write output chunk files via the page cache
-=====================  =======  ===============================================
+======================  =======  ===============================================
+name                    default  meaning
+======================  =======  ===============================================
+``connect-timeout``     10       seconds to wait for a scheduler address
+``read-retries``        3        extra attempts of a failed input read
+``read-retry-delay``    0.2      seconds before the first retry, doubling
+``lease-timeout``       60       seconds without heartbeat before a lease is dead
+``direct-writes``       1        0: write output chunk files via the page cache
+``remote-concurrency``  16       chunk requests in flight per task on object stores
+======================  =======  ===============================================
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "read-retry-delay": 0.2,
     "lease-timeout": 60.0,
     "direct-writes": True,
+    "remote-concurrency": 16,
 }
 
 config = Config("outofcore", defaults=[DEFAULTS], paths=[])

@@ -9,8 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import zarr
 
+from outofcore.arrays import exists
 from outofcore.dtypes import check_input_dtype
 from outofcore.errors import InputError, OutputExistsError
+from outofcore.stores import zarr_options
 
 
 def random_array(
@@ -21,6 +23,7 @@ def random_array(
     seed: int = 0,
     overwrite: bool = False,
     threads: int | None = None,
+    storage_options: dict | None = None,
 ) -> zarr.Array:
     """Write a ``shape`` array of random values to a new zarr array.
 
@@ -28,19 +31,26 @@ def random_array(
     integers uniform over the dtype's whole range.  Each chunk draws from its
     own generator seeded with ``(seed, i, j)``, so the values depend only on
     the seed, shape and chunks, never on the order chunks are written in;
-    memory use is a few chunks.
+    memory use is a few chunks.  ``path`` may be a URL opened with fsspec
+    ``storage_options`` (:mod:`outofcore.stores`).
     """
     if len(shape) != 2 or min(shape) < 1:
         raise InputError(f"shape {shape}: need two dimensions >= 1")
     if len(chunks) != 2 or min(chunks) < 1:
         raise InputError(f"chunks {chunks}: need two chunk sizes >= 1")
     np_dtype = check_input_dtype(dtype, f"random array {os.fspath(path)!r}")
-    if not overwrite and os.path.exists(os.fspath(path)):
+    location = os.fspath(path)
+    if not overwrite and exists(location, storage_options):
         raise OutputExistsError(
-            f"{os.fspath(path)!r} already exists; pass overwrite=True (--overwrite) to replace it"
+            f"{location!r} already exists; pass overwrite=True (--overwrite) to replace it"
         )
     array = zarr.create_array(
-        os.fspath(path), shape=shape, chunks=chunks, dtype=np_dtype, overwrite=overwrite
+        location,
+        shape=shape,
+        chunks=chunks,
+        dtype=np_dtype,
+        overwrite=overwrite,
+        **zarr_options(location, storage_options),
     )
     grid = [range(0, extent, step) for extent, step in zip(shape, chunks, strict=True)]
 

@@ -8,7 +8,9 @@ Layout, under the output array's own path in its store (next to ``zarr.json``)::
     _outofcore/lease.json                      which job writes the output now (lease.py)
 
 Everything goes through the zarr store API (``get``, ``set``, ``list_prefix``,
-``delete``), so any zarr store works; local paths are tested.  Only the
+``delete``), so any zarr store works; local paths and S3 (a moto server) are
+tested.  Writes that must have one winner (the lease, a tile's record) are
+conditional where the store offers it (:mod:`outofcore.stores`).  Only the
 client writes ``job.json``; each task writes its own tile record, after all
 the tile's chunks are written, so concurrent tasks never rewrite a shared
 object.  Records live under the journal's id: a fresh start (``overwrite``)
@@ -21,7 +23,6 @@ whether a job starts afresh or resumes a journal, and the worker entry
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -34,9 +35,9 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
-from zarr.storage import FsspecStore, LocalStore
+from zarr.storage import LocalStore
 
-from outofcore import arrays
+from outofcore import arrays, stores
 from outofcore.fingerprint import Fingerprint
 from outofcore.writing import naming_full_disk
 from scheduler.plan import TileTask
@@ -60,8 +61,11 @@ class Journal:
     prefix: str
 
     @classmethod
-    def for_output(cls, target: arrays.ArrayLike) -> Journal:
-        """The journal of an output given as a ``zarr.Array``, a local path or a URL.
+    def for_output(
+        cls, target: arrays.ArrayLike, storage_options: arrays.StorageOptions = None
+    ) -> Journal:
+        """The journal of an output given as a ``zarr.Array``, a local path or a URL
+        (opened with fsspec ``storage_options``).
 
         Nothing is read or written here.
         """
@@ -69,7 +73,7 @@ class Journal:
             return cls(store=target.store, prefix=target.path)
         location = os.fspath(target)
         if arrays.is_remote(location):
-            return cls(store=FsspecStore.from_url(location), prefix="")
+            return cls(store=stores.fsspec_store(location, storage_options), prefix="")
         return cls(store=LocalStore(arrays.local_path(location)), prefix="")
 
     # -- keys -------------------------------------------------------------------------
@@ -111,16 +115,44 @@ class Journal:
             return None
         return document if isinstance(document, dict) else None
 
-    def put_json(self, key: str, document: dict[str, Any], *, only_if_absent: bool = False) -> None:
-        """Write ``document`` at ``key`` (atomically on local stores)."""
-        buffer = default_buffer_prototype().buffer.from_bytes(
-            json.dumps(document, indent=1, sort_keys=True).encode()
-        )
+    def get_versioned(self, key: str) -> tuple[dict[str, Any] | None, bytes | None, str | None]:
+        """The JSON document at ``key``, its bytes, and its version for
+        :meth:`put_json`'s ``if_version`` (None where the store has no compare-and-swap)."""
+        data, version = sync(stores.get_versioned(self._reader(), key))
+        try:
+            document = None if data is None else json.loads(data)
+        except ValueError:
+            document = None
+        return (document if isinstance(document, dict) else None), data, version
+
+    def put_json(
+        self,
+        key: str,
+        document: dict[str, Any],
+        *,
+        only_if_absent: bool = False,
+        if_version: str | None = None,
+    ) -> bool | None:
+        """Write ``document`` at ``key`` (atomically on local stores).
+
+        ``only_if_absent``: only when nothing is there; ``if_version``: only
+        when the object is still the version :meth:`get_versioned` returned.
+        Returns whether it was written when the store knows (a conditional
+        write), else None.
+        """
+        data = json.dumps(document, indent=1, sort_keys=True).encode()
         with naming_full_disk(f"writing {key} of the job journal", self.local_folder):
+            if if_version is not None:
+                return sync(stores.put_if_unchanged(self.store, key, data, if_version))
             if only_if_absent:
-                sync(self.store.set_if_not_exists(key, buffer))
-            else:
-                sync(self.store.set(key, buffer))
+                return sync(stores.put_if_absent(self.store, key, data))
+            sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
+        return None
+
+    @property
+    def conditional_writes(self) -> str | None:
+        """How this journal's store creates an object only if absent atomically, or None."""
+        return stores.conditional_writes(self.store)
 
     def delete(self, key: str) -> None:
         """Remove the object at ``key`` if there is one."""
@@ -159,31 +191,20 @@ class Journal:
     def done_tiles(self, journal_id: str) -> set[str]:
         """Keys (``tile-I-J``) of the tiles recorded done under ``journal_id``."""
         folder = self.key(TILES_DIR, journal_id) + "/"
-        done = set()
-        for key in self.list_keys(folder):
-            name = key.rsplit("/", 1)[-1]
-            # Temporary files of writes in flight end otherwise; only whole records count.
-            if key.startswith(folder) and name.endswith(".json") and name.count(".") == 1:
-                done.add(name.removesuffix(".json"))
-        return done
+        names = (key[len(folder) :] for key in self.list_keys(folder) if key.startswith(folder))
+        return {name.removesuffix(".json") for name in names if _is_record(name)}
 
-    def tile_records(self, journal_id: str) -> list[dict[str, Any]]:
-        """Every tile record under ``journal_id`` (read concurrently)."""
-        keys = [self.tile_key(journal_id, tile) for tile in sorted(self.done_tiles(journal_id))]
-        reader = self._reader()
-        prototype = default_buffer_prototype()
+    def tile_times(self, journal_id: str, tile_rows: int | None = None) -> dict[str, float]:
+        """When each tile recorded under ``journal_id`` was recorded (NaN: unknown).
 
-        async def read_all() -> list[Any]:
-            return await asyncio.gather(*(reader.get(key, prototype=prototype) for key in keys))
-
-        records = []
-        for buffer in sync(read_all()) if keys else []:
-            if buffer is not None:
-                try:
-                    records.append(json.loads(buffer.to_bytes()))
-                except ValueError:
-                    continue
-        return records
+        From listings only, no record is read (:func:`outofcore.stores.list_times`);
+        with ``tile_rows`` (the plan's tiles down) one listing per row of tiles,
+        many in flight.
+        """
+        prefixes = [f"tile-{i}-" for i in range(tile_rows)] if tile_rows else [""]
+        folder = self.key(TILES_DIR, journal_id)
+        listed = sync(stores.list_times(self._reader(), folder, prefixes))
+        return {n.removesuffix(".json"): t for n, t in listed.items() if _is_record(n)}
 
     def record_tile(self, journal_id: str, task: TileTask, result: dict[str, Any]) -> None:
         """Mark ``task`` done with its figures; call only after every chunk is written."""
@@ -195,7 +216,8 @@ class Journal:
             "finished": time.time(),
             "result": result,
         }
-        self.put_json(self.tile_key(journal_id, task.key), record)
+        # A rerun of the task (Dask retried it) finds the first record there: it stays.
+        self.put_json(self.tile_key(journal_id, task.key), record, only_if_absent=True)
 
     # -- starting over ---------------------------------------------------------------
     def clear_journal(self) -> None:
@@ -244,6 +266,11 @@ class Journal:
                 continue
             except OSError:  # not empty
                 return
+
+
+def _is_record(name: str) -> bool:
+    """Whether ``name`` (in a tiles folder) is a whole tile record, not a write in flight."""
+    return "/" not in name and name.endswith(".json") and name.count(".") == 1
 
 
 def timestamp(seconds: float | None) -> str | None:

@@ -11,10 +11,14 @@ when the holder is dead:
 * the holder ran on this host and its process is gone (or its pid now belongs
   to a process started later), which is known at once.
 
-The lease is created with ``set_if_not_exists`` (an exclusive link on local
-stores), so two jobs starting together cannot both get it.  Taking over a
-dead lease deletes it only if it is unchanged since it was read, then creates
-it afresh the same way.
+The lease is created only if absent (an exclusive link on local stores,
+``If-None-Match: *`` on S3: :mod:`outofcore.stores`), so two jobs starting
+together cannot both get it.  Taking over a dead lease replaces it only if it
+is unchanged since it was read: on S3 one ``If-Match: <ETag>`` put, so of two
+jobs taking over one dead lease exactly one wins; elsewhere it is deleted if
+its bytes are unchanged (check, then delete) and created afresh the same way.
+A heartbeat on S3 rewrites the lease only if it is still the one this job
+read (``If-Match``), so it never overwrites a takeover.
 """
 
 from __future__ import annotations
@@ -221,16 +225,18 @@ class Lease:
         self._acquired = time.time()
         for _ in range(3):
             self.journal.put_json(self.key, self._info().as_document(), only_if_absent=True)
-            raw = self.journal.get_bytes(self.key)
-            holder = LeaseInfo.parse(self.journal.get_json(self.key))
+            document, raw, version = self.journal.get_versioned(self.key)
+            holder = LeaseInfo.parse(document)
             if holder is not None and holder.job_id == self.job_id:
                 self._held = True
                 self._start_heartbeat()
                 return
             if holder is not None and holder.dead_because() is None:
                 raise LeaseError(_refusal(holder, self.where))
-            # Dead (or unreadable): delete it only if nobody replaced it meanwhile.
-            if self.journal.get_bytes(self.key) == raw:
+            # Dead (or unreadable): replace it only if nobody replaced it meanwhile.
+            if version is not None:  # compare-and-swap: one of the jobs taking over wins
+                self.journal.put_json(self.key, self._info().as_document(), if_version=version)
+            elif self.journal.get_bytes(self.key) == raw:
                 self.journal.delete(self.key)
         raise LeaseError(
             f"could not take the lease of {self.where!r}: other jobs keep replacing it"
@@ -245,17 +251,23 @@ class Lease:
     def _beat(self) -> None:
         while not self._stop.wait(self.timeout / 4):
             try:
-                holder = read_lease(self.journal)
+                document, _, version = self.journal.get_versioned(self.key)
+                holder = LeaseInfo.parse(document)
                 if holder is None or holder.job_id != self.job_id:
-                    who = holder.describe() if holder else "nobody (it was deleted)"
-                    print(
-                        f"outofcore: warning: the lease of {self.where!r} is now held by {who}",
-                        file=sys.stderr,
-                    )
+                    self._warn_lost(holder)
                     return
-                self.journal.put_json(self.key, self._info().as_document())
+                beat = self._info().as_document()
+                if self.journal.put_json(self.key, beat, if_version=version) is False:
+                    self._warn_lost(read_lease(self.journal))  # replaced since it was read
+                    return
             except OSError as exc:  # a transient store error: try again next beat
                 print(f"outofcore: warning: lease heartbeat failed: {exc}", file=sys.stderr)
+
+    def _warn_lost(self, holder: LeaseInfo | None) -> None:
+        who = holder.describe() if holder else "nobody (it was deleted)"
+        print(
+            f"outofcore: warning: the lease of {self.where!r} is now held by {who}", file=sys.stderr
+        )
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lease if it is still this job's."""

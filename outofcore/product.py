@@ -65,8 +65,9 @@ class Product:
         beta: float | complex = 0.0,
         addend: arrays.ArrayLike | None = None,
         out_dtype: Any = None,
+        storage_options: arrays.StorageOptions = None,
     ) -> Product:
-        """Open and check the operands; nothing is written.
+        """Open and check the operands (URLs with fsspec ``storage_options``); nothing is written.
 
         Raises
         ------
@@ -79,13 +80,14 @@ class Product:
         for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b)):
             if not isinstance(flag, bool | np.bool_):
                 raise InputError(f"{name} = {flag!r}: need True or False")
-        a_array, b_array = arrays.open_input(a, "A"), arrays.open_input(b, "B")
+        a_array = arrays.open_input(a, "A", storage_options=storage_options)
+        b_array = arrays.open_input(b, "B", storage_options=storage_options)
         op_a = _op(a_array, transpose_a)
         op_b = _op(b_array, transpose_b)
         m, n, k = check_product(op_a, op_b, names=_names(transpose_a, transpose_b), one_dtype=False)
         addend_array = None
         if addend is not None:
-            addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)
+            addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES, storage_options)
             arrays.check_distinct(addend_array, {"A": a_array, "B": b_array}, "the addend")
             if tuple(addend_array.shape) != (m, n):
                 raise InputError(

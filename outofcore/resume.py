@@ -24,6 +24,7 @@ from outofcore.errors import InputError, OutputExistsError
 from outofcore.fingerprint import Fingerprint, changes
 from outofcore.journal import FORMAT, JOURNAL_DIR, Journal, timestamp
 from outofcore.lease import read_lease
+from outofcore.stores import zarr_options
 from scheduler.plan import Plan
 
 
@@ -191,8 +192,11 @@ def inspect_output(
     identity: dict[str, Any],
     overwrite: bool,
     fingerprints: dict[str, Fingerprint] | None = None,
+    storage_options: arrays.StorageOptions = None,
 ) -> Start:
     """Decide how to start on the output ``target``; reads, never writes.
+
+    ``storage_options`` open a URL ``target`` (:mod:`outofcore.stores`).
 
     * nothing there (or only a journal folder): a fresh start;
     * an incomplete output whose journal matches ``identity``: resume it;
@@ -217,10 +221,10 @@ def inspect_output(
         return Start(existing=existing, document=document)
 
     where = os.fspath(target)
-    if overwrite or not _holds_output(where):
+    if overwrite or not _holds_output(where, storage_options):
         return Start(existing=None, document=None, clear_output=True)
     try:
-        existing = zarr.open_array(where, mode="r+")
+        existing = zarr.open_array(where, mode="r+", **zarr_options(where, storage_options))
     except (FileNotFoundError, KeyError, ValueError, OSError, zarr.errors.NodeTypeValidationError):
         raise OutputExistsError(_exists_message(where, "it is not a zarr array")) from None
     document = journal.read_job()
@@ -245,10 +249,10 @@ def inspect_output(
     return Start(existing=existing, document=document)
 
 
-def _holds_output(where: str) -> bool:
+def _holds_output(where: str, storage_options: arrays.StorageOptions = None) -> bool:
     """Whether something other than a bare journal folder is at ``where``."""
     if arrays.is_remote(where):
-        return arrays.exists(where)
+        return arrays.exists(where, storage_options)
     local = arrays.local_path(where)
     if not os.path.exists(local):
         return False
@@ -332,8 +336,13 @@ def open_journal(
     return document, done
 
 
-def job_status(out: arrays.ArrayLike) -> dict[str, Any]:
+def job_status(
+    out: arrays.ArrayLike, storage_options: arrays.StorageOptions = None
+) -> dict[str, Any]:
     """The state of the job writing (or that wrote) the output ``out``, from its journal.
+
+    The tile records are listed, not read (:meth:`outofcore.journal.Journal.tile_times`):
+    a paged listing per row of tiles, many in flight, on an object store.
 
     Returns the tiles done and in total, when the job started and last made
     progress, whether it is complete, and who holds the lease (alive or not).
@@ -343,7 +352,7 @@ def job_status(out: arrays.ArrayLike) -> dict[str, Any]:
     InputError
         When there is no job journal at ``out``.
     """
-    journal = Journal.for_output(out)
+    journal = Journal.for_output(out, storage_options)
     where = describe_output(out)
     document = journal.read_job()
     if document is None or "journal_id" not in document:
@@ -351,8 +360,9 @@ def job_status(out: arrays.ArrayLike) -> dict[str, Any]:
             f"no outofcore job journal at {where!r}: no job has written there, or the output "
             "was made by an older version"
         )
-    records = journal.tile_records(document["journal_id"])
-    last = max((r.get("finished", 0.0) for r in records), default=None)
+    grid = (document.get("plan") or {}).get("tiles_grid")
+    finished = journal.tile_times(document["journal_id"], grid[0] if grid else None)
+    last = max((t for t in finished.values() if t == t), default=None)  # NaN: unknown
     holder = read_lease(journal)
     now = time.time()
     dead = holder.dead_because(now) if holder else None
@@ -368,7 +378,7 @@ def job_status(out: arrays.ArrayLike) -> dict[str, Any]:
         "output": where,
         "state": state,
         "complete": complete,
-        "tiles_done": len(records),
+        "tiles_done": len(finished),
         "tiles_total": document.get("tiles_total"),
         "tile": document.get("tile"),
         "tk": document.get("tk"),

@@ -8,7 +8,7 @@ opened, so a bad option fails at once with the value named.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from outofcore.dtypes import check_scale
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.lease import lease_timeout
+from outofcore.stores import check_storage_options
 from scheduler.gpu_cluster import parse_gpus
 
 
@@ -66,6 +67,10 @@ class JobSpec:
         Start one worker per listed GPU on this node instead of a CPU cluster.
     progress
         Show a progress bar on stderr (and announce a LocalCluster).
+    storage_options
+        fsspec options for every URL of the job (inputs, addend, output and
+        its journal), e.g. ``{"endpoint_url": ..., "key": ..., "secret": ...}``
+        for ``s3://`` (:mod:`outofcore.stores`); left out of the spec's repr.
     """
 
     transpose_a: bool = False
@@ -85,6 +90,7 @@ class JobSpec:
     workers: int | None = None
     gpus: tuple[int, ...] | None = None
     progress: bool = True
+    storage_options: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         device = self.device_memory
@@ -103,6 +109,7 @@ class JobSpec:
             "lease_timeout": lease_timeout(self.lease_timeout),
             "workers": None if self.workers is None else _positive(self.workers, "workers"),
             "gpus": None if self.gpus is None else _gpus(self.gpus),
+            "storage_options": check_storage_options(self.storage_options),
         }
         for name, value in parsed.items():
             object.__setattr__(self, name, value)

@@ -130,10 +130,15 @@ _configured: set[int] = set()
 
 
 def configure_io(io_concurrency: int) -> None:
-    """Cap zarr's own concurrency in this process, so decoding leaves cores to BLAS."""
+    """Cap zarr's own concurrency in this process, so decoding leaves cores to BLAS.
+
+    ``io_concurrency`` chunk requests in flight (many on object stores), decoded
+    by at most one thread per core.
+    """
     if io_concurrency in _configured:
         return
-    zarr.config.set({"async.concurrency": io_concurrency, "threading.max_workers": io_concurrency})
+    threads = min(io_concurrency, os.cpu_count() or 1)
+    zarr.config.set({"async.concurrency": io_concurrency, "threading.max_workers": threads})
     _configured.add(io_concurrency)
 
 

@@ -75,6 +75,7 @@ def verify(
     alpha: float | complex = 1.0,
     beta: float | complex = 0.0,
     addend: arrays.ArrayLike | None = None,
+    storage_options: arrays.StorageOptions = None,
 ) -> VerifyReport:
     """Check that ``c`` holds ``alpha * op(a) @ op(b) + beta * addend``, reading each once.
 
@@ -89,10 +90,12 @@ def verify(
         Seed of the random vectors (fresh ones when None).
     transpose_a, transpose_b, alpha, beta, addend
         The product, as given to :func:`outofcore.matmul`.
+    storage_options
+        fsspec options of URLs (credentials, endpoint; :mod:`outofcore.stores`).
     """
     if rounds < 1:
         raise arrays.InputError(f"rounds = {rounds}: need at least one round")
-    c_arr = arrays.open_input(c, "C", dtypes=None)
+    c_arr = arrays.open_input(c, "C", dtypes=None, storage_options=storage_options)
     product = Product.open(
         a,
         b,
@@ -102,6 +105,7 @@ def verify(
         beta=beta,
         addend=addend,
         out_dtype=c_arr.dtype,
+        storage_options=storage_options,
     )
     if tuple(c_arr.shape) != product.shape:
         raise arrays.InputError(

@@ -49,3 +49,27 @@ def outofcore_settings():
             stack.enter_context(config.set({k.replace("_", "-"): v for k, v in values.items()}))
 
         yield apply
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """One ``moto_server`` process (a real S3 API on loopback) for the session's tests."""
+    pytest.importorskip("moto.server", reason="moto[server] (the test extra) is not installed")
+    pytest.importorskip("s3fs", reason="s3fs (the s3 extra) is not installed")
+    from tests.helpers import MotoServer  # noqa: PLC0415
+
+    try:
+        server = MotoServer()
+    except RuntimeError as exc:
+        pytest.skip(f"cannot start moto_server here: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(moto_server, request):
+    """A fresh bucket on the session's moto server; its ``s3://`` URL."""
+    import re  # noqa: PLC0415
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    return moto_server.bucket(f"{name}-{os.getpid() % 10000}-{id(request) % 100000}")

@@ -1,0 +1,284 @@
+"""Object stores: URLs opened with storage options, conditional writes, fast listings.
+
+Remote arrays and journals are fsspec URLs (``s3://bucket/c.zarr``) opened
+through zarr's ``FsspecStore``.  Credentials and the endpoint come as users
+pass them to fsspec: ``storage_options`` (``{"key": ..., "secret": ...,
+"endpoint_url": ...}`` for s3fs), or the environment (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...), which s3fs reads
+itself.  An array opened with storage options keeps them: Dask pickles the
+store with its filesystem's options, so worker tasks open the same store.
+
+What must have one winner (the lease, a tile's record) is written with a
+conditional write where the store offers one (:func:`conditional_writes`):
+
+* S3 (s3fs): ``PutObject`` with ``If-None-Match: *`` creates an object only
+  when none is there, and with ``If-Match: <ETag>`` replaces it only when it
+  is unchanged since it was read; both are atomic in the server;
+* local disks (``LocalStore``): an exclusive hard link;
+* zarr's ``MemoryStore`` and ``ObjectStore``: their own atomic ``set_if_not_exists``.
+
+Any other fsspec filesystem (GCS, Azure, HTTP, ...) falls back to zarr's
+default ``set_if_not_exists``: check, then write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import zarr
+from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
+from zarr.storage import FsspecStore, LocalStore, MemoryStore
+
+from outofcore import config
+from outofcore.errors import InputError
+from scheduler.plan import DEFAULT_IO_CONCURRENCY
+
+#: Protocols whose filesystems (s3fs) do ``If-None-Match`` / ``If-Match`` puts.
+CONDITIONAL_PROTOCOLS = frozenset({"s3", "s3a"})
+#: Listing requests kept in flight at once (one per row of tiles) by :func:`list_times`.
+LISTING_CONCURRENCY = 32
+
+
+def is_remote(location: str) -> bool:
+    """Whether ``location`` is the URL of a store other than this machine's file system."""
+    return "://" in location and not location.startswith("file://")
+
+
+def local_path(location: str) -> str:
+    """The file-system path of a local ``location`` (a path, or a ``file://`` URL)."""
+    return location.removeprefix("file://")
+
+
+def check_storage_options(value: Any) -> dict[str, Any] | None:
+    """``value`` as a dict of fsspec storage options (None stays None).
+
+    Raises
+    ------
+    InputError
+        When it is not a mapping with text keys.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InputError(
+            f"storage_options = {value!r}: need a dict of fsspec options with text keys, "
+            "e.g. {'endpoint_url': 'http://127.0.0.1:9000', 'key': ..., 'secret': ...}"
+        )
+    return dict(value)
+
+
+def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any] | None:
+    """Storage options from ``KEY=VALUE`` texts (``--storage-option``); None when none.
+
+    A dotted key nests (``client_kwargs.region_name=us-east-1``); a value
+    that reads as JSON (``true``, ``10``, ``{"a": 1}``) is that value, any
+    other value is text.
+    """
+    options: dict[str, Any] = {}
+    for text in pairs:
+        key, sep, raw = text.partition("=")
+        if not sep or not key.strip():
+            raise InputError(
+                f"--storage-option {text!r}: need KEY=VALUE, e.g. endpoint_url=http://host:9000"
+            )
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        *parents, leaf = key.strip().split(".")
+        node = options
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise InputError(f"--storage-option {text!r}: {part!r} is already a value")
+            node = child
+        node[leaf] = value
+    return options or None
+
+
+def zarr_options(location: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Keyword arguments that give zarr's open and create functions ``storage_options``.
+
+    Empty for a local path (zarr refuses storage options there) or no options.
+    """
+    if storage_options and is_remote(location):
+        return {"storage_options": dict(storage_options)}
+    return {}
+
+
+def fsspec_store(
+    location: str, storage_options: Mapping[str, Any] | None = None, read_only: bool = False
+) -> FsspecStore:
+    """The zarr store of the URL ``location``."""
+    return FsspecStore.from_url(
+        location, storage_options=dict(storage_options or {}), read_only=read_only
+    )
+
+
+def url_of(store: FsspecStore, path: str = "") -> str:
+    """The URL of ``path`` in an fsspec store, e.g. ``s3://bucket/c.zarr``."""
+    full = "/".join(part for part in (store.path.rstrip("/"), path.strip("/")) if part)
+    return store.fs.unstrip_protocol(full)
+
+
+# -- conditional writes ------------------------------------------------------------------
+
+
+def _protocols(store: FsspecStore) -> set[str]:
+    protocol = store.fs.protocol
+    return {protocol} if isinstance(protocol, str) else set(protocol)
+
+
+def conditional_writes(store: Store) -> str | None:
+    """How ``store`` creates an object only if absent atomically, or None (check, then write)."""
+    if isinstance(store, FsspecStore):
+        if _protocols(store) & CONDITIONAL_PROTOCOLS:
+            return "If-None-Match (S3 conditional PutObject)"
+        return None
+    if isinstance(store, LocalStore):
+        return "exclusive hard link"
+    if isinstance(store, MemoryStore) or type(store).__name__ == "ObjectStore":
+        return f"{type(store).__name__}.set_if_not_exists"
+    return None
+
+
+def _s3_path(store: FsspecStore, key: str) -> str:
+    return "/".join(part for part in (store.path.rstrip("/"), key) if part)
+
+
+async def put_if_absent(store: Store, key: str, data: bytes) -> bool | None:
+    """Write ``data`` at ``key`` only when nothing is there.
+
+    Returns True (written) or False (something was there) on stores with an
+    atomic create; None where it is not known (zarr's ``set_if_not_exists``).
+    """
+    if isinstance(store, FsspecStore) and _protocols(store) & CONDITIONAL_PROTOCOLS:
+        if store.read_only:
+            raise OSError(f"the store {url_of(store)} is read-only")
+        for attempt in range(3):
+            try:
+                await store.fs._pipe_file(_s3_path(store, key), data, mode="create")
+                return True
+            except FileExistsError:
+                return False
+            except OSError as exc:  # 409 ConditionalRequestConflict: a create in flight
+                if "conflict" not in str(exc).lower() or attempt == 2:
+                    raise
+                await asyncio.sleep(0.05 * 2**attempt)
+    buffer = default_buffer_prototype().buffer.from_bytes(data)
+    await store.set_if_not_exists(key, buffer)
+    return None
+
+
+async def get_versioned(store: Store, key: str) -> tuple[bytes | None, str | None]:
+    """The object at ``key`` and its version (S3's ETag, read in the same request).
+
+    The version is None on stores without compare-and-swap (:func:`put_if_unchanged`).
+    """
+    if isinstance(store, FsspecStore) and _protocols(store) & CONDITIONAL_PROTOCOLS:
+        fs = store.fs
+        bucket, object_key, _ = fs.split_path(_s3_path(store, key))
+        await fs.set_session()
+        try:
+            response = await fs._call_s3("get_object", Bucket=bucket, Key=object_key)
+        except FileNotFoundError:
+            return None, None
+        async with response["Body"] as body:
+            data = await body.read()
+        return data, response.get("ETag")
+    buffer = await store.get(key, prototype=default_buffer_prototype())
+    return (None if buffer is None else buffer.to_bytes()), None
+
+
+async def put_if_unchanged(store: Store, key: str, data: bytes, version: str) -> bool:
+    """Replace the object at ``key`` only if its version is still ``version``.
+
+    Returns whether it was replaced.  Only for versions :func:`get_versioned`
+    returned (S3: ``If-Match: <ETag>``).
+    """
+    if not (isinstance(store, FsspecStore) and _protocols(store) & CONDITIONAL_PROTOCOLS):
+        raise InputError(f"{type(store).__name__} has no compare-and-swap write")
+    try:
+        await store.fs._pipe_file(_s3_path(store, key), data, IfMatch=version)
+    except FileNotFoundError:  # deleted since it was read
+        return False
+    except OSError as exc:  # 412 PreconditionFailed (If-Match), or 409 a write in flight
+        text = str(exc).lower()
+        if "pre-condition" in text or "precondition" in text or "conflict" in text:
+            return False
+        raise
+    return True
+
+
+# -- listings ----------------------------------------------------------------------------
+
+
+async def list_times(
+    store: Store, folder: str, prefixes: Iterable[str] = ("",)
+) -> dict[str, float]:
+    """Every object under ``folder`` whose name starts with one of ``prefixes``, with its
+    last-modified time (seconds since the epoch): names relative to ``folder``.
+
+    Listings only, no object is read: on an fsspec store one paged listing per
+    prefix (1000 names a request on S3), ``LISTING_CONCURRENCY`` of them in
+    flight; on a local disk one ``scandir``.  Other stores: None as the time.
+    """
+    folder = folder.strip("/")
+    if isinstance(store, LocalStore):
+        return await asyncio.to_thread(_local_times, os.path.join(os.fspath(store.root), folder))
+    if isinstance(store, FsspecStore):
+        root = _s3_path(store, folder)
+        limit = asyncio.Semaphore(LISTING_CONCURRENCY)
+
+        async def one(prefix: str) -> dict[str, Any]:
+            async with limit:
+                try:
+                    return await store.fs._find(root, detail=True, prefix=prefix)
+                except FileNotFoundError:
+                    return {}
+
+        found: dict[str, float] = {}
+        for listing in await asyncio.gather(*(one(prefix) for prefix in set(prefixes))):
+            for name, info in listing.items():
+                found[name[len(root) :].lstrip("/")] = _modified(info)
+        return found
+    keys = [key async for key in store.list_prefix(f"{folder}/")]
+    return {key[len(folder) + 1 :]: float("nan") for key in keys}
+
+
+def _local_times(path: str) -> dict[str, float]:
+    try:
+        with os.scandir(path) as entries:
+            return {e.name: e.stat().st_mtime for e in entries if e.is_file()}
+    except FileNotFoundError:
+        return {}
+
+
+def _modified(info: Mapping[str, Any]) -> float:
+    for field in ("LastModified", "last_modified", "mtime", "updated", "created"):
+        value = info.get(field)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, int | float):
+            return float(value)
+    return float("nan")
+
+
+# -- reads ---------------------------------------------------------------------------------
+
+
+def read_concurrency(arrays: Iterable[zarr.Array]) -> int:
+    """Chunks a task reads at once: the plan's default on local disks; with any input
+    on a remote store, the setting ``remote-concurrency`` (``$OUTOFCORE_REMOTE_CONCURRENCY``,
+    default 16) requests in flight, each with its chunk's buffers in the memory contract."""
+    for array in arrays:
+        store = array.store
+        if isinstance(store, FsspecStore) and not _protocols(store) & {"file", "local"}:
+            return int(config.number("remote-concurrency", integer=True, positive=True))
+    return DEFAULT_IO_CONCURRENCY

@@ -1,0 +1,250 @@
+"""Inputs, output, journal and lease on ``s3://``, against a real S3 API server (moto_server).
+
+Credentials and the endpoint reach the job the ways users pass them:
+``storage_options`` in the Python API, ``AWS_*`` environment variables and
+``--storage-option KEY=VALUE`` on the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import s3fs
+import zarr
+from zarr.core.sync import sync
+
+from outofcore import stores
+from outofcore.api import job_status, run_job
+from outofcore.journal import JOURNAL_DIR, Journal
+from outofcore.lease import LEASE_NAME, Lease, LeaseError
+from outofcore.verify import verify
+from tests.helpers import assert_product_close, cli, random_matrix, wait_for
+
+
+def put(url: str, data: np.ndarray, chunks: tuple[int, int], options: dict) -> None:
+    array = zarr.create_array(
+        url, shape=data.shape, chunks=chunks, dtype=data.dtype, storage_options=options
+    )
+    array[...] = data
+
+
+def fs_of(server) -> s3fs.S3FileSystem:
+    return s3fs.S3FileSystem(**server.options, skip_instance_cache=True)
+
+
+def test_job_on_s3_with_storage_options_on_a_local_cluster(moto_server, s3_bucket):
+    """A 2-worker LocalCluster reads A, B and writes C, journal and lease on S3."""
+    options = moto_server.options
+    rng = np.random.default_rng(11)
+    a, b = random_matrix(rng, (83, 61), "float32"), random_matrix(rng, (61, 47), "float32")
+    put(f"{s3_bucket}/a.zarr", a, (10, 9), options)  # ragged chunks, odd shapes
+    put(f"{s3_bucket}/b.zarr", b, (9, 8), options)
+    out = f"{s3_bucket}/c.zarr"
+    result = run_job(
+        f"{s3_bucket}/a.zarr",
+        f"{s3_bucket}/b.zarr",
+        out,
+        memory=48 * 1024,
+        workers=2,
+        progress=False,
+        storage_options=options,
+    )
+    summary = result.summary
+    assert summary["tiles"] > 4 and summary["tiles_computed"] == summary["tiles"]
+    assert summary["output"] == f"{s3_bucket}/c.zarr"
+    assert len({r.worker for r in result.results}) == 2  # both worker processes read S3
+    got = zarr.open_array(out, mode="r", storage_options=options)[...]
+    assert_product_close(got, a, b)
+
+    fs = fs_of(moto_server)
+    bucket = s3_bucket.removeprefix("s3://")
+    records = fs.find(f"{bucket}/c.zarr/{JOURNAL_DIR}/tiles")
+    assert len(records) == summary["tiles"]
+    assert not fs.exists(f"{bucket}/c.zarr/{JOURNAL_DIR}/{LEASE_NAME}")  # released
+    journal_text = b"".join(fs.cat(fs.find(f"{bucket}/c.zarr/{JOURNAL_DIR}")).values())
+    assert moto_server.SECRET.encode() not in journal_text  # credentials never written
+
+    state = job_status(out, options)
+    assert state["state"] == "complete" and state["tiles_done"] == summary["tiles"]
+    assert state["last_progress"] is not None
+    report = verify(f"{s3_bucket}/a.zarr", f"{s3_bucket}/b.zarr", out, storage_options=options)
+    assert report.passed
+
+
+def test_conditional_writes_on_s3(moto_server, s3_bucket):
+    """If-None-Match creates once; If-Match replaces only the version that was read."""
+    journal = Journal.for_output(f"{s3_bucket}/c.zarr", moto_server.options)
+    assert journal.conditional_writes and "If-None-Match" in journal.conditional_writes
+    key = journal.key("probe.json")
+    assert journal.put_json(key, {"n": 1}, only_if_absent=True) is True
+    assert journal.put_json(key, {"n": 2}, only_if_absent=True) is False
+    document, _, version = journal.get_versioned(key)
+    assert document == {"n": 1} and version
+    assert journal.put_json(key, {"n": 3}, if_version=version) is True
+    assert journal.put_json(key, {"n": 4}, if_version=version) is False  # stale version
+    assert journal.get_json(key) == {"n": 3}
+    # Local disks and memory create atomically too; other fsspec stores do not.
+    assert stores.conditional_writes(zarr.storage.MemoryStore()) is not None
+    memory = stores.fsspec_store("memory://outofcore-probe/c.zarr")
+    assert stores.conditional_writes(memory) is None
+
+
+def race(contenders: list, action) -> list:
+    """Run ``action(contender)`` in one thread each, released together; the results."""
+    barrier = threading.Barrier(len(contenders))
+    results: list = [None] * len(contenders)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = action(contenders[i])
+        except LeaseError as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(contenders))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+@pytest.mark.parametrize("round_", range(5))
+def test_leases_racing_on_s3_have_exactly_one_winner(moto_server, s3_bucket, round_):
+    """Eight jobs take one free lease at once, then eight take over one dead lease at once."""
+    journal = Journal.for_output(f"{s3_bucket}/c.zarr", moto_server.options)
+    leases = [Lease(journal, "c", f"job-{round_}-{i}", timeout=30) for i in range(8)]
+    results = race(leases, lambda lease: lease.acquire())
+    winners = [lease for lease, r in zip(leases, results, strict=True) if r is None]
+    assert len(winners) == 1, results
+    assert all(isinstance(r, LeaseError) for r in results if r is not None)
+    assert journal.get_json(journal.key(LEASE_NAME))["job_id"] == winners[0].job_id
+    winners[0]._stop.set()  # the holder dies: no more heartbeats, its lease stays
+    winners[0]._thread.join()
+
+    # Its heartbeat is now 'old' for 1 ms-timeout leases reading it: make it dead.
+    document = journal.get_json(journal.key(LEASE_NAME))
+    journal.put_json(journal.key(LEASE_NAME), {**document, "heartbeat": time.time() - 3600})
+    takers = [Lease(journal, "c", f"taker-{round_}-{i}", timeout=30) for i in range(8)]
+    results = race(takers, lambda lease: lease.acquire())
+    winners = [lease for lease, r in zip(takers, results, strict=True) if r is None]
+    assert len(winners) == 1, results
+    assert journal.get_json(journal.key(LEASE_NAME))["job_id"] == winners[0].job_id
+    winners[0].release()
+    assert journal.get_json(journal.key(LEASE_NAME)) is None
+
+
+def s3_inputs(server, bucket: str) -> tuple[str, str, str, np.ndarray, np.ndarray]:
+    """A (600x500) and B (500x330) in 50x50 chunks on S3: 84 tiles at --memory 400KiB."""
+    rng = np.random.default_rng(5)
+    a, b = random_matrix(rng, (600, 500), "float32"), random_matrix(rng, (500, 330), "float32")
+    put(f"{bucket}/a.zarr", a, (50, 50), server.options)
+    put(f"{bucket}/b.zarr", b, (50, 50), server.options)
+    return f"{bucket}/a.zarr", f"{bucket}/b.zarr", f"{bucket}/c.zarr", a, b
+
+
+def test_client_killed_mid_job_on_s3_then_rerun_resumes(moto_server, s3_bucket):
+    """SIGKILL ``outofcore matmul`` (credentials from the environment) mid-job; status
+    (``--storage-option``) shows it stopped with a dead lease; the rerun resumes."""
+    a_url, b_url, c_url, a, b = s3_inputs(moto_server, s3_bucket)
+    command = [a_url, b_url, "-o", c_url, "--memory", "400KiB", "--scheduler", "sync", "--json"]
+    env = {**os.environ, **moto_server.env, "OUTOFCORE_LEASE_TIMEOUT": "2"}
+    job = subprocess.Popen(
+        [sys.executable, "-m", "outofcore.cli", "matmul", *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    options = moto_server.options
+
+    def done() -> int:
+        try:
+            return job_status(c_url, options)["tiles_done"]
+        except Exception:  # noqa: BLE001 (no journal yet)
+            return 0
+
+    try:
+        wait_for(lambda: done() >= 10, 120, "10 tiles journaled on S3")
+        assert job.poll() is None, "the job finished before the kill; make it longer"
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+    killed_at = done()
+
+    flags = [
+        f"--storage-option=key={moto_server.KEY}",
+        f"--storage-option=secret={moto_server.SECRET}",
+    ]
+    flags.append(f"--storage-option=endpoint_url={moto_server.endpoint}")
+    status = cli("status", c_url, "--json", *flags)
+    assert status.returncode == 0, status.stderr
+    state = json.loads(status.stdout)
+    assert state["state"] == "stopped" and state["tiles_done"] == killed_at < state["tiles_total"]
+    assert state["lease"]["alive"] is False and "has exited" in state["lease"]["dead_because"]
+
+    rerun = cli("matmul", *command, *flags)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["tiles_skipped"] == killed_at > 0
+    assert summary["tiles_computed"] + summary["tiles_skipped"] == summary["tiles"]
+    assert_product_close(zarr.open_array(c_url, storage_options=options)[...], a, b)
+    checked = cli("verify", a_url, b_url, c_url, "--json", env=moto_server.env)
+    assert checked.returncode == 0 and json.loads(checked.stdout)["passed"] is True, checked
+
+
+def test_two_jobs_racing_for_one_output_on_s3_have_one_winner(moto_server, s3_bucket):
+    """Two ``outofcore matmul`` processes started together on one S3 output: one writes it,
+    the other is refused, and the output is right."""
+    a_url, b_url, c_url, a, b = s3_inputs(moto_server, s3_bucket)
+    command = [a_url, b_url, "-o", c_url, "--memory", "400KiB", "--scheduler", "sync", "--json"]
+    jobs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "outofcore.cli", "matmul", *command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **moto_server.env},
+        )
+        for _ in range(2)
+    ]
+    outcomes = [(job.wait(timeout=300), *job.communicate()) for job in jobs]
+    codes = sorted(code for code, _, _ in outcomes)
+    assert codes == [0, 2], outcomes
+    loser = next(err for code, _, err in outcomes if code == 2)
+    assert "another live job" in loser or "already exists" in loser or "changed while" in loser
+    winner = json.loads(next(out for code, out, _ in outcomes if code == 0))
+    assert winner["tiles_computed"] == winner["tiles"]
+    assert_product_close(zarr.open_array(c_url, storage_options=moto_server.options)[...], a, b)
+    assert job_status(c_url, moto_server.options)["state"] == "complete"
+
+
+def test_status_lists_records_instead_of_reading_them(moto_server, s3_bucket):
+    """1500 tile records over 30 rows of tiles: status counts them from listings."""
+    options = moto_server.options
+    journal = Journal.for_output(f"{s3_bucket}/c.zarr", options)
+    fs = fs_of(moto_server)
+    root = s3_bucket.removeprefix("s3://") + f"/c.zarr/{JOURNAL_DIR}"
+    document = {"journal_id": "j1", "tiles_total": 1800, "plan": {"tiles_grid": [30, 60]}}
+    fs.pipe(f"{root}/job.json", json.dumps(document).encode())
+    keys = {f"{root}/tiles/j1/tile-{i}-{j}.json": b"{}" for i in range(30) for j in range(50)}
+    keys[f"{root}/tiles/j1/tile-3-7.json.tmp123"] = b"{"  # a write in flight: not a record
+    keys[f"{root}/tiles/old/tile-0-0.json"] = b"{}"  # another journal's record
+    fs.pipe(keys)
+    started = time.perf_counter()
+    state = job_status(f"{s3_bucket}/c.zarr", options)
+    seconds = time.perf_counter() - started
+    assert state["tiles_done"] == 1500 and state["tiles_total"] == 1800
+    assert state["state"] == "stopped" and state["last_progress_seconds_ago"] < 600
+    times = journal.tile_times("j1", 30)
+    assert len(times) == 1500 and "tile-29-49" in times
+    assert seconds < 20, seconds
+    listed = sync(stores.list_times(journal.store, journal.key("tiles", "j1")))  # one listing
+    assert len(listed) == 1501 and {f"{tile}.json" for tile in times} <= listed.keys()
