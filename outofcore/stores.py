@@ -41,6 +41,10 @@ from scheduler.plan import DEFAULT_IO_CONCURRENCY
 
 #: Protocols whose filesystems (s3fs) do ``If-None-Match`` / ``If-Match`` puts.
 CONDITIONAL_PROTOCOLS = frozenset({"s3", "s3a"})
+#: Defaults under a user's options for ``s3://``: s3fs's ``max_concurrency > 1`` makes it
+#: send a HEAD before every whole-object GET (to split objects over 50 MiB into ranged
+#: reads), doubling the requests of a chunk read; chunks are far smaller.
+S3_DEFAULTS: dict[str, Any] = {"max_concurrency": 1}
 #: Listing requests kept in flight at once (one per row of tiles) by :func:`list_times`.
 LISTING_CONCURRENCY = 32
 
@@ -102,14 +106,20 @@ def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any] | None:
     return options or None
 
 
-def zarr_options(location: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Keyword arguments that give zarr's open and create functions ``storage_options``.
+def with_defaults(location: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``storage_options`` over this module's defaults for ``location``'s protocol."""
+    defaults = S3_DEFAULTS if location.split("://", 1)[0] in CONDITIONAL_PROTOCOLS else {}
+    return {**defaults, **(storage_options or {})}
 
-    Empty for a local path (zarr refuses storage options there) or no options.
+
+def zarr_options(location: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Keyword arguments that give zarr's open and create functions ``storage_options``
+    (over :data:`S3_DEFAULTS` for ``s3://``).
+
+    Empty for a local path (zarr refuses storage options there).
     """
-    if storage_options and is_remote(location):
-        return {"storage_options": dict(storage_options)}
-    return {}
+    options = with_defaults(location, storage_options) if is_remote(location) else {}
+    return {"storage_options": options} if options else {}
 
 
 def fsspec_store(
@@ -117,7 +127,7 @@ def fsspec_store(
 ) -> FsspecStore:
     """The zarr store of the URL ``location``."""
     return FsspecStore.from_url(
-        location, storage_options=dict(storage_options or {}), read_only=read_only
+        location, storage_options=with_defaults(location, storage_options), read_only=read_only
     )
 
 

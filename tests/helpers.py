@@ -213,70 +213,15 @@ def engine_protocol_gaps(engine) -> set[str]:
     return {name for name in wanted if not hasattr(engine, name)}
 
 
-class MotoServer:
-    """A real S3 API server (``moto_server``) on a free loopback port, in its own process.
+def _s3_local():
+    """benchmarks/s3_local.py (a moto_server process and a delaying proxy), loaded by path."""
+    import importlib.util  # noqa: PLC0415
 
-    ``options`` are the fsspec storage options that reach it; ``env`` the same as
-    the AWS environment variables a user would set instead.
-    """
+    spec = importlib.util.spec_from_file_location("s3_local", ROOT / "benchmarks" / "s3_local.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("s3_local", module)
+    spec.loader.exec_module(module)
+    return module
 
-    KEY = "outofcore-test-key"
-    SECRET = "outofcore-test-secret"
 
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"moto_server exited with status {self.process.returncode}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(
-                        f"moto_server did not listen on port {self.port} in 30 s"
-                    ) from None
-                time.sleep(0.1)
-
-    @property
-    def options(self) -> dict:
-        return {"key": self.KEY, "secret": self.SECRET, "endpoint_url": self.endpoint}
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {
-            "AWS_ACCESS_KEY_ID": self.KEY,
-            "AWS_SECRET_ACCESS_KEY": self.SECRET,
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
-
-    def bucket(self, name: str) -> str:
-        """Create bucket ``name``; return its URL ``s3://name``."""
-        import boto3  # noqa: PLC0415 (moto's dependency, only with the test extra)
-
-        client = boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=self.KEY,
-            aws_secret_access_key=self.SECRET,
-            region_name="us-east-1",
-        )
-        client.create_bucket(Bucket=name)
-        return f"s3://{name}"
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+MotoServer = _s3_local().MotoServer
