@@ -160,11 +160,13 @@ class MotoServer:
     the AWS environment variables a user would set instead.
     """
 
+    #: moto's default account, which owns the buckets.
+    ACCOUNT = "123456789012"
     KEY = "outofcore-test-key"
     SECRET = "outofcore-test-secret"
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
@@ -222,7 +224,8 @@ class MotoServer:
             self.process.wait()
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]

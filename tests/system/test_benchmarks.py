@@ -275,3 +275,45 @@ def test_direct_chunk_reader_matches_zarr_with_ragged_edges_and_missing_chunks(t
     out = np.empty((10, 10), np.float32)
     read_panel(other, (slice(0, 10), slice(0, 10)), out)
     np.testing.assert_array_equal(out, other[...])
+
+
+def load_benchmark(name: str):
+    """``benchmarks/NAME.py`` as a module (its folder on ``sys.path``, as when run)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_latency_benchmark_runs_every_system_through_the_delaying_proxy(tmp_path, moto_server):
+    """benchmarks/latency.py --quick: local, delayed S3 (two settings) and dask.array."""
+    latency = load_benchmark("latency")
+    report = latency.main(["--quick", "--delay", "0.005", "--json", str(tmp_path / "l.json")])
+    assert json.loads((tmp_path / "l.json").read_text()) == report
+    systems = report["systems"]
+    assert set(systems) == set(latency.SYSTEMS)
+    assert systems["outofcore local"]["ratio_to_local"] == 1.0
+    assert systems["outofcore local"]["runs"][0]["requests"] == 0  # never touched S3
+    for name in ("outofcore S3", "outofcore S3, 2 in flight", "dask.array S3"):
+        assert systems[name]["median_seconds"] > 0
+        # At least every chunk of A and B (4x4 each) went through the proxy.
+        assert systems[name]["runs"][0]["requests"] >= 32, (name, systems[name])
+    assert "dask.array S3" in latency.format_table(report)
+
+
+def test_delay_proxy_delays_each_request_and_counts_it(moto_server):
+    s3_local = load_benchmark("s3_local")
+    import s3fs  # noqa: PLC0415
+
+    bucket = moto_server.bucket("proxy-probe").removeprefix("s3://")
+    with s3_local.DelayProxy(("127.0.0.1", moto_server.port), 0.1) as proxy:
+        fs = s3fs.S3FileSystem(
+            **{**moto_server.options, "endpoint_url": proxy.endpoint}, skip_instance_cache=True
+        )
+        fs.pipe(f"{bucket}/x", b"abc")
+        started = time.perf_counter()
+        for _ in range(3):
+            assert fs.cat_file(f"{bucket}/x", start=0, end=3) == b"abc"
+        took = time.perf_counter() - started
+    assert 0.3 <= took < 3, took  # three requests, 0.1 s each on the way in
+    assert proxy.counts.requests >= 4 and proxy.counts.bytes_down > 0
