@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import re
 import socket
 import subprocess
@@ -93,11 +94,12 @@ async def _serve(
         except OSError:
             client_w.close()
             return
-        await asyncio.gather(
-            _pipe_delayed(client_r, server_w, delay, counts),
-            _pipe(server_r, client_w, counts),
-            return_exceptions=True,
-        )
+        with contextlib.suppress(asyncio.CancelledError):  # the proxy is closing
+            await asyncio.gather(
+                _pipe_delayed(client_r, server_w, delay, counts),
+                _pipe(server_r, client_w, counts),
+                return_exceptions=True,
+            )
 
     server = await asyncio.start_server(handle, "127.0.0.1", port)
     ready.set_result(server.sockets[0].getsockname()[1])
@@ -138,9 +140,11 @@ class DelayProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
-        self._task.cancel()
+        """Stop serving: cancel every task of the proxy's loop, then the loop."""
+        asyncio.run_coroutine_threadsafe(_cancel_all(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        self._loop.close()
 
     def __enter__(self) -> DelayProxy:
         return self
@@ -151,6 +155,13 @@ class DelayProxy:
 
 async def _wait(future: asyncio.Future) -> int:
     return await future
+
+
+async def _cancel_all() -> None:
+    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 class MotoServer:
