@@ -9,8 +9,10 @@ One run makes (or reuses) a random 0/1/2 int8 zarr array ``G`` (``--rows`` x
 ``--cols``, zstd, ``--chunk``-row chunks), then times, alternating systems
 within each of ``--repeats`` rounds, each in a fresh Python process:
 
-* ``numpy``: ``G.T @ G`` on the array in memory (loading it is not timed);
-* ``dask``: ``(G.T @ G).to_zarr`` with ``da.from_zarr`` and the threaded scheduler;
+* ``numpy``: ``G.T @ G`` in int64 on the array in memory (loading it and the
+  conversion to int64 are not timed: numpy's int8 matmul would wrap around in int8);
+* ``dask``: ``(G.T @ G).to_zarr`` in int64 (``da.from_zarr(G).astype("int64")``),
+  threaded scheduler;
 * ``outofcore``: ``matmul(G, G, transpose_a=True)`` on a LocalCluster of
   ``--workers`` single-thread workers (start-up not timed), zarr to zarr.
 
@@ -63,7 +65,7 @@ def run_system(system: str, g: str, out: str, workers: int) -> dict:
 
     shutil.rmtree(out, ignore_errors=True)
     if system == "numpy":
-        x = zarr.open_array(g, mode="r")[...]
+        x = zarr.open_array(g, mode="r")[...].astype(np.int64)
         t0 = time.perf_counter()
         result = x.T @ x
         seconds = time.perf_counter() - t0
@@ -71,7 +73,7 @@ def run_system(system: str, g: str, out: str, workers: int) -> dict:
         import dask  # noqa: PLC0415
         import dask.array as da  # noqa: PLC0415
 
-        x = da.from_zarr(g)
+        x = da.from_zarr(g).astype(np.int64)
         t0 = time.perf_counter()
         with dask.config.set(scheduler="threads"):
             (x.T @ x).to_zarr(out)
