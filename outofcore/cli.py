@@ -517,6 +517,11 @@ def _format_verify(v: dict[str, Any]) -> str:
         f"verify (Freivalds, {v['rounds']} rounds): {verdict}; largest relative residual "
         f"{v['max_relative_residual']:.3g} (tolerance {v['tolerance']:.3g})"
     )
+    if v.get("exact"):
+        text = (
+            f"verify (Freivalds, {v['rounds']} rounds, exact integers): {verdict}; largest "
+            f"residual {v['max_relative_residual']:.0f} (tolerance 0)"
+        )
     if not v["passed"]:
         text += (
             f"; {v['failing_rows']} row(s) fail, the first is row {v['first_failing_row']}"

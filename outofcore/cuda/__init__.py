@@ -54,7 +54,9 @@ def is_available() -> bool:
     """Return True when kernels can run here: a usable CUDA GPU, or the simulator."""
     try:
         from numba import cuda  # noqa: PLC0415
-    except ImportError:
+    except Exception:
+        # Not only ImportError: numba-cuda without a CUDA runtime (the CPU image, no
+        # cu13 extra) raises cuda.pathfinder's DynamicLibNotFoundError on import.
         return False
     if simulator_enabled():
         return True

@@ -306,6 +306,18 @@ def test_device_budget_below_one_block_is_a_clear_error():
         engine.accumulate(np.ones((19, 4), np.float32), np.ones((4, 23), np.float32))
 
 
+#: A small job on the simulator: in this thread, 10x12 host tiles 8 deep, 1 KiB of device memory.
+SIMULATED_JOB = {
+    "memory": "1MiB",
+    "backend": "cuda",
+    "client": "sync",
+    "progress": False,
+    "tile": (10, 12),
+    "tk": 8,
+    "device_memory": 1024,
+}
+
+
 def test_run_job_on_the_simulator_cuts_host_tiles_into_device_tiles(tmp_path, monkeypatch):
     """run_job(backend="cuda", client="sync", device_memory=...) end to end on zarr arrays."""
     rng = np.random.default_rng(11)
@@ -320,18 +332,7 @@ def test_run_job_on_the_simulator_cuts_host_tiles_into_device_tiles(tmp_path, mo
     monkeypatch.setattr(engine, "_plan", lambda *args: plans.append(planner(*args)) or plans[-1])
     # run_job(client="sync") runs tasks in this thread: give it this engine.
     monkeypatch.setitem(panel_cache.this_thread().engines, "cuda", engine)
-    result = run_job(
-        str(a_path),
-        str(b_path),
-        str(tmp_path / "c.zarr"),
-        memory="1MiB",
-        backend="cuda",
-        client="sync",
-        progress=False,
-        tile=(10, 12),
-        tk=8,
-        device_memory=1024,
-    )
+    result = run_job(str(a_path), str(b_path), str(tmp_path / "c.zarr"), **SIMULATED_JOB)
     assert_product_close(result.output[...], a, b)
     assert len(plans) == len(result.plan.tasks) == 6
     assert not plans[0].resident  # a 10x12 host tile does not fit in 1024 bytes
@@ -374,18 +375,11 @@ def test_run_job_on_the_simulator_with_transposes_scales_and_dtypes(
     exact = accumulated is None
     scales = {"alpha": 3 if exact else 0.5, "beta": -2 if exact else 1.5}
     product = {"transpose_a": True, "transpose_b": True, **scales}
+    paths = [str(tmp_path / f"{name}.zarr") for name in ("a", "b", "c")]
     result = run_job(
-        str(tmp_path / "a.zarr"),
-        str(tmp_path / "b.zarr"),
-        str(tmp_path / "c.zarr"),
+        *paths,
         addend=str(tmp_path / "d.zarr"),
-        memory="1MiB",
-        backend="cuda",
-        client="sync",
-        progress=False,
-        tile=(10, 12),
-        tk=8,
-        device_memory=4096,
+        **{**SIMULATED_JOB, "device_memory": 4096},
         **product,
     )
     assert len(result.plan.tasks) == 6  # 21x19 in 10x12 tiles

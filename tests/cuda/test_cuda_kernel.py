@@ -24,24 +24,31 @@ pytestmark = pytest.mark.skipif(
 TINY = TileParams(bm=8, bn=8, bk=4, tm=2, tn=2)  # 4x4 threads
 TALL = TileParams(bm=16, bn=8, bk=2, tm=4, tn=2)  # non-square block, 4x4 threads
 DTYPES = [np.float32, np.float64]
+#: The complex variants too (the simulator is slow: used where the shapes matter most).
+ALL_DTYPES = [*DTYPES, np.complex64, np.complex128]
 
 
 def operands(m: int, n: int, k: int, dtype, seed: int = 0):
     rng = np.random.default_rng(seed + 1000 * m + 100 * n + k)
-    a = rng.standard_normal((m, k)).astype(dtype)
-    b = rng.standard_normal((k, n)).astype(dtype)
-    c = rng.standard_normal((m, n)).astype(dtype)
-    return a, b, c
+
+    def draw(shape):
+        values = rng.standard_normal(shape)
+        if np.dtype(dtype).kind == "c":
+            values = values + 1j * rng.standard_normal(shape)
+        return values.astype(dtype)
+
+    return draw((m, k)), draw((k, n)), draw((m, n))
 
 
 def assert_product(out, a, b, c0, accumulate: bool) -> None:
     """``out`` equals ``c0 + a @ b`` (or ``a @ b``) within a dtype- and k-dependent bound."""
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    expected = a64 @ b64 + (c0.astype(np.float64) if accumulate else 0.0)
+    wide = np.complex128 if np.dtype(a.dtype).kind == "c" else np.float64
+    a64, b64 = a.astype(wide), b.astype(wide)
+    expected = a64 @ b64 + (c0.astype(wide) if accumulate else 0.0)
     magnitude = np.abs(a64) @ np.abs(b64) + (np.abs(c0) if accumulate else 0.0)
     eps = np.finfo(out.dtype).eps
     bound = 2 * (a.shape[1] + 1) * eps * magnitude + np.finfo(out.dtype).tiny
-    err = np.abs(np.asarray(out, dtype=np.float64) - expected)
+    err = np.abs(np.asarray(out, dtype=wide) - expected)
     assert out.dtype == a.dtype
     assert np.all(err <= bound), (
         f"max error {err.max():.3g}, bound there {bound.flat[err.argmax()]:.3g}"
@@ -58,7 +65,7 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
 def test_tiled_kernel_matches_numpy(m, n, k, dtype):
     a, b, c = operands(m, n, k, dtype)

@@ -218,3 +218,40 @@ def test_scheduler_imports_nothing_from_outofcore():
             found += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "outofcore"]
     assert len(list(root.glob("*.py"))) >= 7
     assert found == []
+
+
+def test_conversion_buffers_and_stored_sizes_are_in_the_contract():
+    """int8 inputs accumulated in float64, written as int32 with an int32 addend."""
+    base = dict(m=3000, k=2000, n=2500, itemsize=8, a_chunks=(500, 400), b_chunks=(400, 500))
+    plain = Problem(**base)
+    converted = Problem(
+        **base,
+        read_itemsizes=(1, 1),
+        staging=(1, 1),
+        out_itemsize=4,
+        block_extra=4 + 8 + 4,  # int32 output block, float64 addend block, int32 staging
+        addend_itemsize=4,
+    )
+    tm, tn, tk = 1000, 1500, 800
+
+    # Staging: one int8 panel of each; a write block of 1000 rows (WRITE_BLOCK_ROWS) x tn.
+    def codec(p: Problem) -> int:
+        """task_bytes less the tile, the panels, the staging and the write block."""
+        tile_and_panels = p.itemsize * (tm * tn + 2 * tk * (tm + tn))
+        staging = tk * (tm * p.staging[0] + tn * p.staging[1])
+        return task_bytes(p, tm, tn, tk, 2) - tile_and_panels - staging - p.block_extra * 1000 * tn
+
+    # Codec buffers: two I/O threads, each a file and a chunk buffer of the largest input
+    # chunk (500x400) at its stored size, grown to the 1000x1500 output chunk in one writer.
+    assert codec(plain) == 2 * 2 * 8 * 500 * 400 + 2 * 8 * (1000 * 1500 - 500 * 400)
+    assert codec(converted) == 2 * 2 * 1 * 500 * 400 + 2 * (4 * 1000 * 1500 - 500 * 400)
+    plan, stored = make_plan(plain, 2**30), make_plan(converted, 2**30)
+    # One tile either way: A and B read once, at their stored sizes, plus the addend once.
+    assert len(plan.tasks) == len(stored.tasks) == 1
+    assert plan.bytes_read == 8 * (3000 * 2000 + 2000 * 2500)
+    assert stored.bytes_read == 3000 * 2000 + 2000 * 2500 + 4 * 3000 * 2500
+    assert stored.bytes_written == 4 * 3000 * 2500
+    assert stored.io_lower_bound >= 3000 * 2000 + 2000 * 2500 + 4 * 3000 * 2500
+    assert stored.task_bytes <= 2**30
+    with pytest.raises(InputError, match="element sizes"):
+        Problem(**base, staging=(-1, 0))

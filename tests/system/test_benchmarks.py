@@ -167,21 +167,22 @@ def test_rows_get_the_second_last_panel_while_the_last_one_loads(tmp_path, monke
 
     import zarr
 
-    import outofcore.tile
+    import outofcore.reading
+    import scheduler.plan
     from outofcore.api import run_job
     from outofcore.generate import random_array
 
     a = random_array(tmp_path / "a.zarr", (320, 256), (32, 64), seed=5)
     b = random_array(tmp_path / "b.zarr", (256, 96), (64, 96), seed=6)
-    monkeypatch.setattr(outofcore.tile, "WRITE_BLOCK_ROWS", 1)  # blocks of one chunk row
-    read = outofcore.tile.read_panel
+    monkeypatch.setattr(scheduler.plan, "WRITE_BLOCK_ROWS", 1)  # blocks of one chunk row
+    read = outofcore.reading.read_panel
 
     def slow_last_panel(array, selection, out):
         if selection[1 if array is a else 0].start == 192:  # the last k-panel
             time.sleep(0.5)
         read(array, selection, out)
 
-    monkeypatch.setattr(outofcore.tile, "read_panel", slow_last_panel)
+    monkeypatch.setattr(outofcore.reading, "read_panel", slow_last_panel)
     calls: list[int] = []
     accumulate_rows = CpuEngine.accumulate_rows
     monkeypatch.setattr(

@@ -28,7 +28,8 @@ def test_services_and_the_data_volume(compose):
     # Scalable with --scale worker=N: no fixed container name and no host ports.
     for name in ("worker", "gpu-worker"):
         assert "container_name" not in services[name] and "ports" not in services[name]
-    assert {"8786:8786", "8787:8787"} <= set(services["scheduler"]["ports"])
+    ports = [interpolate(port) for port in services["scheduler"]["ports"]]
+    assert {"8786:8786", "8787:8787"} <= set(ports)
     # Workers and the job wait for a healthy scheduler.
     for name in ("worker", "gpu-worker", "job"):
         assert services[name]["depends_on"]["scheduler"]["condition"] == "service_healthy"

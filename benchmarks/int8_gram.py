@@ -1,0 +1,177 @@
+"""int8 Gram matrix ``G.T @ G``: outofcore against numpy's and dask.array's integer matmul.
+
+GWAS users compute ``G.T @ G`` of 0/1/2 dosage matrices stored as int8.  numpy
+and dask.array multiply integers without BLAS; outofcore computes the same
+exact integers through float64 BLAS (every partial sum is an integer below
+2**53, see docs/api.md "Data types"), reading ``G.T`` straight from ``G``.
+
+One run makes (or reuses) a random 0/1/2 int8 zarr array ``G`` (``--rows`` x
+``--cols``, zstd, ``--chunk``-row chunks), then times, alternating systems
+within each of ``--repeats`` rounds, each in a fresh Python process:
+
+* ``numpy``: ``G.T @ G`` in int64 on the array in memory (loading it and the
+  conversion to int64 are not timed: numpy's int8 matmul would wrap around in int8);
+* ``dask``: ``(G.T @ G).to_zarr`` in int64 (``da.from_zarr(G).astype("int64")``),
+  threaded scheduler;
+* ``outofcore``: ``matmul(G, G, transpose_a=True)`` on a LocalCluster of
+  ``--workers`` single-thread workers (start-up not timed), zarr to zarr.
+
+Every system's result is compared with the first numpy result (exact
+equality).  Prints medians and ratios; writes JSON to ``--out-dir``.
+
+Usage::
+
+    python benchmarks/int8_gram.py                       # 131072 x 512, 3 rounds
+    python benchmarks/int8_gram.py --rows 4096 --cols 64 --repeats 1   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SYSTEMS = ("numpy", "dask", "outofcore")
+
+
+def make_input(path: Path, rows: int, cols: int, chunk: int) -> None:
+    """A seeded 0/1/2 int8 array, written once (a ``.complete`` marker says it is whole)."""
+    import numpy as np  # noqa: PLC0415
+    import zarr  # noqa: PLC0415
+
+    if (path / ".complete").exists():
+        return
+    array = zarr.create_array(
+        str(path), shape=(rows, cols), chunks=(chunk, cols), dtype="int8", overwrite=True
+    )
+    for r0 in range(0, rows, chunk):
+        rng = np.random.default_rng((7, r0))
+        r1 = min(rows, r0 + chunk)
+        array[r0:r1] = rng.integers(0, 3, size=(r1 - r0, cols), dtype=np.int8)
+    (path / ".complete").touch()
+
+
+def run_system(system: str, g: str, out: str, workers: int) -> dict:
+    """Time one system in this process; returns seconds and a digest of the result."""
+    import numpy as np  # noqa: PLC0415
+    import zarr  # noqa: PLC0415
+
+    shutil.rmtree(out, ignore_errors=True)
+    if system == "numpy":
+        x = zarr.open_array(g, mode="r")[...].astype(np.int64)
+        t0 = time.perf_counter()
+        result = x.T @ x
+        seconds = time.perf_counter() - t0
+    elif system == "dask":
+        import dask  # noqa: PLC0415
+        import dask.array as da  # noqa: PLC0415
+
+        x = da.from_zarr(g).astype(np.int64)
+        t0 = time.perf_counter()
+        with dask.config.set(scheduler="threads"):
+            (x.T @ x).to_zarr(out)
+        seconds = time.perf_counter() - t0
+        result = zarr.open_array(out, mode="r")[...]
+    else:
+        from distributed import Client  # noqa: PLC0415
+
+        import outofcore  # noqa: PLC0415
+        from scheduler.cluster import start_local_cluster  # noqa: PLC0415
+
+        with start_local_cluster(512 * 2**20, workers) as cluster, Client(cluster) as client:
+            t0 = time.perf_counter()
+            c = outofcore.matmul(
+                g, g, out, transpose_a=True, client=client, memory="512MiB", progress=False
+            )
+            seconds = time.perf_counter() - t0
+        result = c[...]
+    return {
+        "seconds": seconds,
+        "dtype": str(result.dtype),
+        "sum": int(result.astype(np.int64).sum()),
+        "trace": int(np.trace(result.astype(np.int64))),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=131072)
+    parser.add_argument("--cols", type=int, default=512)
+    parser.add_argument("--chunk", type=int, default=8192, help="rows per chunk")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--data-dir", type=Path, default=ROOT / "benchmarks" / "data")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    systems = args.systems.split(",")
+    g = args.data_dir / f"g-int8-{args.rows}x{args.cols}-{args.chunk}.zarr"
+    make_input(g, args.rows, args.cols, args.chunk)
+    runs: dict[str, list[dict]] = {s: [] for s in systems}
+    with tempfile.TemporaryDirectory(prefix="int8-gram-") as scratch:
+        for _ in range(args.repeats):
+            for system in systems:
+                out = str(Path(scratch) / f"{system}.zarr")
+                done = subprocess.run(
+                    [sys.executable, __file__, "--child", system, str(g), out, str(args.workers)],
+                    capture_output=True,
+                    text=True,
+                    cwd=ROOT,
+                    check=False,
+                )
+                if done.returncode != 0:
+                    print(done.stderr, file=sys.stderr)
+                    return 1
+                runs[system].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    reference = runs[systems[0]][0]
+    wrong = [
+        s
+        for s in systems
+        for r in runs[s]
+        if (r["sum"], r["trace"]) != (reference["sum"], reference["trace"])
+    ]
+    medians = {s: statistics.median(r["seconds"] for r in runs[s]) for s in systems}
+    flops = 2 * args.rows * args.cols * args.cols
+    result = {
+        "rows": args.rows,
+        "cols": args.cols,
+        "chunk": args.chunk,
+        "workers": args.workers,
+        "repeats": args.repeats,
+        "runs": runs,
+        "median_seconds": medians,
+        "agree": not wrong,
+    }
+    print(
+        f"G.T @ G, G {args.rows}x{args.cols} int8 (0/1/2), chunks {args.chunk} rows, "
+        f"{args.repeats} round(s), medians:"
+    )
+    for s in systems:
+        ratio = medians[s] / medians["numpy"] if "numpy" in medians else float("nan")
+        print(
+            f"  {s:<10} {medians[s]:8.3f} s  {flops / medians[s] / 1e9:7.2f} G int-op/s  "
+            f"{ratio:6.2f}x numpy  (result {runs[s][0]['dtype']})"
+        )
+    if "dask" in medians and "outofcore" in medians:
+        print(f"  dask.array / outofcore: {medians['dask'] / medians['outofcore']:.1f}x")
+    print("  results agree (sum and trace): " + ("yes" if not wrong else f"NO: {wrong}"))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    path = args.out_dir / f"int8-gram-{args.rows}x{args.cols}.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(f"  wrote {path}")
+    return 0 if not wrong else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        system, g, out, workers = sys.argv[2:6]
+        print(json.dumps(run_system(system, g, out, int(workers))))
+        sys.exit(0)
+    sys.exit(main())
