@@ -152,6 +152,21 @@ def product_types(
     return _with_output(types, out_dtype, dtypes)
 
 
+def parse_dtype(value: Any, name: str) -> np.dtype:
+    """``value`` as a numpy dtype, or InputError naming ``name`` and the value."""
+    try:
+        return np.dtype(value)
+    except TypeError:
+        raise InputError(f"{name} = {value!r} is not a dtype") from None
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """``value`` as a bool if it is one (numpy's too), else InputError naming it."""
+    if not isinstance(value, bool | np.bool_):
+        raise InputError(f"{name} = {value!r}: need True or False")
+    return bool(value)
+
+
 def check_scale(value: Any, name: str) -> float | complex:
     """``value`` as a Python float (or complex), if it is a finite number; else InputError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Number):
@@ -197,10 +212,7 @@ def _with_output(types: ProductTypes, out_dtype: Any, dtypes: dict[str, np.dtype
     """``types`` written as ``out_dtype`` when asked, if the result can be written so."""
     if out_dtype is None:
         return types
-    try:
-        wanted = np.dtype(out_dtype)
-    except TypeError:
-        raise InputError(f"out_dtype = {out_dtype!r} is not a dtype") from None
+    wanted = parse_dtype(out_dtype, "out_dtype")
     natural = types.output
     if types.exact:
         fits = wanted.kind in "iu" and (

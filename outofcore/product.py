@@ -21,7 +21,13 @@ import numpy as np
 import zarr
 
 from outofcore import arrays
-from outofcore.dtypes import ADDEND_DTYPES, ProductTypes, check_scale, product_types
+from outofcore.dtypes import (
+    ADDEND_DTYPES,
+    ProductTypes,
+    check_flag,
+    check_scale,
+    product_types,
+)
 from outofcore.engines import check_product
 from outofcore.errors import InputError
 from outofcore.reading import read_converted
@@ -77,9 +83,8 @@ class Product:
             without an addend (or an addend with ``beta == 0``), an addend of
             another shape, or an addend that is A or B.
         """
-        for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b)):
-            if not isinstance(flag, bool | np.bool_):
-                raise InputError(f"{name} = {flag!r}: need True or False")
+        transpose_a = check_flag(transpose_a, "transpose_a")
+        transpose_b = check_flag(transpose_b, "transpose_b")
         a_array = arrays.open_input(a, "A", storage_options=storage_options)
         b_array = arrays.open_input(b, "B", storage_options=storage_options)
         op_a = _op(a_array, transpose_a)
@@ -114,8 +119,8 @@ class Product:
             a=a_array,
             b=b_array,
             types=types,
-            transpose_a=bool(transpose_a),
-            transpose_b=bool(transpose_b),
+            transpose_a=transpose_a,
+            transpose_b=transpose_b,
             alpha=check_scale(alpha, "alpha"),
             beta=check_scale(beta, "beta"),
             addend=addend_array,

@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import numpy as np
-
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
 from outofcore.config import parse_size
-from outofcore.dtypes import check_scale
+from outofcore.dtypes import check_flag, check_scale, parse_dtype
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.lease import lease_timeout
@@ -93,13 +91,13 @@ class JobSpec:
     storage_options: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        device = self.device_memory
+        device, out_dtype = self.device_memory, self.out_dtype
         parsed = {
-            "transpose_a": _flag(self.transpose_a, "transpose_a"),
-            "transpose_b": _flag(self.transpose_b, "transpose_b"),
+            "transpose_a": check_flag(self.transpose_a, "transpose_a"),
+            "transpose_b": check_flag(self.transpose_b, "transpose_b"),
             "alpha": check_scale(self.alpha, "alpha"),
             "beta": check_scale(self.beta, "beta"),
-            "out_dtype": None if self.out_dtype is None else _dtype(self.out_dtype),
+            "out_dtype": None if out_dtype is None else parse_dtype(out_dtype, "out_dtype"),
             "memory": parse_size(self.memory),
             "device_memory": None if device is None else parse_size(device),
             "backend": resolve_backend(self.backend),
@@ -137,19 +135,6 @@ class JobSpec:
     def on_gpu(self) -> bool:
         """Whether the job's engines run on a GPU."""
         return self.backend in ("cuda", "cupy")
-
-
-def _flag(value: Any, name: str) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise InputError(f"{name} = {value!r}: need True or False")
-    return bool(value)
-
-
-def _dtype(value: Any) -> np.dtype:
-    try:
-        return np.dtype(value)
-    except TypeError:
-        raise InputError(f"out_dtype = {value!r} is not a dtype") from None
 
 
 def _positive(value: Any, name: str) -> int:
