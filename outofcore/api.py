@@ -38,6 +38,7 @@ from outofcore.resume import (
     open_journal,
 )
 from outofcore.spec import JobSpec
+from outofcore.splitk import SplitJob, compute_partial, reduce_tile
 from outofcore.stores import read_concurrency
 from outofcore.tile import RecordedJob, TileJob, TileResult, compute_and_record
 from scheduler.cluster import check_worker_memory, open_executor
@@ -93,7 +94,7 @@ def matmul(
         e.g. ``"512MiB"``; default 1 GiB), ``backend`` (``"auto"``, ``"cpu"``,
         ``"cuda"``, ``"cupy"``), ``workers``, ``overwrite``, ``progress``,
         ``output_codec`` (``"none"`` or ``"zstd"``), ``device_memory``,
-        ``gpus``, ``tile``, ``tk``, ``lease_timeout``, ``storage_options`` (fsspec
+        ``gpus``, ``tile``, ``tk``, ``splits``, ``lease_timeout``, ``storage_options`` (fsspec
         options of URLs: credentials, endpoint; docs/object-stores.md).
 
     Returns
@@ -135,7 +136,7 @@ def run_job(
     # Chunk requests in flight per task (many on object stores): in the memory contract.
     io = read_concurrency(operands.inputs.values())
     # Refuse a budget too small for the smallest tile before any cluster starts.
-    make_plan(problem, spec.memory, tile=tile, tk=tk, io_concurrency=io)
+    make_plan(problem, spec.memory, tile=tile, tk=tk, io_concurrency=io, splits=spec.splits)
 
     lease = Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout)
     with lease, _open_executor(client, spec) as executor:
@@ -143,7 +144,13 @@ def run_job(
         workers = executor.worker_shape()
         per_thread = spec.memory // workers.threads_per_worker
         plan = make_plan(
-            problem, per_thread, max(1, workers.workers), tile=tile, tk=tk, io_concurrency=io
+            problem,
+            per_thread,
+            max(1, workers.workers),
+            tile=tile,
+            tk=tk,
+            io_concurrency=io,
+            splits=spec.splits,
         )
         if not isinstance(executor, SynchronousExecutor):
             _check_shareable({**operands.product.inputs, "the output": start.existing})
@@ -316,27 +323,37 @@ def _run_tiles(
     spec: JobSpec,
     workers: WorkerShape,
 ) -> tuple[list[TileResult], float]:
-    """Run every tile not ``done`` (GPU workers only, for a GPU backend); results, seconds."""
+    """Run every tile not ``done`` (GPU workers only, for a GPU backend); results, seconds.
+
+    A split plan runs the parts of those tiles not recorded yet, then their reductions
+    (:mod:`outofcore.splitk`).
+    """
     todo = [task for task in plan.tasks if task.key not in done]
+    resources = {GPU_RESOURCE: 1} if spec.on_gpu and workers.gpu_workers else None
     started = time.perf_counter()
-    with _progress(len(plan.tasks), len(done), spec.progress) as on_result:
-        results = executor.run(
-            compute_and_record,
-            recorded,
-            todo,
-            on_result=on_result,
-            resources={GPU_RESOURCE: 1} if spec.on_gpu and workers.gpu_workers else None,
-        )
+    if plan.splits == 1:
+        with _progress(len(plan.tasks), len(done), spec.progress) as on_result:
+            results = executor.run(compute_and_record, recorded, todo, on_result, resources)
+        return results, time.perf_counter() - started
+    split = SplitJob(recorded, plan.splits)
+    finished = recorded.journal.done_partials(recorded.journal_id)
+    parts = [p for p in plan.partial_tasks if p.tile.key not in done and p.key not in finished]
+    total = len(plan.tasks) * (plan.splits + 1)  # every part, then every reduction
+    with _progress(total, total - len(parts) - len(todo), spec.progress, "task") as on_result:
+        results = executor.run(compute_partial, split, parts, on_result, resources)
+        results += executor.run(reduce_tile, split, todo, on_result)
     return results, time.perf_counter() - started
 
 
 @contextlib.contextmanager
-def _progress(total: int, done: int, show: bool) -> Iterator[Callable[[Any], None]]:
+def _progress(
+    total: int, done: int, show: bool, unit: str = "tile"
+) -> Iterator[Callable[[Any], None]]:
     """A progress bar on stderr; yields the executor's per-result callback."""
     with tqdm(
         total=total,
         initial=done,
-        unit="tile",
+        unit=unit,
         desc="matmul",
         disable=not show,
         file=sys.stderr,
@@ -355,12 +372,13 @@ def _finish(
     """Refuse to call the output complete unless every tile is recorded and inputs held still."""
     expected = {task.key for task in plan.tasks}
     missing = expected - operands.journal.done_tiles(document["journal_id"])
-    if missing or {r.key for r in results} | done != expected:
+    if missing or {r.key for r in results if r.key in expected} | done != expected:
         raise RuntimeError(
             f"{len(missing)} of {len(plan.tasks)} tiles of {operands.where!r} have no journal "
             f"record (first: {sorted(missing)[:3]}); the output is not complete, rerun to resume"
         )
     check_unchanged(operands.inputs, operands.fingerprints, operands.where)
+    operands.journal.clear_partials(document["journal_id"])  # every tile is written
 
 
 def summarize(
@@ -378,10 +396,9 @@ def summarize(
     count only the tiles computed now.
     """
     bytes_read = sum(r.bytes_read for r in results)
-    by_key = {task.key: task for task in plan.tasks}
-    flops = sum(
-        2 * plan.problem.k * by_key[r.key].shape[0] * by_key[r.key].shape[1] for r in results
-    )
+    flops_of = task_flops(plan)
+    flops = sum(flops_of.get(r.key, 0) for r in results)
+    tiles = {task.key for task in plan.tasks}
     return {
         "output": arrays.describe(output),
         "shape": [plan.problem.m, plan.problem.n],
@@ -392,8 +409,10 @@ def summarize(
         "tile": [plan.tm, plan.tn],
         "tk": plan.tk,
         "tiles": len(plan.tasks),
-        "tiles_computed": len(results),
+        "tiles_computed": sum(1 for r in results if r.key in tiles),
         "tiles_skipped": skipped,
+        "splits": plan.splits,
+        "partial_tasks_computed": sum(1 for r in results if r.key not in tiles),
         "job_id": job_id,
         "seconds": seconds,
         "gflops": flops / seconds / 1e9 if seconds > 0 else 0.0,
@@ -408,7 +427,24 @@ def summarize(
         "read_wait_seconds": sum(r.read_wait_seconds for r in results),
         "compute_seconds": sum(r.compute_seconds for r in results),
         "write_seconds": sum(r.write_seconds for r in results),
+        "scratch_bytes": sum(r.scratch_bytes for r in results),
     }
+
+
+def task_flops(plan: Plan) -> dict[str, int]:
+    """Floating-point operations of each task of ``plan`` that multiplies, by key.
+
+    Whole tiles, or for a split plan each part of a tile (its reductions only add).
+    """
+    k = plan.problem.k
+    if plan.splits == 1:
+        return {t.key: 2 * k * t.shape[0] * t.shape[1] for t in plan.tasks}
+    flops = {}
+    for part in plan.partial_tasks:
+        first, stop = part.panels
+        depth = plan.panels[stop - 1][1] - plan.panels[first][0]
+        flops[part.key] = 2 * depth * part.tile.shape[0] * part.tile.shape[1]
+    return flops
 
 
 def _check_shareable(named: dict[str, zarr.Array | None]) -> None:

@@ -75,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="start one worker per GPU on this node, e.g. 0,1,2,3 (GPU tasks land only there)",
     )
+    _add_splits(run)
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")
     run.add_argument(
         "--output-codec",
@@ -106,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_out_dtype(plan)
     _add_memory(plan, "1GiB")
     plan.add_argument("--workers", type=int, default=1, help="workers the plan is made for")
+    _add_splits(plan)
     _add_device_memory(
         plan,
         "also show how a GPU with this much device memory cuts each "
@@ -169,6 +171,16 @@ def _add_product(parser: argparse.ArgumentParser) -> None:
         "--addend",
         metavar="PATH",
         help="zarr array D of C's shape: C = alpha*op(A)@op(B) + beta*D (read, never written)",
+    )
+
+
+def _add_splits(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--splits",
+        type=int,
+        metavar="S",
+        help="split each tile's k into S parts added up by a reduction (1: never); default: "
+        "split only when the tiles are too few to keep every worker busy",
     )
 
 
@@ -267,6 +279,7 @@ def _matmul(args: argparse.Namespace) -> int:
         backend=args.backend,
         output_codec=args.output_codec,
         overwrite=args.overwrite,
+        splits=args.splits,
         workers=args.workers,
         gpus=parse_gpus(args.gpus) if args.gpus else None,
         progress=not args.json,
@@ -315,7 +328,7 @@ def _plan(args: argparse.Namespace) -> int:
     problem = product.problem()
 
     io = read_concurrency(product.inputs.values())  # as a job plans: many requests on S3
-    plan = make_plan(problem, args.memory, args.workers, io_concurrency=io)
+    plan = make_plan(problem, args.memory, args.workers, io_concurrency=io, splits=args.splits)
     summary = {
         **plan.summary(),
         "product": product.summary(),
@@ -422,6 +435,7 @@ def _format_plan(p: dict[str, Any]) -> str:
             f"{p['workers']} worker(s)",
             f"  tiles          {p['tiles']} ({p['tiles_grid'][0]}x{p['tiles_grid'][1]}) of "
             f"{p['tile'][0]}x{p['tile'][1]}, {p['panels_per_tile']} panel(s) of {p['tk']}",
+            *_format_split(p),
             f"  output chunks  {p['out_chunks'][0]}x{p['out_chunks'][1]}",
             f"  task memory    {format_bytes(p['task_bytes'])} projected",
             *_format_device(p.get("device")),
@@ -434,6 +448,19 @@ def _format_plan(p: dict[str, Any]) -> str:
     )
 
 
+def _format_split(p: dict[str, Any]) -> list[str]:
+    """The split-k lines of a plan: its partial tasks, the reduction and the scratch."""
+    if p["splits"] == 1:
+        busy = f"{p['busy_workers']} of {p['workers']} worker(s)"
+        return [f"  split-k        none: {busy} get a tile"]
+    return [
+        f"  split-k        k in {p['splits']} parts: {p['partial_tasks']} partial tasks on "
+        f"{p['busy_workers']} of {p['workers']} worker(s), then {p['tiles']} reduction task(s)",
+        f"  partial tiles  {format_bytes(p['scratch_bytes'])} written next to the output "
+        "and read back once by the reduction (deleted when the job completes)",
+    ]
+
+
 def _format_predictions(predictions: list[dict[str, Any]]) -> list[str]:
     """The time model's lines (scheduler/model.py; rates in docs/performance.md)."""
     if not predictions:
@@ -441,7 +468,8 @@ def _format_predictions(predictions: list[dict[str, Any]]) -> list[str]:
     lines = ["  predicted time (model: slowest stream + pipeline fill; docs/performance.md)"]
     for p in predictions:
         lines.append(
-            f"    {p['machine']:<22} {p['workers']:>4} worker(s)  {format_time(p['seconds']):>9}"
+            f"    {p['machine']:<22} {p['busy_workers']:>4}/{p['workers']:<4} busy"
+            f"  {format_time(p['seconds']):>9}"
             f"  bound by {p['bottleneck']} (compute {format_time(p['compute'])}, decode "
             f"{format_time(p['decode'])}, PCIe {format_time(p['pcie'])}, disk "
             f"{format_time(p['disk'])}, network {format_time(p['network'])}, write "

@@ -5,6 +5,8 @@ Layout, under the output array's own path in its store (next to ``zarr.json``)::
     _outofcore/job.json                        the job: inputs, parameters, plan, state
     _outofcore/inputs/<journal_id>.json         every input object's version token
     _outofcore/tiles/<journal_id>/tile-I-J.json one small record per finished tile
+    _outofcore/partials/<journal_id>/tile-I-J-kPofS.json      a finished part of a split tile
+    _outofcore/partials/<journal_id>/tile-I-J-kPofS/rows-R.npy its partial sum, block by block
     _outofcore/lease.json                      which job writes the output now (lease.py)
 
 Everything goes through the zarr store API (``get``, ``set``, ``list_prefix``,
@@ -46,6 +48,8 @@ from scheduler.plan import TileTask
 JOURNAL_DIR = "_outofcore"
 JOB_NAME = "job.json"
 TILES_DIR = "tiles"
+#: Partial tiles of split-k plans and their records (:mod:`outofcore.splitk`).
+PARTIALS_DIR = "partials"
 INPUTS_DIR = "inputs"
 #: Version of the journal's layout; a journal of another version is not resumed.
 #: 2: inputs carry a content fingerprint.  3: the job names its product (transposes,
@@ -206,8 +210,13 @@ class Journal:
         listed = sync(stores.list_times(self._reader(), folder, prefixes))
         return {n.removesuffix(".json"): t for n, t in listed.items() if _is_record(n)}
 
-    def record_tile(self, journal_id: str, task: TileTask, result: dict[str, Any]) -> None:
-        """Mark ``task`` done with its figures; call only after every chunk is written."""
+    def record_tile(
+        self, journal_id: str, task: TileTask, result: dict[str, Any], key: str | None = None
+    ) -> None:
+        """Mark ``task`` done with its figures; call only after every chunk is written.
+
+        ``key``: the record's key when it is not the tile's own (a part of a split tile).
+        """
         record = {
             "tile": task.key,
             "index": task.index,
@@ -217,12 +226,33 @@ class Journal:
             "result": result,
         }
         # A rerun of the task (Dask retried it) finds the first record there: it stays.
-        self.put_json(self.tile_key(journal_id, task.key), record, only_if_absent=True)
+        self.put_json(key or self.tile_key(journal_id, task.key), record, only_if_absent=True)
+
+    # -- partial tiles (split-k) -----------------------------------------------------
+    def partial_key(self, journal_id: str, part: str, *rest: str) -> str:
+        """Key of the record of ``part`` (``tile-I-J-kPofS``), or with ``rest`` of its data."""
+        if rest:
+            return self.key(PARTIALS_DIR, journal_id, part, *rest)
+        return self.key(PARTIALS_DIR, journal_id, f"{part}.json")
+
+    def done_partials(self, journal_id: str) -> set[str]:
+        """Keys (``tile-I-J-kPofS``) of the parts of split tiles recorded under ``journal_id``."""
+        folder = self.key(PARTIALS_DIR, journal_id) + "/"
+        names = (key[len(folder) :] for key in self.list_keys(folder) if key.startswith(folder))
+        return {name.removesuffix(".json") for name in names if _is_record(name)}
+
+    def clear_partials(self, journal_id: str) -> None:
+        """Delete the partial tiles and their records kept under ``journal_id``."""
+        sync(self.store.delete_dir(self.key(PARTIALS_DIR, journal_id)))
+        if self.local_folder is not None:
+            with contextlib.suppress(OSError):  # other journals' partials are still there
+                os.rmdir(os.path.join(self.local_folder, PARTIALS_DIR))
 
     # -- starting over ---------------------------------------------------------------
     def clear_journal(self) -> None:
         """Delete the job document and every tile record (the lease stays)."""
         sync(self.store.delete_dir(self.key(TILES_DIR)))
+        sync(self.store.delete_dir(self.key(PARTIALS_DIR)))
         sync(self.store.delete_dir(self.key(INPUTS_DIR)))
         self.delete(self.key(JOB_NAME))
 
@@ -256,6 +286,7 @@ class Journal:
             return
         for path in (
             os.path.join(folder, TILES_DIR),
+            os.path.join(folder, PARTIALS_DIR),
             os.path.join(folder, INPUTS_DIR),
             folder,
             os.path.dirname(folder),

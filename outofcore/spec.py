@@ -55,6 +55,10 @@ class JobSpec:
         Replace an existing output (and its journal).
     tile, tk
         Force the plan's tile shape ``(tm, tn)`` and panel depth.
+    splits
+        Force the number of parts each tile's k is split into (1: never
+        split); default: the planner's choice (split-k when the tiles are too
+        few for the workers, :mod:`outofcore.splitk`).
     lease_timeout
         Seconds without a heartbeat after which the job's lease is dead
         (default: the ``lease-timeout`` setting, 60 s).
@@ -84,6 +88,7 @@ class JobSpec:
     overwrite: bool = False
     tile: tuple[int, int] | None = None
     tk: int | None = None
+    splits: int | None = None
     lease_timeout: float | None = None
     workers: int | None = None
     gpus: tuple[int, ...] | None = None
@@ -104,6 +109,7 @@ class JobSpec:
             "output_codec": check_output_codec(self.output_codec),
             "tile": None if self.tile is None else _positive_pair(self.tile),
             "tk": None if self.tk is None else _positive(self.tk, "tk"),
+            "splits": None if self.splits is None else _positive(self.splits, "splits"),
             "lease_timeout": lease_timeout(self.lease_timeout),
             "workers": None if self.workers is None else _positive(self.workers, "workers"),
             "gpus": None if self.gpus is None else _gpus(self.gpus),

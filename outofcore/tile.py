@@ -69,6 +69,8 @@ class TileResult:
     #: Host bytes the worker process keeps between tasks once this task is done
     #: (every thread's panels and accumulators, and the chunk-file I/O buffers).
     kept_bytes: int = 0
+    #: Bytes of partial tiles written (a part of a split tile) or read back (its reduction).
+    scratch_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -142,14 +144,24 @@ def configure_io(io_concurrency: int) -> None:
     _configured.add(io_concurrency)
 
 
+#: Where a task's finished rows go: ``sink(r0, rows)``, ``r0`` the first row in the tile.
+RowSink = Callable[[int, np.ndarray], None]
+
+
 def compute_tile(
-    job: TileJob, task: TileTask, before_write: Callable[[], None] | None = None
+    job: TileJob,
+    task: TileTask,
+    before_write: Callable[[], None] | None = None,
+    sink: RowSink | None = None,
 ) -> TileResult:
-    """Compute ``C[task] = A[rows, :] @ B[:, cols]`` and write it as whole chunks.
+    """Compute ``C[task] = A[rows, :] @ B[:, cols]`` over ``job.panels``; write it as whole chunks.
 
     ``before_write`` is called before each block of the tile is written (it
-    raises to stop the task: its job no longer owns the output).  Returns what
-    it read, wrote and how long each part took.
+    raises to stop the task: its job no longer owns the output).  ``sink``
+    takes the finished rows instead of the output (a part of a split tile,
+    :mod:`outofcore.splitk`); by default they are finished and written to
+    ``job.c`` (:func:`write_finished_rows`).  Returns what it read, wrote and
+    how long each part took.
     """
     started = time.perf_counter()
     configure_io(job.io_concurrency)
@@ -163,7 +175,7 @@ def compute_tile(
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-read") as reader,
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-write") as writer,
     ):
-        run = _PanelLoop(job, task, engine, panels, reader, writer, before_write)
+        run = _PanelLoop(job, task, engine, panels, reader, writer, before_write, sink)
         tile = run.multiply_and_write()
     panels.keep_for_next_task(job, task)
     return TileResult(
@@ -175,7 +187,7 @@ def compute_tile(
         write_seconds=run.write,
         seconds=time.perf_counter() - started,
         peak_rss_bytes=peak_rss_bytes(),
-        worker=f"{socket.gethostname()}:{os.getpid()}",
+        worker=worker_name(),
         kept_bytes=panel_cache.kept_bytes() + chunkfiles.kept_bytes(),
     )
 
@@ -315,9 +327,11 @@ class _PanelLoop:
         reader: ThreadPoolExecutor,
         writer: ThreadPoolExecutor,
         before_write: Callable[[], None] | None,
+        sink: RowSink | None = None,
     ) -> None:
         self.job, self.task, self.engine, self.panels = job, task, engine, panels
         self.reader, self.writer, self.before_write = reader, writer, before_write
+        self.sink = sink or (lambda r0, rows: write_finished_rows(job, task, r0, rows))
         self.block = write_block_rows((job.c.shards or job.c.chunks)[0], task.shape[0])
         self.read_wait = self.compute = self.write = 0.0
         self.bytes_read = 0
@@ -394,12 +408,18 @@ class _PanelLoop:
         return writes
 
     def _write_rows(self, r0: int, rows: np.ndarray) -> None:
-        """Write finished ``rows`` (scaled, addend added, converted) at row ``r0`` of the tile."""
+        """Hand finished ``rows`` at row ``r0`` of the tile to the sink (after the owner check)."""
         if self.before_write is not None:
             self.before_write()
-        origin = (self.task.row0 + r0, self.task.col0)
-        values = self.job.product.finish_rows(rows, origin) if self.job.product.scaled else rows
-        write_region(self.job.c, origin, values)
+        self.sink(r0, rows)
+
+
+def write_finished_rows(job: TileJob, task: TileTask, r0: int, rows: np.ndarray) -> None:
+    """Write accumulated ``rows`` at row ``r0`` of ``task``'s tile: scaled, addend added,
+    converted to the output dtype."""
+    origin = (task.row0 + r0, task.col0)
+    values = job.product.finish_rows(rows, origin) if job.product.scaled else rows
+    write_region(job.c, origin, values)
 
 
 #: The last panels of a tile are multiplied row block by row block, so that the
@@ -428,6 +448,11 @@ def _decoded_bytes(
     b_k = chunk_span(k0, k1, product.b.chunks[b_axis], product.k) if b else 0
     rows, cols = task.shape
     return product.a.dtype.itemsize * rows * a_k + product.b.dtype.itemsize * b_k * cols
+
+
+def worker_name() -> str:
+    """``host:pid`` of this process, as task results name their worker."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def peak_rss_bytes() -> int:

@@ -13,22 +13,26 @@ On a CPU worker the kernel, the codec and the writer share the same cores, so
 there the three add up instead: ``T_cores = T_compute + T_decode + T_write``
 takes their place in the ``max``.
 
-with, for ``W = nodes * workers_per_node`` workers, ``R`` = the plan's bytes
-read (decoded), ``O`` = bytes written, ``c`` = stored/decoded size ratio::
+with ``W`` = the workers that get a task (``nodes * workers_per_node``, but
+never more than the plan's tasks),
+``R`` = the plan's bytes read (decoded), ``O`` = bytes written, ``S`` = the
+partial tiles of a split-k plan (written once and read back once, raw),
+``c`` = stored/decoded size ratio::
 
     T_compute = busiest worker's flops / kernel_flops
-    T_decode  = R / W / decode_bps            (codec work, per worker)
-    T_pcie    = (R + O) / W / pcie_bps        (GPU only: panels in, tile out)
-    T_disk    = c*(R + O) / min(nodes*disk_bps, storage_bps)
-    T_network = c*(R + O) / (nodes*network_bps)   (cluster with remote storage)
+    T_decode  = R / W / decode_bps            (codec work, per busy worker)
+    T_pcie    = (R + O + S) / W / pcie_bps    (GPU only: panels in, tile out)
+    T_disk    = (c*(R + O) + 2S) / min(nodes*disk_bps, storage_bps)
+    T_network = (c*(R + O) + 2S) / (nodes*network_bps)   (cluster with remote storage)
     T_write   = O / W / encode_bps
-    T_fill    = tasks per worker * (first panel: decode + PCIe + stored read)
+    T_fill    = tasks per busy worker * (first panel: decode + PCIe + stored read)
 
-The busiest worker's flops come from the plan's tiles handed out largest
-first to the least loaded worker (:func:`scheduler.plan.busiest_worker`, the
-planner's own estimate).  Rates are inputs; the presets below are
-measured on this project's CI machine (``ci-2core``) or stated assumptions
-(the GPU and cluster ones) to be replaced by measurements.
+The busiest worker's flops come from the plan's tasks (tiles, or parts of
+tiles when k is split) handed out largest first to the least loaded worker
+(:func:`scheduler.plan.busiest_worker`, the planner's own estimate).  Rates
+are inputs; the presets below are measured on this project's CI machine
+(``ci-2core``) or stated assumptions (the GPU and cluster ones) to be
+replaced by measurements.
 """
 
 from __future__ import annotations
@@ -126,6 +130,8 @@ class Prediction:
 
     machine: str
     workers: int
+    #: Workers with a task (no more than the plan's tasks).
+    busy_workers: int
     compute: float
     decode: float
     pcie: float
@@ -142,14 +148,14 @@ class Prediction:
 
 def predict(plan: Plan, machine: Machine) -> Prediction:
     """Predict the job time of ``plan`` on ``machine`` (see the module docstring)."""
-    workers = machine.workers
-    read, written = plan.bytes_read, plan.bytes_written
-    stored = machine.compression * (read + written)
+    workers = min(machine.workers, len(plan.tasks) * plan.splits)  # those with a task
+    read, written, scratch = plan.bytes_read, plan.bytes_written, plan.scratch_bytes
+    stored = machine.compression * (read + written) + 2 * scratch
     p = plan.problem
-    busiest = 2 * p.k * busiest_worker(p, plan.tm, plan.tn, workers)
+    busiest = 2 * p.k * busiest_worker(p, plan.tm, plan.tn, machine.workers, plan.splits)
     compute = busiest / machine.kernel_flops
     decode = read / workers / machine.decode_bps
-    pcie = (read + written) / workers / machine.pcie_bps if machine.pcie_bps else 0.0
+    pcie = (read + written + scratch) / workers / machine.pcie_bps if machine.pcie_bps else 0.0
     disk_bps = machine.nodes * machine.disk_bps
     if machine.storage_bps:
         disk_bps = min(disk_bps, machine.storage_bps)
@@ -160,7 +166,7 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
     first = p.itemsize * plan.tk * (plan.tm + plan.tn)
     per_byte = 1 / machine.decode_bps + (1 / machine.pcie_bps if machine.pcie_bps else 0.0)
     per_byte += machine.compression / machine.disk_bps
-    fill = math.ceil(len(plan.tasks) / workers) * first * per_byte
+    fill = math.ceil(len(plan.tasks) * plan.splits / workers) * first * per_byte
     streams = {
         "compute": compute,
         "decode": decode,
@@ -175,7 +181,8 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
     bottleneck = max(competing, key=competing.__getitem__)
     return Prediction(
         machine=machine.name,
-        workers=workers,
+        workers=machine.workers,
+        busy_workers=workers,
         **streams,
         fill=fill,
         seconds=competing[bottleneck] + fill,

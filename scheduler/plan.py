@@ -58,6 +58,9 @@ MAX_EDGE_CANDIDATES = 256
 #: the CPU engine multiplies a tile's last panels block by block and writes each
 #: finished block while it multiplies the next.
 WRITE_BLOCK_ROWS = 1024
+#: Core time to write and read back one element of a partial tile (split-k), in
+#: multiply-adds: raw bytes to the output's store and back, no codec.
+SCRATCH_COST_FMAS = 50
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,32 @@ class TileTask:
 
 
 @dataclass(frozen=True)
+class PartialTask:
+    """Part ``part`` of ``parts`` of a split tile: its product over one range of k-panels.
+
+    The task writes its partial sum to scratch next to the output (in the
+    accumulation dtype); the tile's reduction task adds the parts in order.
+    """
+
+    tile: TileTask
+    part: int
+    parts: int
+    #: Positions ``[first, stop)`` in the plan's panel list this part multiplies.
+    panels: tuple[int, int]
+
+    @property
+    def index(self) -> int:
+        """Position in the plan's order of partial tasks (tile by tile)."""
+        return self.tile.index * self.parts + self.part
+
+    @property
+    def key(self) -> str:
+        """Stable name (the split count is part of it: a resume with another split
+        never takes this part for one of its own)."""
+        return f"{self.tile.key}-k{self.part}of{self.parts}"
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything decided before the job runs; see the module docstring."""
 
@@ -154,6 +183,36 @@ class Plan:
     io_concurrency: int
     panels: tuple[tuple[int, int], ...]
     tasks: tuple[TileTask, ...] = field(repr=False)
+    #: Parts each tile's k is split into (split-k); 1: every task computes a whole tile.
+    splits: int = 1
+
+    @property
+    def split_panels(self) -> tuple[tuple[int, int], ...]:
+        """``[first, stop)`` panel positions of each part, as even as whole panels allow."""
+        return split_evenly(len(self.panels), self.splits)
+
+    @property
+    def partial_tasks(self) -> tuple[PartialTask, ...]:
+        """Every part of every tile when k is split, tile by tile; empty otherwise."""
+        if self.splits == 1:
+            return ()
+        ranges = self.split_panels
+        return tuple(
+            PartialTask(tile=task, part=part, parts=self.splits, panels=ranges[part])
+            for task in self.tasks
+            for part in range(self.splits)
+        )
+
+    @property
+    def busy_workers(self) -> int:
+        """Workers that get a task: no more than the tasks (partial tasks when k is split)."""
+        return min(self.workers, len(self.tasks) * self.splits)
+
+    @property
+    def scratch_bytes(self) -> int:
+        """Bytes of partial tiles a split plan writes next to the output (and reads back once)."""
+        p = self.problem
+        return 0 if self.splits == 1 else self.splits * p.m * p.n * p.itemsize
 
     @property
     def tiles_down(self) -> int:
@@ -206,6 +265,10 @@ class Plan:
             "out_chunks": list(self.out_chunks),
             "tiles": len(self.tasks),
             "tiles_grid": [self.tiles_down, self.tiles_across],
+            "splits": self.splits,
+            "partial_tasks": len(self.tasks) * self.splits if self.splits > 1 else 0,
+            "busy_workers": self.busy_workers,
+            "scratch_bytes": self.scratch_bytes,
             "panels_per_tile": len(self.panels),
             "task_bytes": self.task_bytes,
             "bytes_read": self.bytes_read,
@@ -274,15 +337,20 @@ def make_plan(
     tile: tuple[int, int] | None = None,
     tk: int | None = None,
     io_concurrency: int = DEFAULT_IO_CONCURRENCY,
+    splits: int | None = None,
 ) -> Plan:
     """Choose tile sizes for ``problem`` within ``budget_bytes`` per worker.
 
-    The tile shape minimises the estimated time of the busiest worker, compute
-    plus decoding (:func:`_best_tile`): as large as the budget allows, since
-    that minimises bytes read, with whole-grid ceilings and the balance over
-    ``workers`` counted; then split until there are at least ``workers`` tiles.  Tile edges fall on
-    A's row chunks, B's column chunks and the output grid; k-panel edges on
-    the chunks of A's columns and B's rows where their common multiple fits.
+    The tile shape and the split of k minimise the estimated time of the
+    busiest worker, compute plus decoding plus partial tiles moved
+    (:func:`_best_tile`): tiles as large as the budget allows, since that
+    minimises bytes read, with whole-grid ceilings and the balance over
+    ``workers`` counted.  When there are too few tiles to keep every worker
+    busy, k is split (each tile's panels divided into ``splits`` parts whose
+    partial sums a reduction adds) or, where that costs less, the tiles are
+    made smaller.  Tile edges fall on A's row chunks, B's column chunks and
+    the output grid; k-panel edges on the chunks of A's columns and B's rows
+    where their common multiple fits.
 
     Parameters
     ----------
@@ -298,6 +366,9 @@ def make_plan(
         still checked against the chunk grids and the budget.
     io_concurrency
         Chunks decoded at once per task (sizes the codec buffers).
+    splits
+        Force the number of parts k is split into (1: no split); at most the
+        number of panels.
 
     Raises
     ------
@@ -319,14 +390,25 @@ def make_plan(
         fits_preferred = task_bytes(p, row_unit, col_unit, preferred, io_concurrency)
         tk = preferred if fits_preferred <= budget_bytes else k_unit
     _check_multiple("tk", tk, k_unit, p.k)
+    panel_count = math.ceil(p.k / min(tk, p.k))
+    if splits is not None and not 1 <= splits <= panel_count:
+        raise InputError(
+            f"splits = {splits}: k = {p.k} in panels {min(tk, p.k)} deep can be split "
+            f"into 1 to {panel_count} parts"
+        )
     if tile is None:
-        tm, tn = _best_tile(p, row_unit, col_unit, tk, budget_bytes, io_concurrency, workers)
-        tm, tn = _split_for_workers(p, tm, tn, row_unit, col_unit, workers)
+        tm, tn, best_splits = _best_tile(
+            p, row_unit, col_unit, tk, budget_bytes, io_concurrency, workers, splits
+        )
+        if best_splits == 1:
+            tm, tn = _split_for_workers(p, tm, tn, row_unit, col_unit, workers)
     else:
         tm, tn = tile
         _check_multiple("tile rows", tm, row_unit, p.m)
         _check_multiple("tile columns", tn, col_unit, p.n)
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
+    if splits is None:
+        splits = _best_splits(p, tm, tn, tk, workers)
     projected = task_bytes(p, tm, tn, tk, io_concurrency)
     if projected > budget_bytes:
         raise BudgetError(
@@ -346,6 +428,7 @@ def make_plan(
         io_concurrency=io_concurrency,
         panels=panels,
         tasks=_tasks_in_locality_order(p, tm, tn),
+        splits=splits,
     )
 
 
@@ -388,16 +471,15 @@ def _best_tile(
     budget: int,
     io_concurrency: int,
     workers: int,
-) -> tuple[int, int]:
-    """The aligned tile within ``budget`` that minimises the estimated job time.
+    splits: int | None = None,
+) -> tuple[int, int, int]:
+    """The aligned tile within ``budget``, and the split of k, that minimise the job time.
 
     For every count of tile rows ``R`` the tile height is the smallest aligned
     one giving ``R`` rows; its width is the widest that fits, or a narrower one
-    with a few more columns (better balance over workers).  The estimate, in
-    multiply-adds of the busiest worker, is the compute of its tiles (largest
-    first to the least loaded worker) plus decoding its share of the bytes
-    read at :data:`DECODE_COST_FMAS` each.  Whole-grid ceilings are counted, so
-    a ragged edge that adds a tile row or column costs what it reads.
+    with a few more columns (better balance over workers); when the tiles are
+    too few for the workers, each split of k is tried too (``splits`` forces
+    one).  Each candidate is scored by :func:`_estimate`.  Returns ``(tm, tn, splits)``.
     """
     tk = min(tk, p.k)
 
@@ -412,10 +494,7 @@ def _best_tile(
             f"A chunks {p.a_chunks}, B chunks {p.b_chunks}) needs {smallest} bytes "
             f"({mib(smallest)}) per task; raise the budget or rechunk the inputs smaller"
         )
-    panels = tuple((k0, min(k0 + tk, p.k)) for k0 in range(0, p.k, tk))
-    a_touched = _touched(panels, p.a_chunks[1], p.k)
-    b_touched = _touched(panels, p.b_chunks[0], p.k)
-    best: tuple[float, int, int] | None = None
+    best: tuple[float, int, int, int] | None = None
     for tm in _candidate_edges(p.m, row_unit):
         if not fits(tm, col_unit):
             continue
@@ -423,13 +502,55 @@ def _best_tile(
         first = math.ceil(p.n / widest_tn)
         for columns in range(first, first + 4):
             tn = min(p.n, round_up(math.ceil(p.n / columns), col_unit))
-            rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
-            decoded = cols * p.m * a_touched + rows * p.n * b_touched
-            score = busiest_worker(p, tm, tn, workers) * p.k + DECODE_COST_FMAS * decoded / workers
-            if best is None or score < best[0]:
-                best = (score, tm, tn)
-    assert best is not None  # the smallest tile fits, so some candidate does
-    return best[1], best[2]
+            for parts in [splits] if splits else _split_candidates(p, tm, tn, tk, workers):
+                score = _estimate(p, tm, tn, tk, workers, parts)
+                if best is None or score < best[0]:
+                    best = (score, tm, tn, parts)
+    if best is None:  # the smallest tile fits, so some candidate does
+        raise BudgetError(f"no tile fits the budget of {budget} bytes ({mib(budget)})")
+    return best[1], best[2], best[3]
+
+
+def _estimate(p: Problem, tm: int, tn: int, tk: int, workers: int, splits: int) -> float:
+    """Estimated time of a plan, in multiply-adds of its busiest worker.
+
+    The compute of the busiest worker (tasks largest first to the least loaded
+    one), plus decoding the bytes read at :data:`DECODE_COST_FMAS` an element
+    and, for a split of k, writing and reading back the partial tiles at
+    :data:`SCRATCH_COST_FMAS` an element, both shared by the workers that have
+    a task.  Whole-grid ceilings are counted, so a ragged edge that adds a
+    tile row or column costs what it reads.
+    """
+    panels = tuple((k0, min(k0 + tk, p.k)) for k0 in range(0, p.k, tk))
+    rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
+    decoded = cols * p.m * _touched(panels, p.a_chunks[1], p.k)
+    decoded += rows * p.n * _touched(panels, p.b_chunks[0], p.k)
+    scratch = 2 * splits * p.m * p.n if splits > 1 else 0
+    busy = min(workers, rows * cols * splits)
+    compute = busiest_worker(p, tm, tn, workers, splits) * p.k
+    return compute + (DECODE_COST_FMAS * decoded + SCRATCH_COST_FMAS * scratch) / busy
+
+
+def _split_candidates(p: Problem, tm: int, tn: int, tk: int, workers: int) -> range:
+    """Splits of k worth trying for ``tm×tn`` tiles: 1, and when the tiles are fewer
+    than twice the workers, up to four tasks a worker (at most one part a panel)."""
+    tiles = math.ceil(p.m / tm) * math.ceil(p.n / tn)
+    if workers == 1 or tiles >= 2 * workers:
+        return range(1, 2)
+    most = min(math.ceil(p.k / min(tk, p.k)), math.ceil(4 * workers / tiles))
+    return range(1, most + 1)
+
+
+def _best_splits(p: Problem, tm: int, tn: int, tk: int, workers: int) -> int:
+    """The split of k that :func:`_estimate` rates fastest for fixed ``tm×tn`` tiles."""
+    candidates = _split_candidates(p, tm, tn, tk, workers)
+    return min(candidates, key=lambda parts: _estimate(p, tm, tn, tk, workers, parts))
+
+
+def split_evenly(count: int, parts: int) -> tuple[tuple[int, int], ...]:
+    """``[first, stop)`` ranges dividing ``count`` items into ``parts`` runs, as even as can be."""
+    edges = [count * part // parts for part in range(parts + 1)]
+    return tuple(zip(edges[:-1], edges[1:], strict=True))
 
 
 def _candidate_edges(extent: int, unit: int) -> list[int]:
@@ -462,23 +583,25 @@ def widest(height: int, unit: int, extent: int, fits: Callable[[int, int], bool]
     return min(extent, low * unit)
 
 
-def busiest_worker(p: Problem, tm: int, tn: int, workers: int) -> float:
-    """Output elements of the busiest worker when ``tm×tn`` tiles of ``p`` go to ``workers``.
+def busiest_worker(p: Problem, tm: int, tn: int, workers: int, splits: int = 1) -> float:
+    """Output elements (times k) of the busiest worker when ``tm×tn`` tiles go to ``workers``.
 
-    Tiles are handed out largest first to the least loaded worker.  Beyond
-    ``4 * workers`` tiles that is approximated, in constant time, by the mean
-    share or one whole tile, whichever is larger (the planner calls this for
-    every candidate tile shape).  :mod:`scheduler.model` uses it too.
+    With k split in ``splits`` parts every tile is that many tasks of
+    ``1/splits`` of its work.  Tasks are handed out largest first to the least
+    loaded worker.  Beyond ``4 * workers`` tasks that is approximated, in
+    constant time, by the mean share or one whole task, whichever is larger
+    (the planner calls this for every candidate).  :mod:`scheduler.model` uses it too.
     """
     rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
     if workers == 1:
         return float(p.m * p.n)
-    if rows * cols > 4 * workers:  # fine-grained: the average, or one whole tile
-        return float(max(p.m * p.n / workers, tm * tn))
+    if rows * cols * splits > 4 * workers:  # fine-grained: the average, or one whole task
+        return float(max(p.m * p.n / workers, tm * tn / splits))
     heights = [tm] * (rows - 1) + [p.m - (rows - 1) * tm]
     widths = [tn] * (cols - 1) + [p.n - (cols - 1) * tn]
-    loads = [0] * workers
-    for area in sorted((h * w for h in heights for w in widths), reverse=True):
+    loads = [0.0] * workers
+    areas = [h * w / splits for h in heights for w in widths for _ in range(splits)]
+    for area in sorted(areas, reverse=True):
         loads[loads.index(min(loads))] += area
     return float(max(loads))
 

@@ -37,10 +37,12 @@ def test_streams_scale_with_their_rates():
     assert fast_kernel.compute == pytest.approx(base.compute / 2, rel=1e-6)
 
 
-def test_pcie_bytes_are_the_plans_reads_plus_the_output():
+def test_pcie_bytes_are_the_plans_reads_plus_the_output_and_partials():
     plan = make_plan(square(8192, 1024), 2**28, workers=8)
+    assert plan.splits > 1  # 4 tiles for 8 GPUs: k is split, partial tiles cross PCIe too
     p = predict(plan, GPU_NODE)
-    expected = (plan.bytes_read + plan.bytes_written) / GPU_NODE.workers / GPU_NODE.pcie_bps
+    moved = plan.bytes_read + plan.bytes_written + plan.scratch_bytes
+    expected = moved / GPU_NODE.workers / GPU_NODE.pcie_bps
     assert p.pcie == pytest.approx(expected)
 
 

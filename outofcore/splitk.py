@@ -1,0 +1,170 @@
+"""Split-k: tiles computed in parts over ranges of k, then added up by a reduction.
+
+When a plan has fewer tiles than workers (a small output from a large k) it
+splits each tile's k-panels into ``splits`` parts (:attr:`scheduler.plan.Plan.splits`).
+Each part is a task, :func:`compute_partial`: it runs the ordinary tile loop
+(:func:`outofcore.tile.compute_tile`) over its panels only and writes its
+partial sum, in the accumulation dtype and block of rows by block of rows,
+as ``.npy`` objects in the output's journal folder (``_outofcore/partials/``,
+next to the output, so object stores work as local disk does), then records
+the part.  The tile's reduction task, :func:`reduce_tile`, adds the parts
+block by block in part order (so every run gives the same bits), finishes
+the rows (scales, addend, output dtype), writes them to the output and records
+the tile.  The client deletes the partials when the job completes.
+
+Every part is idempotent (a rerun writes the same bytes, its record is
+created only if absent), parts live under the journal's id (tied to the
+inputs' fingerprints and the product) and their keys name the split count,
+so a resume with another split never mixes parts.  A part whose data is
+missing or of the wrong shape or dtype stops the reduction with an error:
+the tile is never written from it.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+from outofcore.tile import (
+    RecordedJob,
+    TileResult,
+    compute_tile,
+    peak_rss_bytes,
+    recorded_result,
+    worker_name,
+    write_finished_rows,
+)
+from outofcore.writing import naming_full_disk
+from scheduler.plan import PartialTask, TileTask, split_evenly, write_block_rows
+
+
+@dataclass(frozen=True)
+class SplitJob:
+    """A recorded job whose tiles are computed in ``splits`` parts over k."""
+
+    recorded: RecordedJob
+    splits: int
+
+    def parts_of(self, task: TileTask) -> tuple[PartialTask, ...]:
+        """The parts of ``task``'s tile, in the order the reduction adds them."""
+        ranges = split_evenly(len(self.recorded.tile_job.panels), self.splits)
+        return tuple(
+            PartialTask(tile=task, part=part, parts=self.splits, panels=ranges[part])
+            for part in range(self.splits)
+        )
+
+    def _block_key(self, part: PartialTask, r0: int) -> str:
+        journal = self.recorded.journal
+        return journal.partial_key(self.recorded.journal_id, part.key, f"rows-{r0}.npy")
+
+    def write_block(self, part: PartialTask, r0: int, rows: np.ndarray) -> None:
+        """Keep ``rows`` (from row ``r0`` of the tile) of ``part``'s partial sum."""
+        buffer = io.BytesIO()
+        np.save(buffer, np.ascontiguousarray(rows), allow_pickle=False)
+        journal = self.recorded.journal
+        key = self._block_key(part, r0)
+        with naming_full_disk(f"writing the partial tile {key}", journal.local_folder):
+            data = default_buffer_prototype().buffer.from_bytes(buffer.getvalue())
+            sync(journal.store.set(key, data))
+
+    def read_block(self, part: PartialTask, r0: int, shape: tuple[int, int]) -> np.ndarray:
+        """Rows ``r0`` on of ``part``'s partial sum, checked against the shape and dtype due."""
+        key = self._block_key(part, r0)
+        data = self.recorded.journal.get_bytes(key)
+        dtype = self.recorded.tile_job.product.types.compute
+        if data is None:
+            raise RuntimeError(f"the partial tile {key} is missing although its part is recorded")
+        block = np.load(io.BytesIO(data), allow_pickle=False)
+        if block.shape != shape or block.dtype != dtype:
+            raise RuntimeError(
+                f"the partial tile {key} holds {block.shape} {block.dtype}, expected "
+                f"{shape} {dtype}: it is not this job's; rerun with overwrite to start afresh"
+            )
+        return block
+
+
+def compute_partial(job: SplitJob, part: PartialTask) -> TileResult:
+    """The worker entry of one part of a split tile: multiply its panels, keep the sum, record it.
+
+    A part already recorded is not computed again (see
+    :func:`outofcore.tile.compute_and_record`).
+    """
+    recorded = job.recorded
+    key = recorded.journal.partial_key(recorded.journal_id, part.key)
+    done = recorded_result(recorded.journal.get_json(key))
+    if done is not None:
+        return done
+    first, stop = part.panels
+    tile_job = replace(recorded.tile_job, panels=recorded.tile_job.panels[first:stop])
+    result = compute_tile(
+        tile_job,
+        part.tile,
+        before_write=recorded.owner_check,
+        sink=lambda r0, rows: job.write_block(part, r0, rows),
+    )
+    result = replace(result, key=part.key, scratch_bytes=result.bytes_written, bytes_written=0)
+    _check_owner(recorded.owner_check)
+    recorded.journal.record_tile(recorded.journal_id, part.tile, asdict(result), key=key)
+    return result
+
+
+def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
+    """The worker entry of a split tile's reduction: add its parts, write the tile, record it.
+
+    Block of rows by block of rows (the blocks the parts were written in):
+    the parts are added in order in the accumulation dtype, finished and
+    written as whole chunks of the output.  A tile already recorded is not
+    written again.
+    """
+    recorded = job.recorded
+    record = recorded.journal.get_json(recorded.journal.tile_key(recorded.journal_id, task.key))
+    done = recorded_result(record)
+    if done is not None:
+        return done
+    started = time.perf_counter()
+    tile_job = recorded.tile_job
+    parts = job.parts_of(task)
+    rows, cols = task.shape
+    block = write_block_rows((tile_job.c.shards or tile_job.c.chunks)[0], rows)
+    read = compute = write = 0.0
+    scratch = 0
+    for r0 in range(0, rows, block):
+        shape = (min(block, rows - r0), cols)
+        t0 = time.perf_counter()
+        blocks = [job.read_block(part, r0, shape) for part in parts]
+        t1 = time.perf_counter()
+        total = blocks[0].copy()
+        for partial in blocks[1:]:
+            total += partial
+        t2 = time.perf_counter()
+        _check_owner(recorded.owner_check)
+        write_finished_rows(tile_job, task, r0, total)
+        t3 = time.perf_counter()
+        read, compute, write = read + t1 - t0, compute + t2 - t1, write + t3 - t2
+        scratch += sum(b.nbytes for b in blocks)
+    result = TileResult(
+        key=task.key,
+        bytes_read=0,
+        bytes_written=rows * cols * tile_job.c.dtype.itemsize,
+        read_wait_seconds=read,
+        compute_seconds=compute,
+        write_seconds=write,
+        seconds=time.perf_counter() - started,
+        peak_rss_bytes=peak_rss_bytes(),
+        worker=worker_name(),
+        scratch_bytes=scratch,
+    )
+    _check_owner(recorded.owner_check)
+    recorded.journal.record_tile(recorded.journal_id, task, asdict(result))
+    return result
+
+
+def _check_owner(check: Callable[[], None] | None) -> None:
+    if check is not None:
+        check()

@@ -1,0 +1,319 @@
+"""Split-k (outofcore.splitk): small outputs from a large k, computed in parts and reduced.
+
+Jobs on one 2-worker LocalCluster (worker processes) with hypothesis-drawn
+shapes, both transpose flags and ragged chunks; forced splits in-process for
+every kind of product (exact integers, complex with an addend, float16);
+crashes: a read error between parts, a client SIGKILLed mid-job, a worker
+SIGKILLed mid-job, a damaged partial tile.  Always against a float64 (or
+exact integer) numpy reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from distributed import Client, LocalCluster
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from outofcore.api import run_job
+from outofcore.generate import random_array, random_values
+from outofcore.journal import JOURNAL_DIR, PARTIALS_DIR
+from tests.helpers import (
+    assert_gemm_close,
+    break_chunk,
+    cli,
+    random_matrix,
+    restore_chunk,
+    wait_for,
+    write_zarr,
+)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+def part_records(c: Path) -> list[Path]:
+    """Records of the finished parts of split tiles under the output ``c``."""
+    return sorted((c / JOURNAL_DIR / PARTIALS_DIR).glob("*/tile-*.json"))
+
+
+def store(folder: Path, name: str, data: np.ndarray, chunks: tuple[int, int]) -> Path:
+    write_zarr(folder / name, data, chunks)
+    return folder / name
+
+
+@settings(max_examples=12)
+@given(
+    m=st.sampled_from([1, 2, 7, 13, 31]),
+    n=st.sampled_from([1, 3, 11, 29]),
+    k=st.integers(min_value=400, max_value=2500),
+    k_chunks=st.tuples(st.sampled_from([37, 53, 100, 128]), st.sampled_from([41, 64, 101])),
+    transpose_a=st.booleans(),
+    transpose_b=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_small_outputs_from_a_large_k_split_over_both_workers(
+    client, tmp_path_factory, m, n, k, k_chunks, transpose_a, transpose_b, seed
+):
+    """One output tile (the output is one chunk of A's rows and B's columns): k is split
+    so both workers work, and the sum of the parts is the product."""
+    folder = tmp_path_factory.mktemp("split")
+    rng = np.random.default_rng(seed)
+    a = random_matrix(rng, (m, k), "float32")
+    b = random_matrix(rng, (k, n), "float32")
+    a_data, a_chunks = (a.T, (k_chunks[0], m)) if transpose_a else (a, (m, k_chunks[0]))
+    b_data, b_chunks = (b.T, (n, k_chunks[1])) if transpose_b else (b, (k_chunks[1], n))
+    a_path = store(folder, "a.zarr", np.ascontiguousarray(a_data), a_chunks)
+    b_path = store(folder, "b.zarr", np.ascontiguousarray(b_data), b_chunks)
+    result = run_job(
+        a_path,
+        b_path,
+        folder / "c.zarr",
+        client=client,
+        transpose_a=transpose_a,
+        transpose_b=transpose_b,
+        memory="8MiB",
+        progress=False,
+    )
+    plan = result.plan
+    assert len(plan.tasks) == 1
+    assert plan.splits > 1 or len(plan.panels) == 1, plan.summary()
+    if plan.splits > 1:
+        assert result.summary["partial_tasks_computed"] == plan.splits
+        assert plan.busy_workers == 2
+    stored_a = zarr.open_array(str(a_path))[...]
+    stored_b = zarr.open_array(str(b_path))[...]
+    got = zarr.open_array(str(folder / "c.zarr"))[...]
+    assert_gemm_close(
+        got,
+        stored_a,
+        stored_b,
+        accumulated_in="float32",
+        transpose_a=transpose_a,
+        transpose_b=transpose_b,
+    )
+    assert not (folder / "c.zarr" / JOURNAL_DIR / PARTIALS_DIR).exists()  # cleaned up
+
+
+def test_parts_run_on_both_workers_and_the_summary_counts_them(client, tmp_path):
+    rng = np.random.default_rng(3)
+    a, b = random_matrix(rng, (40, 6007), "float32"), random_matrix(rng, (6007, 30), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (40, 250))
+    write_zarr(tmp_path / "b.zarr", b, (250, 30))
+    result = run_job(
+        tmp_path / "a.zarr",
+        tmp_path / "b.zarr",
+        tmp_path / "c.zarr",
+        client=client,
+        memory="8MiB",
+        splits=6,
+        progress=False,
+    )
+    s = result.summary
+    assert (s["splits"], s["partial_tasks_computed"], s["tiles_computed"]) == (6, 6, 1)
+    assert s["scratch_bytes"] == 2 * 6 * 40 * 30 * 4  # each part written once, read once
+    assert s["bytes_read"] == result.plan.bytes_read  # the parts read each panel once
+    assert len({r.worker for r in result.results if r.key != "tile-0-0"}) == 2
+    assert_gemm_close(zarr.open_array(str(tmp_path / "c.zarr"))[...], a, b, accumulated_in="f4")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"dtype": "int8", "accumulated_in": None},
+        {"dtype": "complex64", "accumulated_in": "complex64", "alpha": 0.5 - 2j, "beta": 3.0},
+        {"dtype": "float16", "accumulated_in": "float32", "rounded_to": "float16"},
+        {"dtype": "float64", "accumulated_in": "float64", "transpose_a": True},
+    ],
+    ids=lambda case: case["dtype"],
+)
+def test_forced_splits_in_process_for_every_kind_of_product(tmp_path, case):
+    """The epilogue (scales, addend, output dtype) runs once, in the reduction."""
+    case = dict(case)
+    dtype, accumulated_in = case.pop("dtype"), case.pop("accumulated_in")
+    rounded_to = case.pop("rounded_to", None)
+    rng = np.random.default_rng(11)
+    m, k, n = 19, 1009, 23
+    a = random_values(rng, (k, m) if case.get("transpose_a") else (m, k), dtype)
+    b = random_values(rng, (k, n), dtype)
+    write_zarr(tmp_path / "a.zarr", a, (50, 19) if case.get("transpose_a") else (19, 50))
+    write_zarr(tmp_path / "b.zarr", b, (50, 23))
+    addend = None
+    if "beta" in case:
+        addend = random_values(rng, (m, n), dtype)
+        write_zarr(tmp_path / "d.zarr", addend, (19, 23))
+        case["addend"] = tmp_path / "d.zarr"
+    result = run_job(
+        tmp_path / "a.zarr",
+        tmp_path / "b.zarr",
+        tmp_path / "c.zarr",
+        client="sync",
+        memory="4MiB",
+        tk=100,
+        splits=4,
+        progress=False,
+        **case,
+    )
+    assert result.plan.splits == 4 and len(result.plan.panels) == 11
+    assert result.summary["partial_tasks_computed"] == 4
+    case.pop("addend", None)
+    got = zarr.open_array(str(tmp_path / "c.zarr"))[...]
+    assert_gemm_close(
+        got, a, b, accumulated_in=accumulated_in, rounded_to=rounded_to, addend=addend, **case
+    )
+
+
+def test_read_error_between_parts_then_the_rerun_keeps_the_finished_parts(
+    tmp_path, outofcore_settings
+):
+    outofcore_settings(read_retries=0)
+    rng = np.random.default_rng(5)
+    a, b = random_matrix(rng, (30, 1000), "float32"), random_matrix(rng, (1000, 20), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (30, 100))
+    write_zarr(tmp_path / "b.zarr", b, (100, 20))
+    c = tmp_path / "c.zarr"
+    options = {"client": "sync", "memory": "1MiB", "tk": 100, "splits": 5, "progress": False}
+    broken = break_chunk(tmp_path / "b.zarr", "7/0")  # rows 700:800: the fourth of five parts
+    with pytest.raises(Exception, match="7/0|decode|chunk"):
+        run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, **options)
+    restore_chunk(broken)
+    assert len(part_records(c)) == 3
+    assert zarr.open_array(str(c)).attrs["outofcore"]["complete"] is False
+
+    rerun = run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, **options)
+    assert rerun.summary["partial_tasks_computed"] == 2  # parts 3 and 4 only
+    assert_gemm_close(zarr.open_array(str(c))[...], a, b, accumulated_in="float32")
+    assert not part_records(c)
+
+
+def test_a_resume_with_another_split_never_takes_the_old_parts(tmp_path, outofcore_settings):
+    outofcore_settings(read_retries=0)
+    rng = np.random.default_rng(6)
+    a, b = random_matrix(rng, (30, 1000), "float32"), random_matrix(rng, (1000, 20), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (30, 100))
+    write_zarr(tmp_path / "b.zarr", b, (100, 20))
+    c = tmp_path / "c.zarr"
+    options = {"client": "sync", "memory": "1MiB", "tk": 100, "progress": False}
+    broken = break_chunk(tmp_path / "b.zarr", "9/0")
+    with pytest.raises(Exception, match="9/0|decode|chunk"):
+        run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, splits=5, **options)
+    restore_chunk(broken)
+    assert len(part_records(c)) == 4
+
+    rerun = run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, splits=2, **options)
+    assert rerun.summary["partial_tasks_computed"] == 2
+    assert_gemm_close(zarr.open_array(str(c))[...], a, b, accumulated_in="float32")
+
+
+def test_a_damaged_partial_tile_stops_the_reduction(tmp_path, outofcore_settings):
+    """A part whose kept sum is not what it should be is never added into the output."""
+    outofcore_settings(read_retries=0)
+    rng = np.random.default_rng(7)
+    a, b = random_matrix(rng, (30, 1000), "float32"), random_matrix(rng, (1000, 20), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (30, 100))
+    write_zarr(tmp_path / "b.zarr", b, (100, 20))
+    c = tmp_path / "c.zarr"
+    options = {"client": "sync", "memory": "1MiB", "tk": 100, "splits": 5, "progress": False}
+    broken = break_chunk(tmp_path / "b.zarr", "9/0")
+    with pytest.raises(Exception, match="9/0|decode|chunk"):
+        run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, **options)
+    restore_chunk(broken)
+    block = next((c / JOURNAL_DIR / PARTIALS_DIR).glob("*/tile-0-0-k1of5/rows-0.npy"))
+    with block.open("wb") as file:
+        np.save(file, np.zeros((30, 21), dtype=np.float32))  # a wrong shape
+    with pytest.raises(RuntimeError, match=r"tile-0-0-k1of5.*\(30, 21\) float32.*\(30, 20\)"):
+        run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, **options)
+    assert zarr.open_array(str(c)).attrs["outofcore"]["complete"] is False
+    status = json.loads(cli("status", str(c), "--json").stdout)
+    assert status["complete"] is False and status["tiles_done"] == 0
+
+
+def large_k_inputs(folder: Path) -> tuple[str, str, str]:
+    """A 60x120000 and B 120000x50 in chunks of 100 along k: a long job for 1 output tile."""
+    a, b, c = (str(folder / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
+    random_array(a, (60, 120_000), (60, 100), seed=1)
+    random_array(b, (120_000, 50), (100, 50), seed=2)
+    return a, b, c
+
+
+def test_client_killed_mid_split_job_then_rerun_skips_the_finished_parts(tmp_path):
+    a, b, c = large_k_inputs(tmp_path)
+    command = [a, b, "-o", c, "--memory", "1MiB", "--scheduler", "sync", "--splits", "40"]
+    job = subprocess.Popen(
+        [sys.executable, "-m", "outofcore.cli", "matmul", *command, "--json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OUTOFCORE_LEASE_TIMEOUT": "1"},
+    )
+    try:
+        wait_for(lambda: len(part_records(Path(c))) >= 4, 120, "4 parts journaled")
+        assert job.poll() is None, "the job finished before the kill; make it longer"
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+    done = len(part_records(Path(c)))
+    assert done < 40
+
+    rerun = cli("matmul", *command, "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["partial_tasks_computed"] == 40 - done
+    assert summary["tiles_computed"] == 1
+    a_np, b_np = zarr.open_array(a)[...], zarr.open_array(b)[...]
+    assert_gemm_close(zarr.open_array(c)[...], a_np, b_np, accumulated_in="float32")
+    checked = cli("verify", a, b, c, "--json")
+    assert checked.returncode == 0 and json.loads(checked.stdout)["passed"] is True
+
+
+def test_a_worker_killed_mid_split_job_costs_only_its_parts(tmp_path):
+    a, b, c = large_k_inputs(tmp_path)
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as dask_client,
+    ):
+        outcome: dict = {}
+
+        def job() -> None:
+            try:
+                outcome["result"] = run_job(
+                    a, b, c, client=dask_client, memory="1MiB", splits=40, progress=False
+                )
+            except Exception as error:  # noqa: BLE001 (reported by the assertion below)
+                outcome["error"] = error
+
+        thread = threading.Thread(target=job)
+        thread.start()
+        wait_for(lambda: len(part_records(Path(c))) >= 4, 120, "4 parts journaled")
+        pids = dask_client.run(os.getpid)
+        busy = sorted(address for address, keys in dask_client.processing().items() if keys)
+        os.kill(pids[busy[0] if busy else sorted(pids)[0]], signal.SIGKILL)
+        done_at_kill = len(part_records(Path(c)))
+        thread.join(timeout=300)
+    assert "error" not in outcome, outcome.get("error")
+    summary = outcome["result"].summary
+    assert done_at_kill < 40
+    assert summary["tiles_computed"] == 1
+    # Finished parts stay recorded: at most the ones in flight are computed twice.
+    assert summary["partial_tasks_computed"] <= 40 + 2
+    a_np, b_np = zarr.open_array(a)[...], zarr.open_array(b)[...]
+    assert_gemm_close(zarr.open_array(c)[...], a_np, b_np, accumulated_in="float32")
