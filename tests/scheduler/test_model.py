@@ -71,3 +71,19 @@ def test_million_square_problem_plans_and_predicts_in_under_a_second():
     assert time.perf_counter() - started < 1
     assert [p.machine for p in predictions][:2] == [CI_2CORE.name, GPU_NODE.name]
     assert all(p.seconds > 0 for p in predictions)
+
+
+def test_no_more_workers_are_busy_than_the_plan_has_tasks():
+    """One 1024x1024 tile from k = 524288: unsplit, 16 workers are no faster than one."""
+    problem = Problem(
+        m=1024, k=524288, n=1024, itemsize=4, a_chunks=(1024, 2048), b_chunks=(2048, 1024)
+    )
+    machine = CPU_CLUSTER_NODE.scaled(16)
+    one_task = predict(make_plan(problem, 2**30, 16, splits=1), machine)
+    alone = predict(make_plan(problem, 2**30, 1), CPU_CLUSTER_NODE)
+    assert one_task.busy_workers == 1 and one_task.workers == 16
+    assert one_task.compute == pytest.approx(alone.compute)
+    assert one_task.decode == pytest.approx(alone.decode)
+    split = predict(make_plan(problem, 2**30, 16), machine)
+    assert split.busy_workers == 16
+    assert split.compute == pytest.approx(alone.compute / 16, rel=0.01)

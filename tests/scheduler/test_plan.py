@@ -255,3 +255,49 @@ def test_conversion_buffers_and_stored_sizes_are_in_the_contract():
     assert stored.task_bytes <= 2**30
     with pytest.raises(InputError, match="element sizes"):
         Problem(**base, staging=(-1, 0))
+
+
+@given(problems(), st.integers(min_value=1, max_value=16), st.integers(min_value=20, max_value=28))
+def test_split_parts_cover_every_panel_of_every_tile_once(problem, workers, log2_budget):
+    try:
+        plan = make_plan(problem, 2**log2_budget, workers)
+    except BudgetError:
+        return
+    assert 1 <= plan.splits <= len(plan.panels)
+    assert plan.busy_workers == min(workers, len(plan.tasks) * plan.splits)
+    if workers == 1:
+        assert plan.splits == 1  # nothing to balance: splitting would only add work
+    if plan.splits == 1:
+        assert plan.partial_tasks == () and plan.scratch_bytes == 0
+        return
+    for task in plan.tasks:
+        parts = [p for p in plan.partial_tasks if p.tile == task]
+        assert [p.part for p in parts] == list(range(plan.splits))
+        covered = [i for p in parts for i in range(*p.panels)]
+        assert covered == list(range(len(plan.panels)))  # in order, each panel once
+    keys = [p.key for p in plan.partial_tasks]
+    assert len(set(keys)) == len(keys)
+    assert plan.scratch_bytes == plan.splits * problem.m * problem.n * problem.itemsize
+
+
+def large_k(m: int, k: int, n: int) -> Problem:
+    return Problem(m=m, k=k, n=n, itemsize=4, a_chunks=(m, 2048), b_chunks=(2048, n))
+
+
+@pytest.mark.parametrize("workers", [2, 3, 8, 16])
+def test_one_tile_from_a_large_k_is_split_to_keep_every_worker_busy(workers):
+    """The issue's case: C 1024x1024 from k = 524288 was one task, one busy worker."""
+    plan = make_plan(large_k(1024, 524288, 1024), 2**30, workers)
+    assert len(plan.tasks) == 1 and plan.splits >= workers
+    assert plan.busy_workers == workers
+    assert plan.bytes_read == plan.io_lower_bound  # the parts read every panel once
+    summary = plan.summary()
+    assert summary["partial_tasks"] == plan.splits and summary["busy_workers"] == workers
+
+
+def test_forced_splits_are_checked_against_the_panels():
+    problem = large_k(64, 8192, 64)
+    assert make_plan(problem, 2**30, 4, splits=1).splits == 1
+    assert make_plan(problem, 2**30, 1, splits=3).splits == 3
+    with pytest.raises(InputError, match=r"splits = 5: k = 8192 in panels 2048 deep .* 1 to 4"):
+        make_plan(problem, 2**30, 2, tk=2048, splits=5)
