@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["JobSpec", "matmul", "verify", "__version__"]
+__all__ = ["JobSpec", "gram", "matmul", "verify", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,6 +22,10 @@ def __getattr__(name: str) -> Any:
         from outofcore.api import matmul
 
         return matmul
+    if name == "gram":
+        from outofcore.api import gram
+
+        return gram
     if name == "JobSpec":
         from outofcore.spec import JobSpec
 

@@ -14,7 +14,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -44,9 +44,18 @@ from outofcore.tile import RecordedJob, TileJob, TileResult, compute_and_record
 from scheduler.cluster import check_worker_memory, open_executor
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE
-from scheduler.plan import Plan, make_plan
+from scheduler.plan import Plan, TileTask, make_plan
 
-__all__ = ["ATTRIBUTE", "JobResult", "JobSpec", "job_status", "matmul", "run_job", "summarize"]
+__all__ = [
+    "ATTRIBUTE",
+    "JobResult",
+    "JobSpec",
+    "gram",
+    "job_status",
+    "matmul",
+    "run_job",
+    "summarize",
+]
 
 #: Key of the job record in the output array's attributes.
 ATTRIBUTE = "outofcore"
@@ -108,6 +117,41 @@ def matmul(
     >>> gram = outofcore.matmul("x.zarr", "x.zarr", "g.zarr", transpose_a=True)  # doctest: +SKIP
     """
     return run_job(a, b, out, spec, client=client, **options).output
+
+
+def gram(
+    x: arrays.ArrayLike,
+    out: arrays.ArrayLike,
+    spec: JobSpec | None = None,
+    *,
+    rows: bool = False,
+    client: Any = None,
+    **options: Any,
+) -> zarr.Array:
+    """Compute the Gram matrix ``out = alpha * x.T @ x`` (``rows``: ``x @ x.T``); return ``out``.
+
+    Only the tiles on and above the diagonal are computed (the diagonal ones
+    with BLAS ``syrk``, half the work) and each is written with its mirror,
+    so ``out`` is exactly symmetric and ``x`` is read about half as often as
+    by a general product.  Takes :func:`matmul`'s options except the
+    transposes and the addend; ``matmul(x, x, out, transpose_a=True)`` is the
+    same job.
+
+    Examples
+    --------
+    >>> g = outofcore.gram("x.zarr", "g.zarr", memory="2GiB")  # doctest: +SKIP
+    """
+    for name in ("transpose_a", "transpose_b", "addend", "beta"):
+        if name in options or (spec is not None and getattr(spec, name) not in (False, None, 0)):
+            raise InputError(
+                f"gram takes no {name}: it computes alpha * x.T @ x (x @ x.T: rows=True)"
+            )
+    product = {"transpose_a": not rows, "transpose_b": rows}
+    if spec is not None:
+        spec = replace(spec, **product)
+    else:
+        options.update(product)
+    return run_job(x, x, out, spec, client=client, **options).output
 
 
 def run_job(
@@ -434,16 +478,23 @@ def summarize(
 def task_flops(plan: Plan) -> dict[str, int]:
     """Floating-point operations of each task of ``plan`` that multiplies, by key.
 
-    Whole tiles, or for a split plan each part of a tile (its reductions only add).
+    Whole tiles, or for a split plan each part of a tile (its reductions only add); the
+    diagonal tiles of a symmetric product count ``syrk``'s ``k·t·(t+1)``.
     """
-    k = plan.problem.k
+    k, symmetric = plan.problem.k, plan.problem.symmetric
+
+    def of(task: TileTask, depth: int) -> int:  # a diagonal tile of a Gram product: syrk
+        rows, cols = task.shape
+        return (
+            depth * rows * (rows + 1) if symmetric and task.i == task.j else 2 * depth * rows * cols
+        )
+
     if plan.splits == 1:
-        return {t.key: 2 * k * t.shape[0] * t.shape[1] for t in plan.tasks}
+        return {t.key: of(t, k) for t in plan.tasks}
     flops = {}
     for part in plan.partial_tasks:
         first, stop = part.panels
-        depth = plan.panels[stop - 1][1] - plan.panels[first][0]
-        flops[part.key] = 2 * depth * part.tile.shape[0] * part.tile.shape[1]
+        flops[part.key] = of(part.tile, plan.panels[stop - 1][1] - plan.panels[first][0])
     return flops
 
 

@@ -106,12 +106,18 @@ def _location_of_target(target: ArrayLike) -> str:
     return os.path.realpath(local_path(text))
 
 
+def same_array(x: zarr.Array, y: zarr.Array) -> bool:
+    """Whether ``x`` and ``y`` are the same stored array (opened once or twice)."""
+    location = location_of(x)
+    if location is None:
+        return y.store is x.store and y.path == x.path
+    return location == location_of(y)
+
+
 def check_distinct(array: zarr.Array, others: dict[str, zarr.Array], what: str) -> None:
     """Refuse ``array`` (called ``what``) when it is one of ``others``."""
-    location = location_of(array)
     for name, other in others.items():
-        same_memory = location is None and other.store is array.store and other.path == array.path
-        if same_memory or (location is not None and location == location_of(other)):
+        if same_array(array, other):
             raise InputError(f"{what} ({describe(array)}) is the same array as input {name}")
 
 

@@ -1,4 +1,4 @@
-"""The ``outofcore`` command line: matmul, random, plan, status, verify, demo."""
+"""The ``outofcore`` command line: matmul, gram, random, plan, status, verify, demo."""
 
 from __future__ import annotations
 
@@ -51,42 +51,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("b", help="path or URL of the zarr array B (k×n, or n×k with --transpose-b)")
     run.add_argument("-o", "--out", required=True, help="path or URL of the output C (m×n)")
     _add_product(run)
-    _add_out_dtype(run)
-    _add_memory(run, "1GiB")
-    _add_device_memory(
-        run,
-        "cap on the device memory of each GPU worker, e.g. 2GiB (default: "
-        "80%% of its free memory); larger host tiles are cut into device tiles",
-    )
-    run.add_argument("--backend", choices=BACKENDS, default="auto")
-    run.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="Dask scheduler address (default: start a LocalCluster); 'sync' runs in-process",
-    )
-    run.add_argument(
-        "--workers",
-        type=int,
-        help="workers of the LocalCluster (default: one, with every core for BLAS); "
-        "with --scheduler, workers to wait for",
-    )
-    run.add_argument(
-        "--gpus",
-        metavar="LIST",
-        help="start one worker per GPU on this node, e.g. 0,1,2,3 (GPU tasks land only there)",
-    )
-    _add_splits(run)
-    run.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    run.add_argument(
-        "--output-codec",
-        choices=OUTPUT_CODECS,
-        default=DEFAULT_OUTPUT_CODEC,
-        help="compression of a new output (default: %(default)s; zstd is zarr's default, "
-        "about 8%% smaller on dense floats, slower to write and read)",
-    )
-    _add_storage_options(run)
-    _add_json(run)
+    _add_job_options(run)
     run.set_defaults(run=_matmul)
+
+    gram = commands.add_parser(
+        "gram",
+        help="compute G = alpha * X.T @ X (or X @ X.T) into a zarr array: the tiles on and "
+        "above the diagonal, each mirrored; G is exactly symmetric",
+    )
+    gram.add_argument("x", help="path or URL of the zarr array X (k×n: G is n×n)")
+    gram.add_argument("-o", "--out", required=True, help="path or URL of the output G")
+    gram.add_argument(
+        "--rows", action="store_true", help="G = X @ X.T, the Gram matrix of X's rows (m×m)"
+    )
+    gram.add_argument("--alpha", type=_number, default=1.0, help="scale (default 1)")
+    _add_job_options(gram)
+    gram.set_defaults(run=_gram)
 
     rand = commands.add_parser("random", help="write a seeded random array (inputs for tests)")
     rand.add_argument("path")
@@ -147,6 +127,45 @@ def _parser() -> argparse.ArgumentParser:
     _add_json(demo)
     demo.set_defaults(run=_demo)
     return parser
+
+
+def _add_job_options(run: argparse.ArgumentParser) -> None:
+    """The options of a job (``matmul``, ``gram``): budget, cluster, output, plan."""
+    _add_out_dtype(run)
+    _add_memory(run, "1GiB")
+    _add_device_memory(
+        run,
+        "cap on the device memory of each GPU worker, e.g. 2GiB (default: "
+        "80%% of its free memory); larger host tiles are cut into device tiles",
+    )
+    run.add_argument("--backend", choices=BACKENDS, default="auto")
+    run.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Dask scheduler address (default: start a LocalCluster); 'sync' runs in-process",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        help="workers of the LocalCluster (default: one, with every core for BLAS); "
+        "with --scheduler, workers to wait for",
+    )
+    run.add_argument(
+        "--gpus",
+        metavar="LIST",
+        help="start one worker per GPU on this node, e.g. 0,1,2,3 (GPU tasks land only there)",
+    )
+    _add_splits(run)
+    run.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    run.add_argument(
+        "--output-codec",
+        choices=OUTPUT_CODECS,
+        default=DEFAULT_OUTPUT_CODEC,
+        help="compression of a new output (default: %(default)s; zstd is zarr's default, "
+        "about 8%% smaller on dense floats, slower to write and read)",
+    )
+    _add_storage_options(run)
+    _add_json(run)
 
 
 def _add_transposes(parser: argparse.ArgumentParser) -> None:
@@ -268,11 +287,29 @@ def _size(text: str) -> int:
 
 def _matmul(args: argparse.Namespace) -> int:
     from outofcore.api import run_job  # noqa: PLC0415 (fast --help)
+
+    spec = _job_spec(args, _product_options(args))
+    result = run_job(args.a, args.b, args.out, spec, client=args.scheduler)
+    _print(result.summary, args.json, _format_summary)
+    return 0
+
+
+def _gram(args: argparse.Namespace) -> int:
+    from outofcore.api import run_job  # noqa: PLC0415 (fast --help)
+
+    product = {"transpose_a": not args.rows, "transpose_b": args.rows, "alpha": args.alpha}
+    result = run_job(args.x, args.x, args.out, _job_spec(args, product), client=args.scheduler)
+    _print(result.summary, args.json, _format_summary)
+    return 0
+
+
+def _job_spec(args: argparse.Namespace, product: dict[str, Any]) -> Any:
+    """The :class:`~outofcore.spec.JobSpec` of a ``matmul`` or ``gram`` command line."""
     from outofcore.spec import JobSpec  # noqa: PLC0415
     from scheduler.gpu_cluster import parse_gpus  # noqa: PLC0415
 
-    spec = JobSpec(
-        **_product_options(args),
+    return JobSpec(
+        **product,
         out_dtype=args.out_dtype,
         memory=args.memory,
         device_memory=args.device_memory,
@@ -285,9 +322,6 @@ def _matmul(args: argparse.Namespace) -> int:
         progress=not args.json,
         storage_options=_storage(args),
     )
-    result = run_job(args.a, args.b, args.out, spec, client=args.scheduler)
-    _print(result.summary, args.json, _format_summary)
-    return 0
 
 
 def _random(args: argparse.Namespace) -> int:
@@ -401,12 +435,25 @@ def _print(data: dict[str, Any], as_json: bool, formatter: Any) -> None:
 
 
 def _format_summary(s: dict[str, Any]) -> str:
+    product = s.get("product") or {}
+    formula = "C = A @ B"
+    if product.get("symmetric"):
+        formula = "G = X @ X.T" if product.get("transpose_b") else "G = X.T @ X"
+    elif product.get("transpose_a") or product.get("transpose_b"):
+        formula = f"C = A{'.T' * product['transpose_a']} @ B{'.T' * product['transpose_b']}"
+    tiles = "tiles (on and above the diagonal, mirrored)" if product.get("symmetric") else "tiles"
+    split = ""
+    if s.get("splits", 1) > 1:
+        split = (
+            f", k split in {s['splits']} parts ({s['partial_tasks_computed']} partial tasks, "
+            f"{format_bytes(s['scratch_bytes'])} of partial tiles moved)"
+        )
     return "\n".join(
         [
-            f"C = A @ B written to {s['output']}: {s['shape'][0]}x{s['shape'][1]} {s['dtype']}, "
+            f"{formula} written to {s['output']}: {s['shape'][0]}x{s['shape'][1]} {s['dtype']}, "
             f"k = {s['k']}, backend {s['backend']}, {s['workers']} worker(s)",
-            f"  tiles          {s['tiles']} of {s['tile'][0]}x{s['tile'][1]}, panels "
-            f"{s['tk']} deep ({s['tiles_skipped']} skipped)",
+            f"  tiles          {s['tiles']} {tiles} of {s['tile'][0]}x{s['tile'][1]}, panels "
+            f"{s['tk']} deep ({s['tiles_skipped']} skipped){split}",
             f"  time           {s['seconds']:.2f} s, {s['gflops']:.1f} GFLOP/s",
             f"  read           {format_bytes(s['bytes_read'])} "
             f"({s['read_over_lower_bound']:.2f}x the lower bound "

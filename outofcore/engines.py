@@ -18,13 +18,12 @@ reader may decode the next panel into them.
 
 from __future__ import annotations
 
-import ctypes
-import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
+from outofcore.blas import gemm_accumulate, gram_into, multiply_into
 from outofcore.dtypes import COMPUTE_DTYPES
 from outofcore.errors import BackendError, InputError
 
@@ -79,6 +78,8 @@ def check_product(
 
 _COMPUTE_NAMES = ", ".join(str(d) for d in COMPUTE_DTYPES)
 
+__all__ = ["BACKENDS", "CpuEngine", "TileEngine", "check_product", "gemm_accumulate"]
+
 
 class TileEngine(Protocol):
     """What a tile task needs from an engine (CPU BLAS, numba CUDA, ...)."""
@@ -128,154 +129,6 @@ class TileEngine(Protocol):
         """Host bytes the engine keeps between tiles."""
 
 
-#: BLAS routine per accumulation dtype.
-_GEMM_NAMES = {
-    np.dtype(np.float32): "sgemm",
-    np.dtype(np.float64): "dgemm",
-    np.dtype(np.complex64): "cgemm",
-    np.dtype(np.complex128): "zgemm",
-}
-
-
-def _blas_gemm(dtype: np.dtype) -> ctypes._CFuncPtr | None:
-    """SciPy's Fortran ``?gemm`` for ``dtype`` as a ctypes function, or None if unavailable.
-
-    ``scipy.linalg.blas.sgemm`` (f2py) holds the GIL for the whole product, so
-    a panel being decoded in another thread of the same process makes no
-    progress while BLAS runs.  Calling the same BLAS routine through ctypes
-    releases the GIL during the call, and decoding overlaps compute.  Scalars
-    (``alpha``, ``beta``) are passed by pointer, as pairs for the complex ones.
-    """
-    name = _GEMM_NAMES[np.dtype(dtype)]
-    with _gemm_lock:
-        if name in _gemm_cache:
-            return _gemm_cache[name]
-        function = None
-        try:
-            from scipy.linalg import cython_blas  # noqa: PLC0415
-
-            capsule = cython_blas.__pyx_capi__[name]
-            get_name = ctypes.pythonapi.PyCapsule_GetName
-            get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-            get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-            get_pointer.restype = ctypes.c_void_p
-            get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-            address = get_pointer(capsule, get_name(capsule))
-            integer = ctypes.POINTER(ctypes.c_int)
-            prototype = ctypes.CFUNCTYPE(
-                None,
-                ctypes.c_char_p,
-                ctypes.c_char_p,
-                integer,
-                integer,
-                integer,
-                ctypes.c_void_p,
-                ctypes.c_void_p,
-                integer,
-                ctypes.c_void_p,
-                integer,
-                ctypes.c_void_p,
-                ctypes.c_void_p,
-                integer,
-            )
-            function = prototype(address)
-        except (ImportError, KeyError, AttributeError, ValueError, TypeError):
-            function = None
-        _gemm_cache[name] = function
-        return function
-
-
-_gemm_cache: dict[str, ctypes._CFuncPtr | None] = {}
-_gemm_lock = threading.Lock()
-#: BLAS takes 32-bit sizes (SciPy's OpenBLAS is LP64).
-_INT_MAX = 2**31 - 1
-
-
-def _blas_operand(x: np.ndarray) -> tuple[bytes, int] | None:
-    """How BLAS (column-major) reads ``x.T``: the transpose flag and leading dimension.
-
-    A row-major ``x`` (unit stride along its columns) is ``x.T`` column-major:
-    ``"N"``.  A column-major ``x``, such as the transposed view of a panel read
-    from a stored ``A`` when ``op(A) = A.T``, is ``x`` column-major: ``"T"``.
-    None when neither axis has unit stride (or a stride is negative).
-    """
-    rows, cols = x.shape
-    item = x.itemsize
-    row_stride, col_stride = x.strides
-    if (col_stride == item or cols == 1) and row_stride >= 0 and row_stride % item == 0:
-        return b"N", max(1, cols, row_stride // item if rows > 1 else cols)
-    if (row_stride == item or rows == 1) and col_stride >= 0 and col_stride % item == 0:
-        return b"T", max(1, rows, col_stride // item if cols > 1 else rows)
-    return None
-
-
-def _scalar(value: float, dtype: np.dtype) -> ctypes.Array:
-    """A BLAS scalar argument of ``dtype``: one real, or a (real, imaginary) pair."""
-    if dtype.kind == "c":
-        real = ctypes.c_float if dtype == np.complex64 else ctypes.c_double
-        return (real * 2)(complex(value).real, complex(value).imag)
-    real = ctypes.c_float if dtype == np.float32 else ctypes.c_double
-    return (real * 1)(float(value))
-
-
-def gemm_accumulate(
-    c: np.ndarray, a: np.ndarray, b: np.ndarray, beta: float, alpha: float = 1.0
-) -> bool:
-    """``c = alpha * a @ b + beta * c`` in place with the GIL released; False if it cannot.
-
-    ``c`` must have unit stride along its columns (a C-ordered array or a block
-    of its rows); ``a`` and ``b`` may be row- or column-major views (a
-    transposed panel is handed over as a view, with BLAS's transpose flag, never
-    copied).  All three share one of :data:`outofcore.dtypes.COMPUTE_DTYPES`.
-    Column-major BLAS sees the row-major ``c`` as ``c^T`` and computes
-    ``c^T = alpha * b^T a^T + beta * c^T``.
-    """
-    m, n = c.shape
-    k = a.shape[1]
-    if not (
-        a.dtype == b.dtype == c.dtype
-        and c.dtype in _GEMM_NAMES
-        and max(m, n, k) <= _INT_MAX
-        and min(m, n, k) > 0
-        and (c.strides[1] == c.itemsize or n == 1)
-        and c.strides[0] % c.itemsize == 0
-        and c.strides[0] >= 0
-    ):
-        return False
-    b_op, a_op = _blas_operand(b), _blas_operand(a)
-    function = _blas_gemm(c.dtype)
-    if function is None or b_op is None or a_op is None:
-        return False
-    (b_flag, ldb), (a_flag, lda) = b_op, a_op
-    ldc = max(1, n, c.strides[0] // c.itemsize if m > 1 else n)
-    function(
-        ctypes.c_char_p(b_flag),
-        ctypes.c_char_p(a_flag),
-        ctypes.byref(ctypes.c_int(n)),
-        ctypes.byref(ctypes.c_int(m)),
-        ctypes.byref(ctypes.c_int(k)),
-        _scalar(alpha, c.dtype),
-        b.ctypes.data,
-        ctypes.byref(ctypes.c_int(ldb)),
-        a.ctypes.data,
-        ctypes.byref(ctypes.c_int(lda)),
-        _scalar(beta, c.dtype),
-        c.ctypes.data,
-        ctypes.byref(ctypes.c_int(ldc)),
-    )
-    return True
-
-
-def multiply_into(c: np.ndarray, a: np.ndarray, b: np.ndarray, *, accumulate: bool) -> None:
-    """``c += a @ b`` (or ``c = a @ b``) in place: BLAS, else numpy's matmul."""
-    if gemm_accumulate(c, a, b, 1.0 if accumulate else 0.0):
-        return
-    if accumulate:
-        c += a @ b
-    else:
-        np.matmul(a, b, out=c)
-
-
 class CpuEngine:
     """BLAS ``gemm`` (SciPy's OpenBLAS), accumulating in place with ``beta = 1``.
 
@@ -318,6 +171,16 @@ class CpuEngine:
     def accumulate(self, a_panel: np.ndarray, b_panel: np.ndarray) -> None:
         c = self._require_tile()
         multiply_into(c, a_panel, b_panel, accumulate=not self._fresh)
+        self._fresh = False
+
+    def accumulate_gram(self, a_panel: np.ndarray) -> None:
+        """``C += a_panel @ a_panel.T`` on the upper triangle of the (square) tile only.
+
+        BLAS ``syrk``, half the multiply-adds of ``gemm``: the diagonal tiles of a
+        symmetric product.  The task mirrors the upper triangle when the tile is done.
+        """
+        c = self._require_tile()
+        gram_into(c, a_panel, accumulate=not self._fresh)
         self._fresh = False
 
     def accumulate_rows(

@@ -53,8 +53,8 @@ PARTIALS_DIR = "partials"
 INPUTS_DIR = "inputs"
 #: Version of the journal's layout; a journal of another version is not resumed.
 #: 2: inputs carry a content fingerprint.  3: the job names its product (transposes,
-#: scales, addend, dtypes).
-FORMAT = 3
+#: scales, addend, dtypes).  4: partial tiles of split-k plans; symmetric products.
+FORMAT = 4
 
 
 @dataclass(frozen=True)

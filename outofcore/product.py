@@ -58,6 +58,9 @@ class Product:
     alpha: float | complex = 1.0
     beta: float | complex = 0.0
     addend: zarr.Array | None = None
+    #: ``X.T @ X`` or ``X @ X.T`` of one array and no addend: the output is symmetric,
+    #: so only the tiles on and above the diagonal are computed (:mod:`scheduler.plan`).
+    symmetric: bool = False
 
     @classmethod
     def open(
@@ -124,6 +127,9 @@ class Product:
             alpha=check_scale(alpha, "alpha"),
             beta=check_scale(beta, "beta"),
             addend=addend_array,
+            symmetric=transpose_a != transpose_b
+            and addend_array is None
+            and arrays.same_array(a_array, b_array),
         )
 
     @property
@@ -178,6 +184,7 @@ class Product:
             out_itemsize=self.types.output.itemsize,
             block_extra=block_extra,
             addend_itemsize=0 if self.addend is None else self.addend.dtype.itemsize,
+            symmetric=self.symmetric,
         )
 
     def summary(self) -> dict[str, Any]:
@@ -188,6 +195,7 @@ class Product:
             "alpha": _json_number(self.alpha),
             "beta": _json_number(self.beta),
             "addend": None if self.addend is None else arrays.describe(self.addend),
+            "symmetric": self.symmetric,
             **self.types.summary(),
         }
 

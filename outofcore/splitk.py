@@ -9,8 +9,9 @@ as ``.npy`` objects in the output's journal folder (``_outofcore/partials/``,
 next to the output, so object stores work as local disk does), then records
 the part.  The tile's reduction task, :func:`reduce_tile`, adds the parts
 block by block in part order (so every run gives the same bits), finishes
-the rows (scales, addend, output dtype), writes them to the output and records
-the tile.  The client deletes the partials when the job completes.
+the rows (scales, addend, output dtype), writes them to the output (and, for
+an off-diagonal tile of a symmetric product, its mirror) and records the
+tile.  The client deletes the partials when the job completes.
 
 Every part is idempotent (a rerun writes the same bytes, its record is
 created only if absent), parts live under the journal's id (tied to the
@@ -39,6 +40,7 @@ from outofcore.tile import (
     recorded_result,
     worker_name,
     write_finished_rows,
+    write_mirror,
 )
 from outofcore.writing import naming_full_disk
 from scheduler.plan import PartialTask, TileTask, split_evenly, write_block_rows
@@ -134,12 +136,16 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
     block = write_block_rows((tile_job.c.shards or tile_job.c.chunks)[0], rows)
     read = compute = write = 0.0
     scratch = 0
+    # The mirror of an off-diagonal tile of a symmetric product is written from the whole sum.
+    mirror = tile_job.product.symmetric and task.i != task.j
+    whole = np.empty(task.shape, tile_job.product.types.compute) if mirror else None
     for r0 in range(0, rows, block):
         shape = (min(block, rows - r0), cols)
         t0 = time.perf_counter()
         blocks = [job.read_block(part, r0, shape) for part in parts]
         t1 = time.perf_counter()
-        total = blocks[0].copy()
+        total = blocks[0].copy() if whole is None else whole[r0 : r0 + shape[0]]
+        total[...] = blocks[0]
         for partial in blocks[1:]:
             total += partial
         t2 = time.perf_counter()
@@ -148,6 +154,10 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
         t3 = time.perf_counter()
         read, compute, write = read + t1 - t0, compute + t2 - t1, write + t3 - t2
         scratch += sum(b.nbytes for b in blocks)
+    if whole is not None:
+        t0 = time.perf_counter()
+        write_mirror(tile_job, task, whole, recorded.owner_check)
+        write += time.perf_counter() - t0
     result = TileResult(
         key=task.key,
         bytes_read=0,

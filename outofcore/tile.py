@@ -26,6 +26,7 @@ import zarr
 from threadpoolctl import threadpool_limits
 
 from outofcore import chunkfiles, panel_cache
+from outofcore.blas import mirror_upper
 from outofcore.engines import TileEngine, make_engine
 from outofcore.journal import Journal
 from outofcore.product import Product
@@ -264,6 +265,8 @@ class TilePanels:
         b_panel = _panel_view(self.b[slot], (depth, tn), product.transpose_b)
         read_a = not (position == 0 and self.holds_a)
         read_b = not (position == 0 and self.holds_b)
+        if is_diagonal(job, task):  # X.T @ X or X @ X.T: one panel of X is both operands
+            read_a, read_b = read_a and not product.transpose_a, read_b and product.transpose_a
         rows, cols, ks = slice(task.row0, task.row1), slice(task.col0, task.col1), slice(k0, k1)
         if read_a:
             staging = self._staging("a", tm * depth)
@@ -271,6 +274,8 @@ class TilePanels:
         if read_b:
             staging = self._staging("b", depth * tn)
             read_operand(product.b, product.transpose_b, ks, cols, b_panel, staging)
+        if is_diagonal(job, task):
+            a_panel, b_panel = (b_panel.T, b_panel) if product.transpose_a else (a_panel, a_panel.T)
         return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, read_a, read_b)
 
     def drop(self) -> None:
@@ -281,7 +286,7 @@ class TilePanels:
     def keep_for_next_task(self, job: TileJob, task: TileTask) -> None:
         """In a Dask worker keep the last panels for this thread's next task; else free all."""
         in_worker = panel_cache.in_dask_worker()
-        if self.a and self.b and in_worker:
+        if self.a and self.b and in_worker and not is_diagonal(job, task):  # (one slot unread)
             last = (len(self.order) - 1) % PANELS_IN_FLIGHT
             last_a, last_b = self.a[last], self.b[last]
             others = [x for x in self.a + self.b if x is not last_a and x is not last_b]
@@ -332,6 +337,8 @@ class _PanelLoop:
         self.job, self.task, self.engine, self.panels = job, task, engine, panels
         self.reader, self.writer, self.before_write = reader, writer, before_write
         self.sink = sink or (lambda r0, rows: write_finished_rows(job, task, r0, rows))
+        #: Whether this task writes the mirror of its tile too (not a part of a split tile).
+        self.mirror = sink is None and job.product.symmetric and task.i != task.j
         self.block = write_block_rows((job.c.shards or job.c.chunks)[0], task.shape[0])
         self.read_wait = self.compute = self.write = 0.0
         self.bytes_read = 0
@@ -339,7 +346,10 @@ class _PanelLoop:
     def multiply_and_write(self) -> np.ndarray:
         """Run every panel through the engine, write the tile; return the tile written."""
         count = len(self.job.panels)
-        streamed_from = count - (min(STREAMED_PANELS, count) if self.engine.row_blocks else 0)
+        diagonal = is_diagonal(self.job, self.task)
+        gram = getattr(self.engine, "accumulate_gram", None) if diagonal else None
+        streams = self.engine.row_blocks and not diagonal  # a diagonal tile is mirrored first
+        streamed_from = count - (min(STREAMED_PANELS, count) if streams else 0)
         self.engine.start_tile(self.task.shape, self.job.product.types.compute)
         pending = self.reader.submit(self.panels.load, 0)
         streamed: list[tuple[np.ndarray, np.ndarray]] = []
@@ -351,7 +361,9 @@ class _PanelLoop:
             t1 = time.perf_counter()
             if s + 1 < count:
                 pending = self.reader.submit(self.panels.load, s + 1)
-            if s < streamed_from:
+            if gram is not None:
+                gram(a_panel)  # the upper triangle only (syrk): half the work
+            elif s < streamed_from:
                 self.engine.accumulate(a_panel, b_panel)
             else:
                 streamed.append((a_panel, b_panel))
@@ -364,6 +376,8 @@ class _PanelLoop:
             self.bytes_read += nbytes
         t0 = time.perf_counter()
         tile = self.engine.finish_tile()
+        if diagonal:
+            mirror_upper(tile)  # exactly symmetric, whichever engine computed it
         self.compute += time.perf_counter() - t0
         t0 = time.perf_counter()
         if not writes:
@@ -372,6 +386,8 @@ class _PanelLoop:
                 self._write_rows(r0, tile[r0 : r0 + self.block])
         for future in writes:
             future.result()
+        if self.mirror:
+            write_mirror(self.job, self.task, tile, self.before_write)
         self.write = time.perf_counter() - t0  # the part of writing not hidden behind compute
         return tile
 
@@ -415,11 +431,37 @@ class _PanelLoop:
 
 
 def write_finished_rows(job: TileJob, task: TileTask, r0: int, rows: np.ndarray) -> None:
-    """Write accumulated ``rows`` at row ``r0`` of ``task``'s tile: scaled, addend added,
-    converted to the output dtype."""
+    """Write accumulated ``rows`` at row ``r0`` of ``task``'s tile: scaled (in place), addend
+    added, converted to the output dtype."""
     origin = (task.row0 + r0, task.col0)
     values = job.product.finish_rows(rows, origin) if job.product.scaled else rows
     write_region(job.c, origin, values)
+
+
+def is_diagonal(job: TileJob, task: TileTask) -> bool:
+    """Whether ``task`` is a diagonal tile of a symmetric product (one panel, ``syrk``)."""
+    return job.product.symmetric and task.i == task.j
+
+
+def write_mirror(
+    job: TileJob, task: TileTask, tile: np.ndarray, before_write: Callable[[], None] | None
+) -> None:
+    """Write tile ``(j, i)`` of a symmetric product as the transpose of ``tile`` ``(i, j)``.
+
+    Call after the tile's own rows are written: :meth:`Product.finish_rows`
+    scaled them in place, so ``tile`` holds the finished values and they are
+    only converted to the output dtype here (a symmetric product has no
+    addend).  In blocks of whole output-chunk rows of the mirror (columns of
+    ``tile``), each transposed into a contiguous block; the values are the
+    same bits as the tile's, so the output is exactly symmetric.
+    """
+    block = write_block_rows((job.c.shards or job.c.chunks)[0], tile.shape[1])
+    output = job.product.types.output
+    for q0 in range(0, tile.shape[1], block):
+        if before_write is not None:
+            before_write()
+        rows = np.ascontiguousarray(tile[:, q0 : q0 + block].T)
+        write_region(job.c, (task.col0 + q0, task.row0), rows.astype(output, copy=False))
 
 
 #: The last panels of a tile are multiplied row block by row block, so that the

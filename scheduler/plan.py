@@ -90,11 +90,19 @@ class Problem:
     block_extra: int = 0
     #: Stored element size of the addend (read once); 0: no addend.
     addend_itemsize: int = 0
+    #: ``op(A) @ op(B)`` is ``X.T @ X`` or ``X @ X.T`` of one array X: only the tiles on
+    #: and above the diagonal are tasks; each writes its mirror tile too.
+    symmetric: bool = False
 
     def __post_init__(self) -> None:
         for name in ("m", "k", "n"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} = {getattr(self, name)}: every dimension must be >= 1")
+        if self.symmetric and (self.m != self.n or self.a_chunks[::-1] != self.b_chunks):
+            raise InputError(
+                f"a symmetric product needs op(A) = op(B).T: got {self.m}x{self.k} in chunks "
+                f"{self.a_chunks} and {self.k}x{self.n} in chunks {self.b_chunks}"
+            )
         grids = {"a_chunks": self.a_chunks, "b_chunks": self.b_chunks}
         if self.out_grid is not None:
             grids["out_grid"] = self.out_grid
@@ -234,6 +242,8 @@ class Plan:
         p = self.problem
         wa, wb = p.read_sizes
         a_reads = wa * self.tiles_across * p.m * _touched(self.panels, p.a_chunks[1], p.k)
+        if p.symmetric:  # tile (i, j), j > i, reads panels i and j; tile (i, i) one panel
+            return a_reads
         b_reads = wb * self.tiles_down * p.n * _touched(self.panels, p.b_chunks[0], p.k)
         return a_reads + b_reads + p.addend_itemsize * p.m * p.n
 
@@ -265,6 +275,7 @@ class Plan:
             "out_chunks": list(self.out_chunks),
             "tiles": len(self.tasks),
             "tiles_grid": [self.tiles_down, self.tiles_across],
+            "symmetric": self.problem.symmetric,
             "splits": self.splits,
             "partial_tasks": len(self.tasks) * self.splits if self.splits > 1 else 0,
             "busy_workers": self.busy_workers,
@@ -302,6 +313,8 @@ def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     out_chunk = p.written_itemsize * min(out_rows, tm) * min(out_cols, tn)
     writers = min(io_concurrency, math.ceil(tm / out_rows) * math.ceil(tn / out_cols))
     codec_buffers = io_concurrency * 2 * input_chunk + writers * 2 * max(0, out_chunk - input_chunk)
+    if p.symmetric:  # the mirror tile is written from transposed blocks of the tile's columns
+        block += max(p.itemsize, p.written_itemsize) * tm * write_block_rows(out_cols, tn)
     return p.itemsize * tm * tn + panels + staging + block + codec_buffers
 
 
@@ -319,13 +332,15 @@ def io_lower_bound(problem: Problem, budget_bytes: int) -> int:
 
     ``|A|``, ``|B|`` (and an addend) at their stored sizes; the communication
     term counts words of the accumulation size held in ``M``, moved at the
-    inputs' mean stored size.
+    inputs' mean stored size.  A symmetric product: ``max(|X|, half the term)``.
     """
     p, budget = problem, budget_bytes
     wa, wb = p.read_sizes
     inputs = wa * p.m * p.k + wb * p.k * p.n + p.addend_itemsize * p.m * p.n
     words = budget / p.itemsize
     communication = (2 * p.m * p.n * p.k / math.sqrt(words) - 2 * words) * (wa + wb) / 2
+    if p.symmetric:  # one array, read once at least; half the products to form
+        inputs, communication = wa * p.m * p.k, communication / 2
     return int(max(inputs, communication))
 
 
@@ -382,6 +397,8 @@ def make_plan(
     p = problem
     row_unit = _unit(p.m, p.a_chunks[0], p.out_grid[0] if p.out_grid else None)
     col_unit = _unit(p.n, p.b_chunks[1], p.out_grid[1] if p.out_grid else None)
+    if p.symmetric:  # square tiles, so that tile (i, j) mirrors onto tile (j, i)
+        row_unit = col_unit = _unit(p.m, row_unit, col_unit)
     k_unit = _k_unit(p)
 
     if tk is None:
@@ -406,6 +423,8 @@ def make_plan(
         tm, tn = tile
         _check_multiple("tile rows", tm, row_unit, p.m)
         _check_multiple("tile columns", tn, col_unit, p.n)
+        if p.symmetric and min(tm, p.m) != min(tn, p.n):
+            raise InputError(f"tile = {tile}: a symmetric product needs square tiles")
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
     if splits is None:
         splits = _best_splits(p, tm, tn, tk, workers)
@@ -500,8 +519,17 @@ def _best_tile(
             continue
         widest_tn = widest(tm, col_unit, p.n, fits)
         first = math.ceil(p.n / widest_tn)
-        for columns in range(first, first + 4):
-            tn = min(p.n, round_up(math.ceil(p.n / columns), col_unit))
+        widths = (
+            [tm]
+            if p.symmetric
+            else [
+                min(p.n, round_up(math.ceil(p.n / columns), col_unit))
+                for columns in range(first, first + 4)
+            ]
+        )
+        for tn in widths:
+            if not fits(tm, tn):
+                continue
             for parts in [splits] if splits else _split_candidates(p, tm, tn, tk, workers):
                 score = _estimate(p, tm, tn, tk, workers, parts)
                 if best is None or score < best[0]:
@@ -524,9 +552,10 @@ def _estimate(p: Problem, tm: int, tn: int, tk: int, workers: int, splits: int) 
     panels = tuple((k0, min(k0 + tk, p.k)) for k0 in range(0, p.k, tk))
     rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
     decoded = cols * p.m * _touched(panels, p.a_chunks[1], p.k)
-    decoded += rows * p.n * _touched(panels, p.b_chunks[0], p.k)
+    if not p.symmetric:  # a symmetric product reads one panel per tile row and column
+        decoded += rows * p.n * _touched(panels, p.b_chunks[0], p.k)
     scratch = 2 * splits * p.m * p.n if splits > 1 else 0
-    busy = min(workers, rows * cols * splits)
+    busy = min(workers, tile_count(p, tm, tn) * splits)
     compute = busiest_worker(p, tm, tn, workers, splits) * p.k
     return compute + (DECODE_COST_FMAS * decoded + SCRATCH_COST_FMAS * scratch) / busy
 
@@ -534,7 +563,7 @@ def _estimate(p: Problem, tm: int, tn: int, tk: int, workers: int, splits: int) 
 def _split_candidates(p: Problem, tm: int, tn: int, tk: int, workers: int) -> range:
     """Splits of k worth trying for ``tm×tn`` tiles: 1, and when the tiles are fewer
     than twice the workers, up to four tasks a worker (at most one part a panel)."""
-    tiles = math.ceil(p.m / tm) * math.ceil(p.n / tn)
+    tiles = tile_count(p, tm, tn)
     if workers == 1 or tiles >= 2 * workers:
         return range(1, 2)
     most = min(math.ceil(p.k / min(tk, p.k)), math.ceil(4 * workers / tiles))
@@ -587,35 +616,53 @@ def busiest_worker(p: Problem, tm: int, tn: int, workers: int, splits: int = 1) 
     """Output elements (times k) of the busiest worker when ``tm×tn`` tiles go to ``workers``.
 
     With k split in ``splits`` parts every tile is that many tasks of
-    ``1/splits`` of its work.  Tasks are handed out largest first to the least
-    loaded worker.  Beyond ``4 * workers`` tasks that is approximated, in
-    constant time, by the mean share or one whole task, whichever is larger
-    (the planner calls this for every candidate).  :mod:`scheduler.model` uses it too.
+    ``1/splits`` of its work; a symmetric product has the tiles on and above
+    the diagonal only, the diagonal ones at half the work (``syrk``).  Tasks
+    are handed out largest first to the least loaded worker.  Beyond ``4 *
+    workers`` tasks that is approximated, in constant time, by the mean share
+    or one whole task, whichever is larger (the planner calls this for every
+    candidate).  :mod:`scheduler.model` uses it too.
     """
     rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
-    if workers == 1:
-        return float(p.m * p.n)
-    if rows * cols * splits > 4 * workers:  # fine-grained: the average, or one whole task
-        return float(max(p.m * p.n / workers, tm * tn / splits))
     heights = [tm] * (rows - 1) + [p.m - (rows - 1) * tm]
+    total = float(p.m * p.n)
+    if p.symmetric:  # the upper triangle of tiles, the diagonal ones at half the work
+        total = (total + sum(h * h for h in heights)) / 2
+    if workers == 1:
+        return total
+    if tile_count(p, tm, tn) * splits > 4 * workers:  # fine-grained: the mean, or one task
+        return max(total / workers, tm * tn / splits)
     widths = [tn] * (cols - 1) + [p.n - (cols - 1) * tn]
+    areas = [
+        heights[i] * widths[j] * (0.5 if i == j and p.symmetric else 1.0) / splits
+        for i in range(rows)
+        for j in range(i if p.symmetric else 0, cols)
+        for _ in range(splits)
+    ]
     loads = [0.0] * workers
-    areas = [h * w / splits for h in heights for w in widths for _ in range(splits)]
     for area in sorted(areas, reverse=True):
         loads[loads.index(min(loads))] += area
     return float(max(loads))
 
 
+def tile_count(p: Problem, tm: int, tn: int) -> int:
+    """Tasks of ``tm×tn`` tiles: every tile, or those on and above the diagonal (symmetric)."""
+    rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
+    return rows * (rows + 1) // 2 if p.symmetric else rows * cols
+
+
 def _split_for_workers(
     p: Problem, tm: int, tn: int, row_unit: int, col_unit: int, workers: int
 ) -> tuple[int, int]:
-    """Shrink the tile until every worker gets one, while the grid allows."""
-    while math.ceil(p.m / tm) * math.ceil(p.n / tn) < workers:
+    """Shrink the tile until every worker gets one, while the grid allows (square stays square)."""
+    while tile_count(p, tm, tn) < workers:
         rows_can = tm > row_unit
         cols_can = tn > col_unit
         if not (rows_can or cols_can):
             break
-        if rows_can and (tm >= tn or not cols_can):
+        if p.symmetric:
+            tm = tn = max(row_unit, round_up(math.ceil(tm / 2), row_unit))
+        elif rows_can and (tm >= tn or not cols_can):
             tm = max(row_unit, round_up(math.ceil(tm / 2), row_unit))
         else:
             tn = max(col_unit, round_up(math.ceil(tn / 2), col_unit))
@@ -646,11 +693,15 @@ def _touched(panels: tuple[tuple[int, int], ...], chunk: int, extent: int) -> in
 
 
 def _tasks_in_locality_order(p: Problem, tm: int, tn: int) -> tuple[TileTask, ...]:
-    """Row by row, alternating direction, so neighbours share an A or B panel."""
+    """Row by row, alternating direction, so neighbours share an A or B panel.
+
+    A symmetric product's tasks are the tiles on and above the diagonal.
+    """
     tasks = []
     down, across = math.ceil(p.m / tm), math.ceil(p.n / tn)
     for i in range(down):
-        columns = range(across) if i % 2 == 0 else range(across - 1, -1, -1)
+        first = i if p.symmetric else 0  # a symmetric product: the upper triangle of tiles
+        columns = range(first, across) if i % 2 == 0 else range(across - 1, first - 1, -1)
         for j in columns:
             tasks.append(
                 TileTask(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -301,3 +302,53 @@ def test_forced_splits_are_checked_against_the_panels():
     assert make_plan(problem, 2**30, 1, splits=3).splits == 3
     with pytest.raises(InputError, match=r"splits = 5: k = 8192 in panels 2048 deep .* 1 to 4"):
         make_plan(problem, 2**30, 2, tk=2048, splits=5)
+
+
+@given(
+    st.integers(min_value=1, max_value=3000),
+    st.integers(min_value=1, max_value=3000),
+    st.integers(min_value=1, max_value=700),
+    st.integers(min_value=1, max_value=700),
+    st.integers(min_value=1, max_value=8),
+    st.integers(min_value=20, max_value=26),
+)
+def test_symmetric_plans_cover_the_upper_triangle_once_with_square_tiles(
+    n, k, n_chunk, k_chunk, workers, log2_budget
+):
+    """X.T @ X with X k x n: tiles (i, j), j >= i, each writing (j, i) too."""
+    problem = Problem(
+        m=n,
+        k=k,
+        n=n,
+        itemsize=4,
+        a_chunks=(n_chunk, k_chunk),
+        b_chunks=(k_chunk, n_chunk),
+        symmetric=True,
+    )
+    try:
+        plan = make_plan(problem, 2**log2_budget, workers)
+    except BudgetError:
+        return
+    assert plan.tm == plan.tn and plan.tiles_down == plan.tiles_across
+    t = plan.tiles_down
+    covered = {(task.i, task.j) for task in plan.tasks}
+    assert covered == {(i, j) for i in range(t) for j in range(i, t)}
+    assert len(plan.tasks) == t * (t + 1) // 2
+    general = make_plan(
+        replace(problem, symmetric=False),
+        2**log2_budget,
+        workers,
+        tile=(plan.tm, plan.tn),
+        tk=plan.tk,
+    )
+    assert 2 * plan.bytes_read == general.bytes_read  # one panel per tile row and column
+    assert plan.task_bytes >= general.task_bytes  # plus the mirror's transposed block
+    assert plan.bytes_read >= plan.io_lower_bound or plan.bytes_read == problem.m * k * 4
+
+
+def test_a_symmetric_problem_needs_one_array_times_its_transpose():
+    with pytest.raises(InputError, match="symmetric product needs op\\(A\\) = op\\(B\\).T"):
+        Problem(m=10, k=5, n=10, itemsize=4, a_chunks=(5, 5), b_chunks=(5, 2), symmetric=True)
+    problem = Problem(m=10, k=5, n=10, itemsize=4, a_chunks=(5, 5), b_chunks=(5, 5), symmetric=True)
+    with pytest.raises(InputError, match="square tiles"):
+        make_plan(problem, 2**30, tile=(5, 10))
