@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
 
 import outofcore
 from outofcore.dtypes import product_types
@@ -71,17 +70,6 @@ def test_out_dtype_rules():
         product_types("complex64", "complex64", 5, out_dtype="float32")
 
 
-@pytest.fixture(scope="module")
-def client():
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as c,
-        Client(c) as client,
-    ):
-        yield client
-
-
 #: (A, B, addend, dtype the product must accumulate in (None: exact), output dtype, out_dtype)
 CASES = [
     ("float16", "float16", None, "float32", "float32", None),
@@ -105,7 +93,7 @@ CASES = [
     ("a_dtype", "b_dtype", "d_dtype", "accumulated", "output", "out_dtype"), CASES
 )
 def test_job_on_a_cluster_matches_numpy(
-    client, tmp_path, a_dtype, b_dtype, d_dtype, accumulated, output, out_dtype
+    two_process_client, tmp_path, a_dtype, b_dtype, d_dtype, accumulated, output, out_dtype
 ):
     seed = abs(hash((a_dtype, b_dtype, d_dtype, out_dtype))) % 2**32
     rng = np.random.default_rng(seed)
@@ -127,7 +115,7 @@ def test_job_on_a_cluster_matches_numpy(
         tmp_path / "a.zarr",
         tmp_path / "b.zarr",
         tmp_path / "c.zarr",
-        client=client,
+        client=two_process_client,
         memory="96KiB",
         out_dtype=out_dtype,
         progress=False,
@@ -151,7 +139,7 @@ def test_job_on_a_cluster_matches_numpy(
     assert not caught.passed and caught.first_failing_row == row, caught
 
 
-def test_gram_of_int8_genotypes_is_exact_from_the_stored_array(client, tmp_path):
+def test_gram_of_int8_genotypes_is_exact_from_the_stored_array(two_process_client, tmp_path):
     """``G.T @ G`` of 0/1/2 dosages read straight from G (no transposed copy)."""
     rng = np.random.default_rng(5)
     genotypes = rng.integers(0, 3, size=(997, 61), dtype=np.int8)
@@ -161,7 +149,7 @@ def test_gram_of_int8_genotypes_is_exact_from_the_stored_array(client, tmp_path)
         tmp_path / "g.zarr",
         tmp_path / "gram.zarr",
         transpose_a=True,
-        client=client,
+        client=two_process_client,
         memory="96KiB",
         progress=False,
     )

@@ -13,7 +13,6 @@ import json
 import numpy as np
 import pytest
 import zarr
-from distributed import Client, LocalCluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,17 +23,6 @@ from outofcore.errors import InputError
 from outofcore.generate import random_values
 from outofcore.product import Product
 from tests.helpers import assert_gemm_close, cli, random_matrix, write_zarr
-
-
-@pytest.fixture(scope="module")
-def client():
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
 
 
 def assert_symmetric(g: np.ndarray) -> None:
@@ -51,7 +39,7 @@ def assert_symmetric(g: np.ndarray) -> None:
     seed=st.integers(0, 2**16),
 )
 def test_gram_is_exactly_symmetric_and_right_on_two_workers(
-    client, tmp_path_factory, k, n, chunks, rows, seed
+    two_process_client, tmp_path_factory, k, n, chunks, rows, seed
 ):
     folder = tmp_path_factory.mktemp("gram")
     x = random_matrix(np.random.default_rng(seed), (k, n), "float32")
@@ -61,7 +49,7 @@ def test_gram_is_exactly_symmetric_and_right_on_two_workers(
         folder / "x.zarr",
         folder / "x.zarr",
         folder / "g.zarr",
-        client=client,
+        client=two_process_client,
         transpose_a=not rows,
         transpose_b=rows,
         memory="1MiB",

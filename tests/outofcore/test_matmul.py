@@ -183,17 +183,6 @@ def test_in_memory_arrays_run_in_process(tmp_path):
     assert_product_close(c[...], a_np, b_np)
 
 
-@pytest.fixture(scope="module")
-def two_process_client():
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
-
-
 def test_localcluster_with_two_worker_processes(tmp_path, two_process_client):
     rng = np.random.default_rng(21)
     a = random_matrix(rng, (301, 211), "float32")

@@ -39,17 +39,6 @@ from tests.helpers import (
 )
 
 
-@pytest.fixture(scope="module")
-def client():
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
-
-
 def part_records(c: Path) -> list[Path]:
     """Records of the finished parts of split tiles under the output ``c``."""
     return sorted((c / JOURNAL_DIR / PARTIALS_DIR).glob("*/tile-*.json"))
@@ -71,7 +60,7 @@ def store(folder: Path, name: str, data: np.ndarray, chunks: tuple[int, int]) ->
     seed=st.integers(0, 2**16),
 )
 def test_small_outputs_from_a_large_k_split_over_both_workers(
-    client, tmp_path_factory, m, n, k, k_chunks, transpose_a, transpose_b, seed
+    two_process_client, tmp_path_factory, m, n, k, k_chunks, transpose_a, transpose_b, seed
 ):
     """One output tile (the output is one chunk of A's rows and B's columns): k is split
     so both workers work, and the sum of the parts is the product."""
@@ -87,7 +76,7 @@ def test_small_outputs_from_a_large_k_split_over_both_workers(
         a_path,
         b_path,
         folder / "c.zarr",
-        client=client,
+        client=two_process_client,
         transpose_a=transpose_a,
         transpose_b=transpose_b,
         memory="8MiB",
@@ -113,7 +102,7 @@ def test_small_outputs_from_a_large_k_split_over_both_workers(
     assert not (folder / "c.zarr" / JOURNAL_DIR / PARTIALS_DIR).exists()  # cleaned up
 
 
-def test_parts_run_on_both_workers_and_the_summary_counts_them(client, tmp_path):
+def test_parts_run_on_both_workers_and_the_summary_counts_them(two_process_client, tmp_path):
     rng = np.random.default_rng(3)
     a, b = random_matrix(rng, (40, 6007), "float32"), random_matrix(rng, (6007, 30), "float32")
     write_zarr(tmp_path / "a.zarr", a, (40, 250))
@@ -122,7 +111,7 @@ def test_parts_run_on_both_workers_and_the_summary_counts_them(client, tmp_path)
         tmp_path / "a.zarr",
         tmp_path / "b.zarr",
         tmp_path / "c.zarr",
-        client=client,
+        client=two_process_client,
         memory="8MiB",
         splits=6,
         progress=False,
