@@ -580,6 +580,11 @@ def _format_status(s: dict[str, Any]) -> str:
             f"  started        {s['started']} (journal {s['journal_id']}, {s['runs']} run(s), "
             f"tiles {s['tile'][0]}x{s['tile'][1]}, panels {s['tk']} deep)",
             f"  progress       {progress}",
+            *(
+                [f"  split-k        {s['partials_done']} part(s) of split tiles recorded"]
+                if s.get("partials_done")
+                else []
+            ),
             f"  lease          {holder}",
             f"  complete       {'yes, ' + s['completed'] if s['complete'] else 'no'}",
         ]

@@ -380,6 +380,8 @@ def job_status(
         "complete": complete,
         "tiles_done": len(finished),
         "tiles_total": document.get("tiles_total"),
+        # Parts of split tiles (split-k) recorded and not yet reduced (deleted once complete).
+        "partials_done": 0 if complete else len(journal.done_partials(document["journal_id"])),
         "tile": document.get("tile"),
         "tk": document.get("tk"),
         "journal_id": document["journal_id"],

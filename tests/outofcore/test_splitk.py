@@ -260,6 +260,9 @@ def test_client_killed_mid_split_job_then_rerun_skips_the_finished_parts(tmp_pat
         job.wait()
     done = len(part_records(Path(c)))
     assert done < 40
+    status = cli("status", c, "--json")
+    assert json.loads(status.stdout)["partials_done"] == done
+    assert f"{done} part(s) of split tiles recorded" in cli("status", c).stdout
 
     rerun = cli("matmul", *command, "--json")
     assert rerun.returncode == 0, rerun.stderr
