@@ -11,6 +11,7 @@ marks the output complete only when every tile has its record.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +41,14 @@ from outofcore.resume import (
 from outofcore.spec import JobSpec
 from outofcore.stores import read_concurrency
 from outofcore.tile import RecordedJob, TileJob, TileResult, compute_and_record
-from scheduler.cluster import check_worker_memory, open_executor
+from scheduler.cluster import (
+    DEFAULT_BUDGET_BYTES,
+    check_local_memory,
+    check_worker_memory,
+    default_budget,
+    is_local,
+    open_executor,
+)
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE
 from scheduler.plan import Plan, make_plan
@@ -89,10 +97,10 @@ def matmul(
         ``distributed.Client``, or ``"sync"`` (in-process, no Dask).
     **options
         Fields of :class:`~outofcore.spec.JobSpec`: ``transpose_a``,
-        ``transpose_b``, ``alpha``, ``beta``, ``addend``, ``out_dtype``, ``memory`` (per worker,
-        e.g. ``"512MiB"``; default 1 GiB), ``backend`` (``"auto"``, ``"cpu"``,
-        ``"cuda"``, ``"cupy"``), ``workers``, ``overwrite``, ``progress``,
-        ``output_codec`` (``"none"`` or ``"zstd"``), ``device_memory``,
+        ``transpose_b``, ``alpha``, ``beta``, ``addend``, ``out_dtype``, ``memory`` (per
+        worker, e.g. ``"512MiB"``; default 1 GiB, or less to fit this machine's memory cap),
+        ``backend`` (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cupy"``), ``workers``,
+        ``overwrite``, ``progress``, ``output_codec`` (``"none"`` or ``"zstd"``), ``device_memory``,
         ``gpus``, ``tile``, ``tk``, ``lease_timeout``, ``storage_options`` (fsspec
         options of URLs: credentials, endpoint; docs/object-stores.md).
 
@@ -124,7 +132,7 @@ def run_job(
     sizes are forced and only the tiles without a record are computed.  The
     job holds the output's lease while it runs (see :mod:`outofcore.lease`).
     """
-    spec = JobSpec.of(spec, options)
+    spec = with_budget(JobSpec.of(spec, options), client)
     operands = Operands.open(a, b, out, spec)
     check_not_held(operands.journal, operands.where)  # refuse at once, before writing anything
     start = operands.inspect(spec.overwrite)
@@ -136,6 +144,8 @@ def run_job(
     io = read_concurrency(operands.inputs.values())
     # Refuse a budget too small for the smallest tile before any cluster starts.
     make_plan(problem, spec.memory, tile=tile, tk=tk, io_concurrency=io)
+    # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
+    check_local_memory(client, spec.memory, spec.workers, spec.gpus)
 
     lease = Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout)
     with lease, _open_executor(client, spec) as executor:
@@ -162,6 +172,22 @@ def run_job(
         output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
         operands.journal.write_job({**document, "complete": True, "completed": time.time()})
     return JobResult(output=output, plan=plan, summary=summary, results=tuple(results))
+
+
+def with_budget(spec: JobSpec, client: Any) -> JobSpec:
+    """``spec`` with its memory budget chosen when it names none.
+
+    On this machine (``client`` None or ``"sync"``) the budget fits its memory
+    cap (:func:`scheduler.cluster.default_budget`); on a scheduler elsewhere it
+    is :data:`~scheduler.cluster.DEFAULT_BUDGET_BYTES` (its workers' limits are
+    checked when the job has them).
+    """
+    if spec.memory is not None:
+        return spec
+    if not is_local(client):
+        return dataclasses.replace(spec, memory=DEFAULT_BUDGET_BYTES)
+    workers, gpus = (spec.workers, spec.gpus) if client is None else (1, None)
+    return dataclasses.replace(spec, memory=default_budget(workers, gpus))
 
 
 @dataclass(frozen=True)

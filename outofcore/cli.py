@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--out", required=True, help="path or URL of the output C (m×n)")
     _add_product(run)
     _add_out_dtype(run)
-    _add_memory(run, "1GiB")
+    _add_memory(run)
     _add_device_memory(
         run,
         "cap on the device memory of each GPU worker, e.g. 2GiB (default: "
@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("b")
     _add_transposes(plan)
     _add_out_dtype(plan)
-    _add_memory(plan, "1GiB")
+    _add_memory(plan)
     plan.add_argument("--workers", type=int, default=1, help="workers the plan is made for")
     _add_device_memory(
         plan,
@@ -201,13 +201,16 @@ def _number(text: str) -> float | complex:
     return value if value.imag else value.real
 
 
-def _add_memory(parser: argparse.ArgumentParser, default: str) -> None:
+def _add_memory(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    shown = default or (
+        "1GiB, or less where this machine's memory cap (a cgroup's limit) leaves less per worker"
+    )
     parser.add_argument(
         "--memory",
         default=default,
         type=_size,
         metavar="SIZE",
-        help=f"memory budget per worker, e.g. 512MiB (default {default})",
+        help=f"memory budget per worker, e.g. 512MiB (default {shown})",
     )
 
 
@@ -301,6 +304,7 @@ def _random(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from outofcore.product import Product  # noqa: PLC0415
     from outofcore.stores import read_concurrency  # noqa: PLC0415
+    from scheduler.cluster import default_budget  # noqa: PLC0415
     from scheduler.model import scenarios  # noqa: PLC0415
     from scheduler.plan import make_plan  # noqa: PLC0415
 
@@ -315,7 +319,8 @@ def _plan(args: argparse.Namespace) -> int:
     problem = product.problem()
 
     io = read_concurrency(product.inputs.values())  # as a job plans: many requests on S3
-    plan = make_plan(problem, args.memory, args.workers, io_concurrency=io)
+    memory = args.memory or default_budget(args.workers)  # as a job on this machine would
+    plan = make_plan(problem, memory, args.workers, io_concurrency=io)
     summary = {
         **plan.summary(),
         "product": product.summary(),

@@ -42,7 +42,10 @@ class JobSpec:
         (:mod:`outofcore.dtypes`: float32 for float16 inputs, int32/int64 for
         integer ones), e.g. ``"float16"``.
     memory
-        Memory budget of one worker; tiles are sized to it (default 1 GiB).
+        Memory budget of one worker; tiles are sized to it.  None (the default):
+        1 GiB, or less on this machine where its memory cap (a cgroup's limit)
+        leaves less per worker (:func:`scheduler.cluster.default_budget`);
+        chosen by :func:`outofcore.api.run_job`, which knows where the job runs.
     device_memory
         Cap on each GPU engine's device memory (default: its own budget, a
         share of the free device memory); CPU engines ignore it.
@@ -77,7 +80,7 @@ class JobSpec:
     beta: float | complex = 0.0
     addend: Any = None
     out_dtype: Any = None
-    memory: int | str = "1GiB"
+    memory: int | str | None = None
     device_memory: int | str | None = None
     backend: str = "auto"
     output_codec: str = DEFAULT_OUTPUT_CODEC
@@ -98,7 +101,7 @@ class JobSpec:
             "alpha": check_scale(self.alpha, "alpha"),
             "beta": check_scale(self.beta, "beta"),
             "out_dtype": None if out_dtype is None else parse_dtype(out_dtype, "out_dtype"),
-            "memory": parse_size(self.memory),
+            "memory": None if self.memory is None else parse_size(self.memory),
             "device_memory": None if device is None else parse_size(device),
             "backend": resolve_backend(self.backend),
             "output_codec": check_output_codec(self.output_codec),
