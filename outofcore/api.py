@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,10 +38,12 @@ from outofcore.resume import (
     job_identity,
     job_status,
     open_journal,
+    output_layout,
 )
 from outofcore.spec import JobSpec
 from outofcore.stores import read_concurrency
 from outofcore.tile import RecordedJob, TileJob, TileResult, compute_and_record
+from scheduler import plan as plan_module
 from scheduler.cluster import (
     DEFAULT_BUDGET_BYTES,
     check_local_memory,
@@ -51,12 +54,25 @@ from scheduler.cluster import (
 )
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE
-from scheduler.plan import Plan, make_plan
+from scheduler.plan import Plan, Problem, is_large_output, make_output_plan
 
-__all__ = ["ATTRIBUTE", "JobResult", "JobSpec", "job_status", "matmul", "run_job", "summarize"]
+__all__ = [
+    "ATTRIBUTE",
+    "JobResult",
+    "JobSpec",
+    "OutputLayoutWarning",
+    "job_status",
+    "matmul",
+    "run_job",
+    "summarize",
+]
 
 #: Key of the job record in the output array's attributes.
 ATTRIBUTE = "outofcore"
+
+
+class OutputLayoutWarning(UserWarning):
+    """The output is created in a layout other than the one outofcore would choose."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +159,7 @@ def run_job(
     # Chunk requests in flight per task (many on object stores): in the memory contract.
     io = read_concurrency(operands.inputs.values())
     # Refuse a budget too small for the smallest tile before any cluster starts.
-    make_plan(problem, spec.memory, tile=tile, tk=tk, io_concurrency=io)
+    _plan(problem, spec, spec.memory, 1, tile, tk, io)
     # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
     check_local_memory(client, spec.memory, spec.workers, spec.gpus)
 
@@ -152,9 +168,8 @@ def run_job(
         check_start_unchanged(start, operands.inspect(spec.overwrite))
         workers = executor.worker_shape()
         per_thread = spec.memory // workers.threads_per_worker
-        plan = make_plan(
-            problem, per_thread, max(1, workers.workers), tile=tile, tk=tk, io_concurrency=io
-        )
+        plan = _plan(problem, spec, per_thread, workers.workers, tile, tk, io)
+        _warn_unsharded(plan, spec, start)
         if not isinstance(executor, SynchronousExecutor):
             _check_shareable({**operands.product.inputs, "the output": start.existing})
             check_worker_memory(workers, plan.task_bytes)
@@ -227,7 +242,13 @@ class Operands:
         arrays.check_output_target(out, inputs)
         fingerprints = {name: fingerprint(array) for name, array in inputs.items()}
         identity = job_identity(
-            inputs, fingerprints, spec.memory, spec.tile, spec.tk, product.summary()
+            inputs,
+            fingerprints,
+            spec.memory,
+            spec.tile,
+            spec.tk,
+            product.summary(),
+            output_layout(spec.zarr_format, spec.shards),
         )
         return cls(
             product=product,
@@ -257,6 +278,41 @@ class Operands:
             overwrite,
             self.fingerprints,
             self.storage_options,
+        )
+
+
+def _plan(
+    problem: Problem,
+    spec: JobSpec,
+    budget: int,
+    workers: int,
+    tile: tuple[int, int] | None,
+    tk: int | None,
+    io: int,
+) -> Plan:
+    """The job's plan: a created output of format 3 is sharded when large (``spec.shards``)."""
+    return make_output_plan(
+        problem,
+        budget,
+        max(1, workers),
+        tile=tile,
+        tk=tk,
+        io_concurrency=io,
+        shards=spec.shards and spec.zarr_format == 3,
+    )
+
+
+def _warn_unsharded(plan: Plan, spec: JobSpec, start: Start) -> None:
+    """Warn when a created format-2 output has more chunks than a sharded one would."""
+    created_v2 = start.existing is None and spec.zarr_format == 2 and spec.shards
+    if created_v2 and is_large_output(plan):
+        warnings.warn(
+            f"the output has {plan.out_chunk_count} chunks of {plan.out_chunks[0]}x"
+            f"{plan.out_chunks[1]}, more than {plan_module.SHARD_OVER_CHUNKS}; zarr format 2 "
+            "has no shards, so each is written as its own object (format 3 would group them "
+            "one shard per tile)",
+            OutputLayoutWarning,
+            stacklevel=3,
         )
 
 
@@ -304,6 +360,8 @@ def _start_output(
             {ATTRIBUTE: record},
             spec.output_codec,
             spec.storage_options,
+            shards=plan.out_shards,
+            zarr_format=spec.zarr_format,
         )
     else:
         output = start.existing

@@ -83,6 +83,20 @@ def _parser() -> argparse.ArgumentParser:
         help="compression of a new output (default: %(default)s; zstd is zarr's default, "
         "about 8%% smaller on dense floats, slower to write and read)",
     )
+    run.add_argument(
+        "--zarr-format",
+        type=int,
+        choices=(2, 3),
+        default=3,
+        help="zarr format of a new output (default: %(default)s; 2 for older readers: no shards)",
+    )
+    run.add_argument(
+        "--no-shards",
+        dest="shards",
+        action="store_false",
+        help="never shard a new output (by default one of more than 10^5 chunks gets one "
+        "zarr shard per tile)",
+    )
     _add_storage_options(run)
     _add_json(run)
     run.set_defaults(run=_matmul)
@@ -269,6 +283,8 @@ def _matmul(args: argparse.Namespace) -> int:
         device_memory=args.device_memory,
         backend=args.backend,
         output_codec=args.output_codec,
+        shards=args.shards,
+        zarr_format=args.zarr_format,
         overwrite=args.overwrite,
         workers=args.workers,
         gpus=parse_gpus(args.gpus) if args.gpus else None,
@@ -306,7 +322,7 @@ def _plan(args: argparse.Namespace) -> int:
     from outofcore.stores import read_concurrency  # noqa: PLC0415
     from scheduler.cluster import default_budget  # noqa: PLC0415
     from scheduler.model import scenarios  # noqa: PLC0415
-    from scheduler.plan import make_plan  # noqa: PLC0415
+    from scheduler.plan import make_output_plan  # noqa: PLC0415
 
     product = Product.open(
         args.a,
@@ -320,7 +336,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     io = read_concurrency(product.inputs.values())  # as a job plans: many requests on S3
     memory = args.memory or default_budget(args.workers)  # as a job on this machine would
-    plan = make_plan(problem, memory, args.workers, io_concurrency=io)
+    plan = make_output_plan(problem, memory, args.workers, io_concurrency=io)
     summary = {
         **plan.summary(),
         "product": product.summary(),
@@ -427,7 +443,8 @@ def _format_plan(p: dict[str, Any]) -> str:
             f"{p['workers']} worker(s)",
             f"  tiles          {p['tiles']} ({p['tiles_grid'][0]}x{p['tiles_grid'][1]}) of "
             f"{p['tile'][0]}x{p['tile'][1]}, {p['panels_per_tile']} panel(s) of {p['tk']}",
-            f"  output chunks  {p['out_chunks'][0]}x{p['out_chunks'][1]}",
+            f"  output chunks  {p['out_chunk_count']} of {p['out_chunks'][0]}x{p['out_chunks'][1]}"
+            + _format_shards(p.get("out_shards")),
             f"  task memory    {format_bytes(p['task_bytes'])} projected",
             *_format_device(p.get("device")),
             f"  bytes read     {format_bytes(p['bytes_read'])} predicted, lower bound "
@@ -437,6 +454,12 @@ def _format_plan(p: dict[str, Any]) -> str:
             *_format_predictions(p.get("predicted", [])),
         ]
     )
+
+
+def _format_shards(shards: list[int] | None) -> str:
+    if not shards:
+        return ""
+    return f", in shards of {shards[0]}x{shards[1]} (one per tile)"
 
 
 def _format_predictions(predictions: list[dict[str, Any]]) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from outofcore.arrays import ZARR_FORMATS
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
 from outofcore.config import parse_size
 from outofcore.dtypes import check_flag, check_scale, parse_dtype
@@ -56,6 +57,14 @@ class JobSpec:
         Compression of an output created by the job: ``"none"`` or ``"zstd"``.
     overwrite
         Replace an existing output (and its journal).
+    shards
+        Create a large output sharded (default True): one with more than
+        :data:`scheduler.plan.SHARD_OVER_CHUNKS` chunks gets one zarr shard per
+        tile, so each tile writes one whole object.  False: plain chunks always.
+    zarr_format
+        Format of an output the job creates: 3 (default) or 2, for readers
+        that know only format 2 (it has no shards: a large output is written
+        as plain chunks, with a warning).
     tile, tk
         Force the plan's tile shape ``(tm, tn)`` and panel depth.
     lease_timeout
@@ -85,6 +94,8 @@ class JobSpec:
     backend: str = "auto"
     output_codec: str = DEFAULT_OUTPUT_CODEC
     overwrite: bool = False
+    shards: bool = True
+    zarr_format: int = 3
     tile: tuple[int, int] | None = None
     tk: int | None = None
     lease_timeout: float | None = None
@@ -105,6 +116,8 @@ class JobSpec:
             "device_memory": None if device is None else parse_size(device),
             "backend": resolve_backend(self.backend),
             "output_codec": check_output_codec(self.output_codec),
+            "shards": check_flag(self.shards, "shards"),
+            "zarr_format": _zarr_format(self.zarr_format),
             "tile": None if self.tile is None else _positive_pair(self.tile),
             "tk": None if self.tk is None else _positive(self.tk, "tk"),
             "lease_timeout": lease_timeout(self.lease_timeout),
@@ -144,6 +157,12 @@ def _positive(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{name} = {value!r}: need a whole number >= 1")
     return value
+
+
+def _zarr_format(value: Any) -> int:
+    if isinstance(value, bool) or value not in ZARR_FORMATS:
+        raise InputError(f"zarr_format = {value!r}: choose 2 or 3")
+    return int(value)
 
 
 def _gpus(value: Any) -> tuple[int, ...]:
