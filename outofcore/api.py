@@ -11,8 +11,10 @@ marks the output complete only when every tile has its record.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -36,20 +38,30 @@ from outofcore.resume import (
     job_identity,
     job_status,
     open_journal,
+    output_layout,
 )
 from outofcore.spec import JobSpec
 from outofcore.splitk import SplitJob, compute_partial, reduce_tile
 from outofcore.stores import read_concurrency
 from outofcore.tile import RecordedJob, TileJob, TileResult, compute_and_record
-from scheduler.cluster import check_worker_memory, open_executor
+from scheduler import plan as plan_module
+from scheduler.cluster import (
+    DEFAULT_BUDGET_BYTES,
+    check_local_memory,
+    check_worker_memory,
+    default_budget,
+    is_local,
+    open_executor,
+)
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE
-from scheduler.plan import Plan, TileTask, make_plan
+from scheduler.plan import Plan, Problem, TileTask, is_large_output, make_output_plan
 
 __all__ = [
     "ATTRIBUTE",
     "JobResult",
     "JobSpec",
+    "OutputLayoutWarning",
     "gram",
     "job_status",
     "matmul",
@@ -59,6 +71,10 @@ __all__ = [
 
 #: Key of the job record in the output array's attributes.
 ATTRIBUTE = "outofcore"
+
+
+class OutputLayoutWarning(UserWarning):
+    """The output is created in a layout other than the one outofcore would choose."""
 
 
 @dataclass(frozen=True)
@@ -99,10 +115,10 @@ def matmul(
         ``distributed.Client``, or ``"sync"`` (in-process, no Dask).
     **options
         Fields of :class:`~outofcore.spec.JobSpec`: ``transpose_a``,
-        ``transpose_b``, ``alpha``, ``beta``, ``addend``, ``out_dtype``, ``memory`` (per worker,
-        e.g. ``"512MiB"``; default 1 GiB), ``backend`` (``"auto"``, ``"cpu"``,
-        ``"cuda"``, ``"cupy"``), ``workers``, ``overwrite``, ``progress``,
-        ``output_codec`` (``"none"`` or ``"zstd"``), ``device_memory``,
+        ``transpose_b``, ``alpha``, ``beta``, ``addend``, ``out_dtype``, ``memory`` (per
+        worker, e.g. ``"512MiB"``; default 1 GiB, or less to fit this machine's memory cap),
+        ``backend`` (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cupy"``), ``workers``,
+        ``overwrite``, ``progress``, ``output_codec`` (``"none"`` or ``"zstd"``), ``device_memory``,
         ``gpus``, ``tile``, ``tk``, ``splits``, ``lease_timeout``, ``storage_options`` (fsspec
         options of URLs: credentials, endpoint; docs/object-stores.md).
 
@@ -169,7 +185,7 @@ def run_job(
     sizes are forced and only the tiles without a record are computed.  The
     job holds the output's lease while it runs (see :mod:`outofcore.lease`).
     """
-    spec = JobSpec.of(spec, options)
+    spec = with_budget(JobSpec.of(spec, options), client)
     operands = Operands.open(a, b, out, spec)
     check_not_held(operands.journal, operands.where)  # refuse at once, before writing anything
     start = operands.inspect(spec.overwrite)
@@ -180,22 +196,17 @@ def run_job(
     # Chunk requests in flight per task (many on object stores): in the memory contract.
     io = read_concurrency(operands.inputs.values())
     # Refuse a budget too small for the smallest tile before any cluster starts.
-    make_plan(problem, spec.memory, tile=tile, tk=tk, io_concurrency=io, splits=spec.splits)
+    _plan(problem, spec, spec.memory, 1, tile, tk, io)
+    # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
+    check_local_memory(client, spec.memory, spec.workers, spec.gpus)
 
     lease = Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout)
     with lease, _open_executor(client, spec) as executor:
         check_start_unchanged(start, operands.inspect(spec.overwrite))
         workers = executor.worker_shape()
         per_thread = spec.memory // workers.threads_per_worker
-        plan = make_plan(
-            problem,
-            per_thread,
-            max(1, workers.workers),
-            tile=tile,
-            tk=tk,
-            io_concurrency=io,
-            splits=spec.splits,
-        )
+        plan = _plan(problem, spec, per_thread, workers.workers, tile, tk, io)
+        _warn_unsharded(plan, spec, start)
         if not isinstance(executor, SynchronousExecutor):
             _check_shareable({**operands.product.inputs, "the output": start.existing})
             check_worker_memory(workers, plan.task_bytes)
@@ -213,6 +224,22 @@ def run_job(
         output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
         operands.journal.write_job({**document, "complete": True, "completed": time.time()})
     return JobResult(output=output, plan=plan, summary=summary, results=tuple(results))
+
+
+def with_budget(spec: JobSpec, client: Any) -> JobSpec:
+    """``spec`` with its memory budget chosen when it names none.
+
+    On this machine (``client`` None or ``"sync"``) the budget fits its memory
+    cap (:func:`scheduler.cluster.default_budget`); on a scheduler elsewhere it
+    is :data:`~scheduler.cluster.DEFAULT_BUDGET_BYTES` (its workers' limits are
+    checked when the job has them).
+    """
+    if spec.memory is not None:
+        return spec
+    if not is_local(client):
+        return dataclasses.replace(spec, memory=DEFAULT_BUDGET_BYTES)
+    workers, gpus = (spec.workers, spec.gpus) if client is None else (1, None)
+    return dataclasses.replace(spec, memory=default_budget(workers, gpus))
 
 
 @dataclass(frozen=True)
@@ -252,7 +279,13 @@ class Operands:
         arrays.check_output_target(out, inputs)
         fingerprints = {name: fingerprint(array) for name, array in inputs.items()}
         identity = job_identity(
-            inputs, fingerprints, spec.memory, spec.tile, spec.tk, product.summary()
+            inputs,
+            fingerprints,
+            spec.memory,
+            spec.tile,
+            spec.tk,
+            product.summary(),
+            output_layout(spec.zarr_format, spec.shards),
         )
         return cls(
             product=product,
@@ -282,6 +315,42 @@ class Operands:
             overwrite,
             self.fingerprints,
             self.storage_options,
+        )
+
+
+def _plan(
+    problem: Problem,
+    spec: JobSpec,
+    budget: int,
+    workers: int,
+    tile: tuple[int, int] | None,
+    tk: int | None,
+    io: int,
+) -> Plan:
+    """The job's plan: a created output of format 3 is sharded when large (``spec.shards``)."""
+    return make_output_plan(
+        problem,
+        budget,
+        max(1, workers),
+        tile=tile,
+        tk=tk,
+        io_concurrency=io,
+        splits=spec.splits,
+        shards=spec.shards and spec.zarr_format == 3,
+    )
+
+
+def _warn_unsharded(plan: Plan, spec: JobSpec, start: Start) -> None:
+    """Warn when a created format-2 output has more chunks than a sharded one would."""
+    created_v2 = start.existing is None and spec.zarr_format == 2 and spec.shards
+    if created_v2 and is_large_output(plan):
+        warnings.warn(
+            f"the output has {plan.out_chunk_count} chunks of {plan.out_chunks[0]}x"
+            f"{plan.out_chunks[1]}, more than {plan_module.SHARD_OVER_CHUNKS}; zarr format 2 "
+            "has no shards, so each is written as its own object (format 3 would group them "
+            "one shard per tile)",
+            OutputLayoutWarning,
+            stacklevel=3,
         )
 
 
@@ -329,6 +398,8 @@ def _start_output(
             {ATTRIBUTE: record},
             spec.output_codec,
             spec.storage_options,
+            shards=plan.out_shards,
+            zarr_format=spec.zarr_format,
         )
     else:
         output = start.existing

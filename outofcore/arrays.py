@@ -23,6 +23,8 @@ from outofcore.stores import is_remote, local_path, url_of, zarr_options
 ArrayLike = zarr.Array | str | os.PathLike
 #: fsspec options of URLs (credentials, endpoint), or None.
 StorageOptions = dict[str, Any] | None
+#: zarr formats of the outputs a job can create (3: zarr's default; 2: older readers).
+ZARR_FORMATS = (2, 3)
 
 __all__ = ["ArrayLike", "StorageOptions", "is_remote", "local_path"]
 
@@ -192,22 +194,38 @@ def create_output(
     attributes: dict[str, Any],
     codec: str = DEFAULT_OUTPUT_CODEC,
     storage_options: StorageOptions = None,
+    shards: tuple[int, int] | None = None,
+    zarr_format: int = 3,
 ) -> zarr.Array:
     """Create the output array (replacing an old one only when ``overwrite``).
 
     ``codec`` is one of :data:`outofcore.codecs.OUTPUT_CODECS`; ``storage_options``
-    open a URL (:mod:`outofcore.stores`).
+    open a URL (:mod:`outofcore.stores`); ``shards`` (a multiple of ``chunks``,
+    zarr format 3 only) groups chunks into shards: the plan makes them its tiles
+    (:func:`scheduler.plan.make_output_plan`).  ``zarr_format`` 2 writes an
+    array older readers open.
+
+    Raises
+    ------
+    InputError
+        For a format other than 2 and 3, or shards with format 2.
     """
+    if zarr_format not in ZARR_FORMATS:
+        raise InputError(f"zarr_format = {zarr_format!r}: choose 2 or 3")
+    if shards is not None and zarr_format == 2:
+        raise InputError(f"zarr format 2 has no shards (asked for shards {shards})")
     return zarr.create_array(
         os.fspath(target),
         **zarr_options(os.fspath(target), storage_options),
         shape=shape,
         chunks=chunks,
+        shards=shards,
+        zarr_format=zarr_format,
         dtype=dtype,
         overwrite=overwrite,
         attributes=attributes,
         # Chunks never written read as NaN (as 0 in an integer output, which has no NaN;
         # the output's record says whether it is complete).
         fill_value=0 if np.dtype(dtype).kind in "iu" else np.nan,
-        compressors=zarr_compressors(codec),
+        compressors=zarr_compressors(codec, zarr_format),
     )

@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("b")
     _add_transposes(plan)
     _add_out_dtype(plan)
-    _add_memory(plan, "1GiB")
+    _add_memory(plan)
     plan.add_argument("--workers", type=int, default=1, help="workers the plan is made for")
     _add_splits(plan)
     _add_device_memory(
@@ -132,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
 def _add_job_options(run: argparse.ArgumentParser) -> None:
     """The options of a job (``matmul``, ``gram``): budget, cluster, output, plan."""
     _add_out_dtype(run)
-    _add_memory(run, "1GiB")
+    _add_memory(run)
     _add_device_memory(
         run,
         "cap on the device memory of each GPU worker, e.g. 2GiB (default: "
@@ -163,6 +163,20 @@ def _add_job_options(run: argparse.ArgumentParser) -> None:
         default=DEFAULT_OUTPUT_CODEC,
         help="compression of a new output (default: %(default)s; zstd is zarr's default, "
         "about 8%% smaller on dense floats, slower to write and read)",
+    )
+    run.add_argument(
+        "--zarr-format",
+        type=int,
+        choices=(2, 3),
+        default=3,
+        help="zarr format of a new output (default: %(default)s; 2 for older readers: no shards)",
+    )
+    run.add_argument(
+        "--no-shards",
+        dest="shards",
+        action="store_false",
+        help="never shard a new output (by default one of more than 10^5 chunks gets one "
+        "zarr shard per tile)",
     )
     _add_storage_options(run)
     _add_json(run)
@@ -232,13 +246,16 @@ def _number(text: str) -> float | complex:
     return value if value.imag else value.real
 
 
-def _add_memory(parser: argparse.ArgumentParser, default: str) -> None:
+def _add_memory(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    shown = default or (
+        "1GiB, or less where this machine's memory cap (a cgroup's limit) leaves less per worker"
+    )
     parser.add_argument(
         "--memory",
         default=default,
         type=_size,
         metavar="SIZE",
-        help=f"memory budget per worker, e.g. 512MiB (default {default})",
+        help=f"memory budget per worker, e.g. 512MiB (default {shown})",
     )
 
 
@@ -315,6 +332,8 @@ def _job_spec(args: argparse.Namespace, product: dict[str, Any]) -> Any:
         device_memory=args.device_memory,
         backend=args.backend,
         output_codec=args.output_codec,
+        shards=args.shards,
+        zarr_format=args.zarr_format,
         overwrite=args.overwrite,
         splits=args.splits,
         workers=args.workers,
@@ -348,8 +367,9 @@ def _random(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from outofcore.product import Product  # noqa: PLC0415
     from outofcore.stores import read_concurrency  # noqa: PLC0415
+    from scheduler.cluster import default_budget  # noqa: PLC0415
     from scheduler.model import scenarios  # noqa: PLC0415
-    from scheduler.plan import make_plan  # noqa: PLC0415
+    from scheduler.plan import make_output_plan  # noqa: PLC0415
 
     product = Product.open(
         args.a,
@@ -362,7 +382,8 @@ def _plan(args: argparse.Namespace) -> int:
     problem = product.problem()
 
     io = read_concurrency(product.inputs.values())  # as a job plans: many requests on S3
-    plan = make_plan(problem, args.memory, args.workers, io_concurrency=io, splits=args.splits)
+    memory = args.memory or default_budget(args.workers)  # as a job on this machine would
+    plan = make_output_plan(problem, memory, args.workers, io_concurrency=io, splits=args.splits)
     summary = {
         **plan.summary(),
         "product": product.summary(),
@@ -483,7 +504,8 @@ def _format_plan(p: dict[str, Any]) -> str:
             f"  tiles          {p['tiles']} ({p['tiles_grid'][0]}x{p['tiles_grid'][1]}) of "
             f"{p['tile'][0]}x{p['tile'][1]}, {p['panels_per_tile']} panel(s) of {p['tk']}",
             *_format_split(p),
-            f"  output chunks  {p['out_chunks'][0]}x{p['out_chunks'][1]}",
+            f"  output chunks  {p['out_chunk_count']} of {p['out_chunks'][0]}x{p['out_chunks'][1]}"
+            + _format_shards(p.get("out_shards")),
             f"  task memory    {format_bytes(p['task_bytes'])} projected",
             *_format_device(p.get("device")),
             f"  bytes read     {format_bytes(p['bytes_read'])} predicted, lower bound "
@@ -506,6 +528,12 @@ def _format_split(p: dict[str, Any]) -> list[str]:
         f"  partial tiles  {format_bytes(p['scratch_bytes'])} written next to the output "
         "and read back once by the reduction (deleted when the job completes)",
     ]
+
+
+def _format_shards(shards: list[int] | None) -> str:
+    if not shards:
+        return ""
+    return f", in shards of {shards[0]}x{shards[1]} (one per tile)"
 
 
 def _format_predictions(predictions: list[dict[str, Any]]) -> list[str]:

@@ -23,10 +23,17 @@ def check_output_codec(codec: str) -> str:
     return codec
 
 
-def zarr_compressors(codec: str) -> Any:
-    """The ``compressors`` argument of ``zarr.create_array`` for ``codec``."""
+def zarr_compressors(codec: str, zarr_format: int = 3) -> Any:
+    """The ``compressors`` argument of ``zarr.create_array`` for ``codec``.
+
+    Format 3 takes zarr's own codec, format 2 the numcodecs one.
+    """
     if check_output_codec(codec) == "none":
         return None
+    if zarr_format == 2:
+        from numcodecs import Zstd  # noqa: PLC0415
+
+        return Zstd()
     from zarr.codecs import ZstdCodec  # noqa: PLC0415
 
     return ZstdCodec()

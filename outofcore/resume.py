@@ -51,12 +51,15 @@ def job_identity(
     tile: tuple[int, int] | None,
     tk: int | None,
     product: dict[str, Any],
+    output: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What must match for a rerun to resume.
 
     The inputs (A, B and an addend) and their content, the product's
     parameters (transposes, scales, dtypes: :meth:`outofcore.product.Product.summary`),
-    the budget and forced tile sizes.
+    the budget and forced tile sizes, and the layout asked of a created output
+    (:func:`output_layout`), so a resume never continues an output of another
+    format or sharding than the rerun asks for.
     """
     return {
         "inputs": {name: describe_input(inputs[name], fingerprints[name]) for name in inputs},
@@ -64,7 +67,17 @@ def job_identity(
         "memory": budget_bytes,
         "tile": list(tile) if tile else None,
         "tk": tk,
+        "output": output or output_layout(),
     }
+
+
+def output_layout(zarr_format: int = 3, shards: bool = True) -> dict[str, Any]:
+    """The layout options of a created output, as the journal keeps them.
+
+    Journals written before these options existed hold none and read as the
+    defaults (format 3, sharded when large), which is what those jobs wrote.
+    """
+    return {"zarr_format": zarr_format, "shards": shards}
 
 
 def differences(
@@ -107,6 +120,10 @@ def differences(
             found.append(f"{field} was {_show(then_product.get(field))}, now {_show(value)}")
     if journal.get("memory") != now["memory"]:
         found.append(f"memory budget was {journal.get('memory')} bytes, now {now['memory']} bytes")
+    then_output, now_output = journal.get("output") or output_layout(), now["output"]
+    for field, value in now_output.items():
+        if then_output.get(field) != value:
+            found.append(f"output {field} was {_show(then_output.get(field))}, now {_show(value)}")
     for field in ("tile", "tk"):
         if now[field] is not None and journal.get(field) != now[field]:
             found.append(f"{field} was {_show(journal.get(field))}, now {_show(now[field])}")
@@ -141,6 +158,7 @@ def new_job_document(
         "inputs": identity["inputs"],
         "product": identity["product"],
         "memory": identity["memory"],
+        "output": identity["output"],
         "tile": list(tile),
         "tk": tk,
         "tiles_total": plan_summary["tiles"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from outofcore.arrays import ZARR_FORMATS
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
 from outofcore.config import parse_size
 from outofcore.dtypes import check_flag, check_scale, parse_dtype
@@ -42,7 +43,10 @@ class JobSpec:
         (:mod:`outofcore.dtypes`: float32 for float16 inputs, int32/int64 for
         integer ones), e.g. ``"float16"``.
     memory
-        Memory budget of one worker; tiles are sized to it (default 1 GiB).
+        Memory budget of one worker; tiles are sized to it.  None (the default):
+        1 GiB, or less on this machine where its memory cap (a cgroup's limit)
+        leaves less per worker (:func:`scheduler.cluster.default_budget`);
+        chosen by :func:`outofcore.api.run_job`, which knows where the job runs.
     device_memory
         Cap on each GPU engine's device memory (default: its own budget, a
         share of the free device memory); CPU engines ignore it.
@@ -53,6 +57,14 @@ class JobSpec:
         Compression of an output created by the job: ``"none"`` or ``"zstd"``.
     overwrite
         Replace an existing output (and its journal).
+    shards
+        Create a large output sharded (default True): one with more than
+        :data:`scheduler.plan.SHARD_OVER_CHUNKS` chunks gets one zarr shard per
+        tile, so each tile writes one whole object.  False: plain chunks always.
+    zarr_format
+        Format of an output the job creates: 3 (default) or 2, for readers
+        that know only format 2 (it has no shards: a large output is written
+        as plain chunks, with a warning).
     tile, tk
         Force the plan's tile shape ``(tm, tn)`` and panel depth.
     splits
@@ -81,11 +93,13 @@ class JobSpec:
     beta: float | complex = 0.0
     addend: Any = None
     out_dtype: Any = None
-    memory: int | str = "1GiB"
+    memory: int | str | None = None
     device_memory: int | str | None = None
     backend: str = "auto"
     output_codec: str = DEFAULT_OUTPUT_CODEC
     overwrite: bool = False
+    shards: bool = True
+    zarr_format: int = 3
     tile: tuple[int, int] | None = None
     tk: int | None = None
     splits: int | None = None
@@ -103,10 +117,12 @@ class JobSpec:
             "alpha": check_scale(self.alpha, "alpha"),
             "beta": check_scale(self.beta, "beta"),
             "out_dtype": None if out_dtype is None else parse_dtype(out_dtype, "out_dtype"),
-            "memory": parse_size(self.memory),
+            "memory": None if self.memory is None else parse_size(self.memory),
             "device_memory": None if device is None else parse_size(device),
             "backend": resolve_backend(self.backend),
             "output_codec": check_output_codec(self.output_codec),
+            "shards": check_flag(self.shards, "shards"),
+            "zarr_format": _zarr_format(self.zarr_format),
             "tile": None if self.tile is None else _positive_pair(self.tile),
             "tk": None if self.tk is None else _positive(self.tk, "tk"),
             "splits": None if self.splits is None else _positive(self.splits, "splits"),
@@ -147,6 +163,12 @@ def _positive(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{name} = {value!r}: need a whole number >= 1")
     return value
+
+
+def _zarr_format(value: Any) -> int:
+    if isinstance(value, bool) or value not in ZARR_FORMATS:
+        raise InputError(f"zarr_format = {value!r}: choose 2 or 3")
+    return int(value)
 
 
 def _gpus(value: Any) -> tuple[int, ...]:

@@ -18,14 +18,18 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
-
 from scheduler.errors import ClusterError
 from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import gpu_worker_specs
+from scheduler.memory_cap import gib, memory_cap
 
-#: Memory a worker process needs besides its task (interpreter, libraries, Dask).
+#: Memory a worker needs besides its task: its interpreter and libraries, its nanny,
+#: and its share of the client and scheduler processes of a LocalCluster.
 WORKER_OVERHEAD_BYTES = 768 * 2**20
+#: Budget per worker of a job that names none, where the memory cap allows.
+DEFAULT_BUDGET_BYTES = 2**30
+#: Below this a budget chosen for the user is too small to be of use: refuse instead.
+MIN_DEFAULT_BUDGET_BYTES = 16 * 2**20
 #: Seconds to wait for a scheduler address to answer (``outofcore.config``: connect-timeout).
 CONNECT_TIMEOUT_SECONDS = 10.0
 SYNC = ("sync", "synchronous")
@@ -44,21 +48,81 @@ def local_worker_count(budget_bytes: int, requested: int | None = None) -> int:
     Raises
     ------
     ClusterError
-        For fewer than one worker, or more than this machine's memory holds
-        at ``budget_bytes`` plus the interpreter's overhead each.
+        For fewer than one worker, or more than the memory cap of this process
+        tree (:func:`scheduler.memory_cap.memory_cap`: its cgroup's limit or the
+        machine's memory) holds at ``budget_bytes`` plus the interpreter's
+        overhead each.
     """
     workers = 1 if requested is None else requested
     if workers < 1:
         raise ClusterError(f"workers = {workers}: need at least one worker")
     needed = workers * (budget_bytes + WORKER_OVERHEAD_BYTES)
-    total = psutil.virtual_memory().total
-    if needed > total:
+    cap = memory_cap()
+    if needed > cap.nbytes:
         raise ClusterError(
             f"{workers} worker(s) with a budget of {budget_bytes} bytes each need about "
-            f"{needed} bytes with the interpreter's {WORKER_OVERHEAD_BYTES} bytes each, "
-            f"more than this machine's {total} bytes of memory; lower --memory or --workers"
+            f"{needed} bytes ({gib(needed)}) with the interpreter's {WORKER_OVERHEAD_BYTES} "
+            f"bytes each, more than the {cap.describe()}, which holds this process and every "
+            f"process it starts; lower --memory to at most "
+            f"{max(0, cap.nbytes // workers - WORKER_OVERHEAD_BYTES)} bytes or use fewer --workers"
         )
     return workers
+
+
+def default_budget(workers: int | None = None, gpus: tuple[int, ...] | None = None) -> int:
+    """The budget per worker of a job on this machine that names none.
+
+    :data:`DEFAULT_BUDGET_BYTES`, or less: the share of the memory cap of this
+    process tree (:func:`scheduler.memory_cap.memory_cap`) left to each worker
+    after its :data:`WORKER_OVERHEAD_BYTES`, so a job started inside a capped
+    cgroup fits without flags.  ``gpus`` starts one worker per GPU.
+
+    Raises
+    ------
+    ClusterError
+        When the cap leaves no memory for a budget, naming the cap.
+    """
+    count = len(gpus) if gpus else (1 if workers is None else workers)
+    cap = memory_cap()
+    share = cap.nbytes // max(1, count) - WORKER_OVERHEAD_BYTES
+    if share < MIN_DEFAULT_BUDGET_BYTES:
+        raise ClusterError(
+            f"the {cap.describe()} leaves {gib(max(0, share))} per worker for {count} worker(s) "
+            f"after the interpreter's {gib(WORKER_OVERHEAD_BYTES)} each, less than "
+            f"{gib(MIN_DEFAULT_BUDGET_BYTES)}; use fewer --workers or run where more memory is "
+            "allowed"
+        )
+    return min(DEFAULT_BUDGET_BYTES, share)
+
+
+def is_local(client: Any) -> bool:
+    """Whether ``client`` runs the job's tasks on this machine (a LocalCluster or in-process)."""
+    return client is None or (isinstance(client, str) and client.lower() in SYNC)
+
+
+def check_local_memory(
+    client: Any,
+    budget_bytes: int,
+    workers: int | None = None,
+    gpus: tuple[int, ...] | None = None,
+) -> None:
+    """Refuse, before any work, a job on this machine that cannot fit its memory cap.
+
+    For ``client=None`` (a LocalCluster: ``workers``, or one per GPU in
+    ``gpus``) and ``"sync"`` (one, in this process), as
+    :func:`local_worker_count`; a job on a scheduler elsewhere passes (its
+    workers' limits are checked once they are known: :func:`check_worker_memory`).
+
+    Raises
+    ------
+    ClusterError
+        Naming the cap, where it was read and the bytes needed.
+    """
+    if not is_local(client):
+        return
+    if client is not None:
+        workers, gpus = 1, None
+    local_worker_count(budget_bytes, len(gpus) if gpus else workers)
 
 
 def start_local_cluster(

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduler.errors import BudgetError, InputError
 
@@ -54,6 +54,10 @@ MAX_OUTPUT_CHUNK = 2048
 DECODE_COST_FMAS = 200
 #: Tile counts along one side tried one by one before the search goes geometric.
 MAX_EDGE_CANDIDATES = 256
+#: An output a job creates with more chunks than this is sharded, one shard per
+#: tile (zarr v3 ``shards=``), so that the store holds a few large objects and
+#: each tile still writes whole ones: :func:`make_output_plan`.
+SHARD_OVER_CHUNKS = 10**5
 #: Rows of C written at once (whole rows of output chunks, at least this many):
 #: the CPU engine multiplies a tile's last panels block by block and writes each
 #: finished block while it multiplies the next.
@@ -93,6 +97,9 @@ class Problem:
     #: ``op(A) @ op(B)`` is ``X.T @ X`` or ``X @ X.T`` of one array X: only the tiles on
     #: and above the diagonal are tasks; each writes its mirror tile too.
     symmetric: bool = False
+    #: The output is created with one shard per tile: a tile is written, and
+    #: encoded, as one object (:func:`make_output_plan`).
+    shard_tiles: bool = False
 
     def __post_init__(self) -> None:
         for name in ("m", "k", "n"):
@@ -106,6 +113,11 @@ class Problem:
         grids = {"a_chunks": self.a_chunks, "b_chunks": self.b_chunks}
         if self.out_grid is not None:
             grids["out_grid"] = self.out_grid
+            if self.shard_tiles:
+                raise InputError(
+                    f"out_grid = {self.out_grid} (an existing output) cannot go with "
+                    "shard_tiles (shards of an output the job creates)"
+                )
         for name, grid in grids.items():
             if len(grid) != 2 or min(grid) < 1:
                 raise InputError(f"{name} = {grid}: need two chunk sizes >= 1")
@@ -237,6 +249,19 @@ class Plan:
         return task_bytes(p, self.tm, self.tn, self.tk, self.io_concurrency)
 
     @property
+    def out_shards(self) -> tuple[int, int] | None:
+        """Shard shape of the output the job creates (one shard per tile), or None."""
+        if not self.problem.shard_tiles:
+            return None
+        return (self.tm, self.tn)
+
+    @property
+    def out_chunk_count(self) -> int:
+        """Chunks of the output in the plan's chunking (inner chunks when sharded)."""
+        rows, cols = self.out_chunks
+        return math.ceil(self.problem.m / rows) * math.ceil(self.problem.n / cols)
+
+    @property
     def bytes_read(self) -> int:
         """Predicted bytes of A and B read by all tasks together."""
         p = self.problem
@@ -273,6 +298,8 @@ class Plan:
             "tile": [self.tm, self.tn],
             "tk": self.tk,
             "out_chunks": list(self.out_chunks),
+            "out_chunk_count": self.out_chunk_count,
+            "out_shards": list(self.out_shards) if self.out_shards else None,
             "tiles": len(self.tasks),
             "tiles_grid": [self.tiles_down, self.tiles_across],
             "symmetric": self.problem.symmetric,
@@ -306,7 +333,9 @@ def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
     wa, wb = p.read_sizes
     input_chunk = max(wa * p.a_chunks[0] * p.a_chunks[1], wb * p.b_chunks[0] * p.b_chunks[1])
-    out_rows, out_cols = p.out_grid or (_output_chunk(tm), _output_chunk(tn))
+    out_rows, out_cols = p.out_grid or (
+        (tm, tn) if p.shard_tiles else (_output_chunk(tm), _output_chunk(tn))
+    )
     panels = p.itemsize * PANELS_IN_FLIGHT * tk * (tm + tn)
     staging = tk * (tm * p.staging[0] + tn * p.staging[1])
     block = p.block_extra * write_block_rows(out_rows, tm) * tn
@@ -449,6 +478,41 @@ def make_plan(
         tasks=_tasks_in_locality_order(p, tm, tn),
         splits=splits,
     )
+
+
+def make_output_plan(
+    problem: Problem,
+    budget_bytes: int,
+    workers: int = 1,
+    *,
+    tile: tuple[int, int] | None = None,
+    tk: int | None = None,
+    io_concurrency: int = DEFAULT_IO_CONCURRENCY,
+    splits: int | None = None,
+    shards: bool = True,
+) -> Plan:
+    """:func:`make_plan` for a job that creates its output: sharded when it is large.
+
+    An output of more than :data:`SHARD_OVER_CHUNKS` chunks is planned with
+    ``shard_tiles`` (one shard per tile, whose encoding the memory contract
+    counts, so the tile may come out smaller) when ``shards`` and when a tile
+    then holds more than one chunk (a shard of one chunk would not make the
+    store hold fewer objects).  A problem with an ``out_grid`` (an existing
+    output) is planned as it is.
+    """
+    options = {"tile": tile, "tk": tk, "io_concurrency": io_concurrency, "splits": splits}
+    plan = make_plan(problem, budget_bytes, workers, **options)
+    if not shards or problem.out_grid is not None or not is_large_output(plan):
+        return plan
+    sharded = make_plan(replace(problem, shard_tiles=True), budget_bytes, workers, **options)
+    if sharded.out_shards == sharded.out_chunks:
+        return plan
+    return sharded
+
+
+def is_large_output(plan: Plan) -> bool:
+    """Whether the plan's output has more than :data:`SHARD_OVER_CHUNKS` chunks."""
+    return plan.out_chunk_count > SHARD_OVER_CHUNKS
 
 
 def _unit(extent: int, *grids: int | None) -> int:

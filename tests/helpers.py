@@ -213,6 +213,16 @@ def engine_protocol_gaps(engine) -> set[str]:
     return {name for name in wanted if not hasattr(engine, name)}
 
 
+def load_benchmark(name: str):
+    """``benchmarks/NAME.py`` as a module (its folder on ``sys.path``, as when run)."""
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _s3_local():
     """benchmarks/s3_local.py (a moto_server process and a delaying proxy), loaded by path."""
     import importlib.util  # noqa: PLC0415

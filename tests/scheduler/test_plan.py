@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from outofcore.errors import BudgetError, InputError
-from scheduler.plan import Problem, io_lower_bound, make_plan, task_bytes
+from scheduler.plan import Problem, io_lower_bound, make_output_plan, make_plan, task_bytes
 from tests.helpers import ROOT
 
 dims = st.integers(min_value=1, max_value=3000)
@@ -352,3 +352,45 @@ def test_a_symmetric_problem_needs_one_array_times_its_transpose():
     problem = Problem(m=10, k=5, n=10, itemsize=4, a_chunks=(5, 5), b_chunks=(5, 5), symmetric=True)
     with pytest.raises(InputError, match="square tiles"):
         make_plan(problem, 2**30, tile=(5, 10))
+
+
+def test_a_large_created_output_is_planned_in_shards_of_one_tile(monkeypatch):
+    from scheduler import plan as plan_module  # noqa: PLC0415
+
+    problem = Problem(
+        m=9000, k=4096, n=7000, itemsize=4, a_chunks=(1000, 512), b_chunks=(512, 1000)
+    )
+    budget = 600 * 2**20
+    plain = make_plan(problem, budget)
+    monkeypatch.setattr(plan_module, "SHARD_OVER_CHUNKS", plain.out_chunk_count - 1)
+    sharded = make_output_plan(problem, budget)
+    assert sharded.out_shards == (sharded.tm, sharded.tn) != sharded.out_chunks
+    assert sharded.tm % sharded.out_chunks[0] == 0 and sharded.tn % sharded.out_chunks[1] == 0
+    # The shard is encoded whole: its buffers are in the contract, and within the budget.
+    assert sharded.task_bytes == task_bytes(
+        Problem(**{**vars(problem), "out_grid": (sharded.tm, sharded.tn)}),
+        sharded.tm,
+        sharded.tn,
+        sharded.tk,
+        sharded.io_concurrency,
+    )
+    assert sharded.task_bytes <= budget
+    assert sharded.summary()["out_shards"] == [sharded.tm, sharded.tn]
+    # Not asked, or not large, or an existing output's grid: plain chunks.
+    assert make_output_plan(problem, budget, shards=False).out_shards is None
+    monkeypatch.setattr(plan_module, "SHARD_OVER_CHUNKS", plain.out_chunk_count)
+    assert make_output_plan(problem, budget).out_shards is None
+    monkeypatch.setattr(plan_module, "SHARD_OVER_CHUNKS", 1)
+    existing = Problem(**{**vars(problem), "out_grid": (1000, 1000)})
+    assert make_output_plan(existing, budget).out_shards is None
+    with pytest.raises(InputError, match=r"out_grid = \(1000, 1000\).*cannot go with shard_tiles"):
+        Problem(**{**vars(existing), "shard_tiles": True})
+
+
+def test_a_shard_of_one_chunk_is_not_made(monkeypatch):
+    from scheduler import plan as plan_module  # noqa: PLC0415
+
+    monkeypatch.setattr(plan_module, "SHARD_OVER_CHUNKS", 1)
+    problem = Problem(m=3000, k=512, n=3000, itemsize=4, a_chunks=(100, 512), b_chunks=(512, 100))
+    small = make_output_plan(problem, 2 * 2**20)  # tiles of a few hundred: one chunk each
+    assert small.out_chunks == (small.tm, small.tn) and small.out_shards is None

@@ -8,10 +8,11 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from outofcore.engines import CpuEngine, gemm_accumulate
 from scheduler.plan import Problem, io_lower_bound
-from tests.helpers import ROOT
+from tests.helpers import ROOT, load_benchmark
 
 
 def load_compare():
@@ -278,14 +279,6 @@ def test_direct_chunk_reader_matches_zarr_with_ragged_edges_and_missing_chunks(t
     np.testing.assert_array_equal(out, other[...])
 
 
-def load_benchmark(name: str):
-    """``benchmarks/NAME.py`` as a module (its folder on ``sys.path``, as when run)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_latency_benchmark_runs_every_system_through_the_delaying_proxy(tmp_path, moto_server):
     """benchmarks/latency.py --quick: local, delayed S3 (two settings) and dask.array."""
     latency = load_benchmark("latency")
@@ -318,3 +311,28 @@ def test_delay_proxy_delays_each_request_and_counts_it(moto_server):
         took = time.perf_counter() - started
     assert 0.3 <= took < 3, took  # three requests, 0.1 s each on the way in
     assert proxy.counts.requests >= 4 and proxy.counts.bytes_down > 0
+
+
+def test_capped_benchmark_runs_every_system_inside_the_cgroup(tmp_path):
+    """benchmarks/capped.py on 1024² inputs under a 1 GiB cap (its refusal, job, dask, numpy)."""
+    cgroup = load_benchmark("cgroup")
+    why = cgroup.unavailable()
+    if why:
+        pytest.skip(f"no capped cgroup here: {why}")
+    capped = load_benchmark("capped")
+    out = tmp_path / "results"
+    data = str(tmp_path / "data")
+    sizes = ["--size", "1024", "--chunk", "256", "--cap", "1GiB"]
+    report = capped.main([*sizes, "--data-dir", data, "--out-dir", str(out)])
+    assert json.loads((out / "capped-1024.json").read_text()) == report
+    refusal = report["refusal"]
+    assert refusal["returncode"] == 2 and not refusal["output_created"]
+    assert f"cgroup memory limit 1 GiB ({refusal['limit_file']})" in refusal["message"]
+    ours = report["outofcore"]
+    assert ours["returncode"] == 0 and ours["verified"] and ours["oom_kill"] == 0
+    assert 0 < ours["max_usage_bytes"] <= 2**30 and ours["sampled_peak_rss_bytes"] > 0
+    assert ours["summary"]["budget_bytes"] == 2**30 - 768 * 2**20  # chosen within the cap
+    assert report["dask_array"]["outcome"] == "finished"
+    assert report["numpy"]["seconds"] > 0 and ours["ratio_to_numpy"] > 0
+    assert "dask.array" in capped.format_table(report)
+    assert not list((tmp_path / "data").glob("capped-*"))  # scratch outputs removed
