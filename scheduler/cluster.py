@@ -24,8 +24,10 @@ from scheduler.gpu_cluster import gpu_worker_specs
 from scheduler.memory_cap import gib, memory_cap
 
 #: Memory a worker needs besides its task: its interpreter and libraries, its nanny,
-#: and its share of the client and scheduler processes of a LocalCluster.
-WORKER_OVERHEAD_BYTES = 768 * 2**20
+#: and its share of the client and scheduler processes of a LocalCluster.  Measured
+#: (docs/performance.md, "Larger than RAM"): a 1-worker job's whole process tree peaked
+#: 0.21 GiB above its projected task; this keeps more than twice that.
+WORKER_OVERHEAD_BYTES = 512 * 2**20
 #: Budget per worker of a job that names none, where the memory cap allows.
 DEFAULT_BUDGET_BYTES = 2**30
 #: Below this a budget chosen for the user is too small to be of use: refuse instead.
