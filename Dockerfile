@@ -17,8 +17,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY outofcore ./outofcore
 COPY scheduler ./scheduler
-# bokeh serves the scheduler's dashboard on port 8787.
-RUN pip install . "bokeh>=3.1" ${EXTRA_PIP} \
+# bokeh serves the scheduler's dashboard on port 8787; the s3 extra (s3fs) opens s3:// arrays.
+RUN pip install ".[s3]" "bokeh>=3.1" ${EXTRA_PIP} \
     && outofcore --help > /dev/null \
     && dask scheduler --version
 

@@ -93,7 +93,7 @@ def test_image_builds_from_this_repository(compose):
         assert compose["services"][name]["build"]["context"] == "."
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.1[1-9]", dockerfile, re.MULTILINE)
-    assert re.search(r"pip install \.", dockerfile)
+    assert re.search(r'pip install "\.\[s3\]"', dockerfile)  # the package, with s3fs
     copied = re.findall(r"^COPY (.+) \S+$", dockerfile, re.MULTILINE)
     sources = [src for line in copied for src in line.split()]
     assert {"pyproject.toml", "outofcore", "scheduler"} <= set(sources)
