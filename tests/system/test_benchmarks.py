@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 import threading
 import time
 
@@ -282,6 +283,7 @@ def load_benchmark(name: str):
     """``benchmarks/NAME.py`` as a module (its folder on ``sys.path``, as when run)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it runs
     spec.loader.exec_module(module)
     return module
 
@@ -318,3 +320,70 @@ def test_delay_proxy_delays_each_request_and_counts_it(moto_server):
         took = time.perf_counter() - started
     assert 0.3 <= took < 3, took  # three requests, 0.1 s each on the way in
     assert proxy.counts.requests >= 4 and proxy.counts.bytes_down > 0
+
+
+def test_shape_zoo_runs_every_shape_and_checks_every_result(tmp_path):
+    """benchmarks/shapes.py at 1/64 scale: every shape, system and floor, results checked."""
+    shapes = load_benchmark("shapes")
+    out = tmp_path / "results"
+    png = tmp_path / "zoo.png"
+    status = shapes.main(
+        [
+            "--scale",
+            "64",
+            "--repeats",
+            "1",
+            "--memory",
+            "256MiB",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--out-dir",
+            str(out),
+            "--png",
+            str(png),
+            "--blas",
+            "inherit",  # tests keep this machine's OpenBLAS settings
+        ]
+    )
+    assert status == 0
+    (path,) = out.glob("shapes-*-scale64.json")
+    result = json.loads(path.read_text())
+    assert list(result["shapes"]) == list(shapes.SHAPES)
+    for name, entry in result["shapes"].items():
+        for system in shapes.SYSTEMS:
+            assert entry["systems"][system]["seconds_median"] > 0, (name, system)
+        # dask.array's and outofcore's outputs matched numpy's within the float32 tolerance.
+        for system in ("dask", "outofcore"):
+            verified = entry["verified"][system]
+            assert verified["ok"] and verified["checks"][0]["error_ratio"] <= 1, (name, verified)
+        figures = entry["figures"]
+        assert figures["tasks"] >= 1 and len(figures["workers"]) == 2
+        assert figures["read_over_lower_bound"]["outofcore"] > 0
+        assert {t["target"] for t in figures["targets"]} >= {
+            "dask / outofcore",
+            "read / lower bound",
+        }
+    assert result["shapes"]["skinny"]["figures"]["floor"]["seconds"] > 0
+    assert result["shapes"]["flat"]["figures"]["floor"]["system"] == "write-floor"
+    assert png.stat().st_size > 1000
+
+
+def test_shape_zoo_check_fails_a_wrong_product(tmp_path):
+    """The zoo's check tells a product missing one k-panel from float32 rounding."""
+    import zarr
+
+    shapes = load_benchmark("shapes")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 4096), dtype=np.float32)
+    b = rng.standard_normal((4096, 48), dtype=np.float32)
+    paths = {}
+    for name, value in {
+        "ref": a @ b,
+        "reordered": (a[:, ::-1] @ b[::-1]).astype(np.float32),  # another summation order
+        "missing": a[:, 256:] @ b[256:],  # one 256-deep panel lost
+    }.items():
+        paths[name] = str(tmp_path / f"{name}.zarr")
+        zarr.create_array(paths[name], data=value, chunks=(32, 48))
+    assert shapes.compare_outputs(paths["reordered"], paths["ref"], 4096)["ok"]
+    assert not shapes.compare_outputs(paths["missing"], paths["ref"], 4096)["ok"]
+    assert not shapes.compare_outputs(str(tmp_path / "none.zarr"), paths["ref"], 4096)["ok"]
