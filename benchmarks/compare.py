@@ -141,19 +141,27 @@ def input_paths(data_dir: Path, size: int, chunk: int) -> tuple[Path, Path]:
 
 def ensure_inputs(data_dir: Path, size: int, chunk: int) -> tuple[Path, Path]:
     """Make A and B (seeds 0 and 1) unless a finished copy is cached in ``data_dir``."""
-    from outofcore.generate import random_array  # noqa: PLC0415
-
-    data_dir.mkdir(parents=True, exist_ok=True)
     paths = input_paths(data_dir, size, chunk)
     for seed, path in enumerate(paths):
-        done = path / ".complete"
-        if done.exists():
-            continue
+        ensure_array(path, (size, size), (chunk, chunk), seed)
+    return paths
+
+
+def ensure_array(path: Path, shape: tuple[int, int], chunks: tuple[int, int], seed: int) -> Path:
+    """Make a seeded random float32 zarr array (zstd) at ``path`` unless a finished copy is there.
+
+    A ``.complete`` marker, written last, says the cached copy is whole.
+    """
+    from outofcore.generate import random_array  # noqa: PLC0415
+
+    done = path / ".complete"
+    if not done.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        random_array(path, (size, size), (chunk, chunk), seed=seed, overwrite=True)
+        random_array(path, shape, chunks, seed=seed, overwrite=True)
         done.write_text("ok\n")
         print(f"made {path.name} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    return paths
+    return path
 
 
 def stored_bytes(path: Path) -> int:
@@ -338,8 +346,14 @@ def blas_kernels() -> list[str]:
 BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 
-def run_one(system: str, a_path: str, b_path: str, cfg: dict) -> dict:
-    """Run one system once in this process and return its measurements."""
+def run_one(
+    system: str, a_path: str, b_path: str, cfg: dict, runners: dict[str, Any] | None = None
+) -> dict:
+    """Run one system once in this process and return its measurements.
+
+    ``runners`` maps a system's base name to its set-up function (default
+    :data:`RUNNERS`); the output is removed afterwards unless ``cfg["keep_output"]``.
+    """
     import dask.array  # noqa: F401, PLC0415 (imports before the baselines: their reads do not count)
     import distributed  # noqa: F401, PLC0415
     import zarr  # noqa: F401, PLC0415
@@ -355,7 +369,7 @@ def run_one(system: str, a_path: str, b_path: str, cfg: dict) -> dict:
     cfg = {**cfg, "variant": variant}
     if workers:
         cfg = {**cfg, "workers": int(workers)}
-    setup = RUNNERS[base](a_path, b_path, out, cfg)
+    setup = (runners or RUNNERS)[base](a_path, b_path, out, cfg)
     if system != "numpy":  # numpy's reads are its load; the others read in the timed region
         reads_before = sampler.read_chars()
     sampler.peak_rss = 0  # the peak of the timed region only
@@ -369,7 +383,8 @@ def run_one(system: str, a_path: str, b_path: str, cfg: dict) -> dict:
     if "_close" in setup:
         setup["_close"]()
     sampler.stop()
-    shutil.rmtree(out, ignore_errors=True)
+    if not cfg.get("keep_output"):
+        shutil.rmtree(out, ignore_errors=True)
     result = {k: v for k, v in setup.items() if not k.startswith("_")}
     result.update(setup.get("_extra", {}))
     result["blas"] = blas_kernels()
@@ -382,10 +397,20 @@ def run_one(system: str, a_path: str, b_path: str, cfg: dict) -> dict:
 # --------------------------------------------------------------------------- driver
 
 
-def measure(system: str, paths: tuple[Path, Path], cfg: dict, timeout: float) -> dict:
+def measure(
+    system: str,
+    paths: tuple[Path, Path],
+    cfg: dict,
+    timeout: float,
+    script: Path | None = None,
+) -> dict:
+    """Run ``system`` once in a fresh process (``script --child``, default this file).
+
+    Returns the child's measurements, or ``{"system", "error"}`` when it failed.
+    """
     cmd = [
         sys.executable,
-        str(Path(__file__).resolve()),
+        str(script or Path(__file__).resolve()),
         "--child",
         system,
         str(paths[0]),
@@ -411,7 +436,8 @@ def summarise(runs: dict[str, list[dict]], info: dict) -> dict:
         if not ok:
             systems[system] = {"error": items[-1].get("error", "no run")}
             continue
-        decoded = statistics.median(r["read_chars"] for r in ok) / info["compression_ratio"]
+        # Stored bytes read, scaled up to the decoded bytes they hold (ratio = decoded / stored).
+        decoded = statistics.median(r["read_chars"] for r in ok) * info["compression_ratio"]
         systems[system] = {
             "seconds_median": statistics.median(r["seconds"] for r in ok),
             "seconds_all": [r["seconds"] for r in ok],

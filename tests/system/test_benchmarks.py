@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 import time
@@ -13,18 +12,11 @@ import pytest
 from outofcore.engines import CpuEngine, gemm_accumulate
 from scheduler.cluster import WORKER_OVERHEAD_BYTES
 from scheduler.plan import Problem, io_lower_bound
-from tests.helpers import ROOT, load_benchmark
-
-
-def load_compare():
-    spec = importlib.util.spec_from_file_location("compare", ROOT / "benchmarks" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_benchmark
 
 
 def test_compare_runs_numpy_and_outofcore_and_writes_json_and_png(tmp_path):
-    compare = load_compare()
+    compare = load_benchmark("compare")
     out = tmp_path / "results"
     status = compare.main(
         [
@@ -337,3 +329,70 @@ def test_capped_benchmark_runs_every_system_inside_the_cgroup(tmp_path):
     assert report["numpy"]["seconds"] > 0 and ours["ratio_to_numpy"] > 0
     assert "dask.array" in capped.format_table(report)
     assert not list((tmp_path / "data").glob("capped-*"))  # scratch outputs removed
+
+
+def test_shape_zoo_runs_every_shape_and_checks_every_result(tmp_path):
+    """benchmarks/shapes.py at 1/64 scale: every shape, system and floor, results checked."""
+    shapes = load_benchmark("shapes")
+    out = tmp_path / "results"
+    png = tmp_path / "zoo.png"
+    status = shapes.main(
+        [
+            "--scale",
+            "64",
+            "--repeats",
+            "1",
+            "--memory",
+            "256MiB",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--out-dir",
+            str(out),
+            "--png",
+            str(png),
+            "--blas",
+            "inherit",  # tests keep this machine's OpenBLAS settings
+        ]
+    )
+    assert status == 0
+    (path,) = out.glob("shapes-*-scale64.json")
+    result = json.loads(path.read_text())
+    assert list(result["shapes"]) == list(shapes.SHAPES)
+    for name, entry in result["shapes"].items():
+        for system in shapes.SYSTEMS:
+            assert entry["systems"][system]["seconds_median"] > 0, (name, system)
+        # dask.array's and outofcore's outputs matched numpy's within the float32 tolerance.
+        for system in ("dask", "outofcore"):
+            verified = entry["verified"][system]
+            assert verified["ok"] and verified["checks"][0]["error_ratio"] <= 1, (name, verified)
+        figures = entry["figures"]
+        assert figures["tasks"] >= 1 and len(figures["workers"]) == 2
+        assert figures["read_over_lower_bound"]["outofcore"] > 0
+        assert {t["target"] for t in figures["targets"]} >= {
+            "dask / outofcore",
+            "read / lower bound",
+        }
+    assert result["shapes"]["skinny"]["figures"]["floor"]["seconds"] > 0
+    assert result["shapes"]["flat"]["figures"]["floor"]["system"] == "write-floor"
+    assert png.stat().st_size > 1000
+
+
+def test_shape_zoo_check_fails_a_wrong_product(tmp_path):
+    """The zoo's check tells a product missing one k-panel from float32 rounding."""
+    import zarr
+
+    shapes = load_benchmark("shapes")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 4096), dtype=np.float32)
+    b = rng.standard_normal((4096, 48), dtype=np.float32)
+    paths = {}
+    for name, value in {
+        "ref": a @ b,
+        "reordered": (a[:, ::-1] @ b[::-1]).astype(np.float32),  # another summation order
+        "missing": a[:, 256:] @ b[256:],  # one 256-deep panel lost
+    }.items():
+        paths[name] = str(tmp_path / f"{name}.zarr")
+        zarr.create_array(paths[name], data=value, chunks=(32, 48))
+    assert shapes.compare_outputs(paths["reordered"], paths["ref"], 4096)["ok"]
+    assert not shapes.compare_outputs(paths["missing"], paths["ref"], 4096)["ok"]
+    assert not shapes.compare_outputs(str(tmp_path / "none.zarr"), paths["ref"], 4096)["ok"]
