@@ -11,8 +11,8 @@ every other round, each system in a fresh Python process
   arrays already in memory; loading and storing are not timed;
 * ``dask``: ``(da.from_zarr(a) @ da.from_zarr(b)).to_zarr(c)`` (``x.T @ x``),
   threaded scheduler, zarr to zarr;
-* ``outofcore``: ``outofcore.matmul`` (``transpose_a=True`` on the same array
-  for the Gram shape, or ``outofcore.gram`` where it exists) on the
+* ``outofcore``: ``outofcore.matmul`` (``outofcore.gram`` for the Gram
+  shape) on the
   LocalCluster ``scheduler.cluster.start_local_cluster`` starts with
   ``--workers`` single-thread workers (start-up not timed), ``--memory`` split
   evenly over them, output codec ``--output-codec`` (outofcore's default:
@@ -256,7 +256,7 @@ def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
     client = Client(cluster)
     client.run(_warm_outofcore)  # worker imports count as start-up
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
-    gram = getattr(outofcore, "gram", None) if shape.gram else None
+    gram = outofcore.gram if shape.gram else None
     options = {
         "memory": per_worker,
         "backend": "cpu",
@@ -562,15 +562,20 @@ def figures(entry: dict) -> dict:
         )
         load = [r["workers"] for r in runs]
         out["tasks"] = _median([w["tasks"] for w in load])
-        addresses = sorted({a for w in load for a in w["per_worker"]})
+        # Every round starts a new cluster (new addresses): match workers by rank, the
+        # busiest first, and take the median of each rank over the rounds.
+        ranked = [
+            sorted(w["per_worker"].values(), key=lambda x: -x.get("busy_fraction", 0.0))
+            for w in load
+        ]
         out["workers"] = {
-            a: {
-                "tasks": _median([w["per_worker"].get(a, {}).get("tasks", 0) for w in load]),
+            f"worker {rank + 1}": {
+                "tasks": _median([r[rank].get("tasks", 0) if rank < len(r) else 0 for r in ranked]),
                 "busy_fraction": _median(
-                    [w["per_worker"].get(a, {}).get("busy_fraction", 0.0) for w in load]
+                    [r[rank].get("busy_fraction", 0.0) if rank < len(r) else 0.0 for r in ranked]
                 ),
             }
-            for a in addresses
+            for rank in range(max(len(r) for r in ranked))
         }
         out["plan"] = runs[-1]["plan"] or entry["plan"]
     else:
