@@ -43,7 +43,7 @@ from outofcore.tile import (
     write_mirror,
 )
 from outofcore.writing import naming_full_disk
-from scheduler.plan import PartialTask, TileTask, split_evenly, write_block_rows
+from scheduler.plan import PartialTask, TileTask, tile_parts, write_block_rows
 
 
 @dataclass(frozen=True)
@@ -55,11 +55,7 @@ class SplitJob:
 
     def parts_of(self, task: TileTask) -> tuple[PartialTask, ...]:
         """The parts of ``task``'s tile, in the order the reduction adds them."""
-        ranges = split_evenly(len(self.recorded.tile_job.panels), self.splits)
-        return tuple(
-            PartialTask(tile=task, part=part, parts=self.splits, panels=ranges[part])
-            for part in range(self.splits)
-        )
+        return tile_parts(task, len(self.recorded.tile_job.panels), self.splits)
 
     def _block_key(self, part: PartialTask, r0: int) -> str:
         journal = self.recorded.journal

@@ -216,11 +216,8 @@ class Plan:
         """Every part of every tile when k is split, tile by tile; empty otherwise."""
         if self.splits == 1:
             return ()
-        ranges = self.split_panels
         return tuple(
-            PartialTask(tile=task, part=part, parts=self.splits, panels=ranges[part])
-            for task in self.tasks
-            for part in range(self.splits)
+            part for task in self.tasks for part in tile_parts(task, len(self.panels), self.splits)
         )
 
     @property
@@ -638,6 +635,16 @@ def _best_splits(p: Problem, tm: int, tn: int, tk: int, workers: int) -> int:
     """The split of k that :func:`_estimate` rates fastest for fixed ``tm×tn`` tiles."""
     candidates = _split_candidates(p, tm, tn, tk, workers)
     return min(candidates, key=lambda parts: _estimate(p, tm, tn, tk, workers, parts))
+
+
+def tile_parts(task: TileTask, panel_count: int, splits: int) -> tuple[PartialTask, ...]:
+    """The ``splits`` parts of ``task``'s tile over ``panel_count`` panels, in the order
+    a reduction adds them."""
+    ranges = split_evenly(panel_count, splits)
+    return tuple(
+        PartialTask(tile=task, part=part, parts=splits, panels=ranges[part])
+        for part in range(splits)
+    )
 
 
 def split_evenly(count: int, parts: int) -> tuple[tuple[int, int], ...]:
