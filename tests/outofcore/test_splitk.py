@@ -170,24 +170,35 @@ def test_forced_splits_in_process_for_every_kind_of_product(tmp_path, case):
     )
 
 
+#: In-process jobs of 30x1000 @ 1000x20 in 100-deep panels (10 panels, one tile).
+SMALL_SPLIT_JOB = {"client": "sync", "memory": "1MiB", "tk": 100, "progress": False}
+
+
+def stopped_between_parts(
+    folder: Path, seed: int, chunk: str, splits: int
+) -> tuple[np.ndarray, np.ndarray, Path]:
+    """Run a split job that stops at a damaged chunk of B (then mended); return A, B and C."""
+    rng = np.random.default_rng(seed)
+    a, b = random_matrix(rng, (30, 1000), "float32"), random_matrix(rng, (1000, 20), "float32")
+    write_zarr(folder / "a.zarr", a, (30, 100))
+    write_zarr(folder / "b.zarr", b, (100, 20))
+    c = folder / "c.zarr"
+    broken = break_chunk(folder / "b.zarr", chunk)
+    with pytest.raises(Exception, match=f"{chunk}|decode|chunk"):
+        run_job(folder / "a.zarr", folder / "b.zarr", c, splits=splits, **SMALL_SPLIT_JOB)
+    restore_chunk(broken)
+    assert zarr.open_array(str(c)).attrs["outofcore"]["complete"] is False
+    return a, b, c
+
+
 def test_read_error_between_parts_then_the_rerun_keeps_the_finished_parts(
     tmp_path, outofcore_settings
 ):
     outofcore_settings(read_retries=0)
-    rng = np.random.default_rng(5)
-    a, b = random_matrix(rng, (30, 1000), "float32"), random_matrix(rng, (1000, 20), "float32")
-    write_zarr(tmp_path / "a.zarr", a, (30, 100))
-    write_zarr(tmp_path / "b.zarr", b, (100, 20))
-    c = tmp_path / "c.zarr"
-    options = {"client": "sync", "memory": "1MiB", "tk": 100, "splits": 5, "progress": False}
-    broken = break_chunk(tmp_path / "b.zarr", "7/0")  # rows 700:800: the fourth of five parts
-    with pytest.raises(Exception, match="7/0|decode|chunk"):
-        run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, **options)
-    restore_chunk(broken)
+    a, b, c = stopped_between_parts(tmp_path, 5, "7/0", 5)  # rows 700:800: the fourth part
     assert len(part_records(c)) == 3
-    assert zarr.open_array(str(c)).attrs["outofcore"]["complete"] is False
 
-    rerun = run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, **options)
+    rerun = run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, splits=5, **SMALL_SPLIT_JOB)
     assert rerun.summary["partial_tasks_computed"] == 2  # parts 3 and 4 only
     assert_gemm_close(zarr.open_array(str(c))[...], a, b, accumulated_in="float32")
     assert not part_records(c)
@@ -195,19 +206,10 @@ def test_read_error_between_parts_then_the_rerun_keeps_the_finished_parts(
 
 def test_a_resume_with_another_split_never_takes_the_old_parts(tmp_path, outofcore_settings):
     outofcore_settings(read_retries=0)
-    rng = np.random.default_rng(6)
-    a, b = random_matrix(rng, (30, 1000), "float32"), random_matrix(rng, (1000, 20), "float32")
-    write_zarr(tmp_path / "a.zarr", a, (30, 100))
-    write_zarr(tmp_path / "b.zarr", b, (100, 20))
-    c = tmp_path / "c.zarr"
-    options = {"client": "sync", "memory": "1MiB", "tk": 100, "progress": False}
-    broken = break_chunk(tmp_path / "b.zarr", "9/0")
-    with pytest.raises(Exception, match="9/0|decode|chunk"):
-        run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, splits=5, **options)
-    restore_chunk(broken)
+    a, b, c = stopped_between_parts(tmp_path, 6, "9/0", 5)
     assert len(part_records(c)) == 4
 
-    rerun = run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, splits=2, **options)
+    rerun = run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, splits=2, **SMALL_SPLIT_JOB)
     assert rerun.summary["partial_tasks_computed"] == 2
     assert_gemm_close(zarr.open_array(str(c))[...], a, b, accumulated_in="float32")
 
@@ -215,21 +217,12 @@ def test_a_resume_with_another_split_never_takes_the_old_parts(tmp_path, outofco
 def test_a_damaged_partial_tile_stops_the_reduction(tmp_path, outofcore_settings):
     """A part whose kept sum is not what it should be is never added into the output."""
     outofcore_settings(read_retries=0)
-    rng = np.random.default_rng(7)
-    a, b = random_matrix(rng, (30, 1000), "float32"), random_matrix(rng, (1000, 20), "float32")
-    write_zarr(tmp_path / "a.zarr", a, (30, 100))
-    write_zarr(tmp_path / "b.zarr", b, (100, 20))
-    c = tmp_path / "c.zarr"
-    options = {"client": "sync", "memory": "1MiB", "tk": 100, "splits": 5, "progress": False}
-    broken = break_chunk(tmp_path / "b.zarr", "9/0")
-    with pytest.raises(Exception, match="9/0|decode|chunk"):
-        run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, **options)
-    restore_chunk(broken)
+    _, _, c = stopped_between_parts(tmp_path, 7, "9/0", 5)
     block = next((c / JOURNAL_DIR / PARTIALS_DIR).glob("*/tile-0-0-k1of5/rows-0.npy"))
     with block.open("wb") as file:
         np.save(file, np.zeros((30, 21), dtype=np.float32))  # a wrong shape
     with pytest.raises(RuntimeError, match=r"tile-0-0-k1of5.*\(30, 21\) float32.*\(30, 20\)"):
-        run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, **options)
+        run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, splits=5, **SMALL_SPLIT_JOB)
     assert zarr.open_array(str(c)).attrs["outofcore"]["complete"] is False
     status = json.loads(cli("status", str(c), "--json").stdout)
     assert status["complete"] is False and status["tiles_done"] == 0
