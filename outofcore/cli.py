@@ -501,8 +501,17 @@ def _format_plan(p: dict[str, Any]) -> str:
             f"{' (exact)' if product['exact'] else ''}, written as {product['output']}",
             f"  budget         {format_bytes(p['budget_bytes'])} per worker, "
             f"{p['workers']} worker(s)",
-            f"  tiles          {p['tiles']} ({p['tiles_grid'][0]}x{p['tiles_grid'][1]}) of "
+            f"  tiles          {p['tiles']} ({p['tiles_grid'][0]}x{p['tiles_grid'][1]}"
+            f"{', on and above the diagonal' if p['symmetric'] else ''}) of "
             f"{p['tile'][0]}x{p['tile'][1]}, {p['panels_per_tile']} panel(s) of {p['tk']}",
+            *(
+                [
+                    "  symmetric      one array times its transpose: each tile also writes its "
+                    "mirror, diagonal tiles by syrk; the output is exactly symmetric"
+                ]
+                if p["symmetric"]
+                else []
+            ),
             *_format_split(p),
             f"  output chunks  {p['out_chunk_count']} of {p['out_chunks'][0]}x{p['out_chunks'][1]}"
             + _format_shards(p.get("out_shards")),

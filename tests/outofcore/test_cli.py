@@ -33,6 +33,8 @@ def test_random_plan_matmul_verify_on_ragged_chunks_with_a_64mib_budget(tmp_path
     assert plan.returncode == 0, plan.stderr
     planned = json.loads(plan.stdout)
     assert planned["task_bytes"] <= 64 * 2**20
+    assert planned["symmetric"] is False
+    assert "symmetric" not in outofcore("plan", a, b, "--memory", "64MiB").stdout
     assert planned["tile"][0] % 700 == 0 or planned["tile"][0] == 3000
 
     run = outofcore("matmul", a, b, "-o", c, "--memory", "64MiB", "--workers", "2", "--json")

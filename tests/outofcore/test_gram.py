@@ -163,6 +163,8 @@ def test_gram_command_line_then_verify(tmp_path):
     planned = cli("plan", x_path, x_path, "--transpose-a", "--memory", "512KiB", "--json")
     assert planned.returncode == 0, planned.stderr
     assert json.loads(planned.stdout)["symmetric"] is True
+    human = cli("plan", x_path, x_path, "--transpose-a", "--memory", "512KiB").stdout
+    assert "on and above the diagonal" in human and "exactly symmetric" in human
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128"])
