@@ -140,7 +140,7 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
         t0 = time.perf_counter()
         blocks = [job.read_block(part, r0, shape) for part in parts]
         t1 = time.perf_counter()
-        total = blocks[0].copy() if whole is None else whole[r0 : r0 + shape[0]]
+        total = np.empty_like(blocks[0]) if whole is None else whole[r0 : r0 + shape[0]]
         total[...] = blocks[0]
         for partial in blocks[1:]:
             total += partial
