@@ -29,6 +29,7 @@ from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
 from outofcore.journal import Journal
 from outofcore.lease import Lease, OwnerCheck, check_not_held, new_job_id
+from outofcore.locations import locate
 from outofcore.product import Product
 from outofcore.resume import (
     Start,
@@ -43,6 +44,7 @@ from outofcore.resume import (
 from outofcore.spec import JobSpec
 from outofcore.splitk import SplitJob, compute_partial, reduce_tile
 from outofcore.stores import read_concurrency
+from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
 from outofcore.tile import RecordedJob, TileJob, TileResult, compute_and_record
 from scheduler import plan as plan_module
 from scheduler.cluster import (
@@ -70,7 +72,7 @@ __all__ = [
 ]
 
 #: Key of the job record in the output array's attributes.
-ATTRIBUTE = "outofcore"
+ATTRIBUTE = JOB_ATTRIBUTE
 
 
 class OutputLayoutWarning(UserWarning):
@@ -276,7 +278,11 @@ class Operands:
             storage_options=spec.storage_options,
         )
         inputs = product.inputs
-        arrays.check_output_target(out, inputs)
+        arrays.check_output_target(out, inputs, spec.storage_options)
+        if not isinstance(out, zarr.Array):  # resolved once; nothing outofcore did not make
+            location = locate(out, spec.storage_options)
+            check_replaceable(location, spec.storage_options)
+            out = location.target
         fingerprints = {name: fingerprint(array) for name, array in inputs.items()}
         identity = job_identity(
             inputs,

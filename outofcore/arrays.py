@@ -17,7 +17,8 @@ from zarr.storage import FsspecStore, LocalStore, MemoryStore
 
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
 from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
-from outofcore.errors import InputError, OutputExistsError
+from outofcore.errors import InputError
+from outofcore.locations import locate
 from outofcore.stores import is_remote, local_path, url_of, zarr_options
 
 ArrayLike = zarr.Array | str | os.PathLike
@@ -52,8 +53,9 @@ def open_input(
         array = source
     else:
         location = os.fspath(source)
+        target = locate(location, storage_options).target  # file:// URLs open as local paths
         try:
-            array = zarr.open_array(location, mode="r", **zarr_options(location, storage_options))
+            array = zarr.open_array(target, mode="r", **zarr_options(target, storage_options))
         except FileNotFoundError:
             raise InputError(f"input {name}: no zarr array at {location!r}") from None
         except NodeTypeValidationError:
@@ -88,32 +90,20 @@ def describe(array: zarr.Array) -> str:
 
 
 def location_of(array: zarr.Array) -> str | None:
-    """A comparable location (absolute local path or URL) of an array, or None in memory."""
-    store = array.store
-    if isinstance(store, MemoryStore):
+    """A comparable location (absolute local path or URL) of an array, or None in memory.
+
+    Kept in job records (:func:`outofcore.resume.describe_input`); identity checks
+    compare :class:`outofcore.locations.Location` objects (:func:`same_array`).
+    """
+    if isinstance(array.store, MemoryStore):
         return None
-    if isinstance(store, LocalStore):
-        root = os.path.realpath(os.fspath(store.root))
-        return os.path.join(root, array.path) if array.path else root
-    return describe(array).rstrip("/")
-
-
-def _location_of_target(target: ArrayLike) -> str:
-    if isinstance(target, zarr.Array):
-        location = location_of(target)
-        return location if location is not None else f"memory:{id(target.store)}"
-    text = os.fspath(target)
-    if is_remote(text):
-        return text.rstrip("/")
-    return os.path.realpath(local_path(text))
+    return locate(array).target
 
 
 def same_array(x: zarr.Array, y: zarr.Array) -> bool:
-    """Whether ``x`` and ``y`` are the same stored array (opened once or twice)."""
-    location = location_of(x)
-    if location is None:
-        return y.store is x.store and y.path == x.path
-    return location == location_of(y)
+    """Whether ``x`` and ``y`` are the same stored array (opened once or twice, spelled
+    alike or not: :func:`outofcore.locations.locate`)."""
+    return locate(x) == locate(y)
 
 
 def check_distinct(array: zarr.Array, others: dict[str, zarr.Array], what: str) -> None:
@@ -123,61 +113,37 @@ def check_distinct(array: zarr.Array, others: dict[str, zarr.Array], what: str) 
             raise InputError(f"{what} ({describe(array)}) is the same array as input {name}")
 
 
-def check_output_target(target: ArrayLike, inputs: dict[str, zarr.Array]) -> None:
-    """Refuse an output that is, contains or lies inside an input array."""
-    out = _location_of_target(target)
+def check_output_target(
+    target: ArrayLike, inputs: dict[str, zarr.Array], storage_options: StorageOptions = None
+) -> None:
+    """Refuse an output that is, contains or lies inside an input array (the addend too),
+    however either is spelled (path, relative path, ``file://``, symbolic link)."""
+    out = locate(target, storage_options)
     for name, array in inputs.items():
-        location = location_of(array)
-        if location is None:
-            same_store = isinstance(target, zarr.Array) and target.store is array.store
-            if same_store and target.path == array.path:
-                raise InputError(f"the output is the same array as input {name}")
-            continue
+        location = locate(array)
         if out == location:
-            raise InputError(f"the output {out!r} is the same array as input {name}")
-        if location.startswith(out.rstrip("/") + "/") or out.startswith(location + "/"):
+            raise InputError(f"the output {str(out)!r} is the same array as input {name}")
+        if out.overlaps(location):
             raise InputError(
-                f"the output {out!r} and input {name} ({location!r}) are nested in one "
-                "another; writing the output could damage the input"
+                f"the output {str(out)!r} and input {name} ({str(location)!r}) are nested in "
+                "one another; writing the output could damage the input"
             )
 
 
-def open_existing_output(
-    target: ArrayLike, shape: tuple[int, int], dtype: np.dtype, overwrite: bool
-) -> zarr.Array | None:
-    """Return an existing output array to write into, or None when one must be created.
+def open_existing_output(target: zarr.Array, shape: tuple[int, int], dtype: np.dtype) -> zarr.Array:
+    """Check a ``zarr.Array`` given as the output: writable, of the product's shape and dtype.
 
-    A ``zarr.Array`` given as output is used as is after its shape and dtype
-    are checked.  An existing array at a path is refused unless ``overwrite``;
-    with ``overwrite`` it is replaced by :func:`create_output`.
+    Outputs named by a path or URL are checked by :func:`outofcore.targets.check_replaceable`
+    and created by :func:`create_output`.
     """
-    if isinstance(target, zarr.Array):
-        if target.read_only:
-            raise InputError(f"the output {describe(target)} was opened read-only")
-        if tuple(target.shape) != tuple(shape) or np.dtype(target.dtype) != dtype:
-            raise InputError(
-                f"the output {describe(target)} is {target.shape} {target.dtype}, but "
-                f"A @ B is {shape} {dtype}"
-            )
-        return target
-    location = os.fspath(target)
-    if exists(location) and not overwrite:
-        raise OutputExistsError(
-            f"the output {location!r} already exists; pass overwrite=True "
-            "(--overwrite) to replace it, or choose another path"
+    if target.read_only:
+        raise InputError(f"the output {describe(target)} was opened read-only")
+    if tuple(target.shape) != tuple(shape) or np.dtype(target.dtype) != dtype:
+        raise InputError(
+            f"the output {describe(target)} is {target.shape} {target.dtype}, but "
+            f"the product is {shape} {dtype}"
         )
-    return None
-
-
-def exists(location: str, storage_options: StorageOptions = None) -> bool:
-    """Whether anything is stored at ``location`` (a path or URL)."""
-    if not is_remote(location):
-        return os.path.exists(local_path(location))
-    try:
-        zarr.open(location, mode="r", **zarr_options(location, storage_options))
-    except (FileNotFoundError, KeyError, ValueError):
-        return False
-    return True
+    return target
 
 
 def output_grid(array: zarr.Array) -> tuple[int, int]:
@@ -214,9 +180,10 @@ def create_output(
         raise InputError(f"zarr_format = {zarr_format!r}: choose 2 or 3")
     if shards is not None and zarr_format == 2:
         raise InputError(f"zarr format 2 has no shards (asked for shards {shards})")
+    location = locate(target, storage_options).target  # file:// URLs as local paths
     return zarr.create_array(
-        os.fspath(target),
-        **zarr_options(os.fspath(target), storage_options),
+        location,
+        **zarr_options(location, storage_options),
         shape=shape,
         chunks=chunks,
         shards=shards,

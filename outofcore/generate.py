@@ -9,10 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import zarr
 
-from outofcore.arrays import exists
 from outofcore.dtypes import check_input_dtype
 from outofcore.errors import InputError, OutputExistsError
+from outofcore.journal import Journal
+from outofcore.lease import check_not_held
+from outofcore.locations import locate
 from outofcore.stores import zarr_options
+from outofcore.targets import GENERATED_ATTRIBUTE, check_replaceable
 
 
 def random_array(
@@ -39,18 +42,25 @@ def random_array(
     if len(chunks) != 2 or min(chunks) < 1:
         raise InputError(f"chunks {chunks}: need two chunk sizes >= 1")
     np_dtype = check_input_dtype(dtype, f"random array {os.fspath(path)!r}")
-    location = os.fspath(path)
-    if not overwrite and exists(location, storage_options):
-        raise OutputExistsError(
-            f"{location!r} already exists; pass overwrite=True (--overwrite) to replace it"
-        )
+    where = locate(path, storage_options)
+    # Only an array outofcore made is replaced (never a folder, a group or another's array).
+    occupant = check_replaceable(where, storage_options)
+    if occupant.kind != "nothing":
+        if not overwrite:
+            raise OutputExistsError(
+                f"{str(where)!r} already exists; pass overwrite=True to replace it"
+            )
+        check_not_held(Journal.for_output(where.target, storage_options), str(where))
     array = zarr.create_array(
-        location,
+        where.target,
         shape=shape,
         chunks=chunks,
         dtype=np_dtype,
         overwrite=overwrite,
-        **zarr_options(location, storage_options),
+        attributes={
+            GENERATED_ATTRIBUTE: {"seed": seed, "shape": list(shape), "chunks": list(chunks)}
+        },
+        **zarr_options(where.target, storage_options),
     )
     grid = [range(0, extent, step) for extent, step in zip(shape, chunks, strict=True)]
 

@@ -41,11 +41,11 @@ from zarr.storage import LocalStore
 
 from outofcore import arrays, stores
 from outofcore.fingerprint import Fingerprint
+from outofcore.locations import locate
+from outofcore.targets import JOURNAL_DIR
 from outofcore.writing import naming_full_disk
 from scheduler.plan import TileTask
 
-#: Folder of the journal inside the output array's path.
-JOURNAL_DIR = "_outofcore"
 JOB_NAME = "job.json"
 TILES_DIR = "tiles"
 #: Partial tiles of split-k plans and their records (:mod:`outofcore.splitk`).
@@ -75,10 +75,10 @@ class Journal:
         """
         if isinstance(target, zarr.Array):
             return cls(store=target.store, prefix=target.path)
-        location = os.fspath(target)
-        if arrays.is_remote(location):
-            return cls(store=stores.fsspec_store(location, storage_options), prefix="")
-        return cls(store=LocalStore(arrays.local_path(location)), prefix="")
+        location = locate(target, storage_options)
+        if location.is_local:
+            return cls(store=LocalStore(location.path), prefix="")
+        return cls(store=stores.fsspec_store(location.target, storage_options), prefix="")
 
     # -- keys -------------------------------------------------------------------------
     def key(self, *parts: str) -> str:

@@ -22,9 +22,11 @@ import zarr
 from outofcore import arrays
 from outofcore.errors import InputError, OutputExistsError
 from outofcore.fingerprint import Fingerprint, changes
-from outofcore.journal import FORMAT, JOURNAL_DIR, Journal, timestamp
+from outofcore.journal import FORMAT, Journal, timestamp
 from outofcore.lease import read_lease
+from outofcore.locations import locate
 from outofcore.stores import zarr_options
+from outofcore.targets import check_replaceable
 from scheduler.plan import Plan
 
 
@@ -231,20 +233,20 @@ def inspect_output(
         differences) or to another journal format.
     """
     if isinstance(target, zarr.Array):
-        existing = arrays.open_existing_output(target, shape, dtype, overwrite)
+        existing = arrays.open_existing_output(target, shape, dtype)
         document = journal.read_job()
         if document is None or document.get("complete") or overwrite:
             return Start(existing=existing, document=None, clear_journal=document is not None)
         _check_resumable(document, identity, journal, arrays.describe(target), fingerprints)
         return Start(existing=existing, document=document)
 
-    where = os.fspath(target)
-    if overwrite or not _holds_output(where, storage_options):
-        return Start(existing=None, document=None, clear_output=True)
-    try:
-        existing = zarr.open_array(where, mode="r+", **zarr_options(where, storage_options))
-    except (FileNotFoundError, KeyError, ValueError, OSError, zarr.errors.NodeTypeValidationError):
-        raise OutputExistsError(_exists_message(where, "it is not a zarr array")) from None
+    location = locate(target, storage_options)
+    where = str(location)
+    occupant = check_replaceable(location, storage_options)  # nothing outofcore did not make
+    if overwrite or occupant.kind in ("nothing", "journal"):
+        return Start(existing=None, document=None, clear_output=occupant.kind != "nothing")
+    options = zarr_options(location.target, storage_options)
+    existing = zarr.open_array(location.target, mode="r+", **options)
     document = journal.read_job()
     if document is None:
         raise OutputExistsError(
@@ -262,25 +264,15 @@ def inspect_output(
     if tuple(existing.shape) != tuple(shape) or str(existing.dtype) != str(dtype):
         raise ResumeError(
             f"the output {where!r} is {existing.shape} {existing.dtype}, but the product is "
-            f"{shape} {dtype}; pass overwrite=True (--overwrite) to start over"
+            f"{shape} {dtype}; pass overwrite=True to start over"
         )
     return Start(existing=existing, document=document)
 
 
-def _holds_output(where: str, storage_options: arrays.StorageOptions = None) -> bool:
-    """Whether something other than a bare journal folder is at ``where``."""
-    if arrays.is_remote(where):
-        return arrays.exists(where, storage_options)
-    local = arrays.local_path(where)
-    if not os.path.exists(local):
-        return False
-    return not os.path.isdir(local) or bool(set(os.listdir(local)) - {JOURNAL_DIR})
-
-
 def _exists_message(where: str, why: str) -> str:
     return (
-        f"the output {where!r} already exists; pass overwrite=True (--overwrite) to replace it, "
-        f"or choose another path ({why})"
+        f"the output {where!r} already exists ({why}); pass overwrite=True to replace it, "
+        "or choose another path"
     )
 
 
@@ -294,7 +286,7 @@ def _check_resumable(
     if document.get("format") != FORMAT or not document.get("journal_id"):
         raise ResumeError(
             f"the output {where!r} holds a job journal of format {document.get('format')!r}, "
-            f"this version reads format {FORMAT}; pass overwrite=True (--overwrite) to start over"
+            f"this version reads format {FORMAT}; pass overwrite=True to start over"
         )
     found = differences(document, identity)
     if found and fingerprints:  # name the objects of a changed input
@@ -306,7 +298,7 @@ def _check_resumable(
             f"the output {where!r} holds an unfinished job ({done} of "
             f"{document.get('tiles_total')} tiles done) for other inputs or parameters: "
             f"{'; '.join(found)}. Rerun with the original inputs and parameters to resume it, "
-            "or pass overwrite=True (--overwrite) to start over"
+            "or pass overwrite=True to start over"
         )
 
 
