@@ -19,7 +19,7 @@ from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
 from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import locate
-from outofcore.stores import is_remote, local_path, url_of, zarr_options
+from outofcore.stores import url_of, zarr_options
 
 ArrayLike = zarr.Array | str | os.PathLike
 #: fsspec options of URLs (credentials, endpoint), or None.
@@ -27,7 +27,7 @@ StorageOptions = dict[str, Any] | None
 #: zarr formats of the outputs a job can create (3: zarr's default; 2: older readers).
 ZARR_FORMATS = (2, 3)
 
-__all__ = ["ArrayLike", "StorageOptions", "is_remote", "local_path"]
+__all__ = ["ArrayLike", "StorageOptions"]
 
 
 def open_input(

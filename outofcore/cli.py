@@ -31,11 +31,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except OutOfCoreError as exc:
-        print(f"outofcore: error: {exc}", file=sys.stderr)
+        print(f"outofcore: error: {cli_wording(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("outofcore: interrupted", file=sys.stderr)
         return 130
+
+
+#: Options as the library's messages name them (the Python API's spelling), and as this
+#: command spells them.
+CLI_SPELLINGS = {"overwrite=True": "--overwrite"}
+
+
+def cli_wording(message: str) -> str:
+    """A library message with the options named as on the command line."""
+    for api, flag in CLI_SPELLINGS.items():
+        message = message.replace(api, flag)
+    return message
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -99,7 +99,7 @@ def check_unchanged(
                 f"input {name} ({arrays.describe(array)}) changed while the job read it "
                 f"({changes(before[name].tokens, now.tokens)}), so the output {output!r} may "
                 "mix old and new data and is left incomplete. Once the input is final, rerun "
-                "with overwrite=True (--overwrite) to start over"
+                "with overwrite=True to start over"
             )
 
 

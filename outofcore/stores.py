@@ -54,11 +54,6 @@ def is_remote(location: str) -> bool:
     return "://" in location and not location.startswith("file://")
 
 
-def local_path(location: str) -> str:
-    """The file-system path of a local ``location`` (a path, or a ``file://`` URL)."""
-    return location.removeprefix("file://")
-
-
 def check_storage_options(value: Any) -> dict[str, Any] | None:
     """``value`` as a dict of fsspec storage options (None stays None).
 

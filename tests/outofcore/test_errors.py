@@ -188,12 +188,14 @@ def test_existing_output_of_wrong_shape_or_dtype(inputs):
     wrong_shape = zarr.create_array(
         str(folder / "ws.zarr"), shape=(40, 21), chunks=(10, 7), dtype="f4"
     )
-    with pytest.raises(InputError, match=r"\(40, 21\) float32, but A @ B is \(40, 20\) float32"):
+    with pytest.raises(
+        InputError, match=r"\(40, 21\) float32, but the product is \(40, 20\) float32"
+    ):
         run(a, b, wrong_shape)
     wrong_dtype = zarr.create_array(
         str(folder / "wd.zarr"), shape=(40, 20), chunks=(10, 10), dtype="f8"
     )
-    with pytest.raises(InputError, match="float64, but A @ B is .* float32"):
+    with pytest.raises(InputError, match="float64, but the product is .* float32"):
         run(a, b, wrong_dtype)
 
 

@@ -87,7 +87,7 @@ def test_read_error_names_the_chunk_then_the_rerun_resumes(small, outofcore_sett
     with pytest.raises(ResumeError, match=r"memory budget was 24576 bytes, now 32768 bytes"):
         run(folder, memory=32 * 1024)
     write_zarr(folder / "b2.zarr", b, (10, 5))
-    with pytest.raises(ResumeError, match=r"input B chunks was 10x10, now 10x5.*--overwrite"):
+    with pytest.raises(ResumeError, match=r"input B chunks was 10x10, now 10x5.*overwrite=True"):
         run_job(folder / "a.zarr", folder / "b2.zarr", c, memory=24 * 1024, client="sync")
     assert snapshot(folder) == before | snapshot(folder / "b2.zarr")
 
@@ -104,7 +104,9 @@ def test_read_error_names_the_chunk_then_the_rerun_resumes(small, outofcore_sett
     assert not (c / JOURNAL_DIR / LEASE_NAME).exists()
 
     # Complete: a rerun is refused; overwrite starts over with a new journal.
-    with pytest.raises(OutputExistsError, match="already exists; pass overwrite=True.*complete"):
+    with pytest.raises(
+        OutputExistsError, match=r"already exists \(it holds the complete.*\); pass overwrite=True"
+    ):
         run(folder)
     old_journal = job_status(c)["journal_id"]
     again = run(folder, overwrite=True)
