@@ -137,19 +137,25 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
     whole = np.empty(task.shape, tile_job.product.types.compute) if mirror else None
     for r0 in range(0, rows, block):
         shape = (min(block, rows - r0), cols)
-        t0 = time.perf_counter()
-        blocks = [job.read_block(part, r0, shape) for part in parts]
-        t1 = time.perf_counter()
-        total = np.empty_like(blocks[0]) if whole is None else whole[r0 : r0 + shape[0]]
-        total[...] = blocks[0]
-        for partial in blocks[1:]:
-            total += partial
+        # Two blocks held, whatever the fan-in: the sum, and the part just read.
+        total = None if whole is None else whole[r0 : r0 + shape[0]]
+        for index, part in enumerate(parts):
+            t0 = time.perf_counter()
+            partial = job.read_block(part, r0, shape)
+            t1 = time.perf_counter()
+            if index:
+                total += partial  # in the parts' order: the same bits on every run
+            elif total is None:
+                total = partial
+            else:
+                total[...] = partial
+            read, compute = read + t1 - t0, compute + time.perf_counter() - t1
+            scratch += partial.nbytes
+            del partial
         t2 = time.perf_counter()
         _check_owner(recorded.owner_check)
         write_finished_rows(tile_job, task, r0, total)
-        t3 = time.perf_counter()
-        read, compute, write = read + t1 - t0, compute + t2 - t1, write + t3 - t2
-        scratch += sum(b.nbytes for b in blocks)
+        write += time.perf_counter() - t2
     if whole is not None:
         t0 = time.perf_counter()
         write_mirror(tile_job, task, whole, recorded.owner_check)

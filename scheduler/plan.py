@@ -240,10 +240,16 @@ class Plan:
         return math.ceil(self.problem.n / self.tn)
 
     @property
+    def projections(self) -> dict[str, int]:
+        """Projected peak bytes of each kind of task the plan runs (:func:`projections`)."""
+        return projections(
+            self.problem, self.tm, self.tn, self.tk, self.io_concurrency, self.splits
+        )
+
+    @property
     def task_bytes(self) -> int:
-        """Projected peak bytes of one task (tile, panels in flight, codec buffers)."""
-        p = self.problem
-        return task_bytes(p, self.tm, self.tn, self.tk, self.io_concurrency)
+        """Projected peak bytes of the plan's largest task, of any kind."""
+        return max(self.projections.values())
 
     @property
     def out_shards(self) -> tuple[int, int] | None:
@@ -306,6 +312,7 @@ class Plan:
             "scratch_bytes": self.scratch_bytes,
             "panels_per_tile": len(self.panels),
             "task_bytes": self.task_bytes,
+            "task_bytes_by_kind": self.projections,
             "bytes_read": self.bytes_read,
             "bytes_written": self.bytes_written,
             "io_lower_bound": self.io_lower_bound,
@@ -330,9 +337,7 @@ def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
     wa, wb = p.read_sizes
     input_chunk = max(wa * p.a_chunks[0] * p.a_chunks[1], wb * p.b_chunks[0] * p.b_chunks[1])
-    out_rows, out_cols = p.out_grid or (
-        (tm, tn) if p.shard_tiles else (_output_chunk(tm), _output_chunk(tn))
-    )
+    out_rows, out_cols = _out_grid(p, tm, tn)
     panels = p.itemsize * PANELS_IN_FLIGHT * tk * (tm + tn)
     staging = tk * (tm * p.staging[0] + tn * p.staging[1])
     block = p.block_extra * write_block_rows(out_rows, tm) * tn
@@ -342,6 +347,42 @@ def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     if p.symmetric:  # the mirror tile is written from transposed blocks of the tile's columns
         block += max(p.itemsize, p.written_itemsize) * tm * write_block_rows(out_cols, tn)
     return p.itemsize * tm * tn + panels + staging + block + codec_buffers
+
+
+def reduction_bytes(problem: Problem, tm: int, tn: int, io_concurrency: int) -> int:
+    """Projected peak bytes of the reduction of a split tile (:mod:`outofcore.splitk`).
+
+    Per write block of rows, whatever the number of parts: the running sum, the part
+    just read and its stored bytes (three blocks in the accumulation dtype), the
+    block's conversion and addend buffers, and the output codec buffers; an
+    off-diagonal tile of a symmetric product also keeps its whole sum for the mirror.
+    """
+    p = problem
+    tm, tn = min(tm, p.m), min(tn, p.n)
+    out_rows, out_cols = _out_grid(p, tm, tn)
+    rows = write_block_rows(out_rows, tm)
+    sums = 3 * p.itemsize * rows * tn + p.block_extra * rows * tn
+    out_chunk = p.written_itemsize * min(out_rows, tm) * min(out_cols, tn)
+    writers = min(io_concurrency, math.ceil(rows / out_rows) * math.ceil(tn / out_cols))
+    mirror = p.itemsize * tm * tn if p.symmetric else 0
+    return sums + writers * 2 * out_chunk + mirror
+
+
+def projections(
+    problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int, splits: int = 1
+) -> dict[str, int]:
+    """Projected peak bytes of each kind of task a plan with these tiles runs, by kind:
+    ``tile`` (a whole tile, or one part of a split tile: the same loop over fewer panels)
+    and, when k is split, ``reduction``.  The plan is checked against the budget for each."""
+    kinds = {"tile": task_bytes(problem, tm, tn, tk, io_concurrency)}
+    if splits > 1:
+        kinds["reduction"] = reduction_bytes(problem, tm, tn, io_concurrency)
+    return kinds
+
+
+def _out_grid(p: Problem, tm: int, tn: int) -> tuple[int, int]:
+    """Rows and columns of the output's write grid for tiles of ``tm×tn``."""
+    return p.out_grid or ((tm, tn) if p.shard_tiles else (_output_chunk(tm), _output_chunk(tn)))
 
 
 def write_block_rows(grid_rows: int, tile_rows: int) -> int:
@@ -454,12 +495,14 @@ def make_plan(
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
     if splits is None:
         splits = _best_splits(p, tm, tn, tk, workers)
-    projected = task_bytes(p, tm, tn, tk, io_concurrency)
-    if projected > budget_bytes:
-        raise BudgetError(
-            f"a {tm}x{tn} tile with {tk}-deep panels needs {projected} bytes per task "
-            f"({mib(projected)}), over the budget of {budget_bytes} bytes ({mib(budget_bytes)})"
-        )
+    for kind, projected in projections(p, tm, tn, tk, io_concurrency, splits).items():
+        if projected > budget_bytes:
+            what = "task" if kind == "tile" else f"{kind} task (k split in {splits} parts)"
+            raise BudgetError(
+                f"a {tm}x{tn} tile with {tk}-deep panels needs {projected} bytes per {what} "
+                f"({mib(projected)}), over the budget of {budget_bytes} bytes "
+                f"({mib(budget_bytes)})"
+            )
     out_chunks = p.out_grid or (_output_chunk(tm), _output_chunk(tn))
     panels = tuple((k0, min(k0 + tk, p.k)) for k0 in range(0, p.k, tk))
     return Plan(
@@ -592,11 +635,16 @@ def _best_tile(
             if not fits(tm, tn):
                 continue
             for parts in [splits] if splits else _split_candidates(p, tm, tn, tk, workers):
+                if parts > 1 and reduction_bytes(p, tm, tn, io_concurrency) > budget:
+                    continue  # its reduction would not fit
                 score = _estimate(p, tm, tn, tk, workers, parts)
                 if best is None or score < best[0]:
                     best = (score, tm, tn, parts)
-    if best is None:  # the smallest tile fits, so some candidate does
-        raise BudgetError(f"no tile fits the budget of {budget} bytes ({mib(budget)})")
+    if best is None:  # the smallest tile fits, so some candidate does unless splits is forced
+        raise BudgetError(
+            f"no tile fits the budget of {budget} bytes ({mib(budget)})"
+            + (f" with k split in {splits} parts (their reduction)" if splits else "")
+        )
     return best[1], best[2], best[3]
 
 

@@ -1,0 +1,109 @@
+"""Measured memory against the plan's projection, per kind of task (issue 20).
+
+A job runs in-process (``client="sync"``: one task at a time) under tracemalloc,
+which counts numpy's buffers; each task's own peak (over what was allocated when it
+started) must stay within its kind's projection (:attr:`scheduler.plan.Plan.projections`),
+on shapes where the kind under test dominates.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import zarr
+
+from outofcore.api import run_job
+from scheduler.executors import SynchronousExecutor
+from tests.helpers import assert_product_close, random_matrix, write_zarr
+
+#: Allocations outside any projection: zarr metadata, journal records, Python objects.
+SLACK_BYTES = 2 * 1024 * 1024
+
+
+@pytest.fixture
+def task_peaks(monkeypatch, tmp_path_factory):
+    """Peak traced bytes of every task the synchronous executor runs, by the task
+    function's name, over what was allocated when the executor started them: a task's
+    own memory and whatever earlier tasks of the job left (:mod:`outofcore.panel_cache`,
+    :mod:`outofcore.chunkfiles`).
+
+    A warm-up job first, untraced, so that imports and first-use set-up are not counted.
+    """
+    warm = tmp_path_factory.mktemp("warm")
+    rng = np.random.default_rng(0)
+    measured_job(
+        warm,
+        random_matrix(rng, (8, 8), "f4"),
+        random_matrix(rng, (8, 8), "f4"),
+        (8, 4),
+        (4, 8),
+        splits=2,
+        tk=4,
+    )
+    peaks: dict[str, list[int]] = {}
+    original = SynchronousExecutor.run
+
+    def run(self, fn, job, tasks, on_result, resources=None):
+        start, _ = tracemalloc.get_traced_memory()  # the test's own arrays, the client's state
+
+        def measured(job, task):
+            tracemalloc.reset_peak()
+            result = fn(job, task)
+            peaks.setdefault(fn.__name__, []).append(tracemalloc.get_traced_memory()[1] - start)
+            return result
+
+        return original(self, measured, job, tasks, on_result, resources)
+
+    monkeypatch.setattr(SynchronousExecutor, "run", run)
+    tracemalloc.start()
+    yield peaks
+    tracemalloc.stop()
+
+
+def measured_job(tmp_path, a, b, chunks_a, chunks_b, **options):
+    """Run ``a @ b`` in-process (the executor's tasks measured by ``task_peaks``)."""
+    write_zarr(tmp_path / "a.zarr", a, chunks_a)
+    write_zarr(tmp_path / "b.zarr", b, chunks_b)
+    return run_job(
+        tmp_path / "a.zarr",
+        tmp_path / "b.zarr",
+        tmp_path / "c.zarr",
+        client="sync",
+        progress=False,
+        **options,
+    )
+
+
+def test_a_reduction_of_many_parts_holds_two_blocks_not_one_per_part(tmp_path, task_peaks):
+    """Issue 20: 16 parts of a 1024x1024 tile; the reduction read all 16 row blocks at
+    once (16 x 4 MiB), over its projection; it adds each part as it is read."""
+    rng = np.random.default_rng(20)
+    a = random_matrix(rng, (1024, 1024), "float32")
+    b = random_matrix(rng, (1024, 1023), "float32")
+    result = measured_job(
+        tmp_path, a, b, (1024, 64), (64, 1023), memory=40 * 2**20, splits=16, tk=64
+    )
+    plan = result.plan
+    assert plan.splits == 16 and len(plan.tasks) == 1
+    kinds = plan.projections
+    assert set(kinds) == {"tile", "reduction"}
+    assert kinds["reduction"] < 16 * 1024 * 1023 * 4  # fewer bytes than the parts' blocks
+    assert len(task_peaks["compute_partial"]) == 16 and len(task_peaks["reduce_tile"]) == 1
+    assert max(task_peaks["compute_partial"]) <= kinds["tile"] + SLACK_BYTES, (task_peaks, kinds)
+    assert task_peaks["reduce_tile"][0] <= kinds["reduction"] + SLACK_BYTES, (task_peaks, kinds)
+    assert_product_close(zarr.open_array(str(tmp_path / "c.zarr"), mode="r")[...], a, b)
+    assert result.summary["task_bytes_projected"] == plan.task_bytes
+
+
+def test_a_whole_tile_stays_within_its_projection(tmp_path, task_peaks):
+    rng = np.random.default_rng(21)
+    a = random_matrix(rng, (601, 997), "float32")
+    b = random_matrix(rng, (997, 509), "float32")
+    result = measured_job(tmp_path, a, b, (100, 97), (97, 100), memory=8 * 2**20)
+    assert result.plan.splits == 1 and set(result.plan.projections) == {"tile"}
+    peaks = task_peaks["compute_and_record"]
+    assert len(peaks) == len(result.plan.tasks) > 1
+    assert max(peaks) <= result.plan.task_bytes + SLACK_BYTES, (peaks, result.plan.projections)
+    assert_product_close(zarr.open_array(str(tmp_path / "c.zarr"), mode="r")[...], a, b)
