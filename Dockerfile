@@ -14,11 +14,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY outofcore ./outofcore
 COPY scheduler ./scheduler
 # bokeh serves the scheduler's dashboard on port 8787; the s3 extra (s3fs) opens s3:// arrays.
-RUN pip install ".[s3]" "bokeh>=3.1" ${EXTRA_PIP} \
+RUN pip install -c constraints.txt ".[s3]" "bokeh>=3.1" ${EXTRA_PIP} \
     && outofcore --help > /dev/null \
     && dask scheduler --version
 
