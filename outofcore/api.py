@@ -49,6 +49,7 @@ from outofcore.tile import RecordedJob, TileJob, TileResult, compute_and_record
 from scheduler import plan as plan_module
 from scheduler.cluster import (
     DEFAULT_BUDGET_BYTES,
+    check_client,
     check_local_memory,
     check_worker_memory,
     default_budget,
@@ -188,6 +189,7 @@ def run_job(
     job holds the output's lease while it runs (see :mod:`outofcore.lease`).
     """
     spec = with_budget(JobSpec.of(spec, options), client)
+    check_client(client)  # a scheduler address that names no scheduler: before anything
     operands = Operands.open(a, b, out, spec)
     check_not_held(operands.journal, operands.where)  # refuse at once, before writing anything
     start = operands.inspect(spec.overwrite)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,10 +16,10 @@ from typing import Any
 from dask.utils import format_bytes, format_time
 
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, OUTPUT_CODECS
-from outofcore.config import parse_size
+from outofcore.config import flag, parse_size
 from outofcore.dtypes import INPUT_DTYPES
 from outofcore.engines import BACKENDS
-from outofcore.errors import OutOfCoreError
+from outofcore.errors import JOB_FAILED, OutOfCoreError
 
 DEMO_SIZE = 4096
 DEMO_CHUNK = 512
@@ -25,17 +27,58 @@ DEMO_MEMORY = "40MiB"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``outofcore`` command; returns the exit status."""
+    """Entry point of the ``outofcore`` command; returns the exit status.
+
+    Every expected failure is one ``outofcore: error:`` line on stderr and an exit
+    status that says what to do (docs/cli.md): 2, fix the command or its inputs
+    (nothing was started); 3, the job started and failed (rerun to retry or resume);
+    1, ``verify`` found the product wrong; 130, interrupted.  ``--debug`` (or
+    ``OUTOFCORE_DEBUG=1``) adds the traceback.
+    """
     parser = _parser()
     args = parser.parse_args(argv)
+    debug = args.debug or flag("debug")
     try:
         return args.run(args)
-    except OutOfCoreError as exc:
-        print(f"outofcore: error: {cli_wording(str(exc))}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
+        _quiet_shutdown()
         print("outofcore: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
+    except BrokenPipeError:  # `outofcore plan ... | head`: the reader left
+        # Python's advice: point stdout at devnull so the exit flush raises nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
+    except Exception as exc:  # noqa: BLE001 (the edge: one line, never a traceback)
+        if debug:
+            traceback.print_exc()
+        status = exc.exit_status if isinstance(exc, OutOfCoreError) else JOB_FAILED
+        text = cli_wording(str(exc)) if isinstance(exc, OutOfCoreError) else _unexpected(exc)
+        print(f"outofcore: error: {text}", file=sys.stderr)
+        return status
+
+
+#: Exit status after Ctrl-C (128 + SIGINT), and when stdout's reader has gone (128 + SIGPIPE).
+INTERRUPTED = 130
+BROKEN_PIPE = 141
+
+
+def _unexpected(exc: BaseException) -> str:
+    """One line for an exception outofcore did not raise on purpose."""
+    text = " ".join(str(exc).split()) or "(no message)"
+    if len(text) > 300:
+        text = text[:300] + " ..."
+    return (
+        f"{type(exc).__name__}: {text} (unexpected; what the job finished is kept: rerun to "
+        "resume, or add --debug for the traceback)"
+    )
+
+
+def _quiet_shutdown() -> None:
+    """After Ctrl-C: silence Dask's logs of the cluster being torn down under the job."""
+    import logging  # noqa: PLC0415
+
+    for name in ("distributed", "tornado", "asyncio"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 #: Options as the library's messages name them (the Python API's spelling), and as this
@@ -45,14 +88,23 @@ CLI_SPELLINGS = {"overwrite=True": "--overwrite"}
 
 def cli_wording(message: str) -> str:
     """A library message with the options named as on the command line."""
-    for api, flag in CLI_SPELLINGS.items():
-        message = message.replace(api, flag)
+    for api, option in CLI_SPELLINGS.items():
+        message = message.replace(api, option)
     return message
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="outofcore", description="Out-of-core matrix multiplication of zarr arrays on Dask."
+        prog="outofcore",
+        description="Out-of-core matrix multiplication of zarr arrays on Dask.",
+        epilog="Exit status: 0 done; 1 verify found the product wrong; 2 bad command or "
+        "input, nothing started; 3 the job started and failed (rerun the same command to "
+        "resume); 130 interrupted.",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of an error (also OUTOFCORE_DEBUG=1)",
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
@@ -415,7 +467,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from outofcore.verify import verify  # noqa: PLC0415
+    from outofcore.freivalds import verify  # noqa: PLC0415
 
     report = verify(
         args.a,
@@ -432,9 +484,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from outofcore.api import run_job  # noqa: PLC0415
+    from outofcore.freivalds import verify  # noqa: PLC0415
     from outofcore.generate import random_array  # noqa: PLC0415
     from outofcore.spec import JobSpec  # noqa: PLC0415
-    from outofcore.verify import verify  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="outofcore-demo-") as scratch:
         folder = args.dir or Path(scratch)

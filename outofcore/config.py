@@ -20,6 +20,7 @@ name                    default  meaning
 ``lease-timeout``       60       seconds without heartbeat before a lease is dead
 ``direct-writes``       1        0: write output chunk files via the page cache
 ``remote-concurrency``  16       chunk requests in flight per task on object stores
+``debug``               0        1: the command prints tracebacks (as ``--debug``)
 ======================  =======  ===============================================
 """
 
@@ -40,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "lease-timeout": 60.0,
     "direct-writes": True,
     "remote-concurrency": 16,
+    "debug": False,
 }
 
 config = Config("outofcore", defaults=[DEFAULTS], paths=[])

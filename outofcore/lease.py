@@ -35,14 +35,14 @@ from typing import Any
 import psutil
 
 from outofcore import config
-from outofcore.errors import OutOfCoreError
+from outofcore.errors import JobFailedError
 from outofcore.journal import Journal, timestamp
 
 LEASE_NAME = "lease.json"
 
 
-class LeaseError(OutOfCoreError, RuntimeError):
-    """Another live job holds the output's lease."""
+class LeaseError(JobFailedError, RuntimeError):
+    """Another live job holds the output's lease (wait for it, then rerun)."""
 
 
 class LeaseLostError(LeaseError):

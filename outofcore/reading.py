@@ -19,14 +19,14 @@ import zarr
 
 from outofcore import arrays, chunkfiles, config
 from outofcore.chunkfiles import DECODE_ERRORS, ChunkDecodeError
-from outofcore.errors import OutOfCoreError
+from outofcore.errors import JobFailedError
 
 #: Errors worth retrying: I/O and network failures (timeouts, resets, unreadable or
 #: undecodable chunks: :class:`~outofcore.chunkfiles.ChunkDecodeError` is an OSError).
 TRANSIENT_READ_ERRORS = (OSError, TimeoutError)
 
 
-class ReadError(OutOfCoreError, OSError):
+class ReadError(JobFailedError, OSError):
     """Reading an input region kept failing after every retry."""
 
 

@@ -97,6 +97,41 @@ def default_budget(workers: int | None = None, gpus: tuple[int, ...] | None = No
     return min(DEFAULT_BUDGET_BYTES, share)
 
 
+def check_client(client: Any) -> None:
+    """Refuse a scheduler address that cannot name a Dask scheduler, before any work.
+
+    Raises
+    ------
+    ClusterError
+        For a web address (the dashboard's, ``http://host:8787``), an address
+        without a port, or an unknown protocol, with the form to use instead.
+    """
+    if not isinstance(client, str) or client.lower() in SYNC:
+        return
+    from distributed.comm.addressing import parse_address, parse_host_port  # noqa: PLC0415
+    from distributed.comm.registry import backends  # noqa: PLC0415
+
+    address = client.strip()
+    scheme, _, rest = address.rpartition("://")
+    host = rest.split("/")[0].rsplit(":", 1)[0] or "HOST"
+    if scheme in ("http", "https"):
+        raise ClusterError(
+            f"--scheduler {client!r} is a web address (the dashboard's?); give the scheduler's "
+            f"address, e.g. tcp://{host}:8786 (`dask scheduler` prints it)"
+        )
+    try:
+        protocol, location = parse_address(address)
+        if protocol not in backends:
+            raise ValueError(f"unknown protocol {protocol!r}; Dask knows {', '.join(backends)}")
+        if protocol in ("tcp", "tls", "ws", "wss"):
+            parse_host_port(location)
+    except ValueError as exc:
+        raise ClusterError(
+            f"--scheduler {client!r} is not a scheduler address ({exc}); give one like "
+            f"tcp://{host}:8786, or 'sync' to run in this process"
+        ) from None
+
+
 def is_local(client: Any) -> bool:
     """Whether ``client`` runs the job's tasks on this machine (a LocalCluster or in-process)."""
     return client is None or (isinstance(client, str) and client.lower() in SYNC)
@@ -213,6 +248,7 @@ def open_executor(
     if isinstance(client, str) and client.lower() in SYNC:
         yield SynchronousExecutor()
         return
+    check_client(client)
     from distributed import Client  # noqa: PLC0415
 
     if gpus and client is not None:

@@ -3,13 +3,33 @@
 They live at the bottom layer (``scheduler``, which imports nothing from
 ``outofcore``) so the plan and the cluster code can raise them;
 :mod:`outofcore.errors` re-exports every one.  Each names the offending values.
+
+Each class says what kind of failure it is by its exit status (the ``outofcore``
+command exits with it; docs/cli.md): :data:`BAD_INPUT` for a command or input refused
+before any work started (fix the command), :data:`JOB_FAILED` for a job that started
+and failed (:class:`JobFailedError`: rerun the same command to retry or resume).
 """
 
 from __future__ import annotations
 
+#: Exit status of a command or input refused before any work started.
+BAD_INPUT = 2
+#: Exit status of a job that started and failed; rerunning it resumes.
+JOB_FAILED = 3
+
 
 class OutOfCoreError(Exception):
     """Base class of every error outofcore raises on purpose."""
+
+    #: What the ``outofcore`` command exits with for this error.
+    exit_status = BAD_INPUT
+
+
+class JobFailedError(OutOfCoreError):
+    """A job that started failed (reading, writing, its lease, an input changed, the
+    cluster); what it finished is kept, and rerunning the same command resumes it."""
+
+    exit_status = JOB_FAILED
 
 
 class InputError(OutOfCoreError, ValueError):
@@ -25,16 +45,20 @@ class BackendError(OutOfCoreError, RuntimeError):
 
 
 class ClusterError(OutOfCoreError, RuntimeError):
-    """The Dask scheduler could not be reached or has no workers."""
+    """The Dask scheduler could not be reached or has no workers (before any work)."""
+
+
+class ClusterLostError(JobFailedError, ClusterError):
+    """The cluster failed while a job ran: its scheduler or workers went away."""
 
 
 class OutputExistsError(InputError):
     """The output exists and ``overwrite`` was not asked for."""
 
 
-class InputChangedError(OutOfCoreError, RuntimeError):
+class InputChangedError(JobFailedError, RuntimeError):
     """An input was rewritten while a job read it; the output is left incomplete."""
 
 
-class OutputWriteError(OutOfCoreError, OSError):
+class OutputWriteError(JobFailedError, OSError):
     """Writing the output (or its journal) failed, e.g. its disk is full."""

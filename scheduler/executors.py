@@ -12,6 +12,8 @@ the executor.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import uuid
 from collections import Counter
@@ -19,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from scheduler.errors import ClusterLostError
 from scheduler.plan import TileTask
 
 R = TypeVar("R")
@@ -151,6 +154,25 @@ class DaskExecutor:
                 future.release()
                 on_result(result)
                 results.append(result)
+        except (Exception, asyncio.CancelledError) as exc:
+            if _cluster_lost(exc):
+                raise ClusterLostError(
+                    f"the Dask cluster failed while the job ran ({type(exc).__name__}: {exc}); "
+                    "finished tiles are kept: rerun the same command to resume"
+                ) from exc
+            raise
         finally:
-            self.client.cancel([f for f in futures if not f.done()])
+            with contextlib.suppress(Exception):  # a scheduler that is gone cancels nothing
+                self.client.cancel([f for f in futures if not f.done()])
         return results
+
+
+def _cluster_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the cluster (not the task's own code) failed: a worker killed
+    over and over, the scheduler's connection closed, the tasks cancelled under the job."""
+    from distributed import CancelledError as FutureCancelledError  # noqa: PLC0415
+    from distributed.comm.core import CommClosedError  # noqa: PLC0415
+    from distributed.scheduler import KilledWorker  # noqa: PLC0415
+
+    lost = (KilledWorker, CommClosedError, FutureCancelledError, asyncio.CancelledError)
+    return isinstance(exc, lost)

@@ -13,10 +13,10 @@ import pytest
 import outofcore
 from outofcore.dtypes import product_types
 from outofcore.errors import InputError
+from outofcore.freivalds import verify
 from outofcore.generate import random_values
 from outofcore.product import Product
 from outofcore.resume import differences, job_identity
-from outofcore.verify import verify
 from tests.helpers import assert_gemm_close, write_zarr
 
 

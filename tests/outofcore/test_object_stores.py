@@ -23,9 +23,9 @@ from zarr.core.sync import sync
 
 from outofcore import stores
 from outofcore.api import job_status, run_job
+from outofcore.freivalds import verify
 from outofcore.journal import JOURNAL_DIR, Journal
 from outofcore.lease import LEASE_NAME, Lease, LeaseError
-from outofcore.verify import verify
 from tests.helpers import assert_product_close, cli, random_matrix, wait_for
 
 

@@ -16,9 +16,9 @@ import zarr
 
 import outofcore
 from outofcore.api import ATTRIBUTE, OutputLayoutWarning, job_status, run_job
+from outofcore.freivalds import verify
 from outofcore.reading import ReadError
 from outofcore.resume import ResumeError
-from outofcore.verify import verify
 from scheduler import plan as plan_module
 from tests.helpers import break_chunk, cli, random_matrix, restore_chunk, write_zarr
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from outofcore.errors import InputError
-from outofcore.verify import verify
+from outofcore.freivalds import verify
 from tests.helpers import random_matrix, write_zarr
 
 
