@@ -19,7 +19,7 @@ from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
 from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import locate
-from outofcore.stores import url_of, zarr_options
+from outofcore.stores import store_errors, url_of, zarr_options
 
 ArrayLike = zarr.Array | str | os.PathLike
 #: fsspec options of URLs (credentials, endpoint), or None.
@@ -55,7 +55,10 @@ def open_input(
         location = os.fspath(source)
         target = locate(location, storage_options).target  # file:// URLs open as local paths
         try:
-            array = zarr.open_array(target, mode="r", **zarr_options(target, storage_options))
+            with store_errors(target):
+                array = zarr.open_array(target, mode="r", **zarr_options(target, storage_options))
+        except InputError:
+            raise
         except FileNotFoundError:
             raise InputError(f"input {name}: no zarr array at {location!r}") from None
         except NodeTypeValidationError:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -38,6 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     debug = args.debug or flag("debug")
+    _log_to_stderr(debug)
+    signal.signal(signal.SIGINT, _interrupted)
     try:
         return args.run(args)
     except KeyboardInterrupt:
@@ -54,6 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = exc.exit_status if isinstance(exc, OutOfCoreError) else JOB_FAILED
         text = cli_wording(str(exc)) if isinstance(exc, OutOfCoreError) else _unexpected(exc)
         print(f"outofcore: error: {text}", file=sys.stderr)
+        if not debug:  # reads left in flight by the failure: nothing more to say at exit
+            sys.unraisablehook = lambda _: None
         return status
 
 
@@ -73,10 +79,31 @@ def _unexpected(exc: BaseException) -> str:
     )
 
 
+def _log_to_stderr(debug: bool) -> None:
+    """Show outofcore's log (warnings; with ``--debug``, everything) as ``outofcore: ...``."""
+    logger = logging.getLogger("outofcore")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_LineFormatter())
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if debug else logging.WARNING)
+
+
+class _LineFormatter(logging.Formatter):
+    """``outofcore: warning: ...``: one line, like the command's errors."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"outofcore: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    """Ctrl-C: quiet Dask's logs before the cluster is torn down under the job, then stop."""
+    _quiet_shutdown()
+    raise KeyboardInterrupt
+
+
 def _quiet_shutdown() -> None:
     """After Ctrl-C: silence Dask's logs of the cluster being torn down under the job."""
-    import logging  # noqa: PLC0415
-
     for name in ("distributed", "tornado", "asyncio"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 

@@ -24,9 +24,10 @@ default ``set_if_not_exists``: check, then write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -52,6 +53,43 @@ LISTING_CONCURRENCY = 32
 def is_remote(location: str) -> bool:
     """Whether ``location`` is the URL of a store other than this machine's file system."""
     return "://" in location and not location.startswith("file://")
+
+
+@contextlib.contextmanager
+def store_errors(url: str) -> Iterator[None]:
+    """Turn an object store's refusal while opening ``url`` into an :class:`InputError`
+    naming the URL and what to do: no credentials, an endpoint that does not answer, a
+    bucket that does not exist, access denied.  Other errors pass through."""
+    try:
+        yield
+    except Exception as exc:
+        message = _store_refusal(url, exc)
+        if message is None:
+            raise
+        raise InputError(message) from None
+
+
+def _store_refusal(url: str, exc: BaseException) -> str | None:
+    """What the object store's error ``exc`` means for ``url``, or None when it is not one."""
+    name = type(exc).__name__
+    text = " ".join(str(exc).split())
+    bucket = url.split("://", 1)[-1].split("/", 1)[0]
+    if name in ("NoCredentialsError", "PartialCredentialsError"):
+        return (
+            f"{url}: no credentials for the object store ({text}); pass them as storage "
+            "options (--storage-option key=... --storage-option secret=..., or "
+            "storage_options={'key': ..., 'secret': ...}) or set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY"
+        )
+    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError"):
+        return f"{url}: the object store does not answer ({text}); check its endpoint_url"
+    if isinstance(exc, FileNotFoundError) and (
+        "bucket does not exist" in text.lower() or "NoSuchBucket" in text
+    ):
+        return f"{url}: the bucket {bucket!r} does not exist"
+    if isinstance(exc, PermissionError) or name in ("InvalidAccessKeyId", "SignatureDoesNotMatch"):
+        return f"{url}: the object store refused access ({name}: {text}); check the credentials"
+    return None
 
 
 def check_storage_options(value: Any) -> dict[str, Any] | None:

@@ -65,7 +65,18 @@ class Occupant:
 
 
 def what_is_at(location: Location, storage_options: Any = None) -> Occupant:
-    """Look at ``location`` (read only) and say what occupies it."""
+    """Look at ``location`` (read only) and say what occupies it.
+
+    Raises
+    ------
+    InputError
+        When an object store refuses to say (credentials, endpoint, a missing bucket).
+    """
+    with stores.store_errors(location.target):
+        return _what_is_at(location, storage_options)
+
+
+def _what_is_at(location: Location, storage_options: Any) -> Occupant:
     names = _children(location, storage_options)
     if names is None:
         return Occupant("file")
@@ -96,10 +107,13 @@ def check_replaceable(location: Location, storage_options: Any = None) -> Occupa
     ------
     InputError
         For anything outofcore did not make (see the module docstring), naming what
-        is there; the message never suggests ``overwrite``.
+        is there (the message never suggests ``overwrite``); for a local output this
+        user cannot write.
     """
     occupant = what_is_at(location, storage_options)
     if occupant.replaceable:
+        if location.is_local:
+            _check_writable(location.path)
         return occupant
     where = str(location)
     shown = _show(occupant.names)
@@ -120,6 +134,20 @@ def check_replaceable(location: Location, storage_options: Any = None) -> Occupa
     raise InputError(f"the output {where!r} {why}")
 
 
+def _check_writable(path: str) -> None:
+    """Refuse a local output whose folder (or the nearest existing parent) is not writable."""
+    folder = path
+    while not os.path.lexists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise InputError(f"the output {path!r} cannot be created: {folder!r} is a file")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(
+            f"the output {path!r} cannot be written: {folder!r} is not writable here "
+            "(permissions, or a read-only file system)"
+        )
+
+
 def _children(location: Location, storage_options: Any) -> tuple[str, ...] | None:
     """The names at the top of ``location`` (empty: nothing there); None for a file."""
     if location.is_local:
@@ -134,9 +162,13 @@ def _children(location: Location, storage_options: Any) -> tuple[str, ...] | Non
         return [name async for name in store.list_dir("")]
 
     try:
-        return tuple(sorted(sync(listing())))
+        names = tuple(sorted(sync(listing())))
     except FileNotFoundError:
-        return ()
+        names = ()
+    bucket = location.path.split("/", 1)[0]
+    if not names and not sync(store.fs._exists(bucket)):  # else the first write fails
+        raise InputError(f"{location.target}: the bucket {bucket!r} does not exist")
+    return names
 
 
 def _zarr_name(name: str) -> bool:

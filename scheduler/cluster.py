@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +37,8 @@ MIN_DEFAULT_BUDGET_BYTES = 16 * 2**20
 #: Seconds to wait for a scheduler address to answer (``outofcore.config``: connect-timeout).
 CONNECT_TIMEOUT_SECONDS = 10.0
 SYNC = ("sync", "synchronous")
+#: Where outofcore says what is not the result (the command shows it on stderr).
+logger = logging.getLogger("outofcore")
 BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -175,26 +179,53 @@ def start_local_cluster(
 
     memory_limit = int(budget_bytes * 1.25) + WORKER_OVERHEAD_BYTES
     if gpus:
-        return SpecCluster(
-            workers=gpu_worker_specs(gpus, memory_limit),
-            scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
-            silence_logs=logging.ERROR,
-        )
+        with _workers_ignore_interrupts():
+            return SpecCluster(
+                workers=gpu_worker_specs(gpus, memory_limit),
+                scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
+                silence_logs=logging.ERROR,
+            )
     n_workers = local_worker_count(budget_bytes, workers)
+    cores = os.cpu_count() or 1
+    if n_workers > cores:
+        logger.warning(
+            "%d workers on %d core(s): each worker process will wait for a core most of the "
+            "time (and its heartbeats may time out); --workers %d or fewer is faster",
+            n_workers,
+            cores,
+            cores,
+        )
     # Dask's nanny starts workers with OMP/OPENBLAS/MKL_NUM_THREADS=1; our tasks
     # size BLAS themselves (threadpoolctl), so start its pool at the share of
     # cores each worker gets rather than growing it from one thread.
     blas = str(max(1, (os.cpu_count() or 1) // n_workers))
     threads_env = {name: blas for name in BLAS_THREAD_VARIABLES}
-    return LocalCluster(
-        n_workers=n_workers,
-        threads_per_worker=1,
-        processes=True,
-        env=threads_env,
-        memory_limit=memory_limit,
-        dashboard_address=":0",
-        silence_logs=logging.ERROR,
-    )
+    with _workers_ignore_interrupts():
+        return LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            env=threads_env,
+            memory_limit=memory_limit,
+            dashboard_address=":0",
+            silence_logs=logging.ERROR,
+        )
+
+
+@contextlib.contextmanager
+def _workers_ignore_interrupts() -> Iterator[None]:
+    """Start worker processes that ignore SIGINT (inherited through exec; Python keeps an
+    ignored SIGINT ignored): Ctrl-C reaches the terminal's whole process group, and the
+    client alone should handle it, closing the cluster, instead of every worker printing
+    a traceback.  Ctrl-C is ignored here meanwhile, for the second the start takes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def check_worker_memory(shape: WorkerShape, task_bytes: int) -> None:

@@ -209,7 +209,7 @@ def test_input_rewritten_during_a_job_leaves_the_output_incomplete(tmp_path):
         _, stderr = job.communicate(timeout=300)
     finally:
         job.kill()
-    assert job.returncode == 2, stderr
+    assert job.returncode == 3, stderr  # a started job failed
     assert f"input B (file://{os.path.realpath(b)}) changed while the job read it" in stderr
     assert "c/19/10 rewritten" in stderr and "left incomplete" in stderr
     assert "Traceback" not in stderr
@@ -353,7 +353,7 @@ def test_full_disk_stops_the_job_naming_the_output_then_the_rerun_resumes(small_
     command = ["matmul", a, b, "-o", str(c), "--memory", "256KiB", "--scheduler", "sync"]
 
     full = cli(*command, "--json")
-    assert full.returncode == 2, full.stderr
+    assert full.returncode == 3, full.stderr  # a started job failed
     assert f"of the output file://{os.path.realpath(c)} failed: No space left on device" in (
         full.stderr
     )
@@ -417,7 +417,7 @@ def test_corrupt_input_chunk_is_named_after_the_retries(tmp_path, layout, how):
         "--scheduler", "sync",
         env={"OUTOFCORE_READ_RETRIES": "2", "OUTOFCORE_READ_RETRY_DELAY": "0"},
     )  # fmt: skip
-    assert failed.returncode == 2, failed.stderr
+    assert failed.returncode == 3, failed.stderr  # a started job failed
     assert "Traceback" not in failed.stderr
     assert f"of file://{os.path.realpath(tmp_path / 'b.zarr')} (" in failed.stderr
     rows = "rows 0:20" if layout == "sharded" else "rows 10:20"
@@ -446,7 +446,7 @@ def test_a_job_whose_output_was_taken_over_stops_writing(tmp_path):
         _, stderr = job.communicate(timeout=300)
     finally:
         job.kill()
-    assert job.returncode == 2, stderr
+    assert job.returncode == 3, stderr  # a started job failed
     assert "job takeover0001 (host elsewhere" in stderr and "stop without writing" in stderr
     assert len(tile_records(Path(c))) <= at_takeover + 1  # at most the tile being recorded then
     assert json.loads(lease_path.read_text())["job_id"] == "takeover0001"

@@ -208,7 +208,7 @@ def test_resume_keeps_the_journal_plan_on_a_bigger_cluster(compose, cluster, tmp
         text=True,
         env={**os.environ, "OUTOFCORE_READ_RETRIES": "0"},
     )
-    assert failed.returncode == 2 and "chunk (1, 1)" in failed.stderr
+    assert failed.returncode == 3 and "chunk (1, 1)" in failed.stderr  # a job failed
     restore_chunk(broken)
 
     planned = subprocess.run(
