@@ -454,15 +454,17 @@ def _run_tiles(
     todo = [task for task in plan.tasks if task.key not in done]
     resources = {GPU_RESOURCE: 1} if spec.on_gpu and workers.gpu_workers else None
     started = time.perf_counter()
+    name = "gram" if plan.problem.symmetric else "matmul"
     if plan.splits == 1:
-        with _progress(len(plan.tasks), len(done), spec.progress) as on_result:
+        with _progress(len(plan.tasks), len(done), spec.progress, name=name) as on_result:
             results = executor.run(compute_and_record, recorded, todo, on_result, resources)
         return results, time.perf_counter() - started
     split = SplitJob(recorded, plan.splits)
     finished = recorded.journal.done_partials(recorded.journal_id)
     parts = [p for p in plan.partial_tasks if p.tile.key not in done and p.key not in finished]
     total = len(plan.tasks) * (plan.splits + 1)  # every part, then every reduction
-    with _progress(total, total - len(parts) - len(todo), spec.progress, "task") as on_result:
+    done_before = total - len(parts) - len(todo)
+    with _progress(total, done_before, spec.progress, "task", name) as on_result:
         results = executor.run(compute_partial, split, parts, on_result, resources)
         results += executor.run(reduce_tile, split, todo, on_result)
     return results, time.perf_counter() - started
@@ -470,14 +472,14 @@ def _run_tiles(
 
 @contextlib.contextmanager
 def _progress(
-    total: int, done: int, show: bool, unit: str = "tile"
+    total: int, done: int, show: bool, unit: str = "tile", name: str = "matmul"
 ) -> Iterator[Callable[[Any], None]]:
-    """A progress bar on stderr; yields the executor's per-result callback."""
+    """A progress bar on stderr, called ``name``; yields the executor's per-result callback."""
     with tqdm(
         total=total,
         initial=done,
         unit=unit,
-        desc="matmul",
+        desc=name,
         disable=not show,
         file=sys.stderr,
         dynamic_ncols=True,
@@ -543,7 +545,8 @@ def summarize(
         "bytes_read_predicted": plan.bytes_read,
         "bytes_written": sum(r.bytes_written for r in results),
         "io_lower_bound": plan.io_lower_bound,
-        "read_over_lower_bound": bytes_read / plan.io_lower_bound,
+        # A resumed job read for some tiles only: no bound of a whole job applies to it.
+        "read_over_lower_bound": None if skipped else bytes_read / plan.io_lower_bound,
         "budget_bytes": plan.budget_bytes,
         "task_bytes_projected": plan.task_bytes,
         "peak_worker_bytes": max((r.peak_rss_bytes for r in results), default=0),

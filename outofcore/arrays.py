@@ -49,6 +49,7 @@ def open_input(
     storage_options
         fsspec options (credentials, endpoint) for a URL (:mod:`outofcore.stores`).
     """
+    label = f"input {name}" if name in ("A", "B") else name  # "the addend", "C"
     if isinstance(source, zarr.Array):
         array = source
     else:
@@ -60,21 +61,21 @@ def open_input(
         except InputError:
             raise
         except FileNotFoundError:
-            raise InputError(f"input {name}: no zarr array at {location!r}") from None
+            raise InputError(f"{label}: no zarr array at {location!r}") from None
         except NodeTypeValidationError:
             raise InputError(
-                f"input {name}: {location!r} is a zarr group, not an array; "
+                f"{label}: {location!r} is a zarr group, not an array; "
                 "give the path of the array inside it"
             ) from None
         except (ValueError, KeyError, OSError) as exc:
-            raise InputError(f"input {name}: {location!r} is not a zarr array ({exc})") from None
+            raise InputError(f"{label}: {location!r} is not a zarr array ({exc})") from None
     if array.ndim != 2:
         raise InputError(
-            f"input {name} ({describe(array)}) has {array.ndim} dimensions with shape "
+            f"{label} ({describe(array)}) has {array.ndim} dimensions with shape "
             f"{array.shape}; matmul needs 2-D arrays"
         )
     if dtypes is not None:
-        check_input_dtype(array.dtype, f"input {name} ({describe(array)})", dtypes)
+        check_input_dtype(array.dtype, f"{label} ({describe(array)})", dtypes)
     return array
 
 

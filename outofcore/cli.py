@@ -548,11 +548,7 @@ def _print(data: dict[str, Any], as_json: bool, formatter: Any) -> None:
 
 def _format_summary(s: dict[str, Any]) -> str:
     product = s.get("product") or {}
-    formula = "C = A @ B"
-    if product.get("symmetric"):
-        formula = "G = X @ X.T" if product.get("transpose_b") else "G = X.T @ X"
-    elif product.get("transpose_a") or product.get("transpose_b"):
-        formula = f"C = A{'.T' * product['transpose_a']} @ B{'.T' * product['transpose_b']}"
+    formula = formula_of(product)
     tiles = "tiles (on and above the diagonal, mirrored)" if product.get("symmetric") else "tiles"
     split = ""
     if s.get("splits", 1) > 1:
@@ -567,9 +563,7 @@ def _format_summary(s: dict[str, Any]) -> str:
             f"  tiles          {s['tiles']} {tiles} of {s['tile'][0]}x{s['tile'][1]}, panels "
             f"{s['tk']} deep ({s['tiles_skipped']} skipped){split}",
             f"  time           {s['seconds']:.2f} s, {s['gflops']:.1f} GFLOP/s",
-            f"  read           {format_bytes(s['bytes_read'])} "
-            f"({s['read_over_lower_bound']:.2f}x the lower bound "
-            f"{format_bytes(s['io_lower_bound'])})",
+            f"  read           {format_bytes(s['bytes_read'])} {_read_ratio(s)}",
             f"  written        {format_bytes(s['bytes_written'])}",
             f"  memory         peak worker RSS {format_bytes(s['peak_worker_bytes'])}; "
             f"task projected {format_bytes(s['task_bytes_projected'])} of a "
@@ -578,6 +572,40 @@ def _format_summary(s: dict[str, Any]) -> str:
             f"{s['read_wait_seconds']:.2f} s, writing {s['write_seconds']:.2f} s (summed)",
         ]
     )
+
+
+def _read_ratio(s: dict[str, Any]) -> str:
+    """The read against the lower bound, or why there is none (a resumed job)."""
+    bound = format_bytes(s["io_lower_bound"])
+    if s["read_over_lower_bound"] is None:
+        return (
+            f"(resumed: {s['tiles_skipped']} of {s['tiles']} tiles were done before; the lower "
+            f"bound {bound} is a whole job's)"
+        )
+    return f"({s['read_over_lower_bound']:.2f}x the lower bound {bound})"
+
+
+def formula_of(product: dict[str, Any]) -> str:
+    """What a job computes, from its product summary: ``C = 2*A.T @ B - 1*D (D: ...)``."""
+    a = "A.T" if product.get("transpose_a") else "A"
+    b = "B.T" if product.get("transpose_b") else "B"
+    alpha, beta = product.get("alpha", 1), product.get("beta", 0)
+    scale = "" if alpha == 1 else f"{_number_text(alpha)}*"
+    if product.get("symmetric"):
+        return f"G = {scale}{'X @ X.T' if product.get('transpose_b') else 'X.T @ X'}"
+    formula = f"C = {scale}{a} @ {b}"
+    if product.get("addend"):
+        formula += f" + {_number_text(beta)}*D (D = {product['addend']})"
+    return formula
+
+
+def _number_text(value: Any) -> str:
+    """A scale as the user wrote it: 2, -0.5, (1+2j); JSON keeps complex ones as pairs."""
+    if isinstance(value, list | tuple):  # [real, imag]
+        value = complex(*value)
+    if isinstance(value, complex):
+        return f"({value.real:g}{value.imag:+g}j)"
+    return f"{value:g}"
 
 
 def _format_plan(p: dict[str, Any]) -> str:

@@ -101,8 +101,8 @@ def check_input_dtype(
         )
     raise InputError(
         f"{what} has dtype {dtype}; outofcore multiplies float16/32/64, complex64/128, "
-        "int8, uint8 and int16. Convert it first, e.g. write A.astype('float64') to a new "
-        "zarr array"
+        "int8, uint8 and int16. Convert it first: write it as float64 (in numpy, "
+        "x.astype('float64')) to a new zarr array"
     )
 
 

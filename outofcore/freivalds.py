@@ -41,6 +41,7 @@ import zarr
 
 from outofcore import arrays
 from outofcore.product import Product
+from outofcore.targets import JOB_ATTRIBUTE
 
 SAFETY = 16.0
 
@@ -61,6 +62,28 @@ class VerifyReport:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def _check_complete(c: zarr.Array) -> None:
+    """Refuse an output whose job has not finished: its unwritten tiles read as NaN (or 0)."""
+    record = c.attrs.get(JOB_ATTRIBUTE)
+    if not isinstance(record, dict) or record.get("complete", True):
+        return  # an array outofcore's jobs did not write, or a finished one
+    from outofcore.journal import Journal  # noqa: PLC0415
+
+    journal = Journal.for_output(c)
+    document = journal.read_job() or {}
+    done = ""
+    if "journal_id" in document:
+        done = (
+            f" ({len(journal.done_tiles(document['journal_id']))} of "
+            f"{document.get('tiles_total')} tiles done)"
+        )
+    raise arrays.InputError(
+        f"C ({arrays.describe(c)}) is incomplete: its job has not finished{done}, so its "
+        "unwritten tiles hold no product; rerun the same matmul command to resume it, then "
+        "verify"
+    )
 
 
 def verify(
@@ -96,6 +119,7 @@ def verify(
     if rounds < 1:
         raise arrays.InputError(f"rounds = {rounds}: need at least one round")
     c_arr = arrays.open_input(c, "C", dtypes=None, storage_options=storage_options)
+    _check_complete(c_arr)
     product = Product.open(
         a,
         b,

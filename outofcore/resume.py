@@ -26,7 +26,7 @@ from outofcore.journal import FORMAT, Journal, timestamp
 from outofcore.lease import read_lease
 from outofcore.locations import locate
 from outofcore.stores import zarr_options
-from outofcore.targets import check_replaceable
+from outofcore.targets import check_replaceable, what_is_at
 from scheduler.plan import Plan
 
 
@@ -365,10 +365,12 @@ def job_status(
     journal = Journal.for_output(out, storage_options)
     where = describe_output(out)
     document = journal.read_job()
-    if document is None or "journal_id" not in document:
+    if document is None:
+        raise InputError(_no_journal(out, where, storage_options))
+    if "journal_id" not in document:
         raise InputError(
-            f"no outofcore job journal at {where!r}: no job has written there, or the output "
-            "was made by an older version"
+            f"the job journal at {where!r} was written by an older version of outofcore, "
+            "which this one does not read"
         )
     grid = (document.get("plan") or {}).get("tiles_grid")
     finished = journal.tile_times(document["journal_id"], grid[0] if grid else None)
@@ -410,6 +412,19 @@ def job_status(
             "dead_because": dead,
         },
     }
+
+
+def _no_journal(out: arrays.ArrayLike, where: str, storage_options: Any) -> str:
+    """Why there is no job to show at ``out``: what is there instead."""
+    if isinstance(out, zarr.Array):
+        return f"{where!r} has no outofcore job journal: no job has written into it"
+    kind = what_is_at(locate(out, storage_options), storage_options).kind
+    return {
+        "nothing": f"there is nothing at {where!r}: no job has written there",
+        "file": f"{where!r} is a file, not the output of an outofcore job",
+        "folder": f"{where!r} is a folder, not the output of an outofcore job",
+        "group": f"{where!r} is a zarr group, not the output of an outofcore job",
+    }.get(kind, f"{where!r} is a zarr array with no outofcore job journal: no job wrote it")
 
 
 def describe_output(out: arrays.ArrayLike) -> str:

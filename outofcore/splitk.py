@@ -36,6 +36,7 @@ from outofcore.tile import (
     RecordedJob,
     TileResult,
     compute_tile,
+    output_bytes,
     peak_rss_bytes,
     recorded_result,
     worker_name,
@@ -163,7 +164,7 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
     result = TileResult(
         key=task.key,
         bytes_read=0,
-        bytes_written=rows * cols * tile_job.c.dtype.itemsize,
+        bytes_written=output_bytes(tile_job, task),
         read_wait_seconds=read,
         compute_seconds=compute,
         write_seconds=write,

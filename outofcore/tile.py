@@ -182,7 +182,7 @@ def compute_tile(
     return TileResult(
         key=task.key,
         bytes_read=run.bytes_read,
-        bytes_written=tile.nbytes,
+        bytes_written=tile.nbytes if sink is not None else output_bytes(job, task),
         read_wait_seconds=run.read_wait,
         compute_seconds=run.compute,
         write_seconds=run.write,
@@ -441,6 +441,13 @@ def write_finished_rows(job: TileJob, task: TileTask, r0: int, rows: np.ndarray)
 def is_diagonal(job: TileJob, task: TileTask) -> bool:
     """Whether ``task`` is a diagonal tile of a symmetric product (one panel, ``syrk``)."""
     return job.product.symmetric and task.i == task.j
+
+
+def output_bytes(job: TileJob, task: TileTask) -> int:
+    """Bytes of the output a task writes: its tile, and its mirror (a symmetric product's
+    tile off the diagonal), in the output's dtype."""
+    copies = 2 if job.product.symmetric and task.i != task.j else 1
+    return copies * task.shape[0] * task.shape[1] * job.c.dtype.itemsize
 
 
 def write_mirror(

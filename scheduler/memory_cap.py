@@ -38,7 +38,8 @@ class MemoryCap:
     """A memory cap in bytes, what it is and where it was read."""
 
     nbytes: int
-    #: What the cap is, e.g. ``"cgroup memory limit"`` or ``"this machine's memory"``.
+    #: What the cap is, e.g. ``"cgroup memory limit"`` or ``"memory of this machine"``
+    #: (messages put "the" before it).
     what: str
     #: Where it was read: a cgroup file, ``psutil.virtual_memory().total``, ...
     where: str
@@ -66,7 +67,7 @@ def memory_cap(proc_cgroup: str | os.PathLike = "/proc/self/cgroup") -> MemoryCa
     from distributed.system import memory_limit  # noqa: PLC0415 (loads distributed)
 
     total = psutil.virtual_memory().total
-    candidates = [MemoryCap(total, "this machine's memory", "psutil.virtual_memory().total")]
+    candidates = [MemoryCap(total, "memory of this machine", "psutil.virtual_memory().total")]
     candidates += own_cgroup_limits(Path(proc_cgroup))
     dask_limit = memory_limit()
     if dask_limit < min(cap.nbytes for cap in candidates):

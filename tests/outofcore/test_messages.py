@@ -1,0 +1,100 @@
+"""What the command and the API say, checked against what is true (issue 19, item 7):
+``status`` of what is not a job's output, ``verify`` of an unfinished output, the
+summary's formula, a Gram job's written bytes and progress bar, a resumed job's read,
+messages that name the right operand."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import zarr
+
+import outofcore
+from outofcore.api import job_status, run_job
+from outofcore.errors import InputError
+from scheduler.memory_cap import memory_cap
+from tests.helpers import break_chunk, cli, random_matrix, restore_chunk, write_zarr
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    rng = np.random.default_rng(7)
+    write_zarr(tmp_path / "a.zarr", random_matrix(rng, (29, 23), "float32"), (6, 5))
+    write_zarr(tmp_path / "b.zarr", random_matrix(rng, (23, 19), "float32"), (5, 6))
+    write_zarr(tmp_path / "d.zarr", random_matrix(rng, (29, 19), "float32"), (6, 6))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_status_says_what_is_there_instead_of_a_job(folder):
+    (folder / "results").mkdir()
+    (folder / "results" / "notes.txt").write_text("x")
+    for path, says in (
+        ("nothing.zarr", "there is nothing at 'nothing.zarr'"),
+        ("a.zarr", "'a.zarr' is a zarr array with no outofcore job journal"),
+        ("results", "'results' is a folder, not the output of an outofcore job"),
+    ):
+        with pytest.raises(InputError, match=says) as raised:
+            job_status(path)
+        assert "older version" not in str(raised.value)
+        done = cli("status", path)
+        assert done.returncode == 2 and says in done.stderr
+
+
+def test_verify_refuses_an_unfinished_output(folder, outofcore_settings):
+    outofcore_settings(read_retries=0)
+    broken = break_chunk(folder / "b.zarr", "4/3")
+    with pytest.raises(outofcore.errors.JobFailedError):
+        run_job("a.zarr", "b.zarr", "c.zarr", client="sync", progress=False, tile=(6, 6))
+    restore_chunk(broken)
+    done = job_status("c.zarr")["tiles_done"]
+    with pytest.raises(InputError, match=rf"is incomplete: .*\({done} of \d+ tiles done\)"):
+        outofcore.verify("a.zarr", "b.zarr", "c.zarr")
+    refused = cli("verify", "a.zarr", "b.zarr", "c.zarr")
+    assert refused.returncode == 2 and "rerun the same matmul command" in refused.stderr
+
+
+def test_the_summary_says_what_was_computed(folder):
+    done = cli(
+        "matmul", "a.zarr", "b.zarr", "-o", "c.zarr", "--scheduler", "sync",
+        "--alpha", "2", "--beta", "-0.5", "--addend", "d.zarr",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"C = 2*A @ B + -0.5*D (D = file://{folder}/d.zarr) written")
+    gram = cli("gram", "a.zarr", "-o", "g.zarr", "--scheduler", "sync", "--memory", "24KiB")
+    assert gram.returncode == 0 and gram.stdout.startswith("G = X.T @ X written")
+    assert "gram:" in gram.stderr and "matmul:" not in gram.stderr  # the progress bar's name
+
+
+def test_a_gram_job_counts_the_mirror_tiles_it_writes(folder):
+    result = run_job(
+        "a.zarr", "a.zarr", "g.zarr", transpose_a=True, client="sync", progress=False,
+        tile=(10, 10),
+    )  # fmt: skip
+    assert result.plan.problem.symmetric and len(result.plan.tasks) > 2
+    assert result.summary["bytes_written"] == 23 * 23 * 4  # every element of G once
+
+
+def test_a_resumed_job_claims_no_ratio_to_a_whole_jobs_bound(folder, outofcore_settings):
+    outofcore_settings(read_retries=0)
+    broken = break_chunk(folder / "b.zarr", "4/3")
+    options = {"client": "sync", "progress": False, "tile": (6, 6)}
+    with pytest.raises(outofcore.errors.JobFailedError):
+        run_job("a.zarr", "b.zarr", "c.zarr", **options)
+    restore_chunk(broken)
+    summary = run_job("a.zarr", "b.zarr", "c.zarr", **options).summary
+    assert summary["tiles_skipped"] > 0 and summary["read_over_lower_bound"] is None
+    shown = json.loads(cli("status", "c.zarr", "--json").stdout)
+    assert shown["complete"] is True
+
+
+def test_messages_name_the_operand_at_fault(folder):
+    zarr.create_array(str(folder / "bad.zarr"), shape=(29, 19), chunks=(6, 6), dtype="bool")
+    with pytest.raises(InputError, match=r"^the addend \(.*has dtype bool") as raised:
+        outofcore.matmul("a.zarr", "b.zarr", "c.zarr", beta=1.0, addend="bad.zarr", client="sync")
+    assert "input the addend" not in str(raised.value) and "A.astype" not in str(raised.value)
+    with pytest.raises(InputError, match=r"^the addend: no zarr array at 'missing.zarr'"):
+        outofcore.matmul("a.zarr", "b.zarr", "c.zarr", beta=1.0, addend="missing.zarr")
+    assert not memory_cap().describe().startswith("this")  # messages say "the <cap>"
