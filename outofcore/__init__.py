@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["JobSpec", "gram", "matmul", "verify", "__version__"]
+__all__ = ["JobSpec", "gram", "job_status", "matmul", "verify", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,6 +26,10 @@ def __getattr__(name: str) -> Any:
         from outofcore.api import gram
 
         return gram
+    if name == "job_status":
+        from outofcore.resume import job_status
+
+        return job_status
     if name == "JobSpec":
         from outofcore.spec import JobSpec
 
