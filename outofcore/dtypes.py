@@ -88,8 +88,12 @@ class ProductTypes:
 def check_input_dtype(
     dtype: Any, what: str, allowed: tuple[np.dtype, ...] = INPUT_DTYPES
 ) -> np.dtype:
-    """Return ``dtype`` as a numpy dtype if a product takes it, else raise saying what to do."""
+    """Return ``dtype`` as a numpy dtype in this machine's byte order if a product takes
+    it, else raise saying what to do.  Byte order is the store's business (a big-endian
+    zarr array is read into native buffers), not the product's."""
     dtype = np.dtype(dtype)
+    if not dtype.isnative:
+        dtype = dtype.newbyteorder("=")
     if dtype in allowed:
         return dtype
     if dtype.kind in "iu":

@@ -15,7 +15,14 @@ import outofcore
 from outofcore.api import job_status, run_job
 from outofcore.errors import InputError
 from scheduler.memory_cap import memory_cap
-from tests.helpers import break_chunk, cli, random_matrix, restore_chunk, write_zarr
+from tests.helpers import (
+    assert_gemm_close,
+    break_chunk,
+    cli,
+    random_matrix,
+    restore_chunk,
+    write_zarr,
+)
 
 
 @pytest.fixture
@@ -98,3 +105,35 @@ def test_messages_name_the_operand_at_fault(folder):
     with pytest.raises(InputError, match=r"^the addend: no zarr array at 'missing.zarr'"):
         outofcore.matmul("a.zarr", "b.zarr", "c.zarr", beta=1.0, addend="missing.zarr")
     assert not memory_cap().describe().startswith("this")  # messages say "the <cap>"
+
+
+@pytest.mark.parametrize(("dtype", "zarr_format"), [(">f8", 2), (">i2", 2), (">c8", 2), (">f4", 3)])
+def test_big_endian_inputs_are_read_as_their_values(tmp_path, dtype, zarr_format):
+    """Byte order is the store's: a big-endian array multiplies like a native one."""
+    rng = np.random.default_rng(11)
+    native = np.dtype(dtype).newbyteorder("=")
+    if native.kind == "i":
+        a, b = rng.integers(-300, 300, (31, 17)), rng.integers(-300, 300, (17, 13))
+    else:
+        a, b = random_matrix(rng, (31, 17), "f8"), random_matrix(rng, (17, 13), "f8")
+        if native.kind == "c":
+            a, b = (
+                a + 1j * random_matrix(rng, a.shape, "f8"),
+                b - 2j * random_matrix(rng, b.shape, "f8"),
+            )
+    a, b = a.astype(native), b.astype(native)
+    for name, data, chunks in (("a", a, (8, 5)), ("b", b, (5, 6))):
+        options = {"zarr_format": zarr_format}
+        if zarr_format == 3:
+            options["serializer"] = zarr.codecs.BytesCodec(endian="big")
+        stored = zarr.create_array(
+            str(tmp_path / f"{name}.zarr"), shape=data.shape, chunks=chunks, dtype=dtype, **options
+        )
+        stored[...] = data
+    c = outofcore.matmul(
+        tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", client="sync",
+        progress=False, memory="32KiB",
+    )  # fmt: skip
+    accumulated = None if native.kind == "i" else native
+    assert_gemm_close(c[...], a, b, accumulated_in=accumulated)
+    assert outofcore.verify(tmp_path / "a.zarr", tmp_path / "b.zarr", c).passed
