@@ -85,7 +85,8 @@ class JobResult:
     """The output array and what the job measured."""
 
     output: zarr.Array
-    plan: Plan
+    #: The plan; None for an empty product (a dimension of 0), which has no tile to plan.
+    plan: Plan | None
     summary: dict[str, Any]
     results: tuple[TileResult, ...]
 
@@ -193,6 +194,8 @@ def run_job(
     operands = Operands.open(a, b, out, spec)
     check_not_held(operands.journal, operands.where)  # refuse at once, before writing anything
     start = operands.inspect(spec.overwrite)
+    if 0 in (*operands.shape, operands.product.k):
+        return _empty_product(operands, start, spec)
     tile, tk = spec.tile, spec.tk
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         tile, tk = tuple(start.document["tile"]), int(start.document["tk"])
@@ -228,6 +231,46 @@ def run_job(
         output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
         operands.journal.write_job({**document, "complete": True, "completed": time.time()})
     return JobResult(output=output, plan=plan, summary=summary, results=tuple(results))
+
+
+def _empty_product(operands: Operands, start: Start, spec: JobSpec) -> JobResult:
+    """A product with a dimension of 0, as numpy computes it: an empty output (m or n = 0),
+    or for k = 0 the sum of no terms, ``0·alpha + beta·addend``, written by row blocks in
+    this process (no cluster: there is nothing to multiply).  No journal: it is written
+    whole, then marked complete."""
+    m, n = operands.shape
+    started = time.perf_counter()
+    with Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout) as lease:
+        if start.clear_output:
+            operands.journal.clear_output()
+        chunks = (max(1, min(m, 1024)), max(1, min(n, 1024)))
+        record = {"complete": False, "product": operands.product.summary(), "job_id": lease.job_id}
+        if start.existing is None:
+            output = arrays.create_output(
+                operands.out, (m, n), operands.dtype, chunks, False, {ATTRIBUTE: record},
+                spec.output_codec, spec.storage_options, zarr_format=spec.zarr_format,
+            )  # fmt: skip
+        else:
+            output = start.existing
+        compute = operands.product.types.compute
+        for r0 in range(0, m if n else 0, chunks[0]):
+            rows = np.zeros((min(chunks[0], m - r0), n), compute)
+            output[r0 : r0 + rows.shape[0], :] = operands.product.finish_rows(rows, (r0, 0))
+        seconds = time.perf_counter() - started
+        summary = {
+            "output": arrays.describe(output),
+            "shape": [m, n],
+            "k": operands.product.k,
+            "dtype": str(np.dtype(output.dtype)),
+            "empty": True,
+            "tiles": 0,
+            "seconds": seconds,
+            "bytes_written": m * n * output.dtype.itemsize,
+            "job_id": lease.job_id,
+            "product": operands.product.summary(),
+        }
+        output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
+    return JobResult(output=output, plan=None, summary=summary, results=())
 
 
 def with_budget(spec: JobSpec, client: Any) -> JobSpec:

@@ -470,6 +470,13 @@ def _plan(args: argparse.Namespace) -> int:
         out_dtype=args.out_dtype,
         storage_options=_storage(args),
     )
+    if 0 in (*product.shape, product.k):
+        m, n = product.shape
+        print(
+            f"{m}x{product.k} @ {product.k}x{n}: an empty product; matmul writes "
+            f"{'an empty output' if 0 in (m, n) else 'beta * the addend, or zeros'}, no tile"
+        )
+        return 0
     problem = product.problem()
 
     io = read_concurrency(product.inputs.values())  # as a job plans: many requests on S3
@@ -549,6 +556,12 @@ def _print(data: dict[str, Any], as_json: bool, formatter: Any) -> None:
 def _format_summary(s: dict[str, Any]) -> str:
     product = s.get("product") or {}
     formula = formula_of(product)
+    if s.get("empty"):
+        return (
+            f"{formula} written to {s['output']}: {s['shape'][0]}x{s['shape'][1]} "
+            f"{s['dtype']}, k = {s['k']}: an empty product, nothing to multiply "
+            f"({s['seconds']:.2f} s)"
+        )
     tiles = "tiles (on and above the diagonal, mirrored)" if product.get("symmetric") else "tiles"
     split = ""
     if s.get("splits", 1) > 1:
