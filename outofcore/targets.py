@@ -43,6 +43,8 @@ JOURNAL_DIR = "_outofcore"
 #: format 2: ``0.1`` files or ``0/1`` folders).
 _ZARR_NAMES = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata", "c"})
 _CHUNK_KEY = re.compile(r"^\d+([./]\d+)*$")
+#: Object stores whose paths start with a bucket (or container) that must exist.
+BUCKET_PROTOCOLS = frozenset({"s3", "gs", "gcs", "az", "abfs", "abfss"})
 #: Names shown in a message, at most.
 _SHOWN = 5
 
@@ -166,7 +168,8 @@ def _children(location: Location, storage_options: Any) -> tuple[str, ...] | Non
     except FileNotFoundError:
         names = ()
     bucket = location.path.split("/", 1)[0]
-    if not names and not sync(store.fs._exists(bucket)):  # else the first write fails
+    in_buckets = location.protocol in BUCKET_PROTOCOLS
+    if not names and in_buckets and not sync(store.fs._exists(bucket)):  # else writes fail
         raise InputError(f"{location.target}: the bucket {bucket!r} does not exist")
     return names
 

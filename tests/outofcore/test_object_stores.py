@@ -217,8 +217,10 @@ def test_two_jobs_racing_for_one_output_on_s3_have_one_winner(moto_server, s3_bu
     ]
     outcomes = [(job.wait(timeout=300), *job.communicate()) for job in jobs]
     codes = sorted(code for code, _, _ in outcomes)
-    assert codes == [0, 2], outcomes
-    loser = next(err for code, _, err in outcomes if code == 2)
+    # The loser: refused by the lease (3: a job holds it, rerun later), or finding the
+    # output complete or changed at its start (2).
+    assert codes[0] == 0 and codes[1] in (2, 3), outcomes
+    loser = next(err for code, _, err in outcomes if code != 0)
     assert "another live job" in loser or "already exists" in loser or "changed while" in loser
     winner = json.loads(next(out for code, out, _ in outcomes if code == 0))
     assert winner["tiles_computed"] == winner["tiles"]
