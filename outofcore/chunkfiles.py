@@ -103,7 +103,8 @@ def plain_layout(array: zarr.Array) -> PlainLayout | None:
 
 
 _layouts: dict[int, tuple[zarr.Array, PlainLayout | None]] = {}
-_pool: list[ThreadPoolExecutor] = []
+#: This process's chunk-file threads, with their count (:func:`shared_pool`).
+_pool: list[tuple[int, ThreadPoolExecutor]] = []
 _lock = threading.Lock()
 
 
@@ -143,15 +144,17 @@ def _layout_of(array: zarr.Array) -> PlainLayout | None:
 def shared_pool() -> ThreadPoolExecutor:
     """This process's threads for chunk files.
 
-    As many as zarr's ``threading.max_workers`` (set per job by the tile task).
+    As many as zarr's ``threading.max_workers`` (set per job by the tile task): a pool
+    of another size, made for an earlier job, is replaced.
     """
+    threads = zarr.config.get("threading.max_workers") or CHUNK_FILE_THREADS
     with _lock:
+        if _pool and _pool[0][0] != threads:  # sized for another job's setting
+            _pool.pop()[1].shutdown(wait=False)  # its chunks in flight still finish
         if not _pool:
-            threads = zarr.config.get("threading.max_workers") or CHUNK_FILE_THREADS
-            _pool.append(
-                ThreadPoolExecutor(max_workers=threads, thread_name_prefix="outofcore-chunks")
-            )
-        return _pool[0]
+            pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="outofcore-chunks")
+            _pool.append((threads, pool))
+        return _pool[0][1]
 
 
 def _run_per_chunk(jobs: list[tuple[int, int]], work: Callable[[int, int, dict], None]) -> None:

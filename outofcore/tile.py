@@ -129,20 +129,18 @@ def worker_engine(backend: str) -> TileEngine:
     return engine
 
 
-_configured: set[int] = set()
-
-
 def configure_io(io_concurrency: int) -> None:
     """Cap zarr's own concurrency in this process, so decoding leaves cores to BLAS.
 
     ``io_concurrency`` chunk requests in flight (many on object stores), decoded
     by at most one thread per core.
     """
-    if io_concurrency in _configured:
-        return
     threads = min(io_concurrency, os.cpu_count() or 1)
-    zarr.config.set({"async.concurrency": io_concurrency, "threading.max_workers": threads})
-    _configured.add(io_concurrency)
+    wanted = {"async.concurrency": io_concurrency, "threading.max_workers": threads}
+    # Compared with zarr's settings now, not with what was ever set: a worker that ran a
+    # local job (2 requests) and then an S3 one (16) must not keep the first job's value.
+    if any(zarr.config.get(key) != value for key, value in wanted.items()):
+        zarr.config.set(wanted)
 
 
 #: Where a task's finished rows go: ``sink(r0, rows)``, ``r0`` the first row in the tile.

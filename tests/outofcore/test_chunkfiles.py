@@ -121,3 +121,29 @@ def test_kept_buffers_larger_than_a_task_needs_are_freed(tmp_path):
     assert chunkfiles._buffer_sets
     chunkfiles.fit_buffers(64 * 64 * 4)  # one with smaller chunks frees them first
     assert not chunkfiles._buffer_sets
+
+
+def test_io_settings_follow_each_job_not_the_first_one(tmp_path):
+    """Issue 20: jobs with 16, then 2, then 16 requests in flight; zarr's settings and the
+    chunk-file pool follow each (they stayed at the first value seen twice before)."""
+    from outofcore.tile import configure_io  # noqa: PLC0415
+
+    keys = ("async.concurrency", "threading.max_workers")
+    with zarr.config.set({key: zarr.config.get(key) for key in keys}):  # restored after
+        cores = os.cpu_count() or 1
+        seen = []
+        for requests in (16, 2, 16, 1):
+            configure_io(requests)
+            pool = chunkfiles.shared_pool()
+            seen.append(
+                (zarr.config.get("async.concurrency"), zarr.config.get("threading.max_workers"))
+            )
+            assert pool._max_workers == min(requests, cores)
+            values = np.arange(12.0).reshape(3, 4)
+            array = zarr.create_array(
+                str(tmp_path / f"x{requests}{len(seen)}.zarr"), shape=(3, 4), chunks=(3, 2),
+                dtype="f8", compressors=None,
+            )  # fmt: skip
+            write_region(array, (0, 0), values)  # the pool does the work
+            assert np.array_equal(array[...], values)
+        assert seen == [(n, min(n, cores)) for n in (16, 2, 16, 1)]
