@@ -103,8 +103,9 @@ def plain_layout(array: zarr.Array) -> PlainLayout | None:
 
 
 _layouts: dict[int, tuple[zarr.Array, PlainLayout | None]] = {}
-#: This process's chunk-file threads, with their count (:func:`shared_pool`).
-_pool: list[tuple[int, ThreadPoolExecutor]] = []
+#: This process's chunk-file threads, by their count (:func:`shared_pool`): at most one
+#: pool per count a job asked for (1 to the cores), none shut down under a running task.
+_pools: dict[int, ThreadPoolExecutor] = {}
 _lock = threading.Lock()
 
 
@@ -144,17 +145,17 @@ def _layout_of(array: zarr.Array) -> PlainLayout | None:
 def shared_pool() -> ThreadPoolExecutor:
     """This process's threads for chunk files.
 
-    As many as zarr's ``threading.max_workers`` (set per job by the tile task): a pool
-    of another size, made for an earlier job, is replaced.
+    As many as zarr's ``threading.max_workers`` (set per job by the tile task), never
+    the count an earlier job set.
     """
     threads = zarr.config.get("threading.max_workers") or CHUNK_FILE_THREADS
     with _lock:
-        if _pool and _pool[0][0] != threads:  # sized for another job's setting
-            _pool.pop()[1].shutdown(wait=False)  # its chunks in flight still finish
-        if not _pool:
-            pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="outofcore-chunks")
-            _pool.append((threads, pool))
-        return _pool[0][1]
+        pool = _pools.get(threads)
+        if pool is None:
+            pool = _pools[threads] = ThreadPoolExecutor(
+                max_workers=threads, thread_name_prefix="outofcore-chunks"
+            )
+        return pool
 
 
 def _run_per_chunk(jobs: list[tuple[int, int]], work: Callable[[int, int, dict], None]) -> None:
