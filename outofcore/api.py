@@ -25,6 +25,7 @@ from tqdm import tqdm
 from zarr.storage import MemoryStore
 
 from outofcore import arrays, config
+from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
 from outofcore.journal import Journal
@@ -191,6 +192,8 @@ def run_job(
     """
     spec = with_budget(JobSpec.of(spec, options), client)
     check_client(client)  # a scheduler address that names no scheduler: before anything
+    if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
+        spec = replace(spec, backend=resolve_backend(spec.backend))
     operands = Operands.open(a, b, out, spec)
     check_not_held(operands.journal, operands.where)  # refuse at once, before writing anything
     start = operands.inspect(spec.overwrite)
@@ -211,6 +214,9 @@ def run_job(
     with lease, _open_executor(client, spec) as executor:
         check_start_unchanged(start, operands.inspect(spec.overwrite))
         workers = executor.worker_shape()
+        if not is_local(client):  # a cluster's workers decide, not this machine
+            where = getattr(getattr(client, "scheduler", None), "address", client)
+            spec = replace(spec, backend=resolve_backend(spec.backend, workers.gpu_workers, where))
         per_thread = spec.memory // workers.threads_per_worker
         plan = _plan(problem, spec, per_thread, workers.workers, tile, tk, io)
         _warn_unsharded(plan, spec, start)

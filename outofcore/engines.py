@@ -238,18 +238,45 @@ def gpu_visible(simulator_counts: bool = True) -> bool:
 BACKENDS = ("auto", "cpu", "cuda", "cupy")
 
 
-def resolve_backend(backend: str) -> str:
-    """Turn ``"auto"`` into a concrete backend and check the one asked for is usable.
-
-    ``"auto"`` is ``"cuda"`` when a real GPU is visible, else ``"cpu"``.
+def check_backend(backend: str) -> str:
+    """``backend`` if it is one of :data:`BACKENDS` (nothing is probed).
 
     Raises
     ------
     BackendError
-        For an unknown name, or ``cuda``/``cupy`` where no GPU is visible.
+        For an unknown name.
     """
     if backend not in BACKENDS:
         raise BackendError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    return backend
+
+
+def resolve_backend(backend: str, gpu_workers: int | None = None, where: str = "") -> str:
+    """Turn ``"auto"`` into a concrete backend and check the one asked for is usable.
+
+    ``gpu_workers`` None: the tasks run on this machine (in this process or a
+    LocalCluster), and ``"auto"`` is ``"cuda"`` when a real GPU is visible here.
+    Else the tasks run on a cluster's workers (the scheduler at ``where``), of which
+    ``gpu_workers`` declare a ``GPU`` resource: ``"auto"`` is ``"cuda"`` when any does,
+    whatever the machine submitting has.
+
+    Raises
+    ------
+    BackendError
+        For an unknown name, or ``cuda``/``cupy`` where no GPU is visible (no worker
+        declaring one).
+    """
+    check_backend(backend)
+    if gpu_workers is not None:
+        if backend == "auto":
+            return "cuda" if gpu_workers else "cpu"
+        if backend in ("cuda", "cupy") and not gpu_workers:
+            raise BackendError(
+                f"backend {backend!r} needs GPU workers, and no worker of the scheduler at "
+                f"{where} declares a GPU resource (start them with `dask worker ... "
+                "--resources GPU=1`), or use backend 'cpu'"
+            )
+        return backend
     if backend == "auto":
         return "cuda" if gpu_visible(simulator_counts=False) else "cpu"
     if backend in ("cuda", "cupy") and not gpu_visible():

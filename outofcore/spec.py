@@ -15,7 +15,7 @@ from outofcore.arrays import ZARR_FORMATS
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
 from outofcore.config import parse_size
 from outofcore.dtypes import check_flag, check_scale, parse_dtype
-from outofcore.engines import resolve_backend
+from outofcore.engines import check_backend
 from outofcore.errors import InputError
 from outofcore.lease import lease_timeout
 from outofcore.stores import check_storage_options
@@ -51,8 +51,10 @@ class JobSpec:
         Cap on each GPU engine's device memory (default: its own budget, a
         share of the free device memory); CPU engines ignore it.
     backend
-        ``"cpu"``, ``"cuda"``, ``"cupy"`` or ``"auto"`` (cuda when a GPU is
-        visible); held resolved to the backend that runs.
+        ``"cpu"``, ``"cuda"``, ``"cupy"`` or ``"auto"``: cuda when the job's
+        workers have a GPU (a cluster's workers that declare a ``GPU`` resource, or
+        this machine's GPU for a local job), whatever the submitting machine has;
+        resolved by :func:`outofcore.api.run_job` once it knows the workers.
     output_codec
         Compression of an output created by the job: ``"none"`` or ``"zstd"``.
     overwrite
@@ -119,7 +121,7 @@ class JobSpec:
             "out_dtype": None if out_dtype is None else parse_dtype(out_dtype, "out_dtype"),
             "memory": None if self.memory is None else parse_size(self.memory),
             "device_memory": None if device is None else parse_size(device),
-            "backend": resolve_backend(self.backend),
+            "backend": check_backend(self.backend),  # resolved where the tasks run (run_job)
             "output_codec": check_output_codec(self.output_codec),
             "shards": check_flag(self.shards, "shards"),
             "zarr_format": _zarr_format(self.zarr_format),
