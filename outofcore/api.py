@@ -59,7 +59,7 @@ from scheduler.cluster import (
 )
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE
-from scheduler.plan import Plan, Problem, TileTask, is_large_output, make_output_plan
+from scheduler.plan import Plan, is_large_output, make_output_plan
 
 __all__ = [
     "ATTRIBUTE",
@@ -69,6 +69,8 @@ __all__ = [
     "gram",
     "job_status",
     "matmul",
+    "open_product",
+    "plan_job",
     "run_job",
     "summarize",
 ]
@@ -199,14 +201,10 @@ def run_job(
     start = operands.inspect(spec.overwrite)
     if 0 in (*operands.shape, operands.product.k):
         return _empty_product(operands, start, spec)
-    tile, tk = spec.tile, spec.tk
     if start.resuming:  # the plan must be the one the journal's tiles belong to
-        tile, tk = tuple(start.document["tile"]), int(start.document["tk"])
-    problem = operands.product.problem(start.existing)
-    # Chunk requests in flight per task (many on object stores): in the memory contract.
-    io = read_concurrency(operands.inputs.values())
+        spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
     # Refuse a budget too small for the smallest tile before any cluster starts.
-    _plan(problem, spec, spec.memory, 1, tile, tk, io)
+    plan_job(operands.product, spec, existing=start.existing)
     # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
     check_local_memory(client, spec.memory, spec.workers, spec.gpus)
 
@@ -217,8 +215,9 @@ def run_job(
         if not is_local(client):  # a cluster's workers decide, not this machine
             where = getattr(getattr(client, "scheduler", None), "address", client)
             spec = replace(spec, backend=resolve_backend(spec.backend, workers.gpu_workers, where))
-        per_thread = spec.memory // workers.threads_per_worker
-        plan = _plan(problem, spec, per_thread, workers.workers, tile, tk, io)
+        plan = plan_job(
+            operands.product, spec, workers.workers, workers.threads_per_worker, start.existing
+        )
         _warn_unsharded(plan, spec, start)
         if not isinstance(executor, SynchronousExecutor):
             _check_shareable({**operands.product.inputs, "the output": start.existing})
@@ -295,6 +294,21 @@ def with_budget(spec: JobSpec, client: Any) -> JobSpec:
     return dataclasses.replace(spec, memory=default_budget(workers, gpus))
 
 
+def open_product(a: arrays.ArrayLike, b: arrays.ArrayLike, spec: JobSpec) -> Product:
+    """The product a job with ``spec`` computes, opened and checked (nothing is written)."""
+    return Product.open(
+        a,
+        b,
+        transpose_a=spec.transpose_a,
+        transpose_b=spec.transpose_b,
+        alpha=spec.alpha,
+        beta=spec.beta,
+        addend=spec.addend,
+        out_dtype=spec.out_dtype,
+        storage_options=spec.storage_options,
+    )
+
+
 @dataclass(frozen=True)
 class Operands:
     """A job's inputs and output as checked in the client, before anything is written."""
@@ -317,17 +331,7 @@ class Operands:
         cls, a: arrays.ArrayLike, b: arrays.ArrayLike, out: arrays.ArrayLike, spec: JobSpec
     ) -> Operands:
         """Open and check the product, check the output target and fingerprint the inputs."""
-        product = Product.open(
-            a,
-            b,
-            transpose_a=spec.transpose_a,
-            transpose_b=spec.transpose_b,
-            alpha=spec.alpha,
-            beta=spec.beta,
-            addend=spec.addend,
-            out_dtype=spec.out_dtype,
-            storage_options=spec.storage_options,
-        )
+        product = open_product(a, b, spec)
         inputs = product.inputs
         arrays.check_output_target(out, inputs, spec.storage_options)
         if not isinstance(out, zarr.Array):  # resolved once; nothing outofcore did not make
@@ -375,23 +379,27 @@ class Operands:
         )
 
 
-def _plan(
-    problem: Problem,
+def plan_job(
+    product: Product,
     spec: JobSpec,
-    budget: int,
-    workers: int,
-    tile: tuple[int, int] | None,
-    tk: int | None,
-    io: int,
+    workers: int = 1,
+    threads_per_worker: int = 1,
+    existing: zarr.Array | None = None,
 ) -> Plan:
-    """The job's plan: a created output of format 3 is sharded when large (``spec.shards``)."""
+    """The plan of a job: what :func:`run_job` runs and ``outofcore plan`` prints.
+
+    ``spec.memory`` is shared by a worker's threads (one task each); chunk requests in
+    flight per task (many on object stores) are in the memory contract; an output the
+    job creates in format 3 is sharded when large (``spec.shards``); ``existing``, an
+    output written into, imposes its own chunk grid.
+    """
     return make_output_plan(
-        problem,
-        budget,
+        product.problem(existing),
+        spec.memory // max(1, threads_per_worker),
         max(1, workers),
-        tile=tile,
-        tk=tk,
-        io_concurrency=io,
+        tile=spec.tile,
+        tk=spec.tk,
+        io_concurrency=read_concurrency(product.inputs.values()),
         splits=spec.splits,
         shards=spec.shards and spec.zarr_format == 3,
     )
@@ -570,7 +578,7 @@ def summarize(
     count only the tiles computed now.
     """
     bytes_read = sum(r.bytes_read for r in results)
-    flops_of = task_flops(plan)
+    flops_of = plan.task_flops()
     flops = sum(flops_of.get(r.key, 0) for r in results)
     tiles = {task.key for task in plan.tasks}
     return {
@@ -604,29 +612,6 @@ def summarize(
         "write_seconds": sum(r.write_seconds for r in results),
         "scratch_bytes": sum(r.scratch_bytes for r in results),
     }
-
-
-def task_flops(plan: Plan) -> dict[str, int]:
-    """Floating-point operations of each task of ``plan`` that multiplies, by key.
-
-    Whole tiles, or for a split plan each part of a tile (its reductions only add); the
-    diagonal tiles of a symmetric product count ``syrk``'s ``k·t·(t+1)``.
-    """
-    k, symmetric = plan.problem.k, plan.problem.symmetric
-
-    def of(task: TileTask, depth: int) -> int:  # a diagonal tile of a Gram product: syrk
-        rows, cols = task.shape
-        return (
-            depth * rows * (rows + 1) if symmetric and task.i == task.j else 2 * depth * rows * cols
-        )
-
-    if plan.splits == 1:
-        return {t.key: of(t, k) for t in plan.tasks}
-    flops = {}
-    for part in plan.partial_tasks:
-        first, stop = part.panels
-        flops[part.key] = of(part.tile, plan.panels[stop - 1][1] - plan.panels[first][0])
-    return flops
 
 
 def _check_shareable(named: dict[str, zarr.Array | None]) -> None:

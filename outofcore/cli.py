@@ -171,21 +171,15 @@ def _parser() -> argparse.ArgumentParser:
     _add_storage_options(rand)
     rand.set_defaults(run=_random)
 
-    plan = commands.add_parser("plan", help="print the plan of A @ B for a memory budget")
+    plan = commands.add_parser(
+        "plan",
+        help="print the plan of a matmul job without running it: it takes every option "
+        "of matmul and plans as the job would (--workers: the workers it is made for)",
+    )
     plan.add_argument("a")
     plan.add_argument("b")
-    _add_transposes(plan)
-    _add_out_dtype(plan)
-    _add_memory(plan)
-    plan.add_argument("--workers", type=int, default=1, help="workers the plan is made for")
-    _add_splits(plan)
-    _add_device_memory(
-        plan,
-        "also show how a GPU with this much device memory cuts each "
-        "host tile into device tiles, and the predicted PCIe bytes",
-    )
-    _add_storage_options(plan)
-    _add_json(plan)
+    _add_product(plan)
+    _add_job_options(plan)
     plan.set_defaults(run=_plan)
 
     status = commands.add_parser(
@@ -456,20 +450,12 @@ def _random(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from outofcore.product import Product  # noqa: PLC0415
-    from outofcore.stores import read_concurrency  # noqa: PLC0415
-    from scheduler.cluster import default_budget  # noqa: PLC0415
+    from outofcore.api import open_product, plan_job, with_budget  # noqa: PLC0415
     from scheduler.model import scenarios  # noqa: PLC0415
-    from scheduler.plan import make_output_plan  # noqa: PLC0415
 
-    product = Product.open(
-        args.a,
-        args.b,
-        transpose_a=args.transpose_a,
-        transpose_b=args.transpose_b,
-        out_dtype=args.out_dtype,
-        storage_options=_storage(args),
-    )
+    # The job's own spec, budget and planning function: `plan` shows what `matmul` runs.
+    spec = with_budget(_job_spec(args, _product_options(args)), args.scheduler)
+    product = open_product(args.a, args.b, spec)
     if 0 in (*product.shape, product.k):
         m, n = product.shape
         print(
@@ -477,11 +463,7 @@ def _plan(args: argparse.Namespace) -> int:
             f"{'an empty output' if 0 in (m, n) else 'beta * the addend, or zeros'}, no tile"
         )
         return 0
-    problem = product.problem()
-
-    io = read_concurrency(product.inputs.values())  # as a job plans: many requests on S3
-    memory = args.memory or default_budget(args.workers)  # as a job on this machine would
-    plan = make_output_plan(problem, memory, args.workers, io_concurrency=io, splits=args.splits)
+    plan = plan_job(product, spec, spec.workers or 1)
     summary = {
         **plan.summary(),
         "product": product.summary(),
@@ -627,7 +609,9 @@ def _format_plan(p: dict[str, Any]) -> str:
     b = "B.T" if product["transpose_b"] else "B"
     return "\n".join(
         [
-            f"{a} {p['m']}x{p['k']} (chunks {p['a_chunks'][0]}x{p['a_chunks'][1]}) @ "
+            formula_of(product),
+            f"  operands       {a} {p['m']}x{p['k']} (chunks {p['a_chunks'][0]}x"
+            f"{p['a_chunks'][1]}) @ "
             f"{b} {p['k']}x{p['n']} (chunks {p['b_chunks'][0]}x{p['b_chunks'][1]}), "
             f"accumulated in {product['compute']}"
             f"{' (exact)' if product['exact'] else ''}, written as {product['output']}",
@@ -647,7 +631,8 @@ def _format_plan(p: dict[str, Any]) -> str:
             *_format_split(p),
             f"  output chunks  {p['out_chunk_count']} of {p['out_chunks'][0]}x{p['out_chunks'][1]}"
             + _format_shards(p.get("out_shards")),
-            f"  task memory    {format_bytes(p['task_bytes'])} projected",
+            f"  task memory    {format_bytes(p['task_bytes'])} projected"
+            + _format_kinds(p.get("task_bytes_by_kind") or {}),
             *_format_device(p.get("device")),
             f"  bytes read     {format_bytes(p['bytes_read'])} predicted, lower bound "
             f"{format_bytes(p['io_lower_bound'])} ({p['read_over_lower_bound']:.2f}x)",
@@ -656,6 +641,13 @@ def _format_plan(p: dict[str, Any]) -> str:
             *_format_predictions(p.get("predicted", [])),
         ]
     )
+
+
+def _format_kinds(kinds: dict[str, int]) -> str:
+    """Each kind's projection, when the plan runs more than one kind of task."""
+    if len(kinds) < 2:
+        return ""
+    return " (" + ", ".join(f"{kind} {format_bytes(n)}" for kind, n in kinds.items()) + ")"
 
 
 def _format_split(p: dict[str, Any]) -> list[str]:

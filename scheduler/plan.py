@@ -135,11 +135,6 @@ class Problem:
         """Element size of the output."""
         return self.out_itemsize or self.itemsize
 
-    @property
-    def flops(self) -> int:
-        """Floating-point operations of the product (a multiply and an add each)."""
-        return 2 * self.m * self.n * self.k
-
 
 @dataclass(frozen=True)
 class TileTask:
@@ -239,6 +234,31 @@ class Plan:
     def tiles_across(self) -> int:
         return math.ceil(self.problem.n / self.tn)
 
+    def task_flops(self) -> dict[str, int]:
+        """Floating-point operations of each task that multiplies, by key: whole tiles, or
+        for a split plan each part of a tile (its reductions only add); the diagonal tiles
+        of a symmetric product count ``syrk``'s ``k·t·(t+1)``, its mirrors nothing."""
+        k, symmetric = self.problem.k, self.problem.symmetric
+
+        def of(task: TileTask, depth: int) -> int:
+            rows, cols = task.shape
+            if symmetric and task.i == task.j:
+                return depth * rows * (rows + 1)
+            return 2 * depth * rows * cols
+
+        if self.splits == 1:
+            return {t.key: of(t, k) for t in self.tasks}
+        flops = {}
+        for part in self.partial_tasks:
+            first, stop = part.panels
+            flops[part.key] = of(part.tile, self.panels[stop - 1][1] - self.panels[first][0])
+        return flops
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations of the whole job (a multiply and an add each)."""
+        return sum(self.task_flops().values())
+
     @property
     def projections(self) -> dict[str, int]:
         """Projected peak bytes of each kind of task the plan runs (:func:`projections`)."""
@@ -317,7 +337,7 @@ class Plan:
             "bytes_written": self.bytes_written,
             "io_lower_bound": self.io_lower_bound,
             "read_over_lower_bound": self.bytes_read / self.io_lower_bound,
-            "flops": self.problem.flops,
+            "flops": self.flops,
         }
 
 
