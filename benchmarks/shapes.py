@@ -178,21 +178,14 @@ def ensure_shape_inputs(data_dir: Path, shape: Shape) -> tuple[Path, Path]:
     return a, b
 
 
-def open_product(a_path: str, b_path: str, shape: Shape) -> Any:
-    """The product as outofcore sees it (:class:`outofcore.product.Product`)."""
-    from outofcore.product import Product  # noqa: PLC0415
-
-    return Product.open(a_path, b_path, transpose_a=shape.gram)
-
-
 def outofcore_plan(a_path: str, b_path: str, shape: Shape, per_worker: int, workers: int) -> Any:
-    """The plan ``outofcore.matmul`` makes for ``shape`` on ``workers`` workers."""
-    from outofcore.stores import read_concurrency  # noqa: PLC0415
-    from scheduler.plan import make_plan  # noqa: PLC0415
+    """The plan ``outofcore.matmul`` makes for ``shape`` on ``workers`` workers (the job's
+    own planning function, :func:`outofcore.api.plan_job`)."""
+    from outofcore.api import open_product, plan_job  # noqa: PLC0415
+    from outofcore.spec import JobSpec  # noqa: PLC0415
 
-    product = open_product(a_path, b_path, shape)
-    io = read_concurrency(product.inputs.values())
-    return make_plan(product.problem(), per_worker, workers, io_concurrency=io)
+    spec = JobSpec(transpose_a=shape.gram, memory=per_worker, backend="cpu")
+    return plan_job(open_product(a_path, b_path, spec), spec, workers)
 
 
 # --------------------------------------------------------------------------- systems
