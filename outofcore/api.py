@@ -4,7 +4,7 @@
 (:mod:`outofcore.arrays`, :mod:`outofcore.resume`), takes the output's lease
 (:mod:`outofcore.lease`), opens an executor (:mod:`scheduler.cluster`), makes
 the plan for its workers (:mod:`scheduler.plan`), runs the worker entry
-:func:`outofcore.tile.compute_and_record` once per tile not yet recorded, and
+:func:`outofcore.recorded.compute_and_record` once per tile not yet recorded, and
 marks the output complete only when every tile has its record.
 """
 
@@ -32,6 +32,7 @@ from outofcore.journal import Journal
 from outofcore.lease import Lease, OwnerCheck, check_not_held, new_job_id
 from outofcore.locations import locate
 from outofcore.product import Product
+from outofcore.recorded import RecordedJob, compute_and_record
 from outofcore.resume import (
     Start,
     check_start_unchanged,
@@ -46,7 +47,7 @@ from outofcore.spec import JobSpec
 from outofcore.splitk import SplitJob, compute_partial, reduce_tile
 from outofcore.stores import read_concurrency
 from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
-from outofcore.tile import RecordedJob, TileJob, TileResult, compute_and_record
+from outofcore.tile import TileJob, TileResult
 from scheduler import plan as plan_module
 from scheduler.cluster import (
     DEFAULT_BUDGET_BYTES,

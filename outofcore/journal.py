@@ -20,7 +20,7 @@ gets a new id, so a late record of an earlier job is never counted.
 
 This module is the store of records only: :mod:`outofcore.resume` decides
 whether a job starts afresh or resumes a journal, and the worker entry
-(:func:`outofcore.tile.compute_and_record`) writes the tile records.
+(:func:`outofcore.recorded.run_recorded`) writes the task records.
 """
 
 from __future__ import annotations

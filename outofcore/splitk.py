@@ -25,20 +25,18 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
+from outofcore.recorded import RecordedJob, run_recorded
 from outofcore.tile import (
-    RecordedJob,
     TileResult,
     compute_tile,
     output_bytes,
     peak_rss_bytes,
-    recorded_result,
     worker_name,
     write_finished_rows,
     write_mirror,
@@ -89,28 +87,26 @@ class SplitJob:
 
 
 def compute_partial(job: SplitJob, part: PartialTask) -> TileResult:
-    """The worker entry of one part of a split tile: multiply its panels, keep the sum, record it.
-
-    A part already recorded is not computed again (see
-    :func:`outofcore.tile.compute_and_record`).
-    """
+    """The worker entry of one part of a split tile: multiply its panels, keep the sum,
+    record it (:func:`outofcore.recorded.run_recorded`)."""
     recorded = job.recorded
     key = recorded.journal.partial_key(recorded.journal_id, part.key)
-    done = recorded_result(recorded.journal.get_json(key))
-    if done is not None:
-        return done
-    first, stop = part.panels
-    tile_job = replace(recorded.tile_job, panels=recorded.tile_job.panels[first:stop])
-    result = compute_tile(
-        tile_job,
-        part.tile,
-        before_write=recorded.owner_check,
-        sink=lambda r0, rows: job.write_block(part, r0, rows),
-    )
-    result = replace(result, key=part.key, scratch_bytes=result.bytes_written, bytes_written=0)
-    _check_owner(recorded.owner_check)
-    recorded.journal.record_tile(recorded.journal_id, part.tile, asdict(result), key=key)
-    return result
+
+    def compute() -> TileResult:
+        first, stop = part.panels
+        tile_job = replace(recorded.tile_job, panels=recorded.tile_job.panels[first:stop])
+        result = compute_tile(
+            tile_job,
+            part.tile,
+            before_write=recorded.owner_check,
+            sink=lambda r0, rows: job.write_block(part, r0, rows),
+        )
+        return replace(result, key=part.key, scratch_bytes=result.bytes_written, bytes_written=0)
+
+    def record(result: dict) -> None:
+        recorded.journal.record_tile(recorded.journal_id, part.tile, result, key=key)
+
+    return run_recorded(recorded, key, compute, record)
 
 
 def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
@@ -122,10 +118,17 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
     written again.
     """
     recorded = job.recorded
-    record = recorded.journal.get_json(recorded.journal.tile_key(recorded.journal_id, task.key))
-    done = recorded_result(record)
-    if done is not None:
-        return done
+    return run_recorded(
+        recorded,
+        recorded.journal.tile_key(recorded.journal_id, task.key),
+        lambda: _reduce(job, task),
+        lambda result: recorded.journal.record_tile(recorded.journal_id, task, result),
+    )
+
+
+def _reduce(job: SplitJob, task: TileTask) -> TileResult:
+    """Add the parts of ``task``'s tile, row block by row block, and write it."""
+    recorded = job.recorded
     started = time.perf_counter()
     tile_job = recorded.tile_job
     parts = job.parts_of(task)
@@ -154,14 +157,14 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
             scratch += partial.nbytes
             del partial
         t2 = time.perf_counter()
-        _check_owner(recorded.owner_check)
+        recorded.check_owner()
         write_finished_rows(tile_job, task, r0, total)
         write += time.perf_counter() - t2
     if whole is not None:
         t0 = time.perf_counter()
         write_mirror(tile_job, task, whole, recorded.owner_check)
         write += time.perf_counter() - t0
-    result = TileResult(
+    return TileResult(
         key=task.key,
         bytes_read=0,
         bytes_written=output_bytes(tile_job, task),
@@ -173,11 +176,3 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
         worker=worker_name(),
         scratch_bytes=scratch,
     )
-    _check_owner(recorded.owner_check)
-    recorded.journal.record_tile(recorded.journal_id, task, asdict(result))
-    return result
-
-
-def _check_owner(check: Callable[[], None] | None) -> None:
-    if check is not None:
-        check()

@@ -18,8 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 import zarr
@@ -28,7 +27,6 @@ from threadpoolctl import threadpool_limits
 from outofcore import chunkfiles, panel_cache
 from outofcore.blas import mirror_upper
 from outofcore.engines import TileEngine, make_engine
-from outofcore.journal import Journal
 from outofcore.product import Product
 from outofcore.reading import read_operand
 from outofcore.writing import write_region
@@ -72,48 +70,6 @@ class TileResult:
     kept_bytes: int = 0
     #: Bytes of partial tiles written (a part of a split tile) or read back (its reduction).
     scratch_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class RecordedJob:
-    """A :class:`TileJob` whose tasks record each finished tile in the output's journal."""
-
-    tile_job: TileJob
-    journal: Journal
-    journal_id: str
-    #: Raises unless this job still owns the output (:class:`outofcore.lease.OwnerCheck`);
-    #: called before every write and before the record.  None: no check.
-    owner_check: Callable[[], None] | None = None
-
-
-def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:
-    """The worker entry of a job's task: compute and write one tile, then record it.
-
-    The record is written only after ``compute_tile`` returned, that is after
-    every chunk of the tile is in the store.  A tile already recorded is not
-    computed again: Dask reruns a finished task when the worker holding its
-    result dies before the client fetched it, and then the record's figures
-    are returned instead.  A task whose job lost the output's lease (its
-    client died and another job took over) stops before writing anything.
-    """
-    done = recorded_result(job.journal.get_json(job.journal.tile_key(job.journal_id, task.key)))
-    if done is not None:
-        return done
-    result = compute_tile(job.tile_job, task, before_write=job.owner_check)
-    if job.owner_check is not None:
-        job.owner_check()
-    job.journal.record_tile(job.journal_id, task, asdict(result))
-    return result
-
-
-def recorded_result(record: dict[str, Any] | None) -> TileResult | None:
-    """The :class:`TileResult` kept in a tile record, if it has one."""
-    if record is None or not isinstance(record.get("result"), dict):
-        return None
-    try:
-        return TileResult(**{f.name: record["result"][f.name] for f in fields(TileResult)})
-    except (KeyError, TypeError):
-        return None
 
 
 def worker_engine(backend: str) -> TileEngine:

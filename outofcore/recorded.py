@@ -1,0 +1,84 @@
+"""The recorded-task protocol, once for every kind of task (tile, split part, reduction).
+
+A task of a job (a worker entry) skips work already recorded, computes, checks that
+its job still owns the output, then records itself::
+
+    record_key = ...                          # where its record lives in the journal
+    if the record exists: return its figures  # Dask reran a finished task
+    result = compute()                        # writes whole chunks (or a part's sum)
+    owner_check()                             # its job lost the lease: stop, record nothing
+    record(result)                            # create-only-if-absent (outofcore.journal)
+
+A record is written only after everything the task writes is in the store, so a
+recorded task is a finished one; a task killed halfway is simply run again.
+The compute functions (:mod:`outofcore.tile`, :mod:`outofcore.splitk`) know
+nothing of the journal: :func:`run_recorded` holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from outofcore.journal import Journal
+from outofcore.tile import TileJob, TileResult, compute_tile
+from scheduler.plan import TileTask
+
+
+@dataclass(frozen=True)
+class RecordedJob:
+    """A :class:`~outofcore.tile.TileJob` whose tasks record each finished task in the
+    output's journal."""
+
+    tile_job: TileJob
+    journal: Journal
+    journal_id: str
+    #: Raises unless this job still owns the output (:class:`outofcore.lease.OwnerCheck`);
+    #: called before every write and before the record.  None: no check.
+    owner_check: Callable[[], None] | None = None
+
+    def check_owner(self) -> None:
+        """Raise when this job no longer owns the output (its lease was taken over)."""
+        if self.owner_check is not None:
+            self.owner_check()
+
+
+def run_recorded(
+    job: RecordedJob,
+    record_key: str,
+    compute: Callable[[], TileResult],
+    record: Callable[[dict[str, Any]], None],
+) -> TileResult:
+    """Run one task under the protocol of the module docstring.
+
+    ``record_key`` is the task's record in ``job.journal``; ``compute`` does the
+    work; ``record`` writes the record holding the result's figures.
+    """
+    done = recorded_result(job.journal.get_json(record_key))
+    if done is not None:
+        return done
+    result = compute()
+    job.check_owner()
+    record(asdict(result))
+    return result
+
+
+def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:
+    """The worker entry of a job's tile task: compute and write one tile, then record it."""
+    return run_recorded(
+        job,
+        job.journal.tile_key(job.journal_id, task.key),
+        lambda: compute_tile(job.tile_job, task, before_write=job.owner_check),
+        lambda result: job.journal.record_tile(job.journal_id, task, result),
+    )
+
+
+def recorded_result(record: dict[str, Any] | None) -> TileResult | None:
+    """The :class:`TileResult` kept in a task's record, if it has one."""
+    if record is None or not isinstance(record.get("result"), dict):
+        return None
+    try:
+        return TileResult(**{f.name: record["result"][f.name] for f in fields(TileResult)})
+    except (KeyError, TypeError):
+        return None
