@@ -30,6 +30,9 @@ from scheduler.memory_cap import gib, memory_cap
 #: (docs/performance.md, "Larger than RAM"): a 1-worker job's whole process tree peaked
 #: 0.21 GiB above its projected task; this keeps more than twice that.
 WORKER_OVERHEAD_BYTES = 512 * 2**20
+#: A LocalCluster worker's memory limit over its budget: Dask pauses a worker at 80% of its
+#: limit (``distributed.worker.memory.pause``), so the budget must sit below that.
+PAUSE_HEADROOM = 1.25
 #: Budget per worker of a job that names none, where the memory cap allows.
 DEFAULT_BUDGET_BYTES = 2**30
 #: Below this a budget chosen for the user is too small to be of use: refuse instead.
@@ -177,7 +180,7 @@ def start_local_cluster(
     """
     from distributed import LocalCluster, Scheduler, SpecCluster  # noqa: PLC0415
 
-    memory_limit = int(budget_bytes * 1.25) + WORKER_OVERHEAD_BYTES
+    memory_limit = local_worker_limit(budget_bytes)
     if gpus:
         with _workers_ignore_interrupts():
             return SpecCluster(
@@ -228,22 +231,33 @@ def _workers_ignore_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def local_worker_limit(budget_bytes: int) -> int:
+    """The memory limit of a LocalCluster worker whose tasks have ``budget_bytes``: the
+    budget with Dask's :data:`PAUSE_HEADROOM`, plus :data:`WORKER_OVERHEAD_BYTES`."""
+    return int(budget_bytes * PAUSE_HEADROOM) + WORKER_OVERHEAD_BYTES
+
+
 def check_worker_memory(shape: WorkerShape, task_bytes: int) -> None:
     """Refuse workers whose memory limit per thread is below a task's projected bytes.
 
-    A worker runs one task per thread, so each task may use its memory limit
-    divided by its threads (as cubed's ``check_runtime_memory``).  Workers
-    without a limit pass.
+    A worker runs one task per thread, so each task may use its memory limit, less
+    the :data:`WORKER_OVERHEAD_BYTES` the worker needs beside its tasks, divided by
+    its threads (as cubed's ``check_runtime_memory``).  Workers without a limit pass.
 
     Raises
     ------
     ClusterError
         Naming every worker that is short, its limit and threads, and the task's bytes.
     """
+
+    def per_task(limit: int, threads: int) -> int:
+        return (limit - WORKER_OVERHEAD_BYTES) // max(1, threads)
+
     short = [
-        f"{address} ({limit} bytes for {threads} thread(s): {limit // threads} per task)"
+        f"{address} ({limit} bytes for {threads} thread(s): {max(0, per_task(limit, threads))} "
+        f"per task after the {WORKER_OVERHEAD_BYTES} bytes a worker needs beside its tasks)"
         for address, limit, threads in shape.memory_limits
-        if limit and limit // max(1, threads) < task_bytes
+        if limit and per_task(limit, threads) < task_bytes
     ]
     if short:
         raise ClusterError(

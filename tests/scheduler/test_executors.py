@@ -15,7 +15,7 @@ import threading
 import pytest
 from distributed.utils_test import gen_cluster
 
-from scheduler.cluster import check_worker_memory, open_executor
+from scheduler.cluster import WORKER_OVERHEAD_BYTES, check_worker_memory, open_executor
 from scheduler.errors import ClusterError
 from scheduler.executors import DaskExecutor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE
@@ -62,16 +62,23 @@ async def test_worker_shape_of_a_cluster_without_workers(s):
     assert shape == WorkerShape(workers=0, threads_per_worker=1, blas_threads=1)
 
 
+SMALL_LIMIT = WORKER_OVERHEAD_BYTES + 4 * 2**20  # 4 MiB for tasks beside the worker's own
+
+
 @gen_cluster(
-    nthreads=[("127.0.0.1", 2, {"memory_limit": 4 * 2**20}), ("127.0.0.1", 1, {"memory_limit": 0})]
+    nthreads=[
+        ("127.0.0.1", 2, {"memory_limit": SMALL_LIMIT}),
+        ("127.0.0.1", 1, {"memory_limit": 0}),
+    ]
 )
 async def test_workers_short_of_memory_per_thread_are_named(s, small, unlimited):
     shape = await with_sync_client(s, lambda client: DaskExecutor(client).worker_shape())
-    check_worker_memory(shape, 2 * 2**20)  # 2 MiB per thread of the 4 MiB worker: fits
+    check_worker_memory(shape, 2 * 2**20)  # 2 MiB per thread of the 4 MiB for tasks: fits
     with pytest.raises(ClusterError) as refused:
         check_worker_memory(shape, 2 * 2**20 + 1)
     message = str(refused.value)
-    assert f"{small.address} ({4 * 2**20} bytes for 2 thread(s): {2 * 2**20} per task)" in message
+    assert f"{small.address} ({SMALL_LIMIT} bytes for 2 thread(s): {2 * 2**20} per task" in message
+    assert f"after the {WORKER_OVERHEAD_BYTES} bytes a worker needs beside its tasks" in message
     assert unlimited.address not in message  # no limit: never short
 
 
