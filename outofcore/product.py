@@ -184,6 +184,9 @@ class Product:
             out_itemsize=self.types.output.itemsize,
             block_extra=block_extra,
             addend_itemsize=0 if self.addend is None else self.addend.dtype.itemsize,
+            addend_chunk_bytes=0
+            if self.addend is None
+            else int(np.prod(self.addend.chunks)) * self.addend.dtype.itemsize,
             symmetric=self.symmetric,
         )
 

@@ -94,6 +94,8 @@ class Problem:
     block_extra: int = 0
     #: Stored element size of the addend (read once); 0: no addend.
     addend_itemsize: int = 0
+    #: Decoded bytes of one chunk of the addend (its reads' buffers); 0: no addend.
+    addend_chunk_bytes: int = 0
     #: ``op(A) @ op(B)`` is ``X.T @ X`` or ``X @ X.T`` of one array X: only the tiles on
     #: and above the diagonal are tasks; each writes its mirror tile too.
     symmetric: bool = False
@@ -364,6 +366,8 @@ def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     out_chunk = p.written_itemsize * min(out_rows, tm) * min(out_cols, tn)
     writers = min(io_concurrency, math.ceil(tm / out_rows) * math.ceil(tn / out_cols))
     codec_buffers = io_concurrency * 2 * input_chunk + writers * 2 * max(0, out_chunk - input_chunk)
+    # The addend's chunks are read while a block is finished, ``io_concurrency`` at a time.
+    codec_buffers += io_concurrency * 2 * p.addend_chunk_bytes
     if p.symmetric:  # the mirror tile is written from transposed blocks of the tile's columns
         block += max(p.itemsize, p.written_itemsize) * tm * write_block_rows(out_cols, tn)
     return p.itemsize * tm * tn + panels + staging + block + codec_buffers
@@ -385,7 +389,8 @@ def reduction_bytes(problem: Problem, tm: int, tn: int, io_concurrency: int) -> 
     out_chunk = p.written_itemsize * min(out_rows, tm) * min(out_cols, tn)
     writers = min(io_concurrency, math.ceil(rows / out_rows) * math.ceil(tn / out_cols))
     mirror = p.itemsize * tm * tn if p.symmetric else 0
-    return sums + writers * 2 * out_chunk + mirror
+    addend = io_concurrency * 2 * p.addend_chunk_bytes
+    return sums + writers * 2 * out_chunk + mirror + addend
 
 
 def projections(
