@@ -607,7 +607,9 @@ def summarize(
         "read_over_lower_bound": None if skipped else bytes_read / plan.io_lower_bound,
         "budget_bytes": plan.budget_bytes,
         "task_bytes_projected": plan.task_bytes,
+        # While this job's tasks ran (outofcore.peaks), never an earlier job's peak.
         "peak_worker_bytes": max((r.peak_rss_bytes for r in results), default=0),
+        "peak_task_bytes": max((r.task_peak_bytes for r in results), default=0),
         "read_wait_seconds": sum(r.read_wait_seconds for r in results),
         "compute_seconds": sum(r.compute_seconds for r in results),
         "write_seconds": sum(r.write_seconds for r in results),

@@ -18,9 +18,10 @@ nothing of the journal: :func:`run_recorded` holds it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
+from outofcore import peaks
 from outofcore.journal import Journal
 from outofcore.tile import TileJob, TileResult, compute_tile
 from scheduler.plan import TileTask
@@ -53,12 +54,17 @@ def run_recorded(
     """Run one task under the protocol of the module docstring.
 
     ``record_key`` is the task's record in ``job.journal``; ``compute`` does the
-    work; ``record`` writes the record holding the result's figures.
+    work; ``record`` writes the record holding the result's figures.  The task's
+    memory is measured here, for every kind alike (:mod:`outofcore.peaks`): the
+    process's peak while it ran, and that peak over the process's size when it began.
     """
     done = recorded_result(job.journal.get_json(record_key))
     if done is not None:
         return done
+    token, rss_before = peaks.start()
     result = compute()
+    peak = peaks.finish(token)  # this process's peak while the task ran, not its lifetime's
+    result = replace(result, peak_rss_bytes=peak, task_peak_bytes=max(0, peak - rss_before))
     job.check_owner()
     record(asdict(result))
     return result
@@ -78,7 +84,11 @@ def recorded_result(record: dict[str, Any] | None) -> TileResult | None:
     """The :class:`TileResult` kept in a task's record, if it has one."""
     if record is None or not isinstance(record.get("result"), dict):
         return None
+    kept = record["result"]
+    values = {f.name: kept.get(f.name, f.default) for f in fields(TileResult)}
+    if any(value is MISSING for value in values.values()):  # an older record: figures unknown
+        return None
     try:
-        return TileResult(**{f.name: record["result"][f.name] for f in fields(TileResult)})
-    except (KeyError, TypeError):
+        return TileResult(**values)
+    except TypeError:
         return None

@@ -36,7 +36,6 @@ from outofcore.tile import (
     TileResult,
     compute_tile,
     output_bytes,
-    peak_rss_bytes,
     worker_name,
     write_finished_rows,
     write_mirror,
@@ -172,7 +171,7 @@ def _reduce(job: SplitJob, task: TileTask) -> TileResult:
         compute_seconds=compute,
         write_seconds=write,
         seconds=time.perf_counter() - started,
-        peak_rss_bytes=peak_rss_bytes(),
+        peak_rss_bytes=0,  # measured around the task by outofcore.recorded.run_recorded
         worker=worker_name(),
         scratch_bytes=scratch,
     )

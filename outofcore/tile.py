@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-import resource
 import socket
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -63,6 +61,7 @@ class TileResult:
     compute_seconds: float
     write_seconds: float
     seconds: float
+    #: Peak resident bytes of the worker process while the task ran (outofcore.peaks).
     peak_rss_bytes: int
     worker: str
     #: Host bytes the worker process keeps between tasks once this task is done
@@ -70,6 +69,8 @@ class TileResult:
     kept_bytes: int = 0
     #: Bytes of partial tiles written (a part of a split tile) or read back (its reduction).
     scratch_bytes: int = 0
+    #: That peak over the process's resident bytes when the task began: the task's own.
+    task_peak_bytes: int = 0
 
 
 def worker_engine(backend: str) -> TileEngine:
@@ -141,7 +142,7 @@ def compute_tile(
         compute_seconds=run.compute,
         write_seconds=run.write,
         seconds=time.perf_counter() - started,
-        peak_rss_bytes=peak_rss_bytes(),
+        peak_rss_bytes=0,  # measured around the task by outofcore.recorded.run_recorded
         worker=worker_name(),
         kept_bytes=panel_cache.kept_bytes() + chunkfiles.kept_bytes(),
     )
@@ -456,9 +457,3 @@ def _decoded_bytes(
 def worker_name() -> str:
     """``host:pid`` of this process, as task results name their worker."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024

@@ -171,3 +171,25 @@ def test_requests_in_flight_on_an_object_store(moto_server, s3_bucket, task_peak
     )  # fmt: skip
     assert result.plan.io_concurrency == 16
     within_projection(task_peaks, result.plan)
+
+
+def test_a_jobs_peak_is_its_own_not_the_process_lifetimes(tmp_path):
+    """Issue 20: on a reused process the summary reported an earlier peak (ru_maxrss)."""
+    from outofcore import peaks  # noqa: PLC0415
+
+    if not peaks.resettable():
+        pytest.skip("this kernel cannot reset a process's high-water mark (/proc/self/clear_refs)")
+    earlier = np.ones(400 * 2**20 // 8)  # an earlier job's 400 MiB, then freed
+    del earlier
+    lifetime = peaks.lifetime_peak()
+    result = measured_job(
+        tmp_path,
+        random_matrix(np.random.default_rng(25), (300, 200), "float32"),
+        random_matrix(np.random.default_rng(26), (200, 100), "float32"),
+        (50, 50),
+        (50, 50),
+        memory="1MiB",
+    )
+    summary = result.summary
+    assert 0 < summary["peak_worker_bytes"] < lifetime - 300 * 2**20
+    assert 0 < summary["peak_task_bytes"] < 16 * 2**20  # the task's own, a few MiB at most
