@@ -561,7 +561,7 @@ def _format_summary(s: dict[str, Any]) -> str:
             f"  read           {format_bytes(s['bytes_read'])} {_read_ratio(s)}",
             f"  written        {format_bytes(s['bytes_written'])}",
             f"  memory         peak worker RSS {format_bytes(s['peak_worker_bytes'])} during "
-            f"the tasks, a task's own at most {format_bytes(s.get('peak_task_bytes', 0))}; "
+            f"the tasks (a task grew it by at most {format_bytes(s.get('peak_task_bytes', 0))}); "
             f"task projected {format_bytes(s['task_bytes_projected'])} of a "
             f"{format_bytes(s['budget_bytes'])} budget",
             f"  task time      compute {s['compute_seconds']:.2f} s, waiting for reads "

@@ -69,7 +69,9 @@ class TileResult:
     kept_bytes: int = 0
     #: Bytes of partial tiles written (a part of a split tile) or read back (its reduction).
     scratch_bytes: int = 0
-    #: That peak over the process's resident bytes when the task began: the task's own.
+    #: That peak over the process's resident bytes when the task began: how much the task
+    #: grew its process (the first task of a fresh worker includes what it keeps for the
+    #: tasks after it: buffers, its engine; later ones reuse them).
     task_peak_bytes: int = 0
 
 
