@@ -24,7 +24,7 @@ import zarr
 from tqdm import tqdm
 from zarr.storage import MemoryStore
 
-from outofcore import arrays, config
+from outofcore import arrays, chunkfiles, config, panel_cache
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
@@ -230,7 +230,12 @@ def run_job(
             journal_id=document["journal_id"],
             owner_check=OwnerCheck(operands.journal, lease.job_id),
         )
-        results, seconds = _run_tiles(executor, recorded, plan, done, spec, workers)
+        try:
+            results, seconds = _run_tiles(executor, recorded, plan, done, spec, workers)
+        finally:
+            if isinstance(executor, SynchronousExecutor):  # this thread ran the tasks
+                panel_cache.release_thread()
+                chunkfiles.release_buffers()
         summary = summarize(plan, results, seconds, spec.backend, output, len(done), lease.job_id)
         summary["product"] = operands.product.summary()
         _finish(operands, plan, document, done, results)

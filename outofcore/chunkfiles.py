@@ -24,7 +24,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,8 +176,14 @@ def _run_per_chunk(jobs: list[tuple[int, int]], work: Callable[[int, int, dict],
         finally:
             _buffer_sets.append(scratch)
 
-    for future in [pool.submit(run, i, j) for i, j in jobs]:
-        future.result()
+    futures = [pool.submit(run, i, j) for i, j in jobs]
+    try:
+        for future in futures:
+            future.result()
+    finally:  # a failed chunk: the others end (or are cancelled) before the caller goes on
+        for future in futures:
+            future.cancel()
+        wait(futures)
 
 
 #: Buffer sets kept between chunks, panels and tasks: one per chunk being read

@@ -209,8 +209,9 @@ class CpuEngine:
         return c
 
     def release(self) -> None:
-        """Free the accumulator kept for the next tile."""
-        self._spare = None
+        """Free the accumulator kept for the next tile, and a tile's left by a task that
+        failed before finishing it."""
+        self._c = self._spare = None
 
     def kept_bytes(self) -> int:
         return sum(x.nbytes for x in (self._c, self._spare) if x is not None)

@@ -16,3 +16,26 @@ def two_process_client():
         Client(cluster) as client,
     ):
         yield client
+
+
+#: Modules that call the worker's pieces directly, as a worker thread between tasks does.
+KEEPS_WORKER_STATE = {"test_chunkfiles", "test_engines"}
+
+
+@pytest.fixture(autouse=True)
+def worker_state_left_clean(request):
+    """No test leaves more process-wide worker state than it found: kept panels,
+    engines' accumulators and chunk-file buffers belong to worker threads between the
+    tasks of one job, and an in-process job frees them when it returns (issue 20,
+    item 5)."""
+    from outofcore import chunkfiles, panel_cache  # noqa: PLC0415
+
+    def kept() -> int:
+        return panel_cache.kept_bytes() + chunkfiles.kept_bytes()
+
+    before = kept()
+    yield
+    if request.module.__name__.rsplit(".", 1)[-1] in KEEPS_WORKER_STATE:
+        return
+    after = kept()
+    assert after <= before, f"the test left {after - before} bytes of worker state here"

@@ -244,7 +244,7 @@ def test_input_rewritten_during_an_in_process_job_raises(tmp_path, monkeypatch):
             zarr.open_array(str(tmp_path / "a.zarr"), mode="r+")[0:10, 0:10] = 0.5
         return compute(job, task, **options)
 
-    monkeypatch.setattr("outofcore.tile.compute_tile", rewrite_a_after_the_first_tile)
+    monkeypatch.setattr("outofcore.recorded.compute_tile", rewrite_a_after_the_first_tile)
     with pytest.raises(InputChangedError, match=r"input A .* changed while the job read it"):
         run_job(
             tmp_path / "a.zarr",
