@@ -182,9 +182,9 @@ def test_a_jobs_peak_is_its_own_not_the_process_lifetimes(tmp_path):
     import psutil  # noqa: PLC0415
 
     rss = psutil.Process().memory_info().rss
-    earlier = np.ones(400 * 2**20 // 8)  # an earlier job's 400 MiB, then freed
+    earlier = np.ones(800 * 2**20 // 8)  # an earlier job's 800 MiB, then freed
     del earlier
-    assert peaks.lifetime_peak() >= rss + 350 * 2**20  # what ru_maxrss would report
+    assert peaks.lifetime_peak() >= rss + 700 * 2**20  # what ru_maxrss would report
     result = measured_job(
         tmp_path,
         random_matrix(np.random.default_rng(25), (300, 200), "float32"),
@@ -194,5 +194,5 @@ def test_a_jobs_peak_is_its_own_not_the_process_lifetimes(tmp_path):
         memory="1MiB",
     )
     summary = result.summary
-    assert rss // 2 < summary["peak_worker_bytes"] < rss + 100 * 2**20
+    assert rss // 2 < summary["peak_worker_bytes"] < rss + 300 * 2**20
     assert 0 < summary["peak_task_bytes"] < 16 * 2**20  # the task's own, a few MiB at most
