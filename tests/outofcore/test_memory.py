@@ -195,4 +195,5 @@ def test_a_jobs_peak_is_its_own_not_the_process_lifetimes(tmp_path):
     )
     summary = result.summary
     assert rss // 2 < summary["peak_worker_bytes"] < rss + 300 * 2**20
-    assert 0 < summary["peak_task_bytes"] < 16 * 2**20  # the task's own, a few MiB at most
+    # What a task grew its process by: 0 where freed memory of earlier work is reused.
+    assert 0 <= summary["peak_task_bytes"] < 16 * 2**20
