@@ -308,9 +308,9 @@ def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
 
 
 def _warm_outofcore() -> None:
-    from outofcore.tile import worker_engine  # noqa: PLC0415
+    from outofcore.worker_context import worker_context  # noqa: PLC0415
 
-    worker_engine("cpu")
+    worker_context().engine("cpu")
 
 
 def _warm_dask() -> None:

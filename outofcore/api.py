@@ -24,7 +24,7 @@ import zarr
 from tqdm import tqdm
 from zarr.storage import MemoryStore
 
-from outofcore import arrays, chunkfiles, config, panel_cache
+from outofcore import arrays, config
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
@@ -32,7 +32,7 @@ from outofcore.journal import Journal
 from outofcore.lease import Lease, OwnerCheck, check_not_held, new_job_id
 from outofcore.locations import locate
 from outofcore.product import Product
-from outofcore.recorded import RecordedJob, compute_and_record
+from outofcore.recorded import RecordedJob, TileResult, compute_and_record
 from outofcore.resume import (
     Start,
     check_start_unchanged,
@@ -47,7 +47,8 @@ from outofcore.spec import JobSpec
 from outofcore.splitk import SplitJob, compute_partial, reduce_tile
 from outofcore.stores import read_concurrency
 from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
-from outofcore.tile import TileJob, TileResult
+from outofcore.tile import TileJob
+from outofcore.worker_context import worker_context
 from scheduler import plan as plan_module
 from scheduler.cluster import (
     DEFAULT_BUDGET_BYTES,
@@ -234,8 +235,7 @@ def run_job(
             results, seconds = _run_tiles(executor, recorded, plan, done, spec, workers)
         finally:
             if isinstance(executor, SynchronousExecutor):  # this thread ran the tasks
-                panel_cache.release_thread()
-                chunkfiles.release_buffers()
+                worker_context().release_thread()
         summary = summarize(plan, results, seconds, spec.backend, output, len(done), lease.job_id)
         summary["product"] = operands.product.summary()
         _finish(operands, plan, document, done, results)

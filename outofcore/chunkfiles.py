@@ -21,10 +21,9 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +31,8 @@ import numpy as np
 import zarr
 
 from outofcore import config
+from outofcore.worker_context import worker_context
 
-#: Threads for chunk files when zarr's configuration does not say.
-CHUNK_FILE_THREADS = 2
 #: What codecs raise for bytes they cannot decode (truncated or corrupt chunks).
 DECODE_ERRORS = (RuntimeError, ValueError)
 
@@ -90,23 +88,7 @@ class PlainLayout:
 
 def plain_layout(array: zarr.Array) -> PlainLayout | None:
     """The array's :class:`PlainLayout`, or None when zarr must read and write it."""
-    key = id(array)
-    with _lock:
-        entry = _layouts.get(key)
-        if entry is not None and entry[0] is array:
-            return entry[1]
-        layout = _layout_of(array)
-        if len(_layouts) >= 64:  # arrays of old jobs
-            _layouts.clear()
-        _layouts[key] = (array, layout)
-        return layout
-
-
-_layouts: dict[int, tuple[zarr.Array, PlainLayout | None]] = {}
-#: This process's chunk-file threads, by their count (:func:`shared_pool`): at most one
-#: pool per count a job asked for (1 to the cores), none shut down under a running task.
-_pools: dict[int, ThreadPoolExecutor] = {}
-_lock = threading.Lock()
+    return worker_context().layout(array, _layout_of)
 
 
 def _layout_of(array: zarr.Array) -> PlainLayout | None:
@@ -142,39 +124,24 @@ def _layout_of(array: zarr.Array) -> PlainLayout | None:
         return None
 
 
-def shared_pool() -> ThreadPoolExecutor:
-    """This process's threads for chunk files.
-
-    As many as zarr's ``threading.max_workers`` (set per job by the tile task), never
-    the count an earlier job set.
-    """
-    threads = zarr.config.get("threading.max_workers") or CHUNK_FILE_THREADS
-    with _lock:
-        pool = _pools.get(threads)
-        if pool is None:
-            pool = _pools[threads] = ThreadPoolExecutor(
-                max_workers=threads, thread_name_prefix="outofcore-chunks"
-            )
-        return pool
-
-
 def _run_per_chunk(jobs: list[tuple[int, int]], work: Callable[[int, int, dict], None]) -> None:
-    """``work(i, j, scratch)`` for every chunk, in the shared pool.
+    """``work(i, j, scratch)`` for every chunk, in the process's chunk-file threads.
 
-    Each running call gets a ``scratch`` dict of buffers (:data:`_buffer_sets`)
-    that later chunks, reads and writes alike, reuse.
+    Each running call gets a ``scratch`` set of buffers kept by the worker context
+    (one set per chunk read or written at once: at most the pool's thread count, each
+    an aligned file buffer and a chunk buffer) that later chunks, reads and writes
+    alike, reuse: fresh buffers per chunk or per panel would cost page faults (Dask
+    workers return freed memory to the system at once).
     """
-    pool = shared_pool()
+    context = worker_context()
+    pool = context.chunk_pool()
 
     def run(i: int, j: int) -> None:
-        try:
-            scratch = _buffer_sets.pop()
-        except IndexError:
-            scratch = {}
+        scratch = context.take_buffers()
         try:
             work(i, j, scratch)
         finally:
-            _buffer_sets.append(scratch)
+            context.return_buffers(scratch)
 
     futures = [pool.submit(run, i, j) for i, j in jobs]
     try:
@@ -186,35 +153,10 @@ def _run_per_chunk(jobs: list[tuple[int, int]], work: Callable[[int, int, dict],
         wait(futures)
 
 
-#: Buffer sets kept between chunks, panels and tasks: one per chunk being read
-#: or written at once, so at most the pool's thread count, each an aligned
-#: file buffer and a chunk buffer.  Fresh buffers per chunk or per panel would
-#: cost page faults (Dask workers return freed memory to the system at once).
-_buffer_sets: list[dict[str, np.ndarray]] = []
-
-
-def release_buffers() -> None:
-    """Free the kept buffer sets (an in-process run does at its end)."""
-    _buffer_sets.clear()
-
-
-def kept_bytes() -> int:
-    """Bytes of the buffer sets kept for the next chunk (the ones not in use now)."""
-    return sum(buffer.nbytes for scratch in list(_buffer_sets) for buffer in scratch.values())
-
-
-def fit_buffers(max_bytes: int) -> None:
-    """Free kept buffer sets holding a buffer larger than ``max_bytes`` (a task's largest chunk).
-
-    Sets grown by an earlier job with larger chunks would otherwise stay on
-    top of this job's memory budget.
-    """
-    limit = max_bytes + 2 * DIRECT_ALIGNMENT
-    _buffer_sets[:] = [
-        scratch
-        for scratch in list(_buffer_sets)
-        if all(b.nbytes <= limit for b in scratch.values())
-    ]
+def buffer_limit(chunk_bytes: int) -> int:
+    """The largest buffer reading or writing chunks of ``chunk_bytes`` keeps (padded for
+    unbuffered writes): a task frees kept buffers larger than that for its job's chunks."""
+    return chunk_bytes + 2 * DIRECT_ALIGNMENT
 
 
 def _scratch(buffers: dict[str, np.ndarray], name: str, nbytes: int) -> np.ndarray:

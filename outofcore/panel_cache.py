@@ -1,4 +1,4 @@
-"""What a worker thread keeps between tile tasks: its engines, last panels and spare buffers.
+"""What a worker thread keeps between tile tasks of one job: its last panels, spare buffers.
 
 A Dask worker thread that finishes a tile keeps the tile's last A and B panels
 (and its other panel buffers) for the next task it runs.  The next tile of the
@@ -14,22 +14,19 @@ contents) may serve any later task whose engine, dtype and size match; the
 rest are dropped before the task allocates its own, so a thread holds at most
 the memory of the task it runs or ran last.
 
-Each thread's state sits in a process-wide registry keyed weakly by the
-thread, so :func:`kept_bytes` can add up what a whole worker keeps.
+Each thread's kept panels sit in its state in the process's
+:class:`~outofcore.worker_context.WorkerContext`, which also adds up what a whole
+worker keeps and lets it go.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
-import weakref
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from outofcore.engines import TileEngine
+from outofcore.worker_context import worker_context
 
 
 @dataclass(frozen=True)
@@ -85,38 +82,16 @@ class Reuse:
         return None
 
 
-@dataclass
-class ThreadState:
-    """One thread's engines (one per backend) and the panels its last task kept."""
-
-    engines: dict[str, TileEngine] = field(default_factory=dict)
-    panels: KeptPanels | None = None
-
-
-_states: weakref.WeakKeyDictionary[threading.Thread, ThreadState] = weakref.WeakKeyDictionary()
-_states_lock = threading.Lock()
-
-
-def this_thread() -> ThreadState:
-    """The calling thread's state, created on first use."""
-    thread = threading.current_thread()
-    with _states_lock:
-        state = _states.get(thread)
-        if state is None:
-            state = _states[thread] = ThreadState()
-        return state
-
-
 def take_kept() -> KeptPanels | None:
     """Remove and return what this thread's last task kept (None if nothing)."""
-    state = this_thread()
+    state = worker_context().thread()
     kept, state.panels = state.panels, None
     return kept
 
 
 def keep(kept: KeptPanels) -> None:
     """Keep ``kept`` for this thread's next task."""
-    this_thread().panels = kept
+    worker_context().thread().panels = kept
 
 
 def plan_reuse(
@@ -160,30 +135,6 @@ def plan_reuse(
         and not any(buffer is used for used in in_use)
     ]
     return Reuse(order=order, a=a, b=b, spares=spares)
-
-
-def release_thread() -> None:
-    """Drop this thread's kept panels and free its engines' kept buffers."""
-    state = this_thread()
-    state.panels = None
-    for engine in state.engines.values():
-        engine.release()
-
-
-def kept_bytes() -> int:
-    """Host bytes every thread of this process keeps between tasks: panels and accumulators.
-
-    Chunk-file I/O buffers (shared by the process's threads) are counted by
-    :func:`outofcore.chunkfiles.kept_bytes`.
-    """
-    with _states_lock:
-        states = list(_states.values())
-    total = 0
-    for state in states:
-        kept = state.panels
-        total += kept.nbytes if kept is not None else 0
-        total += sum(engine.kept_bytes() for engine in list(state.engines.values()))
-    return total
 
 
 def in_dask_worker() -> bool:

@@ -31,6 +31,7 @@ from outofcore.dtypes import (
 from outofcore.engines import check_product
 from outofcore.errors import InputError
 from outofcore.reading import read_converted
+from outofcore.stores import request_bytes
 from scheduler.plan import Problem
 
 
@@ -188,6 +189,7 @@ class Product:
             if self.addend is None
             else int(np.prod(self.addend.chunks)) * self.addend.dtype.itemsize,
             symmetric=self.symmetric,
+            request_bytes=request_bytes(self.inputs.values()),
         )
 
     def summary(self) -> dict[str, Any]:

@@ -17,14 +17,45 @@ nothing of the journal: :func:`run_recorded` holds it.
 
 from __future__ import annotations
 
+import os
+import socket
+import time
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from outofcore import peaks
 from outofcore.journal import Journal
-from outofcore.tile import TileJob, TileResult, compute_tile
+from outofcore.tile import TaskIO, TileJob, compute_tile
+from outofcore.worker_context import worker_context
 from scheduler.plan import TileTask
+
+
+@dataclass(frozen=True)
+class TileResult:
+    """What a task measured (every kind: tile, split part, reduction); the client adds
+    these up for the job summary, and the task's journal record keeps them."""
+
+    key: str
+    bytes_read: int
+    bytes_written: int
+    read_wait_seconds: float
+    compute_seconds: float
+    write_seconds: float
+    #: The task's wall time, from its start to its record (the wrapper's clock).
+    seconds: float
+    #: Peak resident bytes of the worker process while the task ran (outofcore.peaks).
+    peak_rss_bytes: int
+    worker: str
+    #: Host bytes the worker process keeps between tasks once this task is done
+    #: (every thread's panels and accumulators, and the chunk-file I/O buffers).
+    kept_bytes: int = 0
+    #: Bytes of partial tiles written (a part of a split tile) or read back (its reduction).
+    scratch_bytes: int = 0
+    #: That peak over the process's resident bytes when the task began: how much the task
+    #: grew its process (the first task of a fresh worker includes what it keeps for the
+    #: tasks after it: buffers, its engine; later ones reuse them).
+    task_peak_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,24 +79,36 @@ class RecordedJob:
 def run_recorded(
     job: RecordedJob,
     record_key: str,
-    compute: Callable[[], TileResult],
+    result_key: str,
+    compute: Callable[[], TaskIO],
     record: Callable[[dict[str, Any]], None],
 ) -> TileResult:
     """Run one task under the protocol of the module docstring.
 
     ``record_key`` is the task's record in ``job.journal``; ``compute`` does the
-    work; ``record`` writes the record holding the result's figures.  The task's
-    memory is measured here, for every kind alike (:mod:`outofcore.peaks`): the
-    process's peak while it ran, and that peak over the process's size when it began.
+    work and returns what it read and wrote; ``record`` writes the record holding the
+    result's figures, named ``result_key``.  Everything else a result says is measured
+    here, for every kind alike: the task's seconds, its memory (:mod:`outofcore.peaks`:
+    the process's peak while it ran, and that peak over the process's size when it
+    began), the worker, and what the worker keeps after it.
     """
     done = recorded_result(job.journal.get_json(record_key))
     if done is not None:
         return done
+    started = time.perf_counter()
     token, rss_before = peaks.start()
-    result = compute()
+    io = compute()
     peak = peaks.finish(token)  # this process's peak while the task ran, not its lifetime's
-    result = replace(result, peak_rss_bytes=peak, task_peak_bytes=max(0, peak - rss_before))
     job.check_owner()
+    result = TileResult(
+        key=result_key,
+        **asdict(io),
+        seconds=time.perf_counter() - started,
+        peak_rss_bytes=peak,
+        task_peak_bytes=max(0, peak - rss_before),
+        worker=worker_name(),
+        kept_bytes=worker_context().kept_bytes(),
+    )
     record(asdict(result))
     return result
 
@@ -75,6 +118,7 @@ def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:
     return run_recorded(
         job,
         job.journal.tile_key(job.journal_id, task.key),
+        task.key,
         lambda: compute_tile(job.tile_job, task, before_write=job.owner_check),
         lambda result: job.journal.record_tile(job.journal_id, task, result),
     )
@@ -92,3 +136,8 @@ def recorded_result(record: dict[str, Any] | None) -> TileResult | None:
         return TileResult(**values)
     except TypeError:
         return None
+
+
+def worker_name() -> str:
+    """``host:pid`` of this process, as task results name their worker."""
+    return f"{socket.gethostname()}:{os.getpid()}"

@@ -31,15 +31,8 @@ import numpy as np
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from outofcore.recorded import RecordedJob, run_recorded
-from outofcore.tile import (
-    TileResult,
-    compute_tile,
-    output_bytes,
-    worker_name,
-    write_finished_rows,
-    write_mirror,
-)
+from outofcore.recorded import RecordedJob, TileResult, run_recorded
+from outofcore.tile import TaskIO, compute_tile, output_bytes, write_finished_rows, write_mirror
 from outofcore.writing import naming_full_disk
 from scheduler.plan import PartialTask, TileTask, tile_parts, write_block_rows
 
@@ -91,21 +84,21 @@ def compute_partial(job: SplitJob, part: PartialTask) -> TileResult:
     recorded = job.recorded
     key = recorded.journal.partial_key(recorded.journal_id, part.key)
 
-    def compute() -> TileResult:
+    def compute() -> TaskIO:
         first, stop = part.panels
         tile_job = replace(recorded.tile_job, panels=recorded.tile_job.panels[first:stop])
-        result = compute_tile(
+        io = compute_tile(
             tile_job,
             part.tile,
             before_write=recorded.owner_check,
             sink=lambda r0, rows: job.write_block(part, r0, rows),
         )
-        return replace(result, key=part.key, scratch_bytes=result.bytes_written, bytes_written=0)
+        return replace(io, scratch_bytes=io.bytes_written, bytes_written=0)  # kept, not output
 
     def record(result: dict) -> None:
         recorded.journal.record_tile(recorded.journal_id, part.tile, result, key=key)
 
-    return run_recorded(recorded, key, compute, record)
+    return run_recorded(recorded, key, part.key, compute, record)
 
 
 def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
@@ -120,15 +113,15 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
     return run_recorded(
         recorded,
         recorded.journal.tile_key(recorded.journal_id, task.key),
+        task.key,
         lambda: _reduce(job, task),
         lambda result: recorded.journal.record_tile(recorded.journal_id, task, result),
     )
 
 
-def _reduce(job: SplitJob, task: TileTask) -> TileResult:
+def _reduce(job: SplitJob, task: TileTask) -> TaskIO:
     """Add the parts of ``task``'s tile, row block by row block, and write it."""
     recorded = job.recorded
-    started = time.perf_counter()
     tile_job = recorded.tile_job
     parts = job.parts_of(task)
     rows, cols = task.shape
@@ -163,15 +156,11 @@ def _reduce(job: SplitJob, task: TileTask) -> TileResult:
         t0 = time.perf_counter()
         write_mirror(tile_job, task, whole, recorded.owner_check)
         write += time.perf_counter() - t0
-    return TileResult(
-        key=task.key,
+    return TaskIO(
         bytes_read=0,
         bytes_written=output_bytes(tile_job, task),
         read_wait_seconds=read,
         compute_seconds=compute,
         write_seconds=write,
-        seconds=time.perf_counter() - started,
-        peak_rss_bytes=0,  # measured around the task by outofcore.recorded.run_recorded
-        worker=worker_name(),
         scratch_bytes=scratch,
     )

@@ -316,12 +316,28 @@ def _modified(info: Mapping[str, Any]) -> float:
 # -- reads ---------------------------------------------------------------------------------
 
 
+#: Bytes one chunk request in flight to an object store holds beside the chunk's own
+#: buffers: the client's request, the response object and its body's read buffers.
+#: Measured (tests/outofcore/test_memory.py, s3fs on moto, 10 KB chunks): about 36 KB per
+#: request beyond its chunk's two buffers.
+REQUEST_BYTES = 64 * 1024
+
+
 def read_concurrency(arrays: Iterable[zarr.Array]) -> int:
     """Chunks a task reads at once: the plan's default on local disks; with any input
     on a remote store, the setting ``remote-concurrency`` (``$OUTOFCORE_REMOTE_CONCURRENCY``,
     default 16) requests in flight, each with its chunk's buffers in the memory contract."""
-    for array in arrays:
-        store = array.store
-        if isinstance(store, FsspecStore) and not _protocols(store) & {"file", "local"}:
-            return int(config.number("remote-concurrency", integer=True, positive=True))
+    if any(_remote(array) for array in arrays):
+        return int(config.number("remote-concurrency", integer=True, positive=True))
     return DEFAULT_IO_CONCURRENCY
+
+
+def request_bytes(arrays: Iterable[zarr.Array]) -> int:
+    """What each request in flight holds beside its chunk (:data:`REQUEST_BYTES`) when any
+    of ``arrays`` is on a remote store; 0 for local files, read with no request objects."""
+    return REQUEST_BYTES if any(_remote(array) for array in arrays) else 0
+
+
+def _remote(array: zarr.Array) -> bool:
+    store = array.store
+    return isinstance(store, FsspecStore) and not _protocols(store) & {"file", "local"}

@@ -1,8 +1,9 @@
 """The per-tile task: stream k-panels of A and B through an engine, write C_ij once.
 
-This is the only code that runs on workers, whichever executor schedules it:
-:func:`compute_and_record` is the entry (skip a tile already recorded, compute
-it with :func:`compute_tile`, record it in the journal).
+This is the work of a tile task on a worker, whichever executor schedules it;
+the task itself (skip a tile already recorded, compute it with
+:func:`compute_tile`, record it in the journal) is
+:func:`outofcore.recorded.compute_and_record`.
 The next panel is decoded in a background thread while the engine multiplies
 the current one; the tile is written as whole chunks of C, so running a task
 twice (a retry, a lost worker) gives the same result.
@@ -11,8 +12,6 @@ twice (a retry, a lost worker) gives the same result.
 from __future__ import annotations
 
 import math
-import os
-import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,9 +23,10 @@ from threadpoolctl import threadpool_limits
 
 from outofcore import chunkfiles, panel_cache
 from outofcore.blas import mirror_upper
-from outofcore.engines import TileEngine, make_engine
+from outofcore.engines import TileEngine
 from outofcore.product import Product
 from outofcore.reading import read_operand
+from outofcore.worker_context import worker_context
 from outofcore.writing import write_region
 from scheduler.plan import PANELS_IN_FLIGHT, TileTask, chunk_span, write_block_rows
 
@@ -51,55 +51,21 @@ class TileJob:
 
 
 @dataclass(frozen=True)
-class TileResult:
-    """What a task measured; the client adds these up for the job summary."""
+class TaskIO:
+    """What a task's own work measured: the bytes it read and wrote, where its time went.
 
-    key: str
+    The recorded-task wrapper (:func:`outofcore.recorded.run_recorded`) adds what it
+    measures around every task alike (seconds, memory, worker) to make the task's
+    :class:`~outofcore.recorded.TileResult`.
+    """
+
     bytes_read: int
     bytes_written: int
     read_wait_seconds: float
     compute_seconds: float
     write_seconds: float
-    seconds: float
-    #: Peak resident bytes of the worker process while the task ran (outofcore.peaks).
-    peak_rss_bytes: int
-    worker: str
-    #: Host bytes the worker process keeps between tasks once this task is done
-    #: (every thread's panels and accumulators, and the chunk-file I/O buffers).
-    kept_bytes: int = 0
     #: Bytes of partial tiles written (a part of a split tile) or read back (its reduction).
     scratch_bytes: int = 0
-    #: That peak over the process's resident bytes when the task began: how much the task
-    #: grew its process (the first task of a fresh worker includes what it keeps for the
-    #: tasks after it: buffers, its engine; later ones reuse them).
-    task_peak_bytes: int = 0
-
-
-def worker_engine(backend: str) -> TileEngine:
-    """The engine for ``backend`` in this thread, created on first use and reused.
-
-    An engine holds one tile at a time, and a worker with several threads runs
-    several tiles at once: each thread has its own (:mod:`outofcore.panel_cache`).
-    """
-    engines = panel_cache.this_thread().engines
-    engine = engines.get(backend)
-    if engine is None:
-        engine = engines[backend] = make_engine(backend)
-    return engine
-
-
-def configure_io(io_concurrency: int) -> None:
-    """Cap zarr's own concurrency in this process, so decoding leaves cores to BLAS.
-
-    ``io_concurrency`` chunk requests in flight (many on object stores), decoded
-    by at most one thread per core.
-    """
-    threads = min(io_concurrency, os.cpu_count() or 1)
-    wanted = {"async.concurrency": io_concurrency, "threading.max_workers": threads}
-    # Compared with zarr's settings now, not with what was ever set: a worker that ran a
-    # local job (2 requests) and then an S3 one (16) must not keep the first job's value.
-    if any(zarr.config.get(key) != value for key, value in wanted.items()):
-        zarr.config.set(wanted)
 
 
 #: Where a task's finished rows go: ``sink(r0, rows)``, ``r0`` the first row in the tile.
@@ -111,7 +77,7 @@ def compute_tile(
     task: TileTask,
     before_write: Callable[[], None] | None = None,
     sink: RowSink | None = None,
-) -> TileResult:
+) -> TaskIO:
     """Compute ``C[task] = A[rows, :] @ B[:, cols]`` over ``job.panels``; write it as whole chunks.
 
     ``before_write`` is called before each block of the tile is written (it
@@ -121,10 +87,9 @@ def compute_tile(
     ``job.c`` (:func:`write_finished_rows`).  Returns what it read, wrote and
     how long each part took.
     """
-    started = time.perf_counter()
-    configure_io(job.io_concurrency)
-    chunkfiles.fit_buffers(_largest_chunk_bytes(job))
-    engine = worker_engine(job.backend)
+    context = worker_context()
+    context.start_task(job.io_concurrency, chunkfiles.buffer_limit(_largest_chunk_bytes(job)))
+    engine = context.engine(job.backend)
     # GPU engines: device budget min(own, the job's) and panel depth; CPU: nothing.
     engine.configure(device_memory=job.device_memory, panel_depth=job.tk)
     panels = TilePanels.prepare(job, task, engine)
@@ -136,17 +101,12 @@ def compute_tile(
         run = _PanelLoop(job, task, engine, panels, reader, writer, before_write, sink)
         tile = run.multiply_and_write()
     panels.keep_for_next_task(job, task)
-    return TileResult(
-        key=task.key,
+    return TaskIO(
         bytes_read=run.bytes_read,
         bytes_written=tile.nbytes if sink is not None else output_bytes(job, task),
         read_wait_seconds=run.read_wait,
         compute_seconds=run.compute,
         write_seconds=run.write,
-        seconds=time.perf_counter() - started,
-        peak_rss_bytes=0,  # measured around the task by outofcore.recorded.run_recorded
-        worker=worker_name(),
-        kept_bytes=panel_cache.kept_bytes() + chunkfiles.kept_bytes(),
     )
 
 
@@ -258,8 +218,7 @@ class TilePanels:
                 panel_cache.KeptPanels(identity, job.backend, last_a, last_b, tuple(others))
             )
         elif not in_worker:  # an in-process run frees everything when it returns
-            panel_cache.release_thread()
-            chunkfiles.release_buffers()
+            worker_context().release_thread()
         self.drop()
 
 
@@ -454,8 +413,3 @@ def _decoded_bytes(
     b_k = chunk_span(k0, k1, product.b.chunks[b_axis], product.k) if b else 0
     rows, cols = task.shape
     return product.a.dtype.itemsize * rows * a_k + product.b.dtype.itemsize * b_k * cols
-
-
-def worker_name() -> str:
-    """``host:pid`` of this process, as task results name their worker."""
-    return f"{socket.gethostname()}:{os.getpid()}"

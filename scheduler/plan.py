@@ -96,6 +96,9 @@ class Problem:
     addend_itemsize: int = 0
     #: Decoded bytes of one chunk of the addend (its reads' buffers); 0: no addend.
     addend_chunk_bytes: int = 0
+    #: Bytes a chunk request in flight holds beside the chunk's buffers (an object store
+    #: client's request and response objects); 0 for files on a local disk.
+    request_bytes: int = 0
     #: ``op(A) @ op(B)`` is ``X.T @ X`` or ``X @ X.T`` of one array X: only the tiles on
     #: and above the diagonal are tasks; each writes its mirror tile too.
     symmetric: bool = False
@@ -124,7 +127,8 @@ class Problem:
             if len(grid) != 2 or min(grid) < 1:
                 raise InputError(f"{name} = {grid}: need two chunk sizes >= 1")
         sizes = [self.itemsize, *self.read_sizes, self.written_itemsize]
-        if min(sizes) < 1 or min(*self.staging, self.block_extra, self.addend_itemsize) < 0:
+        extras = (*self.staging, self.block_extra, self.addend_itemsize, self.request_bytes)
+        if min(sizes) < 1 or min(extras) < 0:
             raise InputError(f"element sizes must be >= 1 (staging >= 0), got {self}")
 
     @property
@@ -353,7 +357,8 @@ def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     to writes and task to task: a file and a chunk buffer for each of the
     ``c = io_concurrency`` I/O threads, of the largest input chunk, and grown to
     the output chunk's size in the threads that write (at most ``c``, and at
-    most the tile's output chunks).
+    most the tile's output chunks), and on object stores each request's own objects
+    (``request_bytes``).
     """
     p = problem
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
@@ -368,6 +373,7 @@ def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     codec_buffers = io_concurrency * 2 * input_chunk + writers * 2 * max(0, out_chunk - input_chunk)
     # The addend's chunks are read while a block is finished, ``io_concurrency`` at a time.
     codec_buffers += io_concurrency * 2 * p.addend_chunk_bytes
+    codec_buffers += io_concurrency * p.request_bytes  # each request's own objects
     if p.symmetric:  # the mirror tile is written from transposed blocks of the tile's columns
         block += max(p.itemsize, p.written_itemsize) * tm * write_block_rows(out_cols, tn)
     return p.itemsize * tm * tn + panels + staging + block + codec_buffers
@@ -390,7 +396,8 @@ def reduction_bytes(problem: Problem, tm: int, tn: int, io_concurrency: int) -> 
     writers = min(io_concurrency, math.ceil(rows / out_rows) * math.ceil(tn / out_cols))
     mirror = p.itemsize * tm * tn if p.symmetric else 0
     addend = io_concurrency * 2 * p.addend_chunk_bytes
-    return sums + writers * 2 * out_chunk + mirror + addend
+    requests = io_concurrency * p.request_bytes
+    return sums + writers * 2 * out_chunk + mirror + addend + requests
 
 
 def projections(

@@ -194,7 +194,7 @@ def make_engine(backend: str = "cuda", *, params: TileParams | None = None) -> C
     An engine (streams, device and pinned buffers) holds one tile at a time and
     is costly to make: the caller keeps it for its thread.  A tile task's
     thread makes its engine on first use and reuses it
-    (``outofcore.tile.worker_engine``).
+    (``outofcore.worker_context.WorkerContext.engine``).
 
     Raises
     ------

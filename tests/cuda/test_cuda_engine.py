@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 import outofcore.cuda as ooc_cuda
-from outofcore import panel_cache
 from outofcore.api import run_job
 from outofcore.cuda import buffers
 from outofcore.cuda.engine import CudaEngine
 from outofcore.cuda.kernels import TileParams
 from outofcore.errors import BackendError, BudgetError, InputError
-from outofcore.tile import worker_engine
+from outofcore.worker_context import worker_context
 from scheduler.device_plan import device_bytes
 from tests.helpers import (
     assert_gemm_close,
@@ -114,11 +113,11 @@ def test_each_task_thread_makes_its_engine_once(monkeypatch):
     assert ooc_cuda.make_engine("cuda", params=TINY) is not ooc_cuda.make_engine(
         "cuda", params=TINY
     )
-    monkeypatch.setattr(panel_cache.this_thread(), "engines", {})
-    mine = worker_engine("cuda")
-    assert isinstance(mine, CudaEngine) and worker_engine("cuda") is mine
+    monkeypatch.setattr(worker_context().thread(), "engines", {})
+    mine = worker_context().engine("cuda")
+    assert isinstance(mine, CudaEngine) and worker_context().engine("cuda") is mine
     other = []
-    thread = threading.Thread(target=lambda: other.append(worker_engine("cuda")))
+    thread = threading.Thread(target=lambda: other.append(worker_context().engine("cuda")))
     thread.start()
     thread.join()
     assert isinstance(other[0], CudaEngine) and other[0] is not mine
@@ -331,7 +330,7 @@ def test_run_job_on_the_simulator_cuts_host_tiles_into_device_tiles(tmp_path, mo
     planner = engine._plan
     monkeypatch.setattr(engine, "_plan", lambda *args: plans.append(planner(*args)) or plans[-1])
     # run_job(client="sync") runs tasks in this thread: give it this engine.
-    monkeypatch.setitem(panel_cache.this_thread().engines, "cuda", engine)
+    monkeypatch.setitem(worker_context().thread().engines, "cuda", engine)
     result = run_job(str(a_path), str(b_path), str(tmp_path / "c.zarr"), **SIMULATED_JOB)
     assert_product_close(result.output[...], a, b)
     assert len(plans) == len(result.plan.tasks) == 6
@@ -371,7 +370,7 @@ def test_run_job_on_the_simulator_with_transposes_scales_and_dtypes(
     for name, x, chunks in (("a", a, (4, 5)), ("b", b, (6, 4)), ("d", d, (5, 6))):
         write_zarr(tmp_path / f"{name}.zarr", x, chunks)
     engine = fresh_engine()
-    monkeypatch.setitem(panel_cache.this_thread().engines, "cuda", engine)
+    monkeypatch.setitem(worker_context().thread().engines, "cuda", engine)
     exact = accumulated is None
     scales = {"alpha": 3 if exact else 0.5, "beta": -2 if exact else 1.5}
     product = {"transpose_a": True, "transpose_b": True, **scales}
@@ -390,7 +389,7 @@ def test_gram_on_the_simulator_is_exactly_symmetric(tmp_path, monkeypatch):
     """A Gram product through the CUDA engine: diagonal tiles computed whole, then mirrored."""
     x = random_matrix(np.random.default_rng(13), (29, 22), "float32")
     write_zarr(tmp_path / "x.zarr", x, (8, 5))
-    monkeypatch.setitem(panel_cache.this_thread().engines, "cuda", fresh_engine())
+    monkeypatch.setitem(worker_context().thread().engines, "cuda", fresh_engine())
     x_path = str(tmp_path / "x.zarr")
     options = {**SIMULATED_JOB, "tile": (10, 10), "device_memory": 4096}
     result = run_job(x_path, x_path, str(tmp_path / "g.zarr"), transpose_a=True, **options)

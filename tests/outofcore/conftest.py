@@ -28,11 +28,9 @@ def worker_state_left_clean(request):
     engines' accumulators and chunk-file buffers belong to worker threads between the
     tasks of one job, and an in-process job frees them when it returns (issue 20,
     item 5)."""
-    from outofcore import chunkfiles, panel_cache  # noqa: PLC0415
+    from outofcore.worker_context import worker_context  # noqa: PLC0415
 
-    def kept() -> int:
-        return panel_cache.kept_bytes() + chunkfiles.kept_bytes()
-
+    kept = worker_context().kept_bytes
     before = kept()
     yield
     if request.module.__name__.rsplit(".", 1)[-1] in KEEPS_WORKER_STATE:

@@ -12,6 +12,7 @@ import pytest
 import zarr
 
 from outofcore import chunkfiles
+from outofcore.worker_context import worker_context
 from outofcore.writing import write_region
 
 SHAPE, CHUNKS = (300, 250), (64, 48)  # ragged edges on both axes
@@ -112,29 +113,30 @@ def test_kept_buffers_larger_than_a_task_needs_are_freed(tmp_path):
     big = zarr.create_array(tmp_path / "big.zarr", shape=(256, 256), chunks=(256, 256), dtype="f4")
     big[...] = values
     layout = chunkfiles.plain_layout(big)
-    chunkfiles.release_buffers()
+    context = worker_context()
+    context.release_thread()
     out = np.empty((256, 128), np.float32)
     chunkfiles.read_region(layout, (slice(0, 256), slice(0, 128)), out)  # not in place: 2 buffers
     np.testing.assert_array_equal(out, values[:, :128])
-    assert chunkfiles._buffer_sets  # kept for the next chunk, panel or task
-    chunkfiles.fit_buffers(256 * 256 * 4)  # a task with chunks this large keeps them
-    assert chunkfiles._buffer_sets
-    chunkfiles.fit_buffers(64 * 64 * 4)  # one with smaller chunks frees them first
-    assert not chunkfiles._buffer_sets
+    kept = context.buffer_bytes()
+    assert kept >= 256 * 256 * 4  # kept for the next chunk, panel or task
+    # A task with chunks this large keeps them; one with smaller chunks frees them first.
+    context.start_task(2, chunkfiles.buffer_limit(256 * 256 * 4))
+    assert context.buffer_bytes() == kept
+    context.start_task(2, chunkfiles.buffer_limit(64 * 64 * 4))
+    assert context.buffer_bytes() == 0
 
 
 def test_io_settings_follow_each_job_not_the_first_one(tmp_path):
     """Issue 20: jobs with 16, then 2, then 16 requests in flight; zarr's settings and the
     chunk-file pool follow each (they stayed at the first value seen twice before)."""
-    from outofcore.tile import configure_io  # noqa: PLC0415
-
     keys = ("async.concurrency", "threading.max_workers")
     with zarr.config.set({key: zarr.config.get(key) for key in keys}):  # restored after
         cores = os.cpu_count() or 1
         seen = []
         for requests in (16, 2, 16, 1):
-            configure_io(requests)
-            pool = chunkfiles.shared_pool()
+            worker_context().start_task(requests, 2**20)
+            pool = worker_context().chunk_pool()
             seen.append(
                 (zarr.config.get("async.concurrency"), zarr.config.get("threading.max_workers"))
             )

@@ -15,6 +15,7 @@ import pytest
 import zarr
 
 from outofcore.api import run_job
+from outofcore.stores import REQUEST_BYTES
 from scheduler.executors import SynchronousExecutor
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
@@ -153,23 +154,26 @@ def test_staged_inputs_an_addend_and_a_narrower_output(tmp_path, task_peaks):
     within_projection(task_peaks, result.plan)
 
 
-def test_requests_in_flight_on_an_object_store(moto_server, s3_bucket, task_peaks):
-    """Inputs on S3: 16 chunk requests in flight per task, each buffer in the contract."""
+@pytest.mark.parametrize("chunk", [50, 100])
+def test_requests_in_flight_on_an_object_store(moto_server, s3_bucket, task_peaks, chunk):
+    """Inputs on S3: 16 chunk requests in flight per task, each with its chunk's buffers
+    and its own objects (the request and response: ``stores.REQUEST_BYTES``) in the
+    contract; with 10 KB chunks the requests' objects outweigh the chunks."""
     options = moto_server.options
     rng = np.random.default_rng(24)
-    # Chunks of 40 KB: with 10 KB ones each request's own objects (about 19 KB, botocore's
-    # response) are over the projection, which counts two chunk buffers per request.
     for name, shape in (("a", (800, 600)), ("b", (600, 700))):
         array = zarr.create_array(
-            f"{s3_bucket}/{name}.zarr", shape=shape, chunks=(100, 100), dtype="f4",
+            f"{s3_bucket}/{name}{chunk}.zarr", shape=shape, chunks=(chunk, chunk), dtype="f4",
             storage_options=options,
         )  # fmt: skip
         array[...] = random_matrix(rng, shape, "float32")
+    a, b = f"{s3_bucket}/a{chunk}.zarr", f"{s3_bucket}/b{chunk}.zarr"
     result = run_job(
-        f"{s3_bucket}/a.zarr", f"{s3_bucket}/b.zarr", f"{s3_bucket}/c.zarr", client="sync",
-        progress=False, memory=8 * 2**20, storage_options=options,
+        a, b, f"{s3_bucket}/c{chunk}.zarr", client="sync", progress=False,
+        memory=8 * 2**20, storage_options=options,
     )  # fmt: skip
     assert result.plan.io_concurrency == 16
+    assert result.plan.problem.request_bytes == REQUEST_BYTES
     within_projection(task_peaks, result.plan)
 
 

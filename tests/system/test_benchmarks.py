@@ -117,6 +117,7 @@ def sixteen_tiles_as_in_a_worker(tmp_path, monkeypatch, seed):
     from outofcore import panel_cache
     from outofcore.api import run_job
     from outofcore.generate import random_array
+    from outofcore.worker_context import worker_context
 
     monkeypatch.setattr(panel_cache, "in_dask_worker", lambda: True)
     a = random_array(tmp_path / "a.zarr", (512, 384), (64, 64), seed=seed)
@@ -134,7 +135,7 @@ def sixteen_tiles_as_in_a_worker(tmp_path, monkeypatch, seed):
             tk=64,
         )
     finally:
-        panel_cache.release_thread()
+        worker_context().release_thread()
     return a, b, result
 
 

@@ -1,0 +1,201 @@
+"""The worker context: everything outofcore keeps in a process between tasks, in one place.
+
+A Dask worker runs many tasks, of one job and then of the next, and a few things
+outlive a task because making them again costs more than keeping them:
+
+* each thread's **engines** (one per backend; a GPU engine holds device buffers and
+  pinned host memory) and the **panels** its last task kept for the next tile of the
+  same row or column (:mod:`outofcore.panel_cache` decides what a task may reuse);
+* the **chunk-file threads** (one pool per thread count, none shut down under a
+  running task) and their **buffer sets** (:mod:`outofcore.chunkfiles`);
+* the **layouts** of arrays read or written as chunk files;
+* zarr's **I/O settings** (requests in flight, decoding threads): zarr's own
+  process-wide configuration, set by every task to its job's values
+  (:meth:`WorkerContext.start_task`), compared with zarr's current values and never
+  with what an earlier job set.
+
+:func:`worker_context` is the process's one context.  Tasks of one job may use
+what an earlier task left only as :mod:`outofcore.panel_cache` allows (panel
+contents only within one job); a task starts by dropping buffer sets too large for
+its job, so what an earlier job left never sits on top of this job's budget.  An
+in-process job (``client="sync"``) runs its tasks in the caller's thread and calls
+:meth:`WorkerContext.release_thread` when it ends, well or not.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import zarr
+
+from outofcore.engines import TileEngine, make_engine
+
+if TYPE_CHECKING:
+    from outofcore.panel_cache import KeptPanels
+
+#: Threads for chunk files when zarr's configuration does not say.
+CHUNK_FILE_THREADS = 2
+#: Layouts remembered before the oldest are forgotten (arrays of earlier jobs).
+LAYOUTS_KEPT = 64
+
+#: A chunk file's reusable buffers by name (a file buffer, a chunk buffer).
+BufferSet = dict[str, np.ndarray]
+
+
+@dataclass
+class ThreadState:
+    """One thread's engines (one per backend) and the panels its last task kept."""
+
+    engines: dict[str, TileEngine] = field(default_factory=dict)
+    panels: KeptPanels | None = None
+
+    @property
+    def kept_bytes(self) -> int:
+        """Host bytes this thread keeps: its kept panels and its engines' accumulators."""
+        panels = self.panels.nbytes if self.panels is not None else 0
+        return panels + sum(engine.kept_bytes() for engine in list(self.engines.values()))
+
+
+class WorkerContext:
+    """What one process keeps between tasks (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads: weakref.WeakKeyDictionary[threading.Thread, ThreadState] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._pools: dict[int, ThreadPoolExecutor] = {}
+        self._buffer_sets: list[BufferSet] = []
+        self._layouts: dict[int, tuple[Any, Any]] = {}
+
+    # -- a task's start -------------------------------------------------------------
+
+    def start_task(self, io_concurrency: int, largest_buffer: int) -> None:
+        """Set this process up for a task of a job: its I/O settings, its buffers.
+
+        ``io_concurrency`` chunk requests in flight (many on object stores), decoded
+        by at most one thread per core; buffer sets holding a buffer larger than
+        ``largest_buffer`` bytes (the job's largest chunk, padded) are freed, so sets
+        grown by an earlier job with larger chunks do not stay on top of this job's
+        budget.
+        """
+        self.configure_io(io_concurrency)
+        with self._lock:
+            self._buffer_sets[:] = [
+                buffers
+                for buffers in self._buffer_sets
+                if all(b.nbytes <= largest_buffer for b in buffers.values())
+            ]
+
+    @staticmethod
+    def configure_io(io_concurrency: int) -> None:
+        """Cap zarr's own concurrency in this process, so decoding leaves cores to BLAS.
+
+        Compared with zarr's settings now, not with what was ever set: a worker that ran
+        a local job (2 requests) and then an S3 one (16) must not keep the first value.
+        """
+        threads = min(io_concurrency, os.cpu_count() or 1)
+        wanted = {"async.concurrency": io_concurrency, "threading.max_workers": threads}
+        if any(zarr.config.get(key) != value for key, value in wanted.items()):
+            zarr.config.set(wanted)
+
+    # -- threads: engines and kept panels -------------------------------------------
+
+    def thread(self) -> ThreadState:
+        """The calling thread's state, created on first use."""
+        thread = threading.current_thread()
+        with self._lock:
+            state = self._threads.get(thread)
+            if state is None:
+                state = self._threads[thread] = ThreadState()
+            return state
+
+    def engine(self, backend: str) -> TileEngine:
+        """The engine for ``backend`` in this thread, created on first use and reused.
+
+        An engine holds one tile at a time, and a worker with several threads runs
+        several tiles at once: each thread has its own.
+        """
+        engines = self.thread().engines
+        engine = engines.get(backend)
+        if engine is None:
+            engine = engines[backend] = make_engine(backend)
+        return engine
+
+    # -- chunk files: threads, buffers, layouts -------------------------------------
+
+    def chunk_pool(self) -> ThreadPoolExecutor:
+        """This process's threads for chunk files: as many as zarr's ``threading.max_workers``
+        (set per task by :meth:`start_task`), never the count an earlier job set."""
+        threads = zarr.config.get("threading.max_workers") or CHUNK_FILE_THREADS
+        with self._lock:
+            pool = self._pools.get(threads)
+            if pool is None:
+                pool = self._pools[threads] = ThreadPoolExecutor(
+                    max_workers=threads, thread_name_prefix="outofcore-chunks"
+                )
+            return pool
+
+    def take_buffers(self) -> BufferSet:
+        """A kept buffer set for one chunk being read or written (an empty one if none)."""
+        with self._lock:
+            return self._buffer_sets.pop() if self._buffer_sets else {}
+
+    def return_buffers(self, buffers: BufferSet) -> None:
+        """Keep ``buffers`` for the next chunk, panel or task."""
+        with self._lock:
+            self._buffer_sets.append(buffers)
+
+    def layout(self, array: Any, make: Callable[[Any], Any]) -> Any:
+        """``make(array)``, remembered for ``array`` (the very object) while it is in use."""
+        key: Hashable = id(array)
+        with self._lock:
+            entry = self._layouts.get(key)
+            if entry is not None and entry[0] is array:
+                return entry[1]
+        layout = make(array)
+        with self._lock:
+            if len(self._layouts) >= LAYOUTS_KEPT:
+                self._layouts.clear()
+            self._layouts[key] = (array, layout)
+        return layout
+
+    # -- what is kept, and letting it go --------------------------------------------
+
+    def buffer_bytes(self) -> int:
+        """Bytes of the chunk-file buffer sets kept for the next chunk (those not in use)."""
+        with self._lock:
+            sets = list(self._buffer_sets)
+        return sum(buffer.nbytes for buffers in sets for buffer in buffers.values())
+
+    def kept_bytes(self) -> int:
+        """Host bytes this process keeps between tasks: every thread's panels and engine
+        accumulators, and the chunk-file buffer sets."""
+        with self._lock:
+            states = list(self._threads.values())
+        return sum(state.kept_bytes for state in states) + self.buffer_bytes()
+
+    def release_thread(self) -> None:
+        """Free what the calling thread's tasks kept (its panels, its engines' buffers) and
+        the chunk-file buffer sets: an in-process job's end."""
+        state = self.thread()
+        state.panels = None
+        for engine in state.engines.values():
+            engine.release()
+        with self._lock:
+            self._buffer_sets.clear()
+
+
+_CONTEXT = WorkerContext()
+
+
+def worker_context() -> WorkerContext:
+    """This process's :class:`WorkerContext`."""
+    return _CONTEXT
