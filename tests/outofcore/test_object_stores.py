@@ -52,7 +52,7 @@ def test_job_on_s3_with_storage_options_on_a_local_cluster(moto_server, s3_bucke
         f"{s3_bucket}/a.zarr",
         f"{s3_bucket}/b.zarr",
         out,
-        memory=48 * 1024,
+        memory=16 * stores.REQUEST_BYTES + 48 * 1024,  # 16 requests in flight, then small tiles
         workers=2,
         progress=False,
         storage_options=options,
@@ -143,7 +143,8 @@ def test_leases_racing_on_s3_have_exactly_one_winner(moto_server, s3_bucket, rou
 
 
 def s3_inputs(server, bucket: str) -> tuple[str, str, str, np.ndarray, np.ndarray]:
-    """A (600x500) and B (500x330) in 50x50 chunks on S3: 84 tiles at --memory 400KiB."""
+    """A (600x500) and B (500x330) in 50x50 chunks on S3: 84 tiles at --memory 1424KiB
+    (16 requests in flight at ``stores.REQUEST_BYTES`` each, and 400 KiB for the tiles)."""
     rng = np.random.default_rng(5)
     a, b = random_matrix(rng, (600, 500), "float32"), random_matrix(rng, (500, 330), "float32")
     put(f"{bucket}/a.zarr", a, (50, 50), server.options)
@@ -155,7 +156,7 @@ def test_client_killed_mid_job_on_s3_then_rerun_resumes(moto_server, s3_bucket):
     """SIGKILL ``outofcore matmul`` (credentials from the environment) mid-job; status
     (``--storage-option``) shows it stopped with a dead lease; the rerun resumes."""
     a_url, b_url, c_url, a, b = s3_inputs(moto_server, s3_bucket)
-    command = [a_url, b_url, "-o", c_url, "--memory", "400KiB", "--scheduler", "sync", "--json"]
+    command = [a_url, b_url, "-o", c_url, "--memory", "1424KiB", "--scheduler", "sync", "--json"]
     env = {**os.environ, **moto_server.env, "OUTOFCORE_LEASE_TIMEOUT": "2"}
     job = subprocess.Popen(
         [sys.executable, "-m", "outofcore.cli", "matmul", *command],
@@ -204,7 +205,7 @@ def test_two_jobs_racing_for_one_output_on_s3_have_one_winner(moto_server, s3_bu
     """Two ``outofcore matmul`` processes started together on one S3 output: one writes it,
     the other is refused, and the output is right."""
     a_url, b_url, c_url, a, b = s3_inputs(moto_server, s3_bucket)
-    command = [a_url, b_url, "-o", c_url, "--memory", "400KiB", "--scheduler", "sync", "--json"]
+    command = [a_url, b_url, "-o", c_url, "--memory", "1424KiB", "--scheduler", "sync", "--json"]
     jobs = [
         subprocess.Popen(
             [sys.executable, "-m", "outofcore.cli", "matmul", *command],

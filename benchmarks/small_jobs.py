@@ -1,0 +1,276 @@
+"""The first seconds: small and medium jobs, whole commands against numpy + zarr and dask.array.
+
+Issue 22, item 3.  A job's fixed cost (imports, cluster start, fingerprints, lease,
+plan, output creation, finish, cluster stop) decides small and medium jobs.  For
+each case, one run times, over ``--repeats`` rounds with the order of systems
+reversed every other round, each system as a user runs it, every one in a fresh
+Python process, wall time of the whole process:
+
+* ``numpy-zarr``: a script that reads A and B with zarr, multiplies with numpy
+  (``x.T @ x`` for a Gram case) and writes C with zarr;
+* ``dask``: the one-liner ``(da.from_zarr(a) @ da.from_zarr(b)).to_zarr(c)``
+  (``x.T @ x``), dask's default (threaded) scheduler;
+* ``command``: ``outofcore matmul a b -o c --workers W --json`` (``outofcore gram``),
+  with the job's own seconds and its phases read from the JSON summary;
+* ``api``: ``outofcore.matmul`` in a process that already has a ``Client`` of a
+  LocalCluster of ``W`` workers (started and warmed with a small job, untimed): the
+  call's wall time against the job's own seconds;
+* ``blas``: numpy's in-memory product alone, inputs already loaded (the floor the
+  compute-bound cases are held to).
+
+Every output is compared with numpy's within a float32 tolerance that grows with k;
+a wrong result fails the run.  Prints medians and the issue's ratios: command /
+dask, command / numpy-zarr, command / blas, and the API call's time over its job's.
+Writes ``benchmarks/results/small-jobs-<date>.json``.
+
+Usage::
+
+    python benchmarks/small_jobs.py --cases sq512 sq2048 --repeats 3      # a minute
+    python benchmarks/small_jobs.py --repeats 3                           # every case
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from compare import ensure_array  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Case:
+    """One product: ``A (m×k) @ B (k×n)``, or ``X.T @ X`` with X ``k×m`` when ``gram``."""
+
+    name: str
+    m: int
+    k: int
+    n: int
+    a_chunks: tuple[int, int]
+    b_chunks: tuple[int, int]
+    workers: int
+    gram: bool = False
+
+    @property
+    def a_shape(self) -> tuple[int, int]:
+        return (self.k, self.m) if self.gram else (self.m, self.k)
+
+    @property
+    def b_shape(self) -> tuple[int, int]:
+        return (self.k, self.n)
+
+
+#: The issue's shapes: small squares, and its Gram and large-k products at a quarter size.
+CASES = {
+    c.name: c
+    for c in (
+        Case("sq512", 512, 512, 512, (512, 512), (512, 512), 1),
+        Case("sq2048", 2048, 2048, 2048, (2048, 2048), (2048, 2048), 1),
+        Case("sq8192", 8192, 8192, 8192, (2048, 2048), (2048, 2048), 1),
+        Case("gram", 1024, 65536, 1024, (8192, 1024), (8192, 1024), 2, gram=True),
+        Case("large-k", 1024, 131072, 1024, (1024, 8192), (8192, 1024), 2),
+    )
+}
+SYSTEMS = ("blas", "numpy-zarr", "dask", "command", "api")
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def inputs(data_dir: Path, case: Case) -> tuple[Path, Path]:
+    """A and B of ``case`` (X twice for a Gram case), made once and cached."""
+
+    def name(tag: str, shape: tuple[int, int], chunks: tuple[int, int]) -> Path:
+        return data_dir / f"small-{tag}-{shape[0]}x{shape[1]}-{chunks[0]}x{chunks[1]}.zarr"
+
+    a_chunks = case.a_chunks[::-1] if case.gram else case.a_chunks
+    a = ensure_array(name("a", case.a_shape, a_chunks), case.a_shape, a_chunks, 0)
+    if case.gram:
+        return a, a
+    b = ensure_array(name("b", case.b_shape, case.b_chunks), case.b_shape, case.b_chunks, 1)
+    return a, b
+
+
+# --------------------------------------------------------------------------- the systems
+
+NUMPY_ZARR = """
+import sys, numpy as np, zarr
+a = zarr.open_array(sys.argv[1], mode="r")[...]
+c = a.T @ a if sys.argv[4] == "gram" else a @ zarr.open_array(sys.argv[2], mode="r")[...]
+out = zarr.create_array(sys.argv[3], shape=c.shape, chunks=(min(c.shape[0], 2048),
+    min(c.shape[1], 2048)), dtype=c.dtype)
+out[...] = c
+"""
+
+DASK = """
+import sys, dask.array as da
+a = da.from_zarr(sys.argv[1])
+(a.T @ a if sys.argv[4] == "gram" else a @ da.from_zarr(sys.argv[2])).to_zarr(sys.argv[3])
+"""
+
+BLAS = """
+import sys, time, json, numpy as np, zarr
+a = zarr.open_array(sys.argv[1], mode="r")[...]
+b = None if sys.argv[4] == "gram" else zarr.open_array(sys.argv[2], mode="r")[...]
+t0 = time.perf_counter()
+c = a.T @ a if b is None else a @ b
+print("RESULT " + json.dumps({"blas_seconds": time.perf_counter() - t0}))
+"""
+
+API = """
+import sys, time, json, tempfile, os
+import outofcore
+from distributed import Client, LocalCluster
+from outofcore.generate import random_array
+from scheduler.cluster import local_worker_limit, BLAS_THREAD_VARIABLES
+
+if __name__ == "__main__":
+    a, b, out, kind, workers = sys.argv[1:6]
+    workers = int(workers)
+    budget = 1 << 30
+    blas = str(max(1, (os.cpu_count() or 1) // workers))
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                      memory_limit=local_worker_limit(budget), dashboard_address=":0",
+                      env={name: blas for name in BLAS_THREAD_VARIABLES}) as cluster, \\
+            Client(cluster) as client:
+        warm = tempfile.mkdtemp()
+        random_array(warm + "/w.zarr", (64, 64), (64, 64), seed=0)
+        outofcore.matmul(warm + "/w.zarr", warm + "/w.zarr", warm + "/c.zarr", client=client,
+                         memory=budget, progress=False)
+        run = outofcore.gram if kind == "gram" else outofcore.matmul
+        args = (a, out) if kind == "gram" else (a, b, out)
+        t0 = time.perf_counter()
+        c = run(*args, client=client, memory=budget, progress=False)
+        seconds = time.perf_counter() - t0
+        job = c.attrs["outofcore"]["summary"]["seconds"]
+    print("RESULT " + json.dumps({"api_seconds": seconds, "job_seconds": job}))
+"""
+
+
+def run_system(system: str, case: Case, a: Path, b: Path, out: Path) -> dict:
+    """Run ``system`` once in a fresh process; its wall time and what it reported."""
+    kind = "gram" if case.gram else "matmul"
+    python = sys.executable
+    if system == "command":
+        tool = str(Path(python).parent / "outofcore")
+        args = [str(a), "-o", str(out)] if case.gram else [str(a), str(b), "-o", str(out)]
+        cmd = [tool, kind, *args, "--workers", str(case.workers), "--json"]
+    else:
+        script = {"numpy-zarr": NUMPY_ZARR, "dask": DASK, "blas": BLAS, "api": API}[system]
+        cmd = [python, "-c", script, str(a), str(b), str(out), kind, str(case.workers)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{system} on {case.name} failed ({proc.returncode}): {proc.stderr}")
+    result: dict = {"wall_seconds": wall}
+    if system == "command":
+        summary = json.loads(proc.stdout)
+        result["job_seconds"] = summary["seconds"]
+        result["phases"] = summary.get("phases")
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result.update(json.loads(line[len("RESULT ") :]))
+    return result
+
+
+def check_output(out: Path, a: Path, b: Path, case: Case) -> None:
+    """Compare ``out`` with numpy's float64 product; raise when it is wrong."""
+    import numpy as np  # noqa: PLC0415
+    import zarr  # noqa: PLC0415
+
+    x = zarr.open_array(str(a), mode="r")[...].astype(np.float64)
+    y = x if case.gram else zarr.open_array(str(b), mode="r")[...].astype(np.float64)
+    ref = x.T @ x if case.gram else x @ y
+    got = zarr.open_array(str(out), mode="r")[...]
+    scale = np.sqrt(case.k) * np.abs(ref).max()
+    error = np.abs(got - ref).max()
+    if not error <= 1e-5 * scale:
+        raise RuntimeError(
+            f"{case.name}: {out} is wrong (max error {error:.3g}, scale {scale:.3g})"
+        )
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def run_case(case: Case, data_dir: Path, scratch: Path, repeats: int) -> dict:
+    a, b = inputs(data_dir, case)
+    runs: dict[str, list[dict]] = {s: [] for s in SYSTEMS}
+    for round_ in range(repeats):
+        order = SYSTEMS if round_ % 2 == 0 else SYSTEMS[::-1]
+        for system in order:
+            out = scratch / f"{case.name}-{system}-{round_}.zarr"
+            result = run_system(system, case, a, b, out)
+            if system != "blas" and round_ == 0:
+                check_output(out, a, b, case)
+            subprocess.run(["rm", "-rf", str(out)], check=True)
+            runs[system].append(result)
+            print(f"  {case.name} {system}: {result['wall_seconds']:.2f} s", file=sys.stderr)
+    return {"case": asdict(case), "runs": runs, "medians": medians(runs)}
+
+
+def medians(runs: dict[str, list[dict]]) -> dict[str, float]:
+    def median(system: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[system])
+
+    figures = {f"{s}_wall": median(s, "wall_seconds") for s in SYSTEMS}
+    figures["blas"] = median("blas", "blas_seconds")
+    figures["command_job"] = median("command", "job_seconds")
+    figures["api_call"] = median("api", "api_seconds")
+    figures["api_job"] = median("api", "job_seconds")
+    return figures
+
+
+def table(results: list[dict]) -> str:
+    head = (
+        "| case | blas s | numpy+zarr s | dask.array s | command s (job s) | API s (job s) "
+        "| command / dask | command / numpy+zarr | command / blas | API - job s |"
+    )
+    lines = [head, "|" + "---|" * 10]
+    for entry in results:
+        m = entry["medians"]
+        lines.append(
+            f"| {entry['case']['name']} | {m['blas']:.2f} | {m['numpy-zarr_wall']:.2f} | "
+            f"{m['dask_wall']:.2f} | {m['command_wall']:.2f} ({m['command_job']:.2f}) | "
+            f"{m['api_call']:.2f} ({m['api_job']:.2f}) | "
+            f"{m['command_wall'] / m['dask_wall']:.2f} | "
+            f"{m['command_wall'] / m['numpy-zarr_wall']:.2f} | "
+            f"{m['command_wall'] / m['blas']:.2f} | {m['api_call'] - m['api_job']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--data-dir", type=Path, default=HERE / "data")
+    parser.add_argument("--results", type=Path, default=HERE / "results")
+    args = parser.parse_args(argv)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="small-jobs-") as scratch:
+        for name in args.cases:
+            results.append(run_case(CASES[name], args.data_dir, Path(scratch), args.repeats))
+    print(table(results))
+    args.results.mkdir(parents=True, exist_ok=True)
+    path = args.results / f"small-jobs-{datetime.date.today()}.json"
+    info = {"cpus": os.cpu_count(), "repeats": args.repeats, "results": results}
+    path.write_text(json.dumps(info, indent=2))
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
