@@ -113,7 +113,8 @@ def matmul(
     a, b
         2-D ``zarr.Array`` objects, or paths / fsspec URLs: float16/32/64,
         complex64/128, int8, uint8 or int16, mixed as numpy mixes them
-        (:mod:`outofcore.dtypes`).
+        (:mod:`outofcore.dtypes`); also ``da.from_zarr`` dask arrays (``.T`` too) and,
+        in process, numpy arrays (:mod:`outofcore.interop`).
     out
         Path or URL of the output (created with the plan's tiling), or an
         existing ``zarr.Array`` of the product's shape and output dtype.
