@@ -110,6 +110,7 @@ def test_a_transposed_dask_input_is_its_array_with_the_transpose_flag(
     assert_gemm_close(zarr.open_array(str(folder / "c.zarr"))[...], a, b, accumulated_in="float64")
     product = result.summary["product"]
     assert (product["transpose_a"], product["transpose_b"]) == transposes
+    assert outofcore.verify(make_a(folder), make_b(folder), folder / "c.zarr", **flags).passed
     # No transposed copy was written anywhere: the folder holds the inputs and c.zarr.
     assert sorted(p.name for p in folder.iterdir()) == [
         "a.zarr", "at.zarr", "b.zarr", "bt.zarr", "c.zarr"
@@ -229,6 +230,25 @@ def test_from_zarr_dask_inputs_run_on_a_cluster(stored, two_process_client):
     assert len({r.worker for r in result.results}) == 2  # both worker processes read them
     assert_gemm_close(zarr.open_array(str(folder / "c.zarr"))[...], a, b, accumulated_in="float64")
     assert result.summary["product"]["transpose_a"] is True
+
+
+def test_from_zarr_dask_inputs_on_s3_are_their_urls(tmp_path, moto_server, s3_bucket):
+    """dask's own fsspec store (credentials inside) is read as is: same job as the URLs."""
+    options = moto_server.options
+    rng = np.random.default_rng(23)
+    a, b = random_matrix(rng, (29, 17), "float32"), random_matrix(rng, (17, 13), "float32")
+    for name, data, chunks in (("a", a, (8, 5)), ("b", b, (5, 6))):
+        zarr.create_array(
+            f"{s3_bucket}/{name}.zarr", data=data, chunks=chunks, storage_options=options
+        )
+    urls = [f"{s3_bucket}/{name}.zarr" for name in "ab"]
+    dask_inputs = [da.from_zarr(url, storage_options=options) for url in urls]
+    spec = JobSpec(memory="16MiB", storage_options=options)
+    by_url = Operands.open(*urls, tmp_path / "c.zarr", spec)
+    assert Operands.open(*dask_inputs, tmp_path / "c.zarr", spec).identity == by_url.identity
+    c = outofcore.matmul(*dask_inputs, tmp_path / "c.zarr", memory="16MiB", **SYNC)
+    assert_gemm_close(c[...], a, b, accumulated_in="float32")
+    assert outofcore.verify(*dask_inputs, c).passed
 
 
 def computed(folder: Path):
