@@ -24,7 +24,7 @@ import zarr
 from tqdm import tqdm
 from zarr.storage import MemoryStore
 
-from outofcore import arrays, config
+from outofcore import arrays, config, interop
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
@@ -52,6 +52,7 @@ from outofcore.worker_context import worker_context
 from scheduler import plan as plan_module
 from scheduler.cluster import (
     DEFAULT_BUDGET_BYTES,
+    SYNC,
     check_client,
     check_local_memory,
     check_worker_memory,
@@ -112,7 +113,8 @@ def matmul(
     a, b
         2-D ``zarr.Array`` objects, or paths / fsspec URLs: float16/32/64,
         complex64/128, int8, uint8 or int16, mixed as numpy mixes them
-        (:mod:`outofcore.dtypes`).
+        (:mod:`outofcore.dtypes`); also ``da.from_zarr`` dask arrays (``.T`` too) and,
+        in process, numpy arrays (:mod:`outofcore.interop`).
     out
         Path or URL of the output (created with the plan's tiling), or an
         existing ``zarr.Array`` of the product's shape and output dtype.
@@ -196,6 +198,8 @@ def run_job(
     """
     spec = with_budget(JobSpec.of(spec, options), client)
     check_client(client)  # a scheduler address that names no scheduler: before anything
+    if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
+        interop.check_shareable({"input A": a, "input B": b, "the addend": spec.addend})
     if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
         spec = replace(spec, backend=resolve_backend(spec.backend))
     operands = Operands.open(a, b, out, spec)
@@ -260,6 +264,7 @@ def _empty_product(operands: Operands, start: Start, spec: JobSpec) -> JobResult
             output = arrays.create_output(
                 operands.out, (m, n), operands.dtype, chunks, False, {ATTRIBUTE: record},
                 spec.output_codec, spec.storage_options, zarr_format=spec.zarr_format,
+                dimension_names=operands.product.dimension_names,
             )  # fmt: skip
         else:
             output = start.existing
@@ -471,6 +476,7 @@ def _start_output(
             spec.storage_options,
             shards=plan.out_shards,
             zarr_format=spec.zarr_format,
+            dimension_names=operands.product.dimension_names,
         )
     else:
         output = start.existing

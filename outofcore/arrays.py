@@ -15,19 +15,26 @@ import zarr
 from zarr.errors import NodeTypeValidationError
 from zarr.storage import FsspecStore, LocalStore, MemoryStore
 
+from outofcore import interop
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
 from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import locate
 from outofcore.stores import store_errors, url_of, zarr_options
 
-ArrayLike = zarr.Array | str | os.PathLike
+#: An array argument: a ``zarr.Array``, a path or fsspec URL of one, a numpy array, or a
+#: dask array made by ``da.from_zarr`` (its ``.T`` too) (:mod:`outofcore.interop`).
+ArrayLike = zarr.Array | str | os.PathLike | np.ndarray
 #: fsspec options of URLs (credentials, endpoint), or None.
 StorageOptions = dict[str, Any] | None
 #: zarr formats of the outputs a job can create (3: zarr's default; 2: older readers).
 ZARR_FORMATS = (2, 3)
+#: The attribute in which xarray keeps a format-2 array's dimension names.
+XARRAY_DIMENSIONS = "_ARRAY_DIMENSIONS"
+#: A name per dimension of a 2-D array (None: unnamed).
+DimensionNames = tuple[str | None, str | None]
 
-__all__ = ["ArrayLike", "StorageOptions"]
+__all__ = ["ArrayLike", "DimensionNames", "StorageOptions"]
 
 
 def open_input(
@@ -41,15 +48,42 @@ def open_input(
     Parameters
     ----------
     source
-        A ``zarr.Array``, or a path or fsspec URL of one.
+        A ``zarr.Array``, a path or fsspec URL of one, a numpy array (copied into
+        memory) or a dask array reading a zarr array (:mod:`outofcore.interop`).
     name
         How error messages call this operand.
     dtypes
         The dtypes it may have (:func:`outofcore.dtypes.check_input_dtype`); None: any.
     storage_options
         fsspec options (credentials, endpoint) for a URL (:mod:`outofcore.stores`).
+
+    Raises
+    ------
+    InputError
+        Also for a transposed dask array (``x.T``): only A and B have a transpose
+        flag (:func:`open_operand`).
     """
-    label = f"input {name}" if name in ("A", "B") else name  # "the addend", "C"
+    array, transposed = open_operand(source, name, dtypes, storage_options)
+    if transposed:
+        raise InputError(
+            f"{_label(name)} is the transpose of the zarr array {describe(array)} (a dask "
+            f"array's .T); it is read as stored, so store the transpose first: "
+            f"{interop.store_line(_label(name), source)}"
+        )
+    return array
+
+
+def open_operand(
+    source: ArrayLike,
+    name: str,
+    dtypes: tuple[np.dtype, ...] | None = INPUT_DTYPES,
+    storage_options: StorageOptions = None,
+) -> tuple[zarr.Array, bool]:
+    """Open operand ``name`` as :func:`open_input` does; return the zarr array and whether
+    ``source`` is its transpose (a dask array ``da.from_zarr(...).T``), which the
+    product turns into its transpose flag."""
+    label = _label(name)
+    source, transposed = interop.resolve(source, label, dtypes)
     if isinstance(source, zarr.Array):
         array = source
     else:
@@ -76,7 +110,23 @@ def open_input(
         )
     if dtypes is not None:
         check_input_dtype(array.dtype, f"{label} ({describe(array)})", dtypes)
-    return array
+    return array, transposed
+
+
+def _label(name: str) -> str:
+    return f"input {name}" if name in ("A", "B") else name  # "the addend", "C"
+
+
+def dimension_names(array: zarr.Array) -> DimensionNames:
+    """The names of ``array``'s two dimensions: zarr format 3's ``dimension_names``, else
+    xarray's ``_ARRAY_DIMENSIONS`` attribute (format 2); None for each one unnamed."""
+    names = getattr(array.metadata, "dimension_names", None)
+    if not names:
+        names = array.attrs.get(XARRAY_DIMENSIONS)
+    if not isinstance(names, list | tuple) or len(names) != 2:
+        return None, None
+    first, second = (name if isinstance(name, str) else None for name in names)
+    return first, second
 
 
 def describe(array: zarr.Array) -> str:
@@ -166,6 +216,7 @@ def create_output(
     storage_options: StorageOptions = None,
     shards: tuple[int, int] | None = None,
     zarr_format: int = 3,
+    dimension_names: DimensionNames = (None, None),
 ) -> zarr.Array:
     """Create the output array (replacing an old one only when ``overwrite``).
 
@@ -173,7 +224,11 @@ def create_output(
     open a URL (:mod:`outofcore.stores`); ``shards`` (a multiple of ``chunks``,
     zarr format 3 only) groups chunks into shards: the plan makes them its tiles
     (:func:`scheduler.plan.make_output_plan`).  ``zarr_format`` 2 writes an
-    array older readers open.
+    array older readers open.  ``dimension_names`` (the product's,
+    :attr:`outofcore.product.Product.dimension_names`) are format 3's
+    ``dimension_names`` (None for an unnamed one; none at all when both are);
+    format 2 has none, so they go in xarray's ``_ARRAY_DIMENSIONS`` attribute,
+    when both are named (xarray needs a name for every dimension).
 
     Raises
     ------
@@ -185,6 +240,9 @@ def create_output(
     if shards is not None and zarr_format == 2:
         raise InputError(f"zarr format 2 has no shards (asked for shards {shards})")
     location = locate(target, storage_options).target  # file:// URLs as local paths
+    named = any(name is not None for name in dimension_names)
+    if zarr_format == 2 and all(name is not None for name in dimension_names):
+        attributes = {**attributes, XARRAY_DIMENSIONS: list(dimension_names)}
     return zarr.create_array(
         location,
         **zarr_options(location, storage_options),
@@ -192,6 +250,7 @@ def create_output(
         chunks=chunks,
         shards=shards,
         zarr_format=zarr_format,
+        dimension_names=tuple(dimension_names) if named and zarr_format == 3 else None,
         dtype=dtype,
         overwrite=overwrite,
         attributes=attributes,

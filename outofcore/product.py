@@ -34,6 +34,9 @@ from outofcore.reading import read_converted
 from outofcore.stores import request_bytes
 from scheduler.plan import Problem
 
+#: Appended to the column dimension's name when it is the row dimension's name too.
+REPEATED_SUFFIX = "_2"
+
 
 @dataclass(frozen=True)
 class _OpView:
@@ -62,6 +65,8 @@ class Product:
     #: ``X.T @ X`` or ``X @ X.T`` of one array and no addend: the output is symmetric,
     #: so only the tiles on and above the diagonal are computed (:mod:`scheduler.plan`).
     symmetric: bool = False
+    #: The output's dimension names: op(A)'s rows and op(B)'s columns (:func:`output_names`).
+    dimension_names: arrays.DimensionNames = (None, None)
 
     @classmethod
     def open(
@@ -79,6 +84,9 @@ class Product:
     ) -> Product:
         """Open and check the operands (URLs with fsspec ``storage_options``); nothing is written.
 
+        An operand given as a transposed dask array (``da.from_zarr(...).T``) is its
+        zarr array with the transpose flag flipped (:mod:`outofcore.interop`).
+
         Raises
         ------
         InputError
@@ -89,8 +97,9 @@ class Product:
         """
         transpose_a = check_flag(transpose_a, "transpose_a")
         transpose_b = check_flag(transpose_b, "transpose_b")
-        a_array = arrays.open_input(a, "A", storage_options=storage_options)
-        b_array = arrays.open_input(b, "B", storage_options=storage_options)
+        a_array, a_flipped = arrays.open_operand(a, "A", storage_options=storage_options)
+        b_array, b_flipped = arrays.open_operand(b, "B", storage_options=storage_options)
+        transpose_a, transpose_b = transpose_a != a_flipped, transpose_b != b_flipped
         op_a = _op(a_array, transpose_a)
         op_b = _op(b_array, transpose_b)
         m, n, k = check_product(op_a, op_b, names=_names(transpose_a, transpose_b), one_dtype=False)
@@ -131,6 +140,7 @@ class Product:
             symmetric=transpose_a != transpose_b
             and addend_array is None
             and arrays.same_array(a_array, b_array),
+            dimension_names=output_names(a_array, b_array, transpose_a, transpose_b),
         )
 
     @property
@@ -223,6 +233,22 @@ class Product:
         if self.types.output == rows.dtype:
             return rows
         return rows.astype(self.types.output)
+
+
+def output_names(
+    a: zarr.Array, b: zarr.Array, transpose_a: bool, transpose_b: bool
+) -> arrays.DimensionNames:
+    """The dimension names of ``op(a) @ op(b)``: op(a)'s row dimension and op(b)'s column
+    dimension, from the inputs' names (:func:`outofcore.arrays.dimension_names`; None
+    where unnamed).  When the two are one name (a Gram product ``X.T @ X`` of an
+    ``X`` with dimensions ``(sample, feature)`` gives ``feature`` twice) the columns
+    are called ``feature_2``: xarray cannot index an array with a repeated dimension.
+    """
+    rows = arrays.dimension_names(a)[1 if transpose_a else 0]
+    cols = arrays.dimension_names(b)[0 if transpose_b else 1]
+    if rows is not None and rows == cols:
+        cols = f"{cols}{REPEATED_SUFFIX}"
+    return rows, cols
 
 
 def _op(array: zarr.Array, transposed: bool) -> _OpView:

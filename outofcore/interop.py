@@ -1,0 +1,227 @@
+"""Arrays of the PyData stack given as job arguments: dask arrays read from zarr, numpy arrays.
+
+A job reads zarr arrays, so that its workers can read them, its inputs can be
+fingerprinted for a resume, and its memory contract holds.  Other arrays are
+taken only where those guarantees still hold:
+
+* a dask array that does nothing but read one zarr array, built by
+  ``da.from_zarr`` (or ``da.from_array`` of a ``zarr.Array``), possibly
+  transposed (``.T``, ``.transpose()``): the job reads that zarr array
+  directly, as if it had been given (transposed by flag, never copied).  Its
+  dask chunks play no part: tiles follow the stored chunks.  A local array dask
+  opened through fsspec is reopened by its path, so a resume sees one array
+  however it was spelled;
+* a numpy array: copied into an in-memory zarr array (chunks of at most
+  :data:`IN_MEMORY_CHUNK` per side), which runs in this process
+  (``client="sync"``) and is fingerprinted by content, as any in-memory zarr
+  array.  Dask worker processes cannot see this process's memory, so with a
+  cluster it is refused before any work, with the line that stores it
+  (:func:`check_shareable`);
+* any other dask array (sliced, rechunked, computed): refused, with the line
+  that stores it (``da.to_zarr``).  The job does not compute graphs: a graph's
+  name does not change when the data it reads does, so a resume could not
+  tell that its input changed, and its blocks' memory is outside the plan.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.storage import FsspecStore, MemoryStore
+
+from outofcore.dtypes import check_input_dtype
+from outofcore.errors import InputError
+from outofcore.locations import locate
+
+#: Largest chunk edge of the in-memory zarr copy of a numpy input.
+IN_MEMORY_CHUNK = 1024
+#: Chunk edge the refusal messages suggest for a stored copy.
+SUGGESTED_CHUNK = 2048
+
+
+def resolve(
+    source: Any, label: str, dtypes: tuple[np.dtype, ...] | None
+) -> tuple[zarr.Array | str | os.PathLike, bool]:
+    """What to open for the argument ``source`` (called ``label`` in messages), and
+    whether the argument is the transpose of it.
+
+    Zarr arrays, paths and URLs are returned as they are; see the module docstring
+    for dask and numpy arrays.  ``dtypes``: the dtypes a numpy array may have (None:
+    any), checked before it is copied.
+
+    Raises
+    ------
+    InputError
+        For a dask array that is more than a read of one zarr array, a numpy array
+        that is not 2-D or of a dtype not taken, or an object of any other type,
+        naming its type and what to do.
+    """
+    if isinstance(source, zarr.Array | str | os.PathLike):
+        return source, False
+    if isinstance(source, np.ndarray) and not isinstance(source, np.ma.MaskedArray):
+        return _in_memory(source, label, dtypes), False
+    if _is_dask_array(source):
+        found = zarr_behind(source)
+        if found is None:
+            raise InputError(
+                f"{label} is a dask array ({type_name(source)} {source.name!r}) that computes "
+                f"something ({_layer_summary(source)}), not one that only reads a zarr array; "
+                "outofcore reads stored arrays (it cannot fingerprint a graph for a resume, nor "
+                "bound its memory). Store it first, then pass the path: "
+                f"{store_line(label, source)}"
+            )
+        return found
+    raise InputError(
+        f"{label} is a {type_name(source)}; outofcore reads a zarr.Array, a path or URL of one, "
+        "a dask array made by da.from_zarr (or its .T), or a numpy array (in this process, "
+        f"client='sync'). Store it as a zarr array first, e.g. {store_line(label, source)}"
+    )
+
+
+def zarr_behind(x: Any) -> tuple[zarr.Array, bool] | None:
+    """The zarr array a dask array ``x`` only reads, and whether ``x`` is its transpose;
+    None when ``x`` is anything more (a slice, rechunk, arithmetic, another source).
+
+    ``x``'s graph must be: the zarr array (a layer of its own, or inlined in the
+    reading task), one blockwise layer reading it whole with dask's ``getter``, and
+    any number of 2-D transposes on top.
+    """
+    graph = x.__dask_graph__()
+    layers = getattr(graph, "layers", None)
+    if layers is None or x.ndim != 2:
+        return None
+    name, transposed, seen = x.name, False, set()
+    while _is_transpose(layers.get(name)):
+        seen.add(name)
+        transposed = not transposed
+        below = graph.dependencies.get(name, set())
+        if len(below) != 1:
+            return None
+        (name,) = below
+    reader = layers.get(name)
+    if not _is_getter(reader) or len(reader.indices) != 2:
+        return None
+    seen.add(name)
+    source = reader.indices[0][0]  # the array, or a reference to the layer holding it
+    if not isinstance(source, zarr.Array):
+        key = getattr(source, "key", None)
+        holder = layers.get(key)
+        if holder is None or graph.dependencies.get(name) != {key} or len(holder) != 1:
+            return None
+        seen.add(key)
+        source = holder[key]
+    if not isinstance(source, zarr.Array) or seen != set(layers):
+        return None
+    shape = tuple(x.shape[::-1] if transposed else x.shape)
+    if shape != tuple(source.shape) or np.dtype(x.dtype) != np.dtype(source.dtype):
+        return None
+    return _by_path(source), transposed
+
+
+def check_shareable(named: dict[str, Any]) -> None:
+    """Refuse arguments that live in this process's memory (numpy arrays, zarr arrays
+    in a ``MemoryStore``), for a job whose tasks run in Dask worker processes.
+
+    Called with the arguments as given, by how messages call them
+    (``{"input A": a, "input B": b, "the addend": addend}``), before anything is
+    opened, so the message names what the user passed.
+    """
+    for label, value in named.items():
+        if isinstance(value, np.ndarray):
+            what = f"a {type_name(value)}"
+        elif isinstance(value, zarr.Array) and isinstance(value.store, MemoryStore):
+            what = "a zarr array in a MemoryStore"
+        else:
+            continue
+        raise InputError(
+            f"{label} is {what} in this process's memory, so Dask worker processes "
+            "cannot see it. Store it where the workers can read it and pass the path: "
+            f"{store_line(label, value)}, or run in this process with client='sync'"
+        )
+
+
+def store_line(label: str, value: Any) -> str:
+    """The line of code that stores ``value`` (argument ``label``) as a zarr array."""
+    variable = _variable(label)
+    path = f"{variable}.zarr"
+    if _is_dask_array(value):
+        return f"da.to_zarr({variable}, {path!r})"
+    shape = getattr(value, "shape", None)
+    if shape is not None and len(shape) == 2:
+        chunks = tuple(max(1, min(int(n), SUGGESTED_CHUNK)) for n in shape)
+    else:
+        chunks = (SUGGESTED_CHUNK, SUGGESTED_CHUNK)
+    if isinstance(value, np.ma.MaskedArray):
+        data = f"{variable}.filled()"  # masked values: the user's call
+    elif isinstance(value, np.ndarray):
+        data = variable
+    elif isinstance(value, zarr.Array):
+        data = f"{variable}[...]"
+    else:
+        data = f"np.asarray({variable})"
+    return f"zarr.create_array({path!r}, data={data}, chunks={chunks})"
+
+
+def type_name(value: Any) -> str:
+    """``module.Class`` of ``value``'s type, e.g. ``numpy.ndarray``."""
+    kind = type(value)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _in_memory(x: np.ndarray, label: str, dtypes: tuple[np.dtype, ...] | None) -> zarr.Array:
+    what = f"{label} (a {type_name(x)})"
+    if x.ndim != 2:
+        raise InputError(
+            f"{what} has {x.ndim} dimensions with shape {x.shape}; matmul needs 2-D arrays"
+        )
+    if dtypes is not None:
+        check_input_dtype(x.dtype, what, dtypes)
+    chunks = tuple(max(1, min(n, IN_MEMORY_CHUNK)) for n in x.shape)
+    return zarr.create_array(MemoryStore(), data=x, chunks=chunks, compressors=None)
+
+
+def _by_path(array: zarr.Array) -> zarr.Array:
+    """``array``, reopened by its path when it is on this machine's disks behind fsspec
+    (as ``da.from_zarr("a.zarr")`` opens it): one array, one fingerprint, however spelled."""
+    if not isinstance(array.store, FsspecStore):
+        return array
+    location = locate(array)
+    return zarr.open_array(location.target, mode="r") if location.is_local else array
+
+
+def _is_dask_array(value: Any) -> bool:
+    import dask.array as da  # noqa: PLC0415
+
+    return isinstance(value, da.Array)
+
+
+def _is_getter(layer: Any) -> bool:
+    from dask.array.core import getter, getter_inline, getter_nofancy  # noqa: PLC0415
+
+    task = getattr(layer, "task", None)
+    return getattr(task, "func", None) in (getter, getter_inline, getter_nofancy)
+
+
+def _is_transpose(layer: Any) -> bool:
+    task = getattr(layer, "task", None)
+    if getattr(task, "func", None) is not np.transpose:
+        return False
+    return tuple(task.kwargs.get("axes", ())) == (1, 0) and len(layer.indices) == 1
+
+
+def _layer_summary(x: Any, limit: int = 4) -> str:
+    """The kinds of the layers of ``x``'s graph, e.g. ``"from-zarr, getitem"``."""
+    from dask.utils import key_split  # noqa: PLC0415
+
+    layers = getattr(x.__dask_graph__(), "layers", {})
+    kinds = [key_split(name) for name in layers]
+    more = f" and {len(kinds) - limit} more" if len(kinds) > limit else ""
+    return "layers " + ", ".join(kinds[:limit]) + more if kinds else "a graph"
+
+
+def _variable(label: str) -> str:
+    """The argument's name in code: ``"input A"`` -> ``a``, ``"the addend"`` -> ``addend``."""
+    return label.split()[-1].lower()
