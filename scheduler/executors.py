@@ -178,7 +178,8 @@ class DaskExecutor:
         ]
         results = []
         try:
-            for future in as_completed(futures):
+            # This client's loop: it need not be the default Client (as_completed's guess).
+            for future in as_completed(futures, loop=self.client.loop):
                 result = future.result()
                 # Let go of the result held on the worker at once: a worker that dies
                 # later then costs only the tiles in flight, not every tile it finished

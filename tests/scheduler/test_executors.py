@@ -8,6 +8,7 @@ tested in tests/system/test_cluster.py and tests/outofcore/test_integrity.py.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import re
@@ -208,3 +209,20 @@ async def test_resolve_client_takes_the_default_client_only_for_none(s, a):
     assert await with_sync_client(s, resolve)
     assert resolve_client(None) is None  # closed: no default Client left
     assert resolve_client(None, (0,)) is None  # a LocalCluster of GPU workers, as before
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1)])
+async def test_dask_executor_runs_on_a_client_that_is_not_the_default(s, a):
+    # A job's own Clients are not made the default (another job would take them), so
+    # nothing may fall back on distributed.default_client() (as_completed's loop did).
+    from distributed import Client, default_client  # noqa: PLC0415
+
+    def run():
+        with Client(s.address, timeout=10, set_as_default=False) as client:
+            with pytest.raises(ValueError, match="No clients found"):
+                default_client()
+            executor = DaskExecutor(client)
+            with executor.span("outofcore c.zarr"):
+                return executor.run(_index, "job", TASKS[:3], print, kind="tile")
+
+    assert sorted(await asyncio.to_thread(run)) == [("job", i) for i in range(3)]
