@@ -59,6 +59,7 @@ from scheduler.cluster import (
     default_budget,
     is_local,
     open_executor,
+    resolve_client,
 )
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE
@@ -122,8 +123,11 @@ def matmul(
         The job's options as a :class:`~outofcore.spec.JobSpec`, or ``None``
         to build one from ``options``.
     client
-        ``None`` (start a LocalCluster for this job), a scheduler address, a
-        ``distributed.Client``, or ``"sync"`` (in-process, no Dask).
+        ``None``: the default ``distributed.Client`` when one is open (dask's
+        convention, ``distributed.default_client()``: inside ``with Client(...):``),
+        otherwise a LocalCluster started for this job and closed after it.  Or a
+        scheduler address, a ``distributed.Client`` (used as it is, never closed), or
+        ``"sync"`` (in-process, no Dask).
     **options
         Fields of :class:`~outofcore.spec.JobSpec`: ``transpose_a``,
         ``transpose_b``, ``alpha``, ``beta``, ``addend``, ``out_dtype``, ``memory`` (per
@@ -196,7 +200,9 @@ def run_job(
     sizes are forced and only the tiles without a record are computed.  The
     job holds the output's lease while it runs (see :mod:`outofcore.lease`).
     """
-    spec = with_budget(JobSpec.of(spec, options), client)
+    spec = JobSpec.of(spec, options)
+    client = resolve_client(client, spec.gpus)  # None: the default Client when one is open
+    spec = with_budget(spec, client)
     check_client(client)  # a scheduler address that names no scheduler: before anything
     if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
         interop.check_shareable({"input A": a, "input B": b, "the addend": spec.addend})
@@ -236,7 +242,8 @@ def run_job(
             owner_check=OwnerCheck(operands.journal, lease.job_id),
         )
         try:
-            results, seconds = _run_tiles(executor, recorded, plan, done, spec, workers)
+            with executor.span(f"outofcore {operands.where}"):  # the dashboard's name of the job
+                results, seconds = _run_tiles(executor, recorded, plan, done, spec, workers)
         finally:
             if isinstance(executor, SynchronousExecutor):  # this thread ran the tasks
                 worker_context().release_thread()
@@ -518,7 +525,8 @@ def _run_tiles(
     """Run every tile not ``done`` (GPU workers only, for a GPU backend); results, seconds.
 
     A split plan runs the parts of those tiles not recorded yet, then their reductions
-    (:mod:`outofcore.splitk`).
+    (:mod:`outofcore.splitk`).  Dask keys name their kind: ``outofcore-tile`` (a Gram
+    product's tiles too), ``outofcore-part``, ``outofcore-reduce``.
     """
     todo = [task for task in plan.tasks if task.key not in done]
     resources = {GPU_RESOURCE: 1} if spec.on_gpu and workers.gpu_workers else None
@@ -526,7 +534,7 @@ def _run_tiles(
     name = "gram" if plan.problem.symmetric else "matmul"
     if plan.splits == 1:
         with _progress(len(plan.tasks), len(done), spec.progress, name=name) as on_result:
-            results = executor.run(compute_and_record, recorded, todo, on_result, resources)
+            results = executor.run(compute_and_record, recorded, todo, on_result, resources, "tile")
         return results, time.perf_counter() - started
     split = SplitJob(recorded, plan.splits)
     finished = recorded.journal.done_partials(recorded.journal_id)
@@ -534,8 +542,8 @@ def _run_tiles(
     total = len(plan.tasks) * (plan.splits + 1)  # every part, then every reduction
     done_before = total - len(parts) - len(todo)
     with _progress(total, done_before, spec.progress, "task", name) as on_result:
-        results = executor.run(compute_partial, split, parts, on_result, resources)
-        results += executor.run(reduce_tile, split, todo, on_result)
+        results = executor.run(compute_partial, split, parts, on_result, resources, "part")
+        results += executor.run(reduce_tile, split, todo, on_result, kind="reduce")
     return results, time.perf_counter() - started
 
 

@@ -2,16 +2,19 @@
 
 ``client`` as users pass it to :func:`outofcore.matmul`:
 
-* ``None``: start a LocalCluster sized to this machine and the budget, and
-  close it after the job;
+* ``None``: the default ``distributed.Client`` when one is open (dask's
+  convention, ``distributed.default_client()``; :func:`resolve_client`), used
+  as it is; otherwise start a LocalCluster sized to this machine and the
+  budget, and close it after the job;
 * ``"sync"``: no Dask at all, the synchronous in-process executor;
 * a scheduler address such as ``"tcp://10.0.0.5:8786"``: connect to it;
-* a ``distributed.Client``: use it as it is.
+* a ``distributed.Client``: use it as it is (never closed here).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import signal
@@ -43,6 +46,37 @@ SYNC = ("sync", "synchronous")
 #: Where outofcore says what is not the result (the command shows it on stderr).
 logger = logging.getLogger("outofcore")
 BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: What to install for the dashboard of a LocalCluster (bokeh, which Dask's dashboard needs).
+DASHBOARD_EXTRA = "pip install 'outofcore[dashboard]'"
+
+
+def resolve_client(client: Any, gpus: tuple[int, ...] | None = None) -> Any:
+    """The client a job runs on: ``client``, or for ``None`` the default
+    ``distributed.Client`` when one is open (``distributed.default_client()``:
+    the one of ``with Client(...):``, or the last one made), else ``None`` (a
+    LocalCluster for the job).
+
+    Raises
+    ------
+    ClusterError
+        For ``gpus`` (workers this job would start on this node's GPUs) while a
+        default Client is open: the job would run on that Client's cluster.
+    """
+    if client is not None:
+        return client
+    from distributed import default_client  # noqa: PLC0415
+
+    try:
+        found = default_client()
+    except ValueError:  # no Client open
+        return None
+    if gpus:
+        raise ClusterError(
+            f"gpus={list(gpus)} starts workers on this node's GPUs, but a default Dask Client "
+            f"is open (scheduler {_address(found)}) and the job would run on its cluster: leave "
+            "out gpus to run there, or close that Client first"
+        )
+    return found
 
 
 def local_worker_count(budget_bytes: int, requested: int | None = None) -> int:
@@ -302,11 +336,12 @@ def open_executor(
         cluster = start_local_cluster(budget_bytes, workers, gpus)
         n_workers = len(cluster.workers)
         try:
-            with Client(cluster) as local_client:
+            # Not the default Client: a job started meanwhile (another thread) would take it.
+            with Client(cluster, set_as_default=False) as local_client:
                 if announce:
                     print(
-                        f"Started a LocalCluster: {n_workers} worker(s), dashboard at "
-                        f"{local_client.dashboard_link}",
+                        f"Started a LocalCluster: {n_workers} worker(s), "
+                        f"{dashboard_note(local_client.dashboard_link, serves_dashboard())}",
                         file=sys.stderr,
                     )
                 yield DaskExecutor(local_client)
@@ -316,7 +351,7 @@ def open_executor(
     if isinstance(client, str):
         address = client
         try:
-            connected = Client(address, timeout=connect_timeout)
+            connected = Client(address, timeout=connect_timeout, set_as_default=False)
         except (OSError, TimeoutError) as exc:
             raise ClusterError(
                 f"no Dask scheduler answered at {address!r} within "
@@ -327,8 +362,36 @@ def open_executor(
             _wait_for_workers(connected, address, workers, connect_timeout)
             yield DaskExecutor(connected)
         return
-    _wait_for_workers(client, getattr(client.scheduler, "address", "?"), workers, connect_timeout)
+    _wait_for_workers(client, _address(client), workers, connect_timeout)
+    if announce and client is resolve_client(None):
+        have = len(client.scheduler_info(n_workers=-1)["workers"])
+        print(
+            f"Running on the default Dask Client: scheduler {_address(client)}, {have} worker(s)",
+            file=sys.stderr,
+        )
     yield DaskExecutor(client)
+
+
+def _address(client: Any) -> str:
+    """The scheduler address of a ``distributed.Client``, as messages name it."""
+    return str(getattr(getattr(client, "scheduler", None), "address", None) or "?")
+
+
+def serves_dashboard() -> bool:
+    """Whether a scheduler started in this process serves Dask's dashboard: it does when it
+    can import ``distributed.dashboard.scheduler`` (bokeh at the version Dask needs), and
+    shows a page asking for bokeh otherwise."""
+    try:
+        importlib.import_module("distributed.dashboard.scheduler")
+    except ImportError:
+        return False
+    return True
+
+
+def dashboard_note(link: str, served: bool) -> str:
+    """How the start of a LocalCluster names its dashboard: ``link`` where it is ``served``,
+    otherwise what to install for it (no address of a page that only asks for bokeh)."""
+    return f"dashboard at {link}" if served else f"no dashboard ({DASHBOARD_EXTRA} for one)"
 
 
 def _wait_for_workers(client: Any, address: str, workers: int | None, timeout: float) -> None:

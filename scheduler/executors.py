@@ -7,7 +7,11 @@
 
 Both call the same task function with the same arguments, and report each
 finished task through a callback, so progress and summaries do not depend on
-the executor.
+the executor.  The caller names the kind of the tasks of a run (``"tile"``):
+on Dask their keys are ``("outofcore-<kind>-<token>", task.key)``, so the
+dashboard (which groups tasks by ``distributed.utils.key_split``, here
+``outofcore-<kind>``) shows each kind apart, and :meth:`DaskExecutor.span`
+gathers the runs of one job under one ``distributed.span``.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -26,6 +31,8 @@ from scheduler.plan import TileTask
 
 R = TypeVar("R")
 TaskFunction = Callable[[Any, TileTask], R]
+#: A kind of task: lowercase words joined by ``-``, which ``key_split`` keeps whole.
+KIND_PATTERN = re.compile(r"[a-z]+(-[a-z]+)*")
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,10 @@ class Executor(Protocol):
         tasks: Sequence[TileTask],
         on_result: Callable[[Any], None],
         resources: dict[str, float] | None = None,
+        kind: str = "task",
     ) -> list[Any]: ...
+
+    def span(self, name: str) -> contextlib.AbstractContextManager[None]: ...
 
 
 class SynchronousExecutor:
@@ -69,13 +79,19 @@ class SynchronousExecutor:
         tasks: Sequence[TileTask],
         on_result: Callable[[Any], None],
         resources: dict[str, float] | None = None,
+        kind: str = "task",
     ) -> list[Any]:
+        check_kind(kind)
         results = []
         for task in tasks:
             result = fn(job, task)
             on_result(result)
             results.append(result)
         return results
+
+    def span(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """Nothing to group in one process: a context that does nothing."""
+        return contextlib.nullcontext()
 
 
 class DaskExecutor:
@@ -118,6 +134,15 @@ class DaskExecutor:
             memory_limits=limits,
         )
 
+    @contextlib.contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        """Run the tasks submitted inside it in one ``distributed.span`` called ``name``
+        (the dashboard and the scheduler's spans extension show it as one group)."""
+        from distributed import span  # noqa: PLC0415
+
+        with span(name):
+            yield
+
     def run(
         self,
         fn: TaskFunction,
@@ -125,10 +150,17 @@ class DaskExecutor:
         tasks: Sequence[TileTask],
         on_result: Callable[[Any], None],
         resources: dict[str, float] | None = None,
+        kind: str = "task",
     ) -> list[Any]:
+        """Submit ``fn(job, task)`` for every task; report and return the results as they land.
+
+        ``kind`` names the tasks (see the module docstring): every key of this run is
+        ``("outofcore-<kind>-<token>", task.key)``, one Dask task group per run.
+        """
         from distributed import as_completed  # noqa: PLC0415 (keeps Dask out of plain imports)
 
-        prefix = f"outofcore-{uuid.uuid4().hex[:8]}"
+        # An 8-digit hex token: key_split stops at it, key_split_group keeps it.
+        group = f"outofcore-{check_kind(kind)}-{uuid.uuid4().hex[:8]}"
         # The job (array handles, a few KB) goes with every task rather than scattered
         # once: scattered data dies with the workers that hold it, a task's argument not.
         futures = [
@@ -136,7 +168,7 @@ class DaskExecutor:
                 fn,
                 job,
                 task,
-                key=f"{prefix}-{task.key}",
+                key=(group, task.key),
                 priority=-task.index,
                 pure=False,
                 retries=self.retries,
@@ -146,7 +178,8 @@ class DaskExecutor:
         ]
         results = []
         try:
-            for future in as_completed(futures):
+            # This client's loop: it need not be the default Client (as_completed's guess).
+            for future in as_completed(futures, loop=self.client.loop):
                 result = future.result()
                 # Let go of the result held on the worker at once: a worker that dies
                 # later then costs only the tiles in flight, not every tile it finished
@@ -165,6 +198,19 @@ class DaskExecutor:
             with contextlib.suppress(Exception):  # a scheduler that is gone cancels nothing
                 self.client.cancel([f for f in futures if not f.done()])
         return results
+
+
+def check_kind(kind: str) -> str:
+    """``kind`` if it can name tasks (lowercase words joined by ``-``).
+
+    Raises
+    ------
+    ValueError
+        For anything else: ``key_split`` would cut it or swallow what follows.
+    """
+    if not isinstance(kind, str) or not KIND_PATTERN.fullmatch(kind):
+        raise ValueError(f"task kind {kind!r}: use lowercase words joined by '-', e.g. 'tile'")
+    return kind
 
 
 def _cluster_lost(exc: BaseException) -> bool:

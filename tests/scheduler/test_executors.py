@@ -8,16 +8,23 @@ tested in tests/system/test_cluster.py and tests/outofcore/test_integrity.py.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
+import re
 import threading
 
 import pytest
 from distributed.utils_test import gen_cluster
 
-from scheduler.cluster import WORKER_OVERHEAD_BYTES, check_worker_memory, open_executor
+from scheduler.cluster import (
+    WORKER_OVERHEAD_BYTES,
+    check_worker_memory,
+    open_executor,
+    resolve_client,
+)
 from scheduler.errors import ClusterError
-from scheduler.executors import DaskExecutor, SynchronousExecutor, WorkerShape
+from scheduler.executors import DaskExecutor, SynchronousExecutor, WorkerShape, check_kind
 from scheduler.gpu_cluster import GPU_RESOURCE
 from scheduler.plan import TileTask
 from tests.helpers import with_sync_client
@@ -144,3 +151,78 @@ async def test_open_executor_connects_to_a_scheduler_address(s, a):
 
     shape = await with_sync_client(s, open_address)
     assert shape.workers == 1 and shape.memory_limits[0][0] == a.address
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1), ("127.0.0.1", 1)])
+async def test_keys_name_their_kind_and_a_span_holds_the_runs_inside_it(s, a, b):
+    def run(client):
+        executor = DaskExecutor(client)
+        with executor.span("outofcore c.zarr"):
+            parts = executor.run(_index, "job", TASKS[:4], print, kind="part")
+            sums = executor.run(_index, "job", TASKS[:2], print, kind="reduce")
+        return parts + sums + executor.run(_index, "job", TASKS[:3], print, kind="tile")
+
+    results = await with_sync_client(s, run)
+    assert sorted(results) == sorted([("job", i) for i in (0, 1, 2, 3, 0, 1, 0, 1, 2)])
+    # key_split (the dashboard's progress bars) gives the kind; each run is a task group.
+    finished = {name: p.state_counts["memory"] for name, p in s.task_prefixes.items()}
+    assert finished == {"outofcore-part": 4, "outofcore-reduce": 2, "outofcore-tile": 3}
+    groups = {
+        span.name: sorted(g.prefix.name for g in span.groups)
+        for span in s.extensions["spans"].spans.values()
+    }
+    # One group per run; the run after the span is in Dask's default span, not in it.
+    assert groups == {
+        ("outofcore c.zarr",): ["outofcore-part", "outofcore-reduce"],
+        ("default",): ["outofcore-tile"],
+    }
+
+
+@pytest.mark.parametrize("kind", ["", "Tile", "tile-2", "tile_part", "-tile", "part-"])
+def test_a_kind_that_key_split_would_cut_is_refused(kind):
+    with pytest.raises(ValueError, match="lowercase words joined by '-'"):
+        check_kind(kind)
+    for executor in (SynchronousExecutor(), DaskExecutor(client=None)):  # before any task
+        with pytest.raises(ValueError, match=re.escape(repr(kind))):
+            executor.run(_index, "job", TASKS, print, kind=kind)
+    assert check_kind("split-part") == "split-part"
+
+
+def test_the_synchronous_executor_has_a_span_that_does_nothing():
+    executor = SynchronousExecutor()
+    with executor.span("outofcore c.zarr"):
+        assert executor.run(_index, "job", TASKS[:2], lambda _: None, kind="tile") == [
+            ("job", 0),
+            ("job", 1),
+        ]
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1)])
+async def test_resolve_client_takes_the_default_client_only_for_none(s, a):
+    def resolve(client):
+        assert resolve_client(None) is client  # the one distributed.default_client() gives
+        assert resolve_client("sync") == "sync" and resolve_client(s.address) == s.address
+        with pytest.raises(ClusterError, match=r"gpus=\[0, 1\] .*\(scheduler tcp://"):
+            resolve_client(None, (0, 1))
+        return True
+
+    assert await with_sync_client(s, resolve)
+    assert resolve_client(None) is None  # closed: no default Client left
+    assert resolve_client(None, (0,)) is None  # a LocalCluster of GPU workers, as before
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1)])
+async def test_dask_executor_runs_on_a_client_that_is_not_the_default(s, a):
+    # A job's own Clients are not made the default (another job would take them), so
+    # nothing may fall back on distributed.default_client() (as_completed's loop did).
+    from distributed import Client, default_client  # noqa: PLC0415
+
+    def run():
+        with Client(s.address, timeout=10, set_as_default=False) as client:
+            with pytest.raises(ValueError, match="No clients found"):
+                default_client()
+            executor = DaskExecutor(client)
+            with executor.span("outofcore c.zarr"):
+                return executor.run(_index, "job", TASKS[:3], print, kind="tile")
+
+    assert sorted(await asyncio.to_thread(run)) == [("job", i) for i in range(3)]
