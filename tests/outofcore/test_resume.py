@@ -242,6 +242,40 @@ def test_two_leases_on_one_output(tmp_path):
     assert not (tmp_path / "c.zarr").exists()  # nothing left behind
 
 
+def test_a_heartbeat_that_fails_or_finds_another_holder_says_so(tmp_path, caplog):
+    """The heartbeat's store errors are retried next beat and a lease another job took
+    ends the heartbeat, each said through the `outofcore` logger."""
+    caplog.set_level(logging.WARNING, logger="outofcore")
+    journal = Journal.for_output(tmp_path / "c.zarr")
+    lease_path = tmp_path / "c.zarr" / JOURNAL_DIR / LEASE_NAME
+
+    def said(needle: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if needle in r.getMessage()]
+
+    def replace(make) -> None:  # the lease object swapped at once, as a store does
+        swap = lease_path.with_name("swap")
+        make(swap)
+        os.replace(swap, lease_path)
+
+    with Lease(journal, "c.zarr", "job-one", timeout=0.2) as lease:  # a beat every 0.05 s
+        mine = lease_path.read_text()
+        replace(lambda p: p.symlink_to(LEASE_NAME))  # a link to itself: reads fail (ELOOP)
+        wait_for(lambda: said("heartbeat"), 10, "a failed heartbeat said")
+        assert said("heartbeat")[0].startswith(
+            "the lease heartbeat of 'c.zarr' failed (next try in 0.05 s): [Errno 40] Too many"
+        )
+        assert not said("now held by")  # a store error is not a lost lease
+        replace(lambda p: p.write_text(mine.replace("job-one", "job-two")))  # another job's
+        wait_for(lambda: said("now held by"), 10, "the lost lease said")
+        lost = said("now held by")
+        assert len(lost) == 1, lost
+        assert lost[0].startswith("the lease of 'c.zarr' is now held by job job-two (host ")
+        assert lease._thread is not None
+        lease._thread.join(5)
+        assert not lease._thread.is_alive()  # no more beats: the lease is not this job's
+    assert "job-two" in lease_path.read_text()  # released without deleting the other's
+
+
 def test_client_killed_mid_job_then_rerun_skips_done_tiles(tmp_path):
     """SIGKILL ``outofcore matmul``; a second job meanwhile is refused; the rerun resumes."""
     a, b, c = long_job_inputs(tmp_path)
