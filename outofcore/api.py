@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import zarr
-from tqdm import tqdm
 from zarr.storage import MemoryStore
 
 from outofcore import arrays, config, interop
@@ -32,6 +30,7 @@ from outofcore.journal import Journal
 from outofcore.lease import Lease, OwnerCheck, check_not_held, new_job_id
 from outofcore.locations import locate
 from outofcore.product import Product
+from outofcore.progress import progress
 from outofcore.recorded import RecordedJob, TileResult, compute_and_record
 from outofcore.resume import (
     Start,
@@ -547,21 +546,12 @@ def _run_tiles(
     return results, time.perf_counter() - started
 
 
-@contextlib.contextmanager
 def _progress(
     total: int, done: int, show: bool, unit: str = "tile", name: str = "matmul"
-) -> Iterator[Callable[[Any], None]]:
-    """A progress bar on stderr, called ``name``; yields the executor's per-result callback."""
-    with tqdm(
-        total=total,
-        initial=done,
-        unit=unit,
-        desc=name,
-        disable=not show,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    ) as bar:
-        yield lambda _: bar.update(1)
+) -> contextlib.AbstractContextManager[Callable[[Any], None]]:
+    """Progress on stderr, called ``name`` (a bar on a terminal, else a line every few
+    seconds: :mod:`outofcore.progress`); yields the executor's per-result callback."""
+    return progress(total, done, show, unit, name)
 
 
 def _finish(

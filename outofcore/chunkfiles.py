@@ -19,6 +19,7 @@ written rather than skipped; it reads back the same.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sys
 import uuid
@@ -30,11 +31,13 @@ from typing import Any
 import numpy as np
 import zarr
 
-from outofcore import config
+from outofcore import arrays, config
 from outofcore.worker_context import worker_context
 
 #: What codecs raise for bytes they cannot decode (truncated or corrupt chunks).
 DECODE_ERRORS = (RuntimeError, ValueError)
+#: Where outofcore says what is not the result: here, the chunk-file path turning itself off.
+logger = logging.getLogger("outofcore")
 
 
 class ChunkDecodeError(OSError):
@@ -120,7 +123,14 @@ def _layout_of(array: zarr.Array) -> PlainLayout | None:
             shape=tuple(array.shape),
             chunks=tuple(array.chunks),
         )
-    except Exception:  # noqa: BLE001 (any surprise in zarr's internals: use zarr itself)
+    except Exception as exc:  # noqa: BLE001 (any surprise in zarr's internals: use zarr itself)
+        logger.warning(
+            "reading and writing %s through zarr, at about twice the CPU per GiB: its chunk "
+            "files' layout could not be read (%s: %s)",
+            arrays.describe(array),
+            type(exc).__name__,
+            exc,
+        )
         return None
 
 

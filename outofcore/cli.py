@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import os
@@ -133,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the traceback of an error (also OUTOFCORE_DEBUG=1)",
     )
+    parser.add_argument("--version", action="version", version=f"outofcore {version()}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     run = commands.add_parser(
@@ -169,6 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     rand.add_argument("--seed", type=int, default=0)
     rand.add_argument("--overwrite", action="store_true")
     _add_storage_options(rand)
+    _add_quiet(rand)
     rand.set_defaults(run=_random)
 
     plan = commands.add_parser(
@@ -199,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=int)
     _add_storage_options(check)
     _add_json(check)
+    _add_quiet(check, "print nothing when the product is right (the exit status says it)")
     check.set_defaults(run=_verify)
 
     demo = commands.add_parser(
@@ -210,6 +214,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=int)
     demo.add_argument("--dir", type=Path, help="keep the arrays here (default: a temporary dir)")
     _add_json(demo)
+    _add_quiet(demo, "no progress or summary; the verdict only when the product is wrong")
     demo.set_defaults(run=_demo)
     return parser
 
@@ -265,6 +270,7 @@ def _add_job_options(run: argparse.ArgumentParser) -> None:
     )
     _add_storage_options(run)
     _add_json(run)
+    _add_quiet(run)
 
 
 def _add_transposes(parser: argparse.ArgumentParser) -> None:
@@ -370,6 +376,21 @@ def _add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _add_quiet(
+    parser: argparse.ArgumentParser,
+    text: str = "no progress and no summary: only warnings and errors (--json still prints)",
+) -> None:
+    parser.add_argument("-q", "--quiet", action="store_true", help=text)
+
+
+def version() -> str:
+    """The installed package's version (its metadata), or why there is none."""
+    try:
+        return importlib.metadata.version("outofcore")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: no package metadata)"
+
+
 def _pair(text: str) -> tuple[int, int]:
     try:
         first, second = (int(part) for part in text.split(","))
@@ -392,7 +413,7 @@ def _matmul(args: argparse.Namespace) -> int:
 
     spec = _job_spec(args, _product_options(args))
     result = run_job(args.a, args.b, args.out, spec, client=args.scheduler)
-    _print(result.summary, args.json, _format_summary)
+    _print(result.summary, args.json, _format_summary, args.quiet)
     return 0
 
 
@@ -401,7 +422,7 @@ def _gram(args: argparse.Namespace) -> int:
 
     product = {"transpose_a": not args.rows, "transpose_b": args.rows, "alpha": args.alpha}
     result = run_job(args.x, args.x, args.out, _job_spec(args, product), client=args.scheduler)
-    _print(result.summary, args.json, _format_summary)
+    _print(result.summary, args.json, _format_summary, args.quiet)
     return 0
 
 
@@ -423,7 +444,7 @@ def _job_spec(args: argparse.Namespace, product: dict[str, Any]) -> Any:
         splits=args.splits,
         workers=args.workers,
         gpus=parse_gpus(args.gpus) if args.gpus else None,
-        progress=not args.json,
+        progress=not (args.json or args.quiet),
         storage_options=_storage(args),
     )
 
@@ -442,6 +463,8 @@ def _random(args: argparse.Namespace) -> int:
         storage_options=_storage(args),
     )
     nbytes = array.nbytes
+    if args.quiet:
+        return 0
     print(
         f"wrote {args.path}: {array.shape[0]}x{array.shape[1]} {array.dtype}, chunks "
         f"{array.chunks}, {format_bytes(nbytes)} in {time.perf_counter() - started:.2f} s"
@@ -494,7 +517,7 @@ def _verify(args: argparse.Namespace) -> int:
         storage_options=_storage(args),
         **_product_options(args),
     )
-    _print(report.as_dict(), args.json, _format_verify)
+    _print(report.as_dict(), args.json, _format_verify, args.quiet and report.passed)
     return 0 if report.passed else 1
 
 
@@ -509,7 +532,8 @@ def _demo(args: argparse.Namespace) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         size, chunk = args.size, args.chunk
         paths = {name: str(folder / f"{name}.zarr") for name in ("a", "b", "c")}
-        say = (lambda *_: None) if args.json else print
+        quiet = args.json or args.quiet
+        say = (lambda *_: None) if quiet else print
         say(f"Generating A and B: {size}x{size} float32 each, chunks {chunk}x{chunk}, in {folder}")
         for seed, name in enumerate(("a", "b")):
             random_array(paths[name], (size, size), (chunk, chunk), seed=seed, overwrite=True)
@@ -518,21 +542,23 @@ def _demo(args: argparse.Namespace) -> int:
             f"Inputs hold {format_bytes(inputs)}; the budget is {format_bytes(args.memory)} "
             "per worker"
         )
-        spec = JobSpec(
-            memory=args.memory, workers=args.workers, overwrite=True, progress=not args.json
-        )
+        spec = JobSpec(memory=args.memory, workers=args.workers, overwrite=True, progress=not quiet)
         result = run_job(paths["a"], paths["b"], paths["c"], spec)
         say(_format_summary(result.summary))
         report = verify(paths["a"], paths["b"], paths["c"])
         if args.json:
             print(json.dumps({**result.summary, "verify": report.as_dict()}, indent=2))
-        else:
+        elif not (args.quiet and report.passed):
             print(_format_verify(report.as_dict()))
     return 0 if report.passed else 1
 
 
-def _print(data: dict[str, Any], as_json: bool, formatter: Any) -> None:
-    print(json.dumps(data, indent=2) if as_json else formatter(data))
+def _print(data: dict[str, Any], as_json: bool, formatter: Any, quiet: bool = False) -> None:
+    """The command's result: JSON, or the formatter's text unless ``quiet``."""
+    if as_json:
+        print(json.dumps(data, indent=2))
+    elif not quiet:
+        print(formatter(data))
 
 
 def _format_summary(s: dict[str, Any]) -> str:

@@ -23,9 +23,9 @@ read (``If-Match``), so it never overwrites a takeover.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -39,6 +39,8 @@ from outofcore.errors import JobFailedError
 from outofcore.journal import Journal, timestamp
 
 LEASE_NAME = "lease.json"
+#: Where outofcore says what is not the result (the command shows it on stderr).
+logger = logging.getLogger("outofcore")
 
 
 class LeaseError(JobFailedError, RuntimeError):
@@ -223,16 +225,22 @@ class Lease:
     def acquire(self) -> None:
         """Take the lease, or raise :class:`LeaseError` naming the live job that holds it."""
         self._acquired = time.time()
+        replaced = ""  # the dead job whose lease this one replaced
         for _ in range(3):
             self.journal.put_json(self.key, self._info().as_document(), only_if_absent=True)
             document, raw, version = self.journal.get_versioned(self.key)
             holder = LeaseInfo.parse(document)
             if holder is not None and holder.job_id == self.job_id:
+                if replaced:
+                    logger.warning("took over the output %r from %s", self.where, replaced)
                 self._held = True
                 self._start_heartbeat()
                 return
-            if holder is not None and holder.dead_because() is None:
-                raise LeaseError(_refusal(holder, self.where))
+            if holder is not None:
+                dead = holder.dead_because()
+                if dead is None:
+                    raise LeaseError(_refusal(holder, self.where))
+                replaced = f"{holder.describe()}, which is dead: {dead}"
             # Dead (or unreadable): replace it only if nobody replaced it meanwhile.
             if version is not None:  # compare-and-swap: one of the jobs taking over wins
                 self.journal.put_json(self.key, self._info().as_document(), if_version=version)
@@ -261,13 +269,16 @@ class Lease:
                     self._warn_lost(read_lease(self.journal))  # replaced since it was read
                     return
             except OSError as exc:  # a transient store error: try again next beat
-                print(f"outofcore: warning: lease heartbeat failed: {exc}", file=sys.stderr)
+                logger.warning(
+                    "the lease heartbeat of %r failed (next try in %g s): %s",
+                    self.where,
+                    self.timeout / 4,
+                    exc,
+                )
 
     def _warn_lost(self, holder: LeaseInfo | None) -> None:
         who = holder.describe() if holder else "nobody (it was deleted)"
-        print(
-            f"outofcore: warning: the lease of {self.where!r} is now held by {who}", file=sys.stderr
-        )
+        logger.warning("the lease of %r is now held by %s", self.where, who)
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lease if it is still this job's."""

@@ -11,6 +11,7 @@ decode (truncated or corrupt bytes) are retried; when the retries run out,
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -24,6 +25,8 @@ from outofcore.errors import JobFailedError
 #: Errors worth retrying: I/O and network failures (timeouts, resets, unreadable or
 #: undecodable chunks: :class:`~outofcore.chunkfiles.ChunkDecodeError` is an OSError).
 TRANSIENT_READ_ERRORS = (OSError, TimeoutError)
+#: Where outofcore says what is not the result: here, each retried read.
+logger = logging.getLogger("outofcore")
 
 
 class ReadError(JobFailedError, OSError):
@@ -66,6 +69,14 @@ def with_retries(read: Callable[[], object], region: Callable[[], str]) -> None:
                     f"{type(exc).__name__}: {exc} "
                     f"(retries: ${config.env_name('read-retries')}={retries})"
                 ) from exc
+            logger.warning(
+                "a read failed (%s: %s); retry %d of %d in %g s",
+                type(exc).__name__,
+                exc,
+                attempt + 1,
+                retries,
+                delay * 2**attempt,
+            )
             time.sleep(delay * 2**attempt)
 
 

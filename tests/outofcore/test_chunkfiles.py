@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -12,6 +13,7 @@ import pytest
 import zarr
 
 from outofcore import chunkfiles
+from outofcore.reading import read_panel
 from outofcore.worker_context import worker_context
 from outofcore.writing import write_region
 
@@ -106,6 +108,35 @@ def test_only_the_plain_local_layout_is_handled_directly(tmp_path):
     values = np.arange(100, dtype=np.float32).reshape(10, 10)
     write_region(blosc, (0, 0), values)  # through zarr
     np.testing.assert_array_equal(blosc[...], values)
+
+
+def test_a_fast_path_that_turns_itself_off_says_so(tmp_path, monkeypatch, caplog):
+    """A surprise in zarr's internals (here: the layout cannot be built, as when a zarr
+    release renames what it is built from) reads through zarr, the same values, and
+    says so once through the `outofcore` logger; a layout zarr must read by design
+    (blosc, shards) is not a fallback and says nothing."""
+    caplog.set_level(logging.DEBUG, logger="outofcore")
+    values = np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
+    zarr.create_array(tmp_path / "x.zarr", data=values, chunks=CHUNKS)
+    blosc = zarr.create_array(
+        tmp_path / "lz4.zarr", data=values, chunks=CHUNKS, compressors=zarr.codecs.BloscCodec()
+    )
+    assert chunkfiles.plain_layout(blosc) is None and caplog.records == []
+
+    def renamed(*args, **kwargs):
+        raise TypeError("PlainLayout.__init__() got an unexpected keyword argument 'fill'")
+
+    monkeypatch.setattr(chunkfiles, "PlainLayout", renamed)
+    array = zarr.open_array(tmp_path / "x.zarr", mode="r")
+    out = np.empty((100, 70), dtype=np.float32)
+    for _ in range(2):
+        read_panel(array, (slice(30, 130), slice(10, 80)), out)
+        np.testing.assert_array_equal(out, values[30:130, 10:80])
+    said = [r for r in caplog.records if r.name == "outofcore"]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING, said
+    where = f"file://{os.path.realpath(tmp_path)}/x.zarr"
+    assert said[0].getMessage().startswith(f"reading and writing {where} "), said
+    assert "through zarr" in said[0].getMessage() and "unexpected keyword" in said[0].getMessage()
 
 
 def test_kept_buffers_larger_than_a_task_needs_are_freed(tmp_path):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 
 import numpy as np
 import zarr
 
+from outofcore.generate import random_array
 from tests.helpers import assert_product_close
 
 
@@ -88,11 +91,16 @@ def test_verify_exits_one_on_a_wrong_product(tmp_path):
         zarr.create_array(
             str(tmp_path / f"{name}.zarr"), shape=data.shape, chunks=(16, 16), dtype="f4"
         )[...] = data
+    paths = [str(tmp_path / f"{x}.zarr") for x in "abc"]
+    right = outofcore("verify", *paths, "--quiet")  # the exit status says it
+    assert (right.returncode, right.stdout, right.stderr) == (0, "", "")
     c = zarr.open_array(str(tmp_path / "c.zarr"))
     c[7, 7] = c[7, 7] + 100
-    out = outofcore("verify", *(str(tmp_path / f"{x}.zarr") for x in "abc"))
+    out = outofcore("verify", *paths)
     assert out.returncode == 1
     assert "FAILED" in out.stdout and "row 7" in out.stdout
+    quiet = outofcore("verify", *paths, "-q")  # a wrong product is still said
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (1, out.stdout, "")
 
 
 def test_demo_runs_and_verifies(tmp_path):
@@ -159,3 +167,51 @@ def test_every_dtype_from_the_command_line_with_transposes_and_an_addend(tmp_pat
         "matmul", x, x, "-o", str(tmp_path / "e.zarr"), "--transpose-a", "--beta", "2"
     )
     assert refused.returncode == 2 and "beta = 2.0 needs an addend" in refused.stderr
+
+
+def test_version_is_the_installed_packages():
+    done = outofcore("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"outofcore {importlib.metadata.version('outofcore')}\n"
+    assert re.fullmatch(r"outofcore \d+\.\d+\.\d+\S*\n", done.stdout)
+
+
+def test_quiet_jobs_print_nothing_but_what_they_are_asked_for(tmp_path):
+    """--quiet: no cluster line, no progress, no summary; --json still prints its object."""
+    a, b, c, g = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr", "g.zarr"))
+    for path, shape in ((a, "300,200"), (b, "200,250")):
+        made = outofcore("random", path, "--shape", shape, "--chunks", "64,64", "--quiet")
+        assert (made.returncode, made.stdout, made.stderr) == (0, "", "")
+    run = outofcore("matmul", a, b, "-o", c, "--memory", "256KiB", "--workers", "1", "--quiet")
+    assert (run.returncode, run.stdout, run.stderr) == (0, "", "")  # a LocalCluster job
+    assert_product_close(zarr.open_array(c)[...], zarr.open_array(a)[...], zarr.open_array(b)[...])
+    in_process = ("--scheduler", "sync", "--memory", "256KiB")
+    gram = outofcore("gram", a, "-o", g, *in_process, "--quiet", "--json")
+    assert gram.returncode == 0 and gram.stderr == "", gram.stderr
+    assert json.loads(gram.stdout)["tiles"] > 1
+    demo = outofcore("demo", "--size", "256", "--chunk", "64", "--memory", "256KiB", "--quiet")
+    assert (demo.returncode, demo.stdout, demo.stderr) == (0, "", "")
+
+
+def test_progress_into_a_log_file_is_lines_without_redraws(tmp_path):
+    """stderr to a file (a batch job's log): a line at the start and one at the end, no \\r."""
+    a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
+    random_array(a, (300, 200), (64, 64), seed=1)
+    random_array(b, (200, 250), (64, 64), seed=2)
+    with open(tmp_path / "job.log", "w") as log:
+        done = subprocess.run(
+            [sys.executable, "-m", "outofcore.cli", "matmul", a, b, "-o", c, "--memory", "256KiB"],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            timeout=600,
+        )
+    text = (tmp_path / "job.log").read_text()
+    assert done.returncode == 0, text
+    assert "\r" not in text
+    lines = text.splitlines()
+    tiles = int(re.search(r"  tiles +(\d+) tiles", done.stdout).group(1))
+    assert lines[0].startswith("Started a LocalCluster: 1 worker(s), dashboard at ")
+    assert lines[1] == f"matmul: 0/{tiles} tiles (0%)"
+    assert re.fullmatch(rf"matmul: {tiles}/{tiles} tiles \(100%\) in .+, .+ tiles/s", lines[-1])
+    assert all(line.startswith("matmul: ") for line in lines[1:]), text

@@ -10,6 +10,7 @@ an ``outofcore matmul`` process.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -130,7 +131,7 @@ def test_transient_read_error_is_retried(small, outofcore_settings):
     assert_product_close(zarr.open_array(str(folder / "c.zarr"))[...], a, b)
 
 
-def test_with_retries_counts_attempts_and_names_the_region(outofcore_settings):
+def test_with_retries_counts_attempts_and_names_the_region(outofcore_settings, caplog):
     outofcore_settings(read_retry_delay=0)
     calls = []
 
@@ -143,8 +144,15 @@ def test_with_retries_counts_attempts_and_names_the_region(outofcore_settings):
         return read
 
     outofcore_settings(read_retries=2)
-    with_retries(flaky(2), lambda: "region")
+    with caplog.at_level(logging.WARNING, logger="outofcore"):
+        with_retries(flaky(2), lambda: "region")
     assert len(calls) == 3
+    # Each retry is said through the `outofcore` logger (the command shows it as a warning).
+    retried = [r.getMessage() for r in caplog.records if r.name == "outofcore"]
+    assert retried == [
+        f"a read failed (ConnectionResetError: connection reset by peer); retry {n} of 2 in 0 s"
+        for n in (1, 2)
+    ]
     calls.clear()
     with pytest.raises(ReadError, match=r"reading rows 0:5 of X failed 3 time\(s\).*reset"):
         with_retries(flaky(3), lambda: "rows 0:5 of X")
@@ -171,8 +179,9 @@ def write_lease(c: Path, **fields) -> dict:
     return lease
 
 
-def test_live_lease_refused_stale_lease_taken_over(small):
+def test_live_lease_refused_stale_lease_taken_over(small, caplog):
     folder, a, b = small
+    caplog.set_level(logging.WARNING, logger="outofcore")
     c = folder / "c.zarr"
     write_lease(c)
     with pytest.raises(
@@ -185,6 +194,10 @@ def test_live_lease_refused_stale_lease_taken_over(small):
     write_lease(c, heartbeat=time.time() - 120)
     result = run(folder)
     assert result.summary["tiles_computed"] == result.summary["tiles"]
+    took = [r for r in caplog.records if r.name == "outofcore" and "took over" in r.message]
+    assert len(took) == 1 and took[0].levelno == logging.WARNING
+    assert "job 0123abcd4567 (host elsewhere, pid 4242" in took[0].message
+    assert "which is dead: its last heartbeat was 120 s ago (timeout 60 s)" in took[0].message
     assert_product_close(zarr.open_array(str(c))[...], a, b)
     assert not (c / JOURNAL_DIR / LEASE_NAME).exists()  # released at the end
 
@@ -194,6 +207,25 @@ def test_live_lease_refused_stale_lease_taken_over(small):
     write_lease(folder / "d.zarr", host=socket.gethostname(), pid=exited.pid)
     run(folder, out="d.zarr")
     assert_product_close(zarr.open_array(str(folder / "d.zarr"))[...], a, b)
+
+
+def test_the_command_says_when_it_takes_over_a_dead_jobs_lease(small):
+    """The takeover is a warning line of the command, naming the dead job and why."""
+    folder, a, b = small
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    write_lease(folder / "c.zarr", host=socket.gethostname(), pid=exited.pid)
+    a_path, b_path, c_path = (str(folder / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
+    done = cli("matmul", a_path, b_path, "-o", c_path, "--memory", "24KiB", "--scheduler", "sync")
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("outofcore: ")]
+    assert len(said) == 1, done.stderr
+    assert said[0].startswith(
+        f"outofcore: warning: took over the output '{c_path}' from job 0123abcd4567 "
+        f"(host {socket.gethostname()}, pid {exited.pid}, started "
+    ), said
+    assert said[0].endswith(f"which is dead: its process {exited.pid} on this host has exited")
+    assert_product_close(zarr.open_array(c_path)[...], a, b)
 
 
 def test_two_leases_on_one_output(tmp_path):
@@ -208,6 +240,40 @@ def test_two_leases_on_one_output(tmp_path):
             == "job-two"
         )
     assert not (tmp_path / "c.zarr").exists()  # nothing left behind
+
+
+def test_a_heartbeat_that_fails_or_finds_another_holder_says_so(tmp_path, caplog):
+    """The heartbeat's store errors are retried next beat and a lease another job took
+    ends the heartbeat, each said through the `outofcore` logger."""
+    caplog.set_level(logging.WARNING, logger="outofcore")
+    journal = Journal.for_output(tmp_path / "c.zarr")
+    lease_path = tmp_path / "c.zarr" / JOURNAL_DIR / LEASE_NAME
+
+    def said(needle: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if needle in r.getMessage()]
+
+    def replace(make) -> None:  # the lease object swapped at once, as a store does
+        swap = lease_path.with_name("swap")
+        make(swap)
+        os.replace(swap, lease_path)
+
+    with Lease(journal, "c.zarr", "job-one", timeout=0.2) as lease:  # a beat every 0.05 s
+        mine = lease_path.read_text()
+        replace(lambda p: p.symlink_to(LEASE_NAME))  # a link to itself: reads fail (ELOOP)
+        wait_for(lambda: said("heartbeat"), 10, "a failed heartbeat said")
+        assert said("heartbeat")[0].startswith(
+            "the lease heartbeat of 'c.zarr' failed (next try in 0.05 s): [Errno 40] Too many"
+        )
+        assert not said("now held by")  # a store error is not a lost lease
+        replace(lambda p: p.write_text(mine.replace("job-one", "job-two")))  # another job's
+        wait_for(lambda: said("now held by"), 10, "the lost lease said")
+        lost = said("now held by")
+        assert len(lost) == 1, lost
+        assert lost[0].startswith("the lease of 'c.zarr' is now held by job job-two (host ")
+        assert lease._thread is not None
+        lease._thread.join(5)
+        assert not lease._thread.is_alive()  # no more beats: the lease is not this job's
+    assert "job-two" in lease_path.read_text()  # released without deleting the other's
 
 
 def test_client_killed_mid_job_then_rerun_skips_done_tiles(tmp_path):

@@ -1,0 +1,98 @@
+"""Progress on stderr: a redrawn bar on a terminal, plain lines in a log (issue 21, item 4)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import os
+import struct
+import termios
+
+import pytest
+
+from outofcore.progress import ProgressLines, progress
+
+
+class Clock:
+    """Seconds that pass only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_lines_at_most_every_few_seconds_with_rate_and_time_left():
+    clock, stream = Clock(), io.StringIO()
+    lines = ProgressLines(96, 0, "tile", "matmul", stream, every=5.0, clock=clock)
+    for _ in range(12):  # 12 tiles in 3 s: no line before 5 s have passed
+        clock.now += 0.25
+        lines.update(None)
+    for _ in range(8):  # 20 tiles in 5 s: one line, then none until 5 s more
+        clock.now += 0.25
+        lines.update(None)
+    clock.now += 4.0
+    lines.update(None)
+    clock.now += 1.0
+    lines.update(None)  # 22 tiles at 10 s
+    lines.close()
+    assert stream.getvalue().splitlines() == [
+        "matmul: 0/96 tiles (0%)",
+        "matmul: 20/96 tiles (21%), 5.00 s elapsed, 4 tiles/s, about 19.00 s left",
+        "matmul: 22/96 tiles (23%), 10.00 s elapsed, 2.2 tiles/s, about 33.64 s left",
+        "matmul: 22/96 tiles (23%) in 10.00 s, 2.2 tiles/s",
+    ]
+
+
+def test_a_resumed_job_counts_its_rate_from_this_run_and_a_stopped_one_says_where():
+    clock, stream = Clock(), io.StringIO()
+    lines = ProgressLines(40, 30, "task", "gram", stream, every=1.0, clock=clock)
+    clock.now += 2.0
+    lines.update(None)
+    clock.now += 2.0
+    lines.close(stopped=True)
+    assert stream.getvalue().splitlines() == [
+        "gram: 30/40 tasks (75%)",
+        "gram: 31/40 tasks (78%), 2.00 s elapsed, 0.5 tasks/s, about 18.00 s left",
+        "gram: stopped at 31/40 tasks (78%) after 4.00 s",
+    ]
+
+
+def test_progress_into_a_file_has_no_carriage_returns(tmp_path):
+    with open(tmp_path / "log", "w") as log:
+        with progress(5, 0, stream=log, every=0.0) as on_result:
+            for _ in range(5):
+                on_result(None)
+        with pytest.raises(KeyboardInterrupt), progress(5, 2, stream=log) as on_result:
+            on_result(None)
+            raise KeyboardInterrupt
+        with progress(5, 0, show=False, stream=log) as on_result:
+            on_result(None)
+    text = (tmp_path / "log").read_text()
+    assert "\r" not in text
+    lines = text.splitlines()
+    assert lines[0] == "matmul: 0/5 tiles (0%)" and len(lines) == 1 + 4 + 1 + 2
+    assert all(line.startswith("matmul: ") for line in lines)
+    assert lines[5].startswith("matmul: 5/5 tiles (100%) in ")
+    assert lines[6:8] == ["matmul: 2/5 tiles (40%)", lines[7]]
+    assert lines[7].startswith("matmul: stopped at 3/5 tiles (60%) after ")
+
+
+def test_progress_on_a_terminal_is_a_redrawn_bar():
+    leader, follower = os.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    with open(follower, "w") as terminal:
+        assert terminal.isatty()
+        with progress(3, 0, name="gram", stream=terminal) as on_result:
+            for _ in range(3):
+                on_result(None)
+    os.set_blocking(leader, False)
+    drawn = b""
+    with contextlib.suppress(OSError):  # EIO: the terminal closed and all was read
+        while chunk := os.read(leader, 65536):
+            drawn += chunk
+    os.close(leader)
+    drawn = drawn.decode()
+    assert "\r" in drawn and "gram: 100%" in drawn and "3/3" in drawn
