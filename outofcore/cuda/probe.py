@@ -42,7 +42,7 @@ def numba_cuda_installed() -> bool:
     numba-cuda ships the top-level package ``numba_cuda`` (which ``numba.cuda``
     resolves to); looking it up does not import numba.
     """
-    if "numba.cuda" in sys.modules:
+    if sys.modules.get("numba.cuda") is not None:
         return True
     try:
         return importlib.util.find_spec("numba_cuda") is not None
