@@ -1,13 +1,14 @@
 # The outofcore image: the package, Dask (scheduler, workers, dashboard) and the CLI.
 #
-#   docker build -t outofcore .                                       # CPU workers, jobs
-#   docker build -t outofcore-gpu --build-arg EXTRA_PIP="numba-cuda[cu13]" .  # GPU workers
+#   docker build -t outofcore .                                        # CPU workers, jobs
+#   docker build -t outofcore-gpu --build-arg EXTRAS=s3,cuda .          # GPU workers
 #
-# The GPU variant brings NVVM/NVRTC as wheels; the host's NVIDIA driver comes in
-# through the container toolkit (see the gpu-worker service in docker-compose.yml).
+# EXTRAS are the package's extras: s3 (s3fs) always; cuda (numba-cuda with NVVM/NVRTC as
+# wheels) for the GPU variant, whose host's NVIDIA driver comes in through the container
+# toolkit (see the gpu-worker service in docker-compose.yml). The CPU image has no numba.
 FROM python:3.11-slim
 
-ARG EXTRA_PIP=""
+ARG EXTRAS="s3"
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -18,7 +19,7 @@ COPY pyproject.toml README.md constraints.txt ./
 COPY outofcore ./outofcore
 COPY scheduler ./scheduler
 # bokeh serves the scheduler's dashboard on port 8787; the s3 extra (s3fs) opens s3:// arrays.
-RUN pip install -c constraints.txt ".[s3]" "bokeh>=3.1" ${EXTRA_PIP} \
+RUN pip install -c constraints.txt ".[${EXTRAS}]" "bokeh>=3.1" \
     && outofcore --help > /dev/null \
     && dask scheduler --version
 

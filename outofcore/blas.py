@@ -1,7 +1,8 @@
 """BLAS through ctypes: ``gemm`` and ``syrk`` on numpy arrays with the GIL released.
 
 SciPy's OpenBLAS routines are taken from ``scipy.linalg.cython_blas`` (the
-Fortran interface) and called through ctypes, so the GIL is released while
+Fortran interface; loaded on first use, without ``scipy.linalg``'s own
+imports where possible: :func:`cython_blas`) and called through ctypes, so the GIL is released while
 BLAS runs and a panel decoded in another thread of the process makes
 progress.  Row-major numpy arrays are column-major transposes to BLAS; a
 transposed view of a panel is handed over with BLAS's transpose flag, never
@@ -12,7 +13,12 @@ SciPy, a dtype or layout BLAS does not take) and the caller falls back to numpy.
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
+import importlib.util
+import sys
 import threading
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -52,9 +58,7 @@ def _blas_function(name: str) -> ctypes._CFuncPtr | None:
             return _cache[name]
         function = None
         try:
-            from scipy.linalg import cython_blas  # noqa: PLC0415
-
-            capsule = cython_blas.__pyx_capi__[name]
+            capsule = cython_blas().__pyx_capi__[name]
             get_name = ctypes.pythonapi.PyCapsule_GetName
             get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
             get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -68,6 +72,50 @@ def _blas_function(name: str) -> ctypes._CFuncPtr | None:
         return function
 
 
+def cython_blas() -> ModuleType:
+    """SciPy's ``scipy.linalg.cython_blas``, whose capsules hold the BLAS routines' addresses.
+
+    ``from scipy.linalg import cython_blas`` first runs ``scipy.linalg/__init__``,
+    which imports all of ``scipy.linalg`` (about 0.3 s, in every worker process)
+    for nothing this module calls.  The extension module is loaded from its file
+    instead, after the light ``import scipy`` (which sets up where SciPy's own
+    libraries are found); the import above is the fallback when that fails.
+    Called under ``_lock``; the module is kept.
+
+    Raises
+    ------
+    ImportError
+        When SciPy is not installed.
+    """
+    global _cython_blas
+    if _cython_blas is None:
+        _cython_blas = sys.modules.get("scipy.linalg.cython_blas") or _load_cython_blas()
+    return _cython_blas
+
+
+def _load_cython_blas() -> ModuleType:
+    import scipy  # noqa: PLC0415
+
+    folder = Path(scipy.__file__).parent / "linalg"
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = folder / f"cython_blas{suffix}"
+        if not path.is_file():
+            continue
+        try:
+            spec = importlib.util.spec_from_file_location("scipy.linalg.cython_blas", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except Exception:  # noqa: BLE001 (any failure: the ordinary import below)
+            break
+        if isinstance(getattr(module, "__pyx_capi__", None), dict):
+            return module
+        break
+    from scipy.linalg import cython_blas as module  # noqa: PLC0415
+
+    return module
+
+
+_cython_blas: ModuleType | None = None
 _cache: dict[str, ctypes._CFuncPtr | None] = {}
 _lock = threading.Lock()
 #: BLAS takes 32-bit sizes (SciPy's OpenBLAS is LP64).

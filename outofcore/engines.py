@@ -223,17 +223,20 @@ class CpuEngine:
 
 
 def gpu_visible(simulator_counts: bool = True) -> bool:
-    """Return True when CUDA kernels can run here.
+    """Return True when CUDA kernels can run here, without importing numba.
 
-    A real GPU always counts; numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)
-    counts only when ``simulator_counts``: asked for by name it is fine for
-    tests, but ``"auto"`` must never pick a simulator.
+    A real GPU (the CUDA driver shows a device) counts when numba-cuda is installed;
+    numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) counts only when
+    ``simulator_counts``: asked for by name it is fine for tests, but ``"auto"``
+    must never pick a simulator.
     """
-    from outofcore import cuda as ooc_cuda  # noqa: PLC0415 (numba loads only here)
+    from outofcore.cuda import probe  # noqa: PLC0415 (the standard library only)
 
-    if ooc_cuda.simulator_enabled():
+    if not probe.numba_cuda_installed():
+        return False
+    if probe.simulator_enabled():
         return simulator_counts
-    return ooc_cuda.is_available()
+    return probe.device_count() > 0
 
 
 BACKENDS = ("auto", "cpu", "cuda", "cupy")
@@ -280,6 +283,10 @@ def resolve_backend(backend: str, gpu_workers: int | None = None, where: str = "
         return backend
     if backend == "auto":
         return "cuda" if gpu_visible(simulator_counts=False) else "cpu"
+    if backend in ("cuda", "cupy"):
+        from outofcore.cuda.probe import require_numba_cuda  # noqa: PLC0415
+
+        require_numba_cuda(backend)
     if backend in ("cuda", "cupy") and not gpu_visible():
         raise BackendError(
             f"backend {backend!r} needs a CUDA GPU and driver, and none is visible here "

@@ -14,12 +14,11 @@ of CUDA) can still be chosen by whoever imports numba first.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from outofcore.cuda.probe import numba_cuda_installed, require_numba_cuda, simulator_enabled
 from outofcore.dtypes import COMPUTE_DTYPES  # noqa: F401 (re-exported)
 from outofcore.engines import check_product
 from outofcore.errors import BackendError, InputError
@@ -35,23 +34,14 @@ DEVICE_FRACTION = 0.8
 _MAX_DIM = 2**31 - 1  # the kernel indexes with 32-bit integers
 
 
-def simulator_enabled() -> bool:
-    """Return True when numba.cuda runs (or, not imported yet, will run) on its simulator.
-
-    Once ``numba.cuda`` is imported its mode is fixed, and that is what counts;
-    before, ``NUMBA_ENABLE_CUDASIM`` decides.  Does not import numba.
-    """
-    config = sys.modules.get("numba.cuda.core.config")
-    if config is not None:
-        return bool(config.ENABLE_CUDASIM)
-    try:
-        return int(os.environ.get("NUMBA_ENABLE_CUDASIM", "0") or 0) != 0
-    except ValueError:
-        return False
-
-
 def is_available() -> bool:
-    """Return True when kernels can run here: a usable CUDA GPU, or the simulator."""
+    """Return True when kernels can run here: a usable CUDA GPU, or the simulator.
+
+    Imports ``numba.cuda`` (about 0.4 s): to ask whether a GPU is here without it, use
+    :func:`outofcore.cuda.probe.device_count`.
+    """
+    if not numba_cuda_installed():
+        return False
     try:
         from numba import cuda  # noqa: PLC0415
     except Exception:
@@ -66,8 +56,9 @@ def is_available() -> bool:
         return False
 
 
-def _require_cuda():
+def _require_cuda(backend: str = "cuda"):
     """Return the ``numba.cuda`` module, or raise BackendError if no GPU is usable."""
+    require_numba_cuda(backend)
     if not is_available():
         raise BackendError(
             "no CUDA GPU is usable here (numba.cuda.is_available() is False); "
@@ -201,7 +192,7 @@ def make_engine(backend: str = "cuda", *, params: TileParams | None = None) -> C
     BackendError
         For an unknown backend, no usable GPU, or ``"cupy"`` without CuPy.
     """
-    _require_cuda()
+    _require_cuda(backend)
     from outofcore.cuda.engine import CudaEngine  # noqa: PLC0415
 
     return CudaEngine(backend, params=params)

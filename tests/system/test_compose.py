@@ -61,7 +61,7 @@ def test_gpu_worker_reserves_a_gpu_and_advertises_it(compose):
     params = dask_worker.main.make_context("dask worker", args[2:]).params
     assert params["scheduler"] == "tcp://scheduler:8786"
     assert params["resources"] == "GPU=1" and params["nthreads"] == 1
-    assert "numba-cuda" in gpu["build"]["args"]["EXTRA_PIP"]
+    assert "cuda" in gpu["build"]["args"]["EXTRAS"].split(",")  # numba-cuda: the [cuda] extra
 
 
 def test_job_command_parses_with_the_outofcore_cli(compose):
@@ -93,8 +93,9 @@ def test_image_builds_from_this_repository(compose):
         assert compose["services"][name]["build"]["context"] == "."
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.1[1-9]", dockerfile, re.MULTILINE)
-    # the package, with s3fs, at the versions the tests ran with
-    assert re.search(r'pip install -c constraints\.txt "\.\[s3\]"', dockerfile)
+    # the package with its EXTRAS (s3fs by default), at the versions the tests ran with
+    assert re.search(r'pip install -c constraints\.txt "\.\[\$\{EXTRAS\}\]"', dockerfile)
+    assert re.search(r'^ARG EXTRAS="s3"$', dockerfile, re.MULTILINE)
     copied = re.findall(r"^COPY (.+) \S+$", dockerfile, re.MULTILINE)
     sources = [src for line in copied for src in line.split()]
     assert {"pyproject.toml", "constraints.txt", "outofcore", "scheduler"} <= set(sources)
