@@ -338,6 +338,7 @@ def open_executor(
         try:
             # Not the default Client: a job started meanwhile (another thread) would take it.
             with Client(cluster, set_as_default=False) as local_client:
+                _forward_warnings(local_client)
                 if announce:
                     print(
                         f"Started a LocalCluster: {n_workers} worker(s), "
@@ -360,6 +361,7 @@ def open_executor(
             ) from None
         with connected:
             _wait_for_workers(connected, address, workers, connect_timeout)
+            _forward_warnings(connected)
             yield DaskExecutor(connected)
         return
     _wait_for_workers(client, _address(client), workers, connect_timeout)
@@ -370,6 +372,15 @@ def open_executor(
             file=sys.stderr,
         )
     yield DaskExecutor(client)
+
+
+def _forward_warnings(client: Any) -> None:
+    """Have the workers of a Client outofcore made send what they log on the ``outofcore``
+    logger (read retries, fallbacks) at WARNING and above to this process's logger, where
+    the command shows it as ``outofcore: warning: ...``: without it a LocalCluster's
+    workers print bare lines and a remote cluster's keep them in their own logs.  A Client
+    the user made is left as it is."""
+    client.forward_logging(logger.name, level=logging.WARNING)
 
 
 def _address(client: Any) -> str:

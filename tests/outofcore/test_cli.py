@@ -12,7 +12,7 @@ import numpy as np
 import zarr
 
 from outofcore.generate import random_array
-from tests.helpers import assert_product_close
+from tests.helpers import assert_product_close, break_chunk, restore_chunk
 
 
 def outofcore(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -215,3 +215,19 @@ def test_progress_into_a_log_file_is_lines_without_redraws(tmp_path):
     assert lines[1] == f"matmul: 0/{tiles} tiles (0%)"
     assert re.fullmatch(rf"matmul: {tiles}/{tiles} tiles \(100%\) in .+, .+ tiles/s", lines[-1])
     assert all(line.startswith("matmul: ") for line in lines[1:]), text
+
+
+def test_warnings_of_local_cluster_workers_reach_the_command_as_warning_lines(tmp_path):
+    """A read retried in a worker process is logged there; the command shows it as an
+    ``outofcore: warning:`` line (forwarded from the worker), never as a bare line."""
+    a = random_array(tmp_path / "a.zarr", (90, 70), (30, 35), seed=3)
+    random_array(tmp_path / "b.zarr", (70, 50), (35, 25), seed=4)
+    broken = break_chunk(tmp_path / "b.zarr", "1/0")  # every read of it fails, then is retried
+    done = outofcore("matmul", "a.zarr", "b.zarr", "-o", "c.zarr", "--workers", "1", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    lines = done.stderr.splitlines()
+    retries = [line for line in lines if "a read failed" in line]
+    assert retries and all(line.startswith("outofcore: warning: ") for line in retries), lines
+    assert "b.zarr" in retries[0]
+    restore_chunk(broken)
+    assert a.shape == (90, 70)  # the inputs are left as they were
