@@ -119,7 +119,9 @@ class Journal:
             return None
         return document if isinstance(document, dict) else None
 
-    def get_versioned(self, key: str) -> tuple[dict[str, Any] | None, bytes | None, str | None]:
+    def get_versioned(
+        self, key: str
+    ) -> tuple[dict[str, Any] | None, bytes | None, stores.Version | None]:
         """The JSON document at ``key``, its bytes, and its version for
         :meth:`put_json`'s ``if_version`` (None where the store has no compare-and-swap)."""
         data, version = sync(stores.get_versioned(self._reader(), key))
@@ -135,7 +137,7 @@ class Journal:
         document: dict[str, Any],
         *,
         only_if_absent: bool = False,
-        if_version: str | None = None,
+        if_version: stores.Version | None = None,
     ) -> bool | None:
         """Write ``document`` at ``key`` (atomically on local stores).
 
