@@ -33,6 +33,8 @@ from zarr.storage import FsspecStore, ObjectStore
 
 #: fsspec protocols whose stores get an obstore ``S3Store``.
 S3_PROTOCOLS = frozenset({"s3", "s3a"})
+#: obstore's stores that are not remote.
+LOCAL_KINDS = frozenset({"LocalStore", "MemoryStore"})
 #: How long obstore keeps credentials from botocore's chain before asking again
 #: (botocore refreshes expiring ones when asked).
 CREDENTIALS_TTL = datetime.timedelta(minutes=5)
@@ -80,9 +82,10 @@ def is_s3(store: Store) -> bool:
     return isinstance(store, FsspecStore) and bool(protocols(store) & S3_PROTOCOLS)
 
 
-def has_handle(store: Store) -> bool:
-    """Whether :func:`handle_of` gives ``store`` an obstore store (without making it)."""
-    return isinstance(store, ObjectStore) or (is_s3(store) and installed())
+def is_remote(store: Store) -> bool:
+    """Whether ``store`` is a zarr ``ObjectStore`` on a remote obstore store (not its
+    ``LocalStore`` or ``MemoryStore``)."""
+    return isinstance(store, ObjectStore) and type(store.store).__name__ not in LOCAL_KINDS
 
 
 async def handle_of(store: Store) -> Handle | None:

@@ -371,5 +371,9 @@ def request_bytes(arrays: Iterable[zarr.Array]) -> int:
 
 
 def _remote(array: zarr.Array) -> bool:
+    """Whether ``array`` is read through requests: an fsspec store other than local files,
+    or a zarr ``ObjectStore`` on a remote obstore store."""
     store = array.store
-    return isinstance(store, FsspecStore) and not obstores.protocols(store) & {"file", "local"}
+    if isinstance(store, FsspecStore):
+        return not obstores.protocols(store) & {"file", "local"}
+    return obstores.is_remote(store)

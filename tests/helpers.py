@@ -236,3 +236,22 @@ def _s3_local():
 
 
 MotoServer = _s3_local().MotoServer
+
+
+def s3_object_store(
+    server: MotoServer, bucket_url: str, prefix: str = ""
+) -> zarr.storage.ObjectStore:
+    """zarr's ``ObjectStore`` on an obstore ``S3Store`` of the moto server's bucket
+    ``bucket_url`` (``s3://name``), under ``prefix``."""
+    from obstore.store import S3Store  # noqa: PLC0415 (the s3 extra)
+
+    store = S3Store(
+        bucket_url.removeprefix("s3://"),
+        prefix=prefix or None,
+        endpoint=server.endpoint,
+        access_key_id=server.KEY,
+        secret_access_key=server.SECRET,
+        region="us-east-1",
+        client_options={"allow_http": True},
+    )
+    return zarr.storage.ObjectStore(store)
