@@ -91,22 +91,34 @@ def test_job_on_s3_with_storage_options_on_a_local_cluster(moto_server, s3_bucke
 
 
 #: Where a journal's conditional writes go: an fsspec ``s3://`` URL (s3fs, with an obstore
-#: S3Store made from its options) and a zarr ObjectStore on an obstore S3Store.
-JOURNAL_KINDS = ["s3-url", "s3-object-store"]
+#: S3Store made from its options), zarr ObjectStores on an obstore S3Store (moto) and on an
+#: AzureStore (Azurite: skipped, saying why, where it is not installed).
+JOURNAL_KINDS = ["s3-url", "s3-object-store", "azure-object-store"]
 
 
-def journal_on(kind: str, server, bucket: str, name: str = "c.zarr") -> Journal:
-    """The journal of an output ``name`` in ``bucket``, reached the way ``kind`` says."""
+def journal_on(kind: str, request, bucket: str | None = None) -> Journal:
+    """The journal of an output ``c.zarr`` in a fresh bucket (or ``bucket``), reached the
+    way ``kind`` says."""
+    if kind == "azure-object-store":
+        azurite = request.getfixturevalue("azurite")
+        container = bucket or request.getfixturevalue("azure_container")
+        return Journal(store=azurite.store(container), prefix="c.zarr")
+    server = request.getfixturevalue("moto_server")
+    bucket = f"s3://{bucket}" if bucket else request.getfixturevalue("s3_bucket")
     if kind == "s3-url":
-        return Journal.for_output(f"{bucket}/{name}", server.options)
-    return Journal(store=s3_object_store(server, bucket), prefix=name)
+        return Journal.for_output(f"{bucket}/c.zarr", server.options)
+    return Journal(store=s3_object_store(server, bucket), prefix="c.zarr")
 
 
-@pytest.mark.parametrize("kind", JOURNAL_KINDS)
-def test_conditional_writes_on_s3(moto_server, s3_bucket, kind):
+@pytest.fixture(params=JOURNAL_KINDS)
+def journal(request) -> Journal:
+    """The journal of an output in a fresh bucket or container, one of each kind."""
+    return journal_on(request.param, request)
+
+
+def test_conditional_writes(journal):
     """put(mode="create") creates once; put(mode={e_tag}) replaces only the version that
     was read; obstore refuses both by type, and the journal reads the refusal as False."""
-    journal = journal_on(kind, moto_server, s3_bucket)
     assert journal.conditional_writes and "obstore" in journal.conditional_writes
     key = journal.key("probe.json")
     assert journal.put_json(key, {"n": 1}, only_if_absent=True) is True
@@ -141,11 +153,11 @@ def test_conditional_writes_on_every_kind_of_store(moto_server, s3_bucket, tmp_p
 
 
 @pytest.mark.parametrize("kind", JOURNAL_KINDS)
-def test_a_failed_create_is_an_error_not_a_lost_race(moto_server, kind):
+def test_a_failed_create_is_an_error_not_a_lost_race(kind, request):
     """A create the store fails (its bucket does not exist) raises; it does not read as
     'something was there' (errors by type: only AlreadyExistsError means that)."""
-    journal = journal_on(kind, moto_server, "s3://no-such-bucket")
-    with pytest.raises(FileNotFoundError, match="NoSuchBucket"):  # obstore's NotFound
+    journal = journal_on(kind, request, bucket="no-such-bucket")
+    with pytest.raises(FileNotFoundError):  # obstore's NotFoundError is one
         journal.put_json(journal.key("probe.json"), {"n": 1}, only_if_absent=True)
 
 
@@ -169,11 +181,9 @@ def race(contenders: list, action) -> list:
     return results
 
 
-@pytest.mark.parametrize("kind", JOURNAL_KINDS)
-def test_racing_creates_on_s3_have_exactly_one_winner(moto_server, s3_bucket, kind):
+def test_racing_creates_have_exactly_one_winner(journal):
     """Eight writers create one key at once, five rounds: one is told True, seven False,
     and the object is the winner's."""
-    journal = journal_on(kind, moto_server, s3_bucket)
     for round_ in range(5):
         key = journal.key(f"race-{round_}.json")
         results = race(
@@ -184,10 +194,9 @@ def test_racing_creates_on_s3_have_exactly_one_winner(moto_server, s3_bucket, ki
         assert journal.get_json(key) == {"writer": results.index(True)}
 
 
-@pytest.mark.parametrize(("kind", "round_"), [(k, r) for k in JOURNAL_KINDS for r in range(3)])
-def test_leases_racing_on_s3_have_exactly_one_winner(moto_server, s3_bucket, kind, round_):
+@pytest.mark.parametrize("round_", range(3))
+def test_leases_racing_have_exactly_one_winner(journal, round_):
     """Eight jobs take one free lease at once, then eight take over one dead lease at once."""
-    journal = journal_on(kind, moto_server, s3_bucket)
     leases = [Lease(journal, "c", f"job-{round_}-{i}", timeout=30) for i in range(8)]
     results = race(leases, lambda lease: lease.acquire())
     winners = [lease for lease, r in zip(leases, results, strict=True) if r is None]
@@ -320,12 +329,22 @@ def test_status_lists_records_instead_of_reading_them(moto_server, s3_bucket):
     assert len(listed) == 1501 and {f"{tile}.json" for tile in times} <= listed.keys()
 
 
-def test_job_with_inputs_and_output_on_object_stores(moto_server, s3_bucket):
-    """A, B and C on zarr ObjectStores (obstore S3Stores), on a 2-worker LocalCluster: the
-    lease and records are obstore's conditional writes, the inputs' fingerprints listings."""
+@pytest.fixture(params=["s3", "azure"])
+def object_store(request) -> zarr.storage.ObjectStore:
+    """zarr's ObjectStore on a fresh bucket (obstore S3Store on moto) or container (obstore
+    AzureStore on Azurite)."""
+    if request.param == "azure":
+        return request.getfixturevalue("azurite").store(request.getfixturevalue("azure_container"))
+    server = request.getfixturevalue("moto_server")
+    return s3_object_store(server, request.getfixturevalue("s3_bucket"))
+
+
+def test_job_with_inputs_and_output_on_object_stores(object_store):
+    """A, B and C on zarr ObjectStores, on a 2-worker LocalCluster: the lease and records
+    are obstore's conditional writes, the inputs' fingerprints listings."""
     rng = np.random.default_rng(12)
     a, b = random_matrix(rng, (70, 45), "float64"), random_matrix(rng, (45, 38), "float64")
-    store = s3_object_store(moto_server, s3_bucket)
+    store = object_store
     arrays = {}
     for name, values, chunks in (("a", a, (10, 9)), ("b", b, (9, 8))):
         arrays[name] = zarr.create_array(
@@ -371,6 +390,24 @@ def requests_to(server, bucket: str) -> list[tuple[str, str]]:
         if name == bucket:
             found.append((entry["method"], key))
     return found
+
+
+def test_fingerprint_of_an_object_store_input_is_a_listing(object_store):
+    """Sizes, ETags and times from obstore's listing: a rewritten chunk changes it, and
+    listing again does not."""
+    values = random_matrix(np.random.default_rng(6), (30, 20), "float32")
+    array = zarr.create_array(
+        object_store, name="x/a.zarr", shape=values.shape, chunks=(10, 10), dtype=values.dtype
+    )
+    array[...] = values
+    zarr.create_array(object_store, name="x/a.zarr2", shape=(2,), dtype="i4")  # not a.zarr's
+    before = fingerprint(array)
+    assert before.method == "listing" and len(before.tokens) == 7  # zarr.json and 6 chunks
+    assert "c/0/0" in before.tokens and "e_tag=" in before.tokens["c/0/0"]
+    assert fingerprint(array).digest == before.digest
+    array[0:10, 10:20] = values[0:10, 10:20] * 2.0
+    after = fingerprint(array)
+    assert changes(before.tokens, after.tokens) == "c/0/1 rewritten"
 
 
 def test_fingerprint_of_an_object_store_input_reads_no_object(recorded_moto):
