@@ -10,8 +10,8 @@ Layout, under the output array's own path in its store (next to ``zarr.json``)::
     _outofcore/lease.json                      which job writes the output now (lease.py)
 
 Everything goes through the zarr store API (``get``, ``set``, ``list_prefix``,
-``delete``), so any zarr store works; local paths and S3 (a moto server) are
-tested.  Writes that must have one winner (the lease, a tile's record) are
+``delete``), so any zarr store works; local paths, S3 (a moto server) and
+Azure (Azurite) are tested.  Writes that must have one winner (the lease, a tile's record) are
 conditional where the store offers it (:mod:`outofcore.stores`).  Only the
 client writes ``job.json``; each task writes its own tile record, after all
 the tile's chunks are written, so concurrent tasks never rewrite a shared

@@ -21,7 +21,7 @@ handles do is in :mod:`outofcore.stores` (conditional writes) and
 from __future__ import annotations
 
 import datetime
-import importlib.util
+import functools
 import threading
 import weakref
 from dataclasses import dataclass
@@ -66,9 +66,14 @@ class Handle:
         return type(self.store).__name__
 
 
+@functools.cache
 def installed() -> bool:
     """Whether obstore can be imported here."""
-    return importlib.util.find_spec("obstore") is not None
+    try:
+        import obstore  # noqa: F401, PLC0415 (the s3 extra)
+    except ImportError:
+        return False
+    return True
 
 
 def protocols(store: FsspecStore) -> set[str]:

@@ -152,6 +152,29 @@ def test_conditional_writes_on_every_kind_of_store(moto_server, s3_bucket, tmp_p
     assert sync(obstores.handle_of(memory)) is None
 
 
+def test_s3_without_obstore_checks_then_writes_and_says_so(moto_server, s3_bucket):
+    """Where obstore is not installed (s3fs alone), the lease and records on s3:// are
+    written check-then-write, and a warning names the extra that makes them atomic."""
+    script = f"""
+import logging, sys
+sys.modules["obstore"] = None  # as if it were not installed
+logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+from outofcore.journal import Journal
+journal = Journal.for_output("{s3_bucket}/c.zarr", {moto_server.options!r})
+print(journal.conditional_writes)
+key = journal.key("probe.json")
+print(journal.put_json(key, {{"n": 1}}, only_if_absent=True))
+print(journal.put_json(key, {{"n": 2}}, only_if_absent=True))
+print(journal.get_json(key), journal.get_versioned(key)[2])
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.splitlines() == ["None", "None", "None", "{'n': 1} None"], done
+    assert done.stderr.count("obstore is not installed") == 1, done.stderr
+    assert 'pip install "outofcore[s3]"' in done.stderr
+
+
 @pytest.mark.parametrize("kind", JOURNAL_KINDS)
 def test_a_failed_create_is_an_error_not_a_lost_race(kind, request):
     """A create the store fails (its bucket does not exist) raises; it does not read as
