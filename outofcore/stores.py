@@ -302,7 +302,8 @@ async def list_times(
 
     Listings only, no object is read: on an fsspec store one paged listing per
     prefix (1000 names a request on S3), ``LISTING_CONCURRENCY`` of them in
-    flight; on a local disk one ``scandir``.  Other stores: None as the time.
+    flight; on a local disk one ``scandir``; on a zarr ``ObjectStore`` one obstore
+    listing of the folder.  Other stores: NaN as the time.
     """
     folder = folder.strip("/")
     if isinstance(store, LocalStore):
@@ -323,8 +324,24 @@ async def list_times(
             for name, info in listing.items():
                 found[name[len(root) :].lstrip("/")] = _modified(info)
         return found
+    if isinstance(store, ObjectStore):
+        return await _obstore_times(store, folder, tuple(set(prefixes)))
     keys = [key async for key in store.list_prefix(f"{folder}/")]
     return {key[len(folder) + 1 :]: float("nan") for key in keys}
+
+
+async def _obstore_times(store: ObjectStore, folder: str, prefixes: tuple[str, ...]) -> dict:
+    """:func:`list_times` on a zarr ``ObjectStore``: one paged obstore listing of ``folder``
+    (its prefixes match whole path segments, so the names are filtered here)."""
+    import obstore  # noqa: PLC0415 (an ObjectStore wraps an obstore store)
+
+    found: dict[str, float] = {}
+    async for page in obstore.list(store.store, folder or None, chunk_size=1000):
+        for meta in page:
+            name = meta["path"][len(folder) :].lstrip("/")
+            if name.startswith(prefixes):
+                found[name] = meta["last_modified"].timestamp()
+    return found
 
 
 def _local_times(path: str) -> dict[str, float]:

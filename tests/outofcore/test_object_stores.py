@@ -385,6 +385,7 @@ def test_job_with_inputs_and_output_on_object_stores(object_store):
     assert {i["content"]["method"] for i in document["inputs"].values()} == {"listing"}
     state = job_status(out)
     assert state["state"] == "complete" and state["tiles_done"] == summary["tiles"]
+    assert state["last_progress"] is not None  # the records' times, from a listing
     assert journal.get_json(journal.key(LEASE_NAME)) is None  # released
 
 
