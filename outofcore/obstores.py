@@ -33,6 +33,8 @@ from zarr.storage import FsspecStore, ObjectStore
 
 #: fsspec protocols whose stores get an obstore ``S3Store``.
 S3_PROTOCOLS = frozenset({"s3", "s3a"})
+#: obstore's stores without compare-and-swap puts (``PutMode::Update``).
+NO_COMPARE_AND_SWAP = frozenset({"LocalStore", "HTTPStore"})
 #: obstore's stores that are not remote.
 LOCAL_KINDS = frozenset({"LocalStore", "MemoryStore"})
 #: How long obstore keeps credentials from botocore's chain before asking again
@@ -64,6 +66,12 @@ class Handle:
     def kind(self) -> str:
         """The obstore store's class name, for messages (``S3Store``)."""
         return type(self.store).__name__
+
+    @property
+    def compare_and_swap(self) -> bool:
+        """Whether ``put(mode={"e_tag": ...})`` works here (not on obstore's ``LocalStore``
+        or ``HTTPStore``, which raise ``NotImplementedError``)."""
+        return self.kind not in NO_COMPARE_AND_SWAP
 
 
 @functools.cache

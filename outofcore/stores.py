@@ -200,7 +200,9 @@ class Version:
 def conditional_writes(store: Store) -> str | None:
     """How ``store`` creates an object only if absent atomically, or None (check, then write)."""
     if isinstance(store, ObjectStore):
-        return f"obstore put(mode='create') on {type(store.store).__name__}"
+        kind = type(store.store).__name__
+        swap = "" if kind not in obstores.NO_COMPARE_AND_SWAP else " (replacing: check, then write)"
+        return f"obstore put(mode='create') on {kind}{swap}"
     if obstores.is_s3(store):
         if obstores.installed():
             return "obstore put(mode='create') on S3Store: If-None-Match"
@@ -265,7 +267,7 @@ async def get_versioned(store: Store, key: str) -> tuple[bytes | None, Version |
         data = bytes(await result.bytes_async())
         meta = result.meta
         version = Version(meta["e_tag"], meta["version"])
-        return data, (version if version.mode() else None)
+        return data, (version if version.mode() and handle.compare_and_swap else None)
     buffer = await store.get(key, prototype=default_buffer_prototype())
     return (None if buffer is None else buffer.to_bytes()), None
 
@@ -279,8 +281,8 @@ async def put_if_unchanged(store: Store, key: str, data: bytes, version: Version
     :func:`get_versioned` returned.
     """
     handle = await obstores.handle_of(store)
-    if handle is None:
-        raise InputError(f"{type(store).__name__} has no compare-and-swap write")
+    if handle is None or not handle.compare_and_swap:
+        raise InputError(f"{store} has no compare-and-swap write")
     from obstore import put_async  # noqa: PLC0415 (the s3 extra)
     from obstore.exceptions import AlreadyExistsError, PreconditionError  # noqa: PLC0415
 

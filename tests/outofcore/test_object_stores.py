@@ -152,6 +152,27 @@ def test_conditional_writes_on_every_kind_of_store(moto_server, s3_bucket, tmp_p
     assert sync(obstores.handle_of(memory)) is None
 
 
+def test_lease_taken_over_on_an_obstore_local_store(tmp_path):
+    """obstore's LocalStore creates atomically but has no compare-and-swap put: a dead
+    lease is taken over the check-then-write way there, and a heartbeat does not fail."""
+    store = zarr.storage.ObjectStore(obstore.store.LocalStore(tmp_path))
+    assert "check, then write" in stores.conditional_writes(store)
+    journal = Journal(store=store, prefix="c.zarr")
+    old = Lease(journal, "c", "old-job", timeout=30)
+    old.acquire()
+    old._stop.set()  # the holder dies: no more heartbeats, its lease stays
+    old._thread.join()
+    assert journal.get_versioned(journal.key(LEASE_NAME))[2] is None  # nothing to compare
+    with pytest.raises(LeaseError, match="old-job"):
+        Lease(journal, "c", "new-job", timeout=30).acquire()
+    document = journal.get_json(journal.key(LEASE_NAME))
+    journal.put_json(journal.key(LEASE_NAME), {**document, "heartbeat": time.time() - 3600})
+    with Lease(journal, "c", "new-job", timeout=0.2):
+        time.sleep(0.3)  # a heartbeat or two, written plainly
+        assert journal.get_json(journal.key(LEASE_NAME))["job_id"] == "new-job"
+    assert journal.get_json(journal.key(LEASE_NAME)) is None
+
+
 def test_s3_without_obstore_checks_then_writes_and_says_so(moto_server, s3_bucket):
     """Where obstore is not installed (s3fs alone), the lease and records on s3:// are
     written check-then-write, and a warning names the extra that makes them atomic."""
