@@ -54,7 +54,7 @@ S3_DEFAULTS: dict[str, Any] = {"max_concurrency": 1}
 #: Listing requests kept in flight at once (one per row of tiles) by :func:`list_times`.
 LISTING_CONCURRENCY = 32
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("outofcore")
 
 
 def is_remote(location: str) -> bool:

@@ -396,7 +396,8 @@ def test_job_with_inputs_and_output_on_object_stores(object_store):
         )
         arrays[name][...] = values
     out = zarr.create_array(store, name="c.zarr", shape=(70, 38), chunks=(10, 8), dtype="f8")
-    result = run_job(arrays["a"], arrays["b"], out, memory=64 * 1024, workers=2, progress=False)
+    memory = 16 * stores.REQUEST_BYTES + 64 * 1024  # 16 requests in flight, small tiles
+    result = run_job(arrays["a"], arrays["b"], out, memory=memory, workers=2, progress=False)
     summary = result.summary
     assert summary["tiles"] > 2 and summary["tiles_computed"] == summary["tiles"]
     assert len({r.worker for r in result.results}) == 2
