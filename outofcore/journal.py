@@ -10,8 +10,8 @@ Layout, under the output array's own path in its store (next to ``zarr.json``)::
     _outofcore/lease.json                      which job writes the output now (lease.py)
 
 Everything goes through the zarr store API (``get``, ``set``, ``list_prefix``,
-``delete``), so any zarr store works; local paths and S3 (a moto server) are
-tested.  Writes that must have one winner (the lease, a tile's record) are
+``delete``), so any zarr store works; local paths, S3 (a moto server) and
+Azure (Azurite) are tested.  Writes that must have one winner (the lease, a tile's record) are
 conditional where the store offers it (:mod:`outofcore.stores`).  Only the
 client writes ``job.json``; each task writes its own tile record, after all
 the tile's chunks are written, so concurrent tasks never rewrite a shared
@@ -119,7 +119,9 @@ class Journal:
             return None
         return document if isinstance(document, dict) else None
 
-    def get_versioned(self, key: str) -> tuple[dict[str, Any] | None, bytes | None, str | None]:
+    def get_versioned(
+        self, key: str
+    ) -> tuple[dict[str, Any] | None, bytes | None, stores.Version | None]:
         """The JSON document at ``key``, its bytes, and its version for
         :meth:`put_json`'s ``if_version`` (None where the store has no compare-and-swap)."""
         data, version = sync(stores.get_versioned(self._reader(), key))
@@ -135,7 +137,7 @@ class Journal:
         document: dict[str, Any],
         *,
         only_if_absent: bool = False,
-        if_version: str | None = None,
+        if_version: stores.Version | None = None,
     ) -> bool | None:
         """Write ``document`` at ``key`` (atomically on local stores).
 

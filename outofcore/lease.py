@@ -12,13 +12,14 @@ when the holder is dead:
   to a process started later), which is known at once.
 
 The lease is created only if absent (an exclusive link on local stores,
-``If-None-Match: *`` on S3: :mod:`outofcore.stores`), so two jobs starting
-together cannot both get it.  Taking over a dead lease replaces it only if it
-is unchanged since it was read: on S3 one ``If-Match: <ETag>`` put, so of two
-jobs taking over one dead lease exactly one wins; elsewhere it is deleted if
-its bytes are unchanged (check, then delete) and created afresh the same way.
-A heartbeat on S3 rewrites the lease only if it is still the one this job
-read (``If-Match``), so it never overwrites a takeover.
+obstore's ``put(mode="create")`` on S3, GCS and Azure: :mod:`outofcore.stores`),
+so two jobs starting together cannot both get it.  Taking over a dead lease
+replaces it only if it is unchanged since it was read: through obstore one
+compare-and-swap put (``If-Match: <ETag>``), so of two jobs taking over one
+dead lease exactly one wins; elsewhere it is deleted if its bytes are
+unchanged (check, then delete) and created afresh the same way.  A heartbeat
+through obstore rewrites the lease only if it is still the one this job read,
+so it never overwrites a takeover.
 """
 
 from __future__ import annotations

@@ -11,43 +11,50 @@ store with its filesystem's options, so worker tasks open the same store.
 What must have one winner (the lease, a tile's record) is written with a
 conditional write where the store offers one (:func:`conditional_writes`):
 
-* S3 (s3fs): ``PutObject`` with ``If-None-Match: *`` creates an object only
-  when none is there, and with ``If-Match: <ETag>`` replaces it only when it
-  is unchanged since it was read; both are atomic in the server;
+* through obstore (:mod:`outofcore.obstores`), on S3 (an fsspec ``s3://`` URL,
+  or a zarr ``ObjectStore``), GCS and Azure (a zarr ``ObjectStore``):
+  ``put(mode="create")`` creates an object only when none is there, and
+  ``put(mode={"e_tag": ..., "version": ...})`` replaces it only when it is
+  unchanged since it was read; both atomic in the server, refusals told apart
+  by their type (``AlreadyExistsError``, ``PreconditionError``);
 * local disks (``LocalStore``): an exclusive hard link;
-* zarr's ``MemoryStore`` and ``ObjectStore``: their own atomic ``set_if_not_exists``.
+* zarr's ``MemoryStore``: its own atomic ``set_if_not_exists``.
 
-Any other fsspec filesystem (GCS, Azure, HTTP, ...) falls back to zarr's
-default ``set_if_not_exists``: check, then write.
+Any other fsspec filesystem (``gs://``, ``az://``, HTTP, ...), and ``s3://``
+without obstore, falls back to zarr's default ``set_if_not_exists``: check,
+then write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import zarr
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
-from zarr.storage import FsspecStore, LocalStore, MemoryStore
+from zarr.storage import FsspecStore, LocalStore, MemoryStore, ObjectStore
 
-from outofcore import config
+from outofcore import config, obstores
 from outofcore.errors import InputError
 from scheduler.plan import DEFAULT_IO_CONCURRENCY
 
-#: Protocols whose filesystems (s3fs) do ``If-None-Match`` / ``If-Match`` puts.
-CONDITIONAL_PROTOCOLS = frozenset({"s3", "s3a"})
 #: Defaults under a user's options for ``s3://``: s3fs's ``max_concurrency > 1`` makes it
 #: send a HEAD before every whole-object GET (to split objects over 50 MiB into ranged
 #: reads), doubling the requests of a chunk read; chunks are far smaller.
 S3_DEFAULTS: dict[str, Any] = {"max_concurrency": 1}
 #: Listing requests kept in flight at once (one per row of tiles) by :func:`list_times`.
 LISTING_CONCURRENCY = 32
+
+logger = logging.getLogger("outofcore")
 
 
 def is_remote(location: str) -> bool:
@@ -141,7 +148,7 @@ def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any] | None:
 
 def with_defaults(location: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """``storage_options`` over this module's defaults for ``location``'s protocol."""
-    defaults = S3_DEFAULTS if location.split("://", 1)[0] in CONDITIONAL_PROTOCOLS else {}
+    defaults = S3_DEFAULTS if location.split("://", 1)[0] in obstores.S3_PROTOCOLS else {}
     return {**defaults, **(storage_options or {})}
 
 
@@ -166,96 +173,123 @@ def fsspec_store(
 
 def url_of(store: FsspecStore, path: str = "") -> str:
     """The URL of ``path`` in an fsspec store, e.g. ``s3://bucket/c.zarr``."""
-    full = "/".join(part for part in (store.path.rstrip("/"), path.strip("/")) if part)
-    return store.fs.unstrip_protocol(full)
+    return store.fs.unstrip_protocol(_fs_path(store, path))
+
+
+def _fs_path(store: FsspecStore, key: str) -> str:
+    """The filesystem path of ``key`` in an fsspec store (``bucket/c.zarr/key``)."""
+    return "/".join(part for part in (store.path.rstrip("/"), key.strip("/")) if part)
 
 
 # -- conditional writes ------------------------------------------------------------------
 
 
-def _protocols(store: FsspecStore) -> set[str]:
-    protocol = store.fs.protocol
-    return {protocol} if isinstance(protocol, str) else set(protocol)
+@dataclass(frozen=True)
+class Version:
+    """What a compare-and-swap write compares: the object's ETag and version as read."""
+
+    e_tag: str | None
+    #: A store's own version marker where it has one (GCS: the generation).
+    version: str | None = None
+
+    def mode(self) -> dict[str, str]:
+        """obstore's ``put(mode=...)`` for this version."""
+        return {k: v for k, v in (("e_tag", self.e_tag), ("version", self.version)) if v}
 
 
 def conditional_writes(store: Store) -> str | None:
     """How ``store`` creates an object only if absent atomically, or None (check, then write)."""
-    if isinstance(store, FsspecStore):
-        if _protocols(store) & CONDITIONAL_PROTOCOLS:
-            return "If-None-Match (S3 conditional PutObject)"
+    if isinstance(store, ObjectStore):
+        kind = type(store.store).__name__
+        swap = "" if kind not in obstores.NO_COMPARE_AND_SWAP else " (replacing: check, then write)"
+        return f"obstore put(mode='create') on {kind}{swap}"
+    if obstores.is_s3(store):
+        if obstores.installed():
+            return "obstore put(mode='create') on S3Store: If-None-Match"
+        _warn_no_obstore()
         return None
     if isinstance(store, LocalStore):
         return "exclusive hard link"
-    if isinstance(store, MemoryStore) or type(store).__name__ == "ObjectStore":
-        return f"{type(store).__name__}.set_if_not_exists"
+    if isinstance(store, MemoryStore):
+        return "MemoryStore.set_if_not_exists"
     return None
 
 
-def _s3_path(store: FsspecStore, key: str) -> str:
-    return "/".join(part for part in (store.path.rstrip("/"), key) if part)
+@functools.cache
+def _warn_no_obstore() -> None:
+    logger.warning(
+        "obstore is not installed: the lease and tile records on s3:// are written "
+        'check-then-write, not atomically; pip install "outofcore[s3]" adds it'
+    )
 
 
 async def put_if_absent(store: Store, key: str, data: bytes) -> bool | None:
     """Write ``data`` at ``key`` only when nothing is there.
 
     Returns True (written) or False (something was there) on stores with an
-    atomic create; None where it is not known (zarr's ``set_if_not_exists``).
+    atomic create (obstore: ``put(mode="create")``, refused with
+    ``AlreadyExistsError``); None where it is not known (zarr's
+    ``set_if_not_exists``: local disks and memory atomically, other stores
+    check, then write).
     """
-    if isinstance(store, FsspecStore) and _protocols(store) & CONDITIONAL_PROTOCOLS:
+    handle = await obstores.handle_of(store)
+    if handle is not None:
+        from obstore import put_async  # noqa: PLC0415 (the s3 extra)
+        from obstore.exceptions import AlreadyExistsError  # noqa: PLC0415
+
         if store.read_only:
-            raise OSError(f"the store {url_of(store)} is read-only")
-        for attempt in range(3):
-            try:
-                await store.fs._pipe_file(_s3_path(store, key), data, mode="create")
-                return True
-            except FileExistsError:
-                return False
-            except OSError as exc:  # 409 ConditionalRequestConflict: a create in flight
-                if "conflict" not in str(exc).lower() or attempt == 2:
-                    raise
-                await asyncio.sleep(0.05 * 2**attempt)
+            raise OSError(f"the store {store} is read-only")
+        try:
+            await put_async(handle.store, handle.path(key), data, mode="create")
+        except AlreadyExistsError:  # also S3's 409: another create of this key in flight
+            return False
+        return True
+    if obstores.is_s3(store):
+        conditional_writes(store)  # warns once
     buffer = default_buffer_prototype().buffer.from_bytes(data)
     await store.set_if_not_exists(key, buffer)
     return None
 
 
-async def get_versioned(store: Store, key: str) -> tuple[bytes | None, str | None]:
-    """The object at ``key`` and its version (S3's ETag, read in the same request).
+async def get_versioned(store: Store, key: str) -> tuple[bytes | None, Version | None]:
+    """The object at ``key`` and its version (ETag and version, read in the same request).
 
     The version is None on stores without compare-and-swap (:func:`put_if_unchanged`).
     """
-    if isinstance(store, FsspecStore) and _protocols(store) & CONDITIONAL_PROTOCOLS:
-        fs = store.fs
-        bucket, object_key, _ = fs.split_path(_s3_path(store, key))
-        await fs.set_session()
+    handle = await obstores.handle_of(store)
+    if handle is not None:
+        from obstore import get_async  # noqa: PLC0415 (the s3 extra)
+
         try:
-            response = await fs._call_s3("get_object", Bucket=bucket, Key=object_key)
-        except FileNotFoundError:
+            result = await get_async(handle.store, handle.path(key))
+        except FileNotFoundError:  # obstore's NotFoundError is one
             return None, None
-        async with response["Body"] as body:
-            data = await body.read()
-        return data, response.get("ETag")
+        data = bytes(await result.bytes_async())
+        meta = result.meta
+        version = Version(meta["e_tag"], meta["version"])
+        return data, (version if version.mode() and handle.compare_and_swap else None)
     buffer = await store.get(key, prototype=default_buffer_prototype())
     return (None if buffer is None else buffer.to_bytes()), None
 
 
-async def put_if_unchanged(store: Store, key: str, data: bytes, version: str) -> bool:
-    """Replace the object at ``key`` only if its version is still ``version``.
+async def put_if_unchanged(store: Store, key: str, data: bytes, version: Version) -> bool:
+    """Replace the object at ``key`` only if it is still ``version``.
 
-    Returns whether it was replaced.  Only for versions :func:`get_versioned`
-    returned (S3: ``If-Match: <ETag>``).
+    Returns whether it was replaced: obstore's ``put(mode={"e_tag": ...,
+    "version": ...})``, refused by type (``PreconditionError``; a key deleted
+    since it was read, or a write of it in flight, too).  Only for versions
+    :func:`get_versioned` returned.
     """
-    if not (isinstance(store, FsspecStore) and _protocols(store) & CONDITIONAL_PROTOCOLS):
-        raise InputError(f"{type(store).__name__} has no compare-and-swap write")
+    handle = await obstores.handle_of(store)
+    if handle is None or not handle.compare_and_swap:
+        raise InputError(f"{store} has no compare-and-swap write")
+    from obstore import put_async  # noqa: PLC0415 (the s3 extra)
+    from obstore.exceptions import AlreadyExistsError, PreconditionError  # noqa: PLC0415
+
     try:
-        await store.fs._pipe_file(_s3_path(store, key), data, IfMatch=version)
-    except FileNotFoundError:  # deleted since it was read
+        await put_async(handle.store, handle.path(key), data, mode=version.mode())
+    except (PreconditionError, AlreadyExistsError, FileNotFoundError):
         return False
-    except OSError as exc:  # 412 PreconditionFailed (If-Match), or 409 a write in flight
-        text = str(exc).lower()
-        if "pre-condition" in text or "precondition" in text or "conflict" in text:
-            return False
-        raise
     return True
 
 
@@ -270,13 +304,14 @@ async def list_times(
 
     Listings only, no object is read: on an fsspec store one paged listing per
     prefix (1000 names a request on S3), ``LISTING_CONCURRENCY`` of them in
-    flight; on a local disk one ``scandir``.  Other stores: None as the time.
+    flight; on a local disk one ``scandir``; on a zarr ``ObjectStore`` one obstore
+    listing of the folder.  Other stores: NaN as the time.
     """
     folder = folder.strip("/")
     if isinstance(store, LocalStore):
         return await asyncio.to_thread(_local_times, os.path.join(os.fspath(store.root), folder))
     if isinstance(store, FsspecStore):
-        root = _s3_path(store, folder)
+        root = _fs_path(store, folder)
         limit = asyncio.Semaphore(LISTING_CONCURRENCY)
 
         async def one(prefix: str) -> dict[str, Any]:
@@ -291,8 +326,24 @@ async def list_times(
             for name, info in listing.items():
                 found[name[len(root) :].lstrip("/")] = _modified(info)
         return found
+    if isinstance(store, ObjectStore):
+        return await _obstore_times(store, folder, tuple(set(prefixes)))
     keys = [key async for key in store.list_prefix(f"{folder}/")]
     return {key[len(folder) + 1 :]: float("nan") for key in keys}
+
+
+async def _obstore_times(store: ObjectStore, folder: str, prefixes: tuple[str, ...]) -> dict:
+    """:func:`list_times` on a zarr ``ObjectStore``: one paged obstore listing of ``folder``
+    (its prefixes match whole path segments, so the names are filtered here)."""
+    import obstore  # noqa: PLC0415 (an ObjectStore wraps an obstore store)
+
+    found: dict[str, float] = {}
+    async for page in obstore.list(store.store, folder or None, chunk_size=1000):
+        for meta in page:
+            name = meta["path"][len(folder) :].lstrip("/")
+            if name.startswith(prefixes):
+                found[name] = meta["last_modified"].timestamp()
+    return found
 
 
 def _local_times(path: str) -> dict[str, float]:
@@ -339,5 +390,9 @@ def request_bytes(arrays: Iterable[zarr.Array]) -> int:
 
 
 def _remote(array: zarr.Array) -> bool:
+    """Whether ``array`` is read through requests: an fsspec store other than local files,
+    or a zarr ``ObjectStore`` on a remote obstore store."""
     store = array.store
-    return isinstance(store, FsspecStore) and not _protocols(store) & {"file", "local"}
+    if isinstance(store, FsspecStore):
+        return not obstores.protocols(store) & {"file", "local"}
+    return obstores.is_remote(store)

@@ -73,3 +73,39 @@ def s3_bucket(moto_server, request):
 
     name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
     return moto_server.bucket(f"{name}-{os.getpid() % 10000}-{id(request) % 100000}")
+
+
+@pytest.fixture(scope="session")
+def azurite():
+    """One Azurite blob service (Azure's emulator, from npm) for the session's tests;
+    skips, saying why, when it is not installed or does not start."""
+    pytest.importorskip("obstore", reason="obstore (the s3 extra) is not installed")
+    from tests.helpers import (  # noqa: PLC0415
+        AZURITE_PREFIX,
+        AZURITE_VERSION,
+        AzuriteServer,
+        azurite_program,
+    )
+
+    program = azurite_program()
+    if program is None:
+        pytest.skip(
+            "Azurite (Azure's blob emulator) is not installed: "
+            f"npm install --prefix {AZURITE_PREFIX} azurite@{AZURITE_VERSION} (.ci/run does "
+            "where npm is), or set OUTOFCORE_AZURITE to an azurite-blob program"
+        )
+    try:
+        server = AzuriteServer(program)
+    except RuntimeError as exc:
+        pytest.skip(f"cannot start Azurite here: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def azure_container(azurite, request):
+    """A fresh container on the session's Azurite; its name."""
+    import re  # noqa: PLC0415
+
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
+    return azurite.container(f"{name}-{os.getpid() % 10000}-{id(request) % 100000}")

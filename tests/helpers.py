@@ -236,3 +236,128 @@ def _s3_local():
 
 
 MotoServer = _s3_local().MotoServer
+
+
+def s3_object_store(
+    server: MotoServer, bucket_url: str, prefix: str = ""
+) -> zarr.storage.ObjectStore:
+    """zarr's ``ObjectStore`` on an obstore ``S3Store`` of the moto server's bucket
+    ``bucket_url`` (``s3://name``), under ``prefix``."""
+    from obstore.store import S3Store  # noqa: PLC0415 (the s3 extra)
+
+    store = S3Store(
+        bucket_url.removeprefix("s3://"),
+        prefix=prefix or None,
+        endpoint=server.endpoint,
+        access_key_id=server.KEY,
+        secret_access_key=server.SECRET,
+        region="us-east-1",
+        client_options={"allow_http": True},
+    )
+    return zarr.storage.ObjectStore(store)
+
+
+#: Where ``.ci/run`` installs Azurite (npm's ``azurite``), unless ``$OUTOFCORE_AZURITE``
+#: names an ``azurite-blob`` program.
+AZURITE_PREFIX = Path.home() / ".cache" / "outofcore" / "azurite"
+#: The Azurite release ``.ci/run`` installs.
+AZURITE_VERSION = "3.35.0"
+
+
+def azurite_program() -> str | None:
+    """The ``azurite-blob`` program: ``$OUTOFCORE_AZURITE``, the one ``.ci/run`` installs,
+    or one on the PATH; None when there is none."""
+    import shutil  # noqa: PLC0415
+
+    for candidate in (
+        os.environ.get("OUTOFCORE_AZURITE"),
+        str(AZURITE_PREFIX / "node_modules" / ".bin" / "azurite-blob"),
+        shutil.which("azurite-blob"),
+    ):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+class AzuriteServer:
+    """Azurite's blob service (Azure Blob Storage's emulator) on a free loopback port, in
+    memory, in its own process; its well-known development account."""
+
+    ACCOUNT = "devstoreaccount1"
+    #: Azurite's published development key (not a secret).
+    KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+    def __init__(self, program: str) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}/{self.ACCOUNT}"
+        self.process = subprocess.Popen(
+            [program, "--blobHost", "127.0.0.1", "--blobPort", str(self.port)]
+            + ["--inMemoryPersistence", "--skipApiVersionCheck", "--silent"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            if self.process.poll() is not None:
+                error = self.process.stderr.read().decode(errors="replace").strip()
+                raise RuntimeError(
+                    f"azurite-blob exited with status {self.process.returncode}: {error}"
+                )
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(
+                        f"azurite-blob did not listen on port {self.port} in 30 s"
+                    ) from None
+                time.sleep(0.1)
+
+    def container(self, name: str) -> str:
+        """Create the container ``name`` (a REST call signed with the account's key)."""
+        import base64  # noqa: PLC0415
+        import email.utils  # noqa: PLC0415
+        import hashlib  # noqa: PLC0415
+        import hmac  # noqa: PLC0415
+        import urllib.request  # noqa: PLC0415
+
+        headers = {
+            "x-ms-date": email.utils.formatdate(usegmt=True),
+            "x-ms-version": "2021-08-06",
+            "Content-Type": "application/octet-stream",
+        }
+        signed = (
+            "PUT\n\n\n\n\napplication/octet-stream\n\n\n\n\n\n\n"
+            f"x-ms-date:{headers['x-ms-date']}\nx-ms-version:{headers['x-ms-version']}\n"
+            f"/{self.ACCOUNT}/{self.ACCOUNT}/{name}\nrestype:container"
+        )
+        digest = hmac.new(base64.b64decode(self.KEY), signed.encode(), hashlib.sha256).digest()
+        headers["Authorization"] = f"SharedKey {self.ACCOUNT}:{base64.b64encode(digest).decode()}"
+        request = urllib.request.Request(
+            f"{self.endpoint}/{name}?restype=container", data=b"", method="PUT", headers=headers
+        )
+        urllib.request.urlopen(request, timeout=10).close()  # raises unless 2xx
+        return name
+
+    def store(self, container: str, prefix: str = "") -> zarr.storage.ObjectStore:
+        """zarr's ``ObjectStore`` on an obstore ``AzureStore`` of ``container``."""
+        from obstore.store import AzureStore  # noqa: PLC0415
+
+        store = AzureStore(
+            container,
+            prefix=prefix or None,
+            account_name=self.ACCOUNT,
+            account_key=self.KEY,
+            endpoint=self.endpoint,
+            client_options={"allow_http": True},
+        )
+        return zarr.storage.ObjectStore(store)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from urllib.parse import urlparse
 
 import numpy as np
 import pytest
@@ -21,12 +22,22 @@ import s3fs
 import zarr
 from zarr.core.sync import sync
 
-from outofcore import stores
+from outofcore import obstores, stores
 from outofcore.api import job_status, run_job
+from outofcore.fingerprint import changes, fingerprint
 from outofcore.freivalds import verify
 from outofcore.journal import JOURNAL_DIR, Journal
 from outofcore.lease import LEASE_NAME, Lease, LeaseError
-from tests.helpers import assert_product_close, cli, random_matrix, wait_for
+from tests.helpers import (
+    MotoServer,
+    assert_product_close,
+    cli,
+    random_matrix,
+    s3_object_store,
+    wait_for,
+)
+
+obstore = pytest.importorskip("obstore", reason="obstore (the s3 extra) is not installed")
 
 
 def put(url: str, data: np.ndarray, chunks: tuple[int, int], options: dict) -> None:
@@ -79,22 +90,119 @@ def test_job_on_s3_with_storage_options_on_a_local_cluster(moto_server, s3_bucke
     assert report.passed
 
 
-def test_conditional_writes_on_s3(moto_server, s3_bucket):
-    """If-None-Match creates once; If-Match replaces only the version that was read."""
-    journal = Journal.for_output(f"{s3_bucket}/c.zarr", moto_server.options)
-    assert journal.conditional_writes and "If-None-Match" in journal.conditional_writes
+#: Where a journal's conditional writes go: an fsspec ``s3://`` URL (s3fs, with an obstore
+#: S3Store made from its options), zarr ObjectStores on an obstore S3Store (moto) and on an
+#: AzureStore (Azurite: skipped, saying why, where it is not installed).
+JOURNAL_KINDS = ["s3-url", "s3-object-store", "azure-object-store"]
+
+
+def journal_on(kind: str, request, bucket: str | None = None) -> Journal:
+    """The journal of an output ``c.zarr`` in a fresh bucket (or ``bucket``), reached the
+    way ``kind`` says."""
+    if kind == "azure-object-store":
+        azurite = request.getfixturevalue("azurite")
+        container = bucket or request.getfixturevalue("azure_container")
+        return Journal(store=azurite.store(container), prefix="c.zarr")
+    server = request.getfixturevalue("moto_server")
+    bucket = f"s3://{bucket}" if bucket else request.getfixturevalue("s3_bucket")
+    if kind == "s3-url":
+        return Journal.for_output(f"{bucket}/c.zarr", server.options)
+    return Journal(store=s3_object_store(server, bucket), prefix="c.zarr")
+
+
+@pytest.fixture(params=JOURNAL_KINDS)
+def journal(request) -> Journal:
+    """The journal of an output in a fresh bucket or container, one of each kind."""
+    return journal_on(request.param, request)
+
+
+def test_conditional_writes(journal):
+    """put(mode="create") creates once; put(mode={e_tag}) replaces only the version that
+    was read; obstore refuses both by type, and the journal reads the refusal as False."""
+    assert journal.conditional_writes and "obstore" in journal.conditional_writes
     key = journal.key("probe.json")
     assert journal.put_json(key, {"n": 1}, only_if_absent=True) is True
     assert journal.put_json(key, {"n": 2}, only_if_absent=True) is False
     document, _, version = journal.get_versioned(key)
-    assert document == {"n": 1} and version
+    assert document == {"n": 1} and version.e_tag
     assert journal.put_json(key, {"n": 3}, if_version=version) is True
     assert journal.put_json(key, {"n": 4}, if_version=version) is False  # stale version
     assert journal.get_json(key) == {"n": 3}
-    # Local disks and memory create atomically too; other fsspec stores do not.
+
+    # The refusals, as obstore raises them: by type.
+    handle = sync(obstores.handle_of(journal.store))
+    with pytest.raises(obstore.exceptions.PreconditionError):
+        obstore.put(handle.store, handle.path(key), b"{}", mode=version.mode())
+    with pytest.raises(obstore.exceptions.AlreadyExistsError):
+        obstore.put(handle.store, handle.path(key), b"{}", mode="create")
+    journal.delete(key)  # deleted since it was read: a stale version too
+    assert journal.put_json(key, {"n": 5}, if_version=version) is False
+    assert journal.get_json(key) is None
+
+
+def test_conditional_writes_on_every_kind_of_store(moto_server, s3_bucket, tmp_path):
+    """Which stores create atomically: obstore (s3:// URLs, ObjectStore), local disks,
+    zarr's memory store; other fsspec stores check, then write."""
+    assert "S3Store" in stores.conditional_writes(stores.fsspec_store(f"{s3_bucket}/c.zarr"))
+    assert "S3Store" in stores.conditional_writes(s3_object_store(moto_server, s3_bucket))
+    assert stores.conditional_writes(zarr.storage.LocalStore(tmp_path)) == "exclusive hard link"
     assert stores.conditional_writes(zarr.storage.MemoryStore()) is not None
     memory = stores.fsspec_store("memory://outofcore-probe/c.zarr")
     assert stores.conditional_writes(memory) is None
+    assert sync(obstores.handle_of(memory)) is None
+
+
+def test_lease_taken_over_on_an_obstore_local_store(tmp_path):
+    """obstore's LocalStore creates atomically but has no compare-and-swap put: a dead
+    lease is taken over the check-then-write way there, and a heartbeat does not fail."""
+    store = zarr.storage.ObjectStore(obstore.store.LocalStore(tmp_path))
+    assert "check, then write" in stores.conditional_writes(store)
+    journal = Journal(store=store, prefix="c.zarr")
+    old = Lease(journal, "c", "old-job", timeout=30)
+    old.acquire()
+    old._stop.set()  # the holder dies: no more heartbeats, its lease stays
+    old._thread.join()
+    assert journal.get_versioned(journal.key(LEASE_NAME))[2] is None  # nothing to compare
+    with pytest.raises(LeaseError, match="old-job"):
+        Lease(journal, "c", "new-job", timeout=30).acquire()
+    document = journal.get_json(journal.key(LEASE_NAME))
+    journal.put_json(journal.key(LEASE_NAME), {**document, "heartbeat": time.time() - 3600})
+    with Lease(journal, "c", "new-job", timeout=0.2):
+        time.sleep(0.3)  # a heartbeat or two, written plainly
+        assert journal.get_json(journal.key(LEASE_NAME))["job_id"] == "new-job"
+    assert journal.get_json(journal.key(LEASE_NAME)) is None
+
+
+def test_s3_without_obstore_checks_then_writes_and_says_so(moto_server, s3_bucket):
+    """Where obstore is not installed (s3fs alone), the lease and records on s3:// are
+    written check-then-write, and a warning names the extra that makes them atomic."""
+    script = f"""
+import logging, sys
+sys.modules["obstore"] = None  # as if it were not installed
+logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+from outofcore.journal import Journal
+journal = Journal.for_output("{s3_bucket}/c.zarr", {moto_server.options!r})
+print(journal.conditional_writes)
+key = journal.key("probe.json")
+print(journal.put_json(key, {{"n": 1}}, only_if_absent=True))
+print(journal.put_json(key, {{"n": 2}}, only_if_absent=True))
+print(journal.get_json(key), journal.get_versioned(key)[2])
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.splitlines() == ["None", "None", "None", "{'n': 1} None"], done
+    assert done.stderr.count("obstore is not installed") == 1, done.stderr
+    assert 'pip install "outofcore[s3]"' in done.stderr
+
+
+@pytest.mark.parametrize("kind", JOURNAL_KINDS)
+def test_a_failed_create_is_an_error_not_a_lost_race(kind, request):
+    """A create the store fails (its bucket does not exist) raises; it does not read as
+    'something was there' (errors by type: only AlreadyExistsError means that)."""
+    journal = journal_on(kind, request, bucket="no-such-bucket")
+    with pytest.raises(FileNotFoundError):  # obstore's NotFoundError is one
+        journal.put_json(journal.key("probe.json"), {"n": 1}, only_if_absent=True)
 
 
 def race(contenders: list, action) -> list:
@@ -117,10 +225,22 @@ def race(contenders: list, action) -> list:
     return results
 
 
-@pytest.mark.parametrize("round_", range(5))
-def test_leases_racing_on_s3_have_exactly_one_winner(moto_server, s3_bucket, round_):
+def test_racing_creates_have_exactly_one_winner(journal):
+    """Eight writers create one key at once, five rounds: one is told True, seven False,
+    and the object is the winner's."""
+    for round_ in range(5):
+        key = journal.key(f"race-{round_}.json")
+        results = race(
+            list(range(8)),
+            lambda i, key=key: journal.put_json(key, {"writer": i}, only_if_absent=True),
+        )
+        assert sorted(results) == [False] * 7 + [True], results
+        assert journal.get_json(key) == {"writer": results.index(True)}
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_leases_racing_have_exactly_one_winner(journal, round_):
     """Eight jobs take one free lease at once, then eight take over one dead lease at once."""
-    journal = Journal.for_output(f"{s3_bucket}/c.zarr", moto_server.options)
     leases = [Lease(journal, "c", f"job-{round_}-{i}", timeout=30) for i in range(8)]
     results = race(leases, lambda lease: lease.acquire())
     winners = [lease for lease, r in zip(leases, results, strict=True) if r is None]
@@ -251,3 +371,114 @@ def test_status_lists_records_instead_of_reading_them(moto_server, s3_bucket):
     assert seconds < 20, seconds
     listed = sync(stores.list_times(journal.store, journal.key("tiles", "j1")))  # one listing
     assert len(listed) == 1501 and {f"{tile}.json" for tile in times} <= listed.keys()
+
+
+@pytest.fixture(params=["s3", "azure"])
+def object_store(request) -> zarr.storage.ObjectStore:
+    """zarr's ObjectStore on a fresh bucket (obstore S3Store on moto) or container (obstore
+    AzureStore on Azurite)."""
+    if request.param == "azure":
+        return request.getfixturevalue("azurite").store(request.getfixturevalue("azure_container"))
+    server = request.getfixturevalue("moto_server")
+    return s3_object_store(server, request.getfixturevalue("s3_bucket"))
+
+
+def test_job_with_inputs_and_output_on_object_stores(object_store):
+    """A, B and C on zarr ObjectStores, on a 2-worker LocalCluster: the lease and records
+    are obstore's conditional writes, the inputs' fingerprints listings."""
+    rng = np.random.default_rng(12)
+    a, b = random_matrix(rng, (70, 45), "float64"), random_matrix(rng, (45, 38), "float64")
+    store = object_store
+    arrays = {}
+    for name, values, chunks in (("a", a, (10, 9)), ("b", b, (9, 8))):
+        arrays[name] = zarr.create_array(
+            store, name=f"{name}.zarr", shape=values.shape, chunks=chunks, dtype=values.dtype
+        )
+        arrays[name][...] = values
+    out = zarr.create_array(store, name="c.zarr", shape=(70, 38), chunks=(10, 8), dtype="f8")
+    memory = 16 * stores.REQUEST_BYTES + 64 * 1024  # 16 requests in flight, small tiles
+    result = run_job(arrays["a"], arrays["b"], out, memory=memory, workers=2, progress=False)
+    summary = result.summary
+    assert summary["tiles"] > 2 and summary["tiles_computed"] == summary["tiles"]
+    assert len({r.worker for r in result.results}) == 2
+    assert_product_close(zarr.open_array(store, path="c.zarr", mode="r")[...], a, b)
+    journal = Journal.for_output(out)
+    document = journal.get_json(journal.key("job.json"))
+    assert {i["content"]["method"] for i in document["inputs"].values()} == {"listing"}
+    state = job_status(out)
+    assert state["state"] == "complete" and state["tiles_done"] == summary["tiles"]
+    assert state["last_progress"] is not None  # the records' times, from a listing
+    assert journal.get_json(journal.key(LEASE_NAME)) is None  # released
+
+
+@pytest.fixture
+def recorded_moto(tmp_path, monkeypatch):
+    """A moto server of its own that writes every request it gets to a file (moto's
+    request recorder): the server's own log, nothing in the client patched."""
+    monkeypatch.setenv("MOTO_ENABLE_RECORDING", "true")
+    monkeypatch.setenv("MOTO_RECORDER_FILEPATH", str(tmp_path / "requests.jsonl"))
+    try:
+        server = MotoServer()
+    except RuntimeError as exc:
+        pytest.skip(f"cannot start moto_server here: {exc}")
+    server.log = tmp_path / "requests.jsonl"
+    yield server
+    server.stop()
+
+
+def requests_to(server, bucket: str) -> list[tuple[str, str]]:
+    """(method, object key or "" for the bucket) of each request the server recorded."""
+    lines = server.log.read_text().splitlines() if server.log.exists() else []
+    found = []
+    for entry in map(json.loads, lines):
+        path = urlparse(entry["url"]).path.lstrip("/")
+        name, _, key = path.partition("/")
+        if name == bucket:
+            found.append((entry["method"], key))
+    return found
+
+
+def test_fingerprint_of_an_object_store_input_is_a_listing(object_store):
+    """Sizes, ETags and times from obstore's listing: a rewritten chunk changes it, and
+    listing again does not."""
+    values = random_matrix(np.random.default_rng(6), (30, 20), "float32")
+    array = zarr.create_array(
+        object_store, name="x/a.zarr", shape=values.shape, chunks=(10, 10), dtype=values.dtype
+    )
+    array[...] = values
+    zarr.create_array(object_store, name="x/a.zarr2", shape=(2,), dtype="i4")  # not a.zarr's
+    before = fingerprint(array)
+    assert before.method == "listing" and len(before.tokens) == 7  # zarr.json and 6 chunks
+    assert "c/0/0" in before.tokens and "e_tag=" in before.tokens["c/0/0"]
+    assert fingerprint(array).digest == before.digest
+    array[0:10, 10:20] = values[0:10, 10:20] * 2.0
+    after = fingerprint(array)
+    assert changes(before.tokens, after.tokens) == "c/0/1 rewritten"
+
+
+def test_fingerprint_of_an_object_store_input_reads_no_object(recorded_moto):
+    """The fingerprint of an array on a zarr ObjectStore lists its objects (size, ETag,
+    time) and GETs none; the server's request log sees the GETs of a real read."""
+    bucket = recorded_moto.bucket("fingerprint").removeprefix("s3://")
+    store = s3_object_store(recorded_moto, f"s3://{bucket}")
+    values = random_matrix(np.random.default_rng(3), (30, 20), "float32")
+    array = zarr.create_array(
+        store, name="a.zarr", shape=values.shape, chunks=(10, 10), dtype=values.dtype
+    )
+    array[...] = values
+    recorded_moto.log.write_text("")  # from here on
+
+    before = fingerprint(array)
+    assert before.method == "listing" and len(before.tokens) == 7  # zarr.json and 6 chunks
+    assert before.nbytes == sum(int(t.split(":", 1)[0]) for t in before.tokens.values())
+    sent = requests_to(recorded_moto, bucket)
+    assert [method for method, key in sent if key] == []  # no object read, nor written
+    assert sent and all(method == "GET" and key == "" for method, key in sent)  # listings
+
+    np.testing.assert_array_equal(array[...], values)  # the log sees object reads
+    reads = [key for method, key in requests_to(recorded_moto, bucket) if method == "GET" and key]
+    assert {f"a.zarr/c/{i}/{j}" for i in range(3) for j in range(2)} <= set(reads)
+
+    assert fingerprint(array).digest == before.digest  # listing again changes nothing
+    array[10:20, 10:20] = values[10:20, 10:20] + 1.0  # chunk (1, 1) rewritten
+    assert changes(before.tokens, fingerprint(array).tokens) == "c/1/1 rewritten"
