@@ -29,6 +29,7 @@ from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
 from outofcore.journal import Journal
 from outofcore.lease import Lease, OwnerCheck, check_not_held, new_job_id
 from outofcore.locations import locate
+from outofcore.phases import Phases
 from outofcore.product import Product
 from outofcore.progress import progress
 from outofcore.recorded import RecordedJob, TileResult, compute_and_record
@@ -199,58 +200,73 @@ def run_job(
     sizes are forced and only the tiles without a record are computed.  The
     job holds the output's lease while it runs (see :mod:`outofcore.lease`).
     """
-    spec = JobSpec.of(spec, options)
-    client = resolve_client(client, spec.gpus)  # None: the default Client when one is open
-    spec = with_budget(spec, client)
-    check_client(client)  # a scheduler address that names no scheduler: before anything
-    if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
-        interop.check_shareable({"input A": a, "input B": b, "the addend": spec.addend})
-    if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
-        spec = replace(spec, backend=resolve_backend(spec.backend))
-    operands = Operands.open(a, b, out, spec)
-    check_not_held(operands.journal, operands.where)  # refuse at once, before writing anything
-    start = operands.inspect(spec.overwrite)
+    phases = Phases()
+    with phases("open"):
+        spec = JobSpec.of(spec, options)
+        client = resolve_client(client, spec.gpus)  # None: the default Client when one is open
+        spec = with_budget(spec, client)
+        check_client(client)  # a scheduler address that names no scheduler: before anything
+        if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
+            interop.check_shareable({"input A": a, "input B": b, "the addend": spec.addend})
+        if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
+            spec = replace(spec, backend=resolve_backend(spec.backend))
+        operands = Operands.open(a, b, out, spec, phases)
+        check_not_held(operands.journal, operands.where)  # refuse at once, before any write
+        start = operands.inspect(spec.overwrite)
     if 0 in (*operands.shape, operands.product.k):
         return _empty_product(operands, start, spec)
-    if start.resuming:  # the plan must be the one the journal's tiles belong to
-        spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
-    # Refuse a budget too small for the smallest tile before any cluster starts.
-    plan_job(operands.product, spec, existing=start.existing)
-    # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
-    check_local_memory(client, spec.memory, spec.workers, spec.gpus)
+    with phases("open"):
+        if start.resuming:  # the plan must be the one the journal's tiles belong to
+            spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
+        # Refuse a budget too small for the smallest tile before any cluster starts.
+        plan_job(operands.product, spec, existing=start.existing)
+        # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
+        check_local_memory(client, spec.memory, spec.workers, spec.gpus)
 
     lease = Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout)
-    with lease, _open_executor(client, spec) as executor:
-        check_start_unchanged(start, operands.inspect(spec.overwrite))
-        workers = executor.worker_shape()
-        if not is_local(client):  # a cluster's workers decide, not this machine
-            where = getattr(getattr(client, "scheduler", None), "address", client)
-            spec = replace(spec, backend=resolve_backend(spec.backend, workers.gpu_workers, where))
-        plan = plan_job(
-            operands.product, spec, workers.workers, workers.threads_per_worker, start.existing
-        )
-        _warn_unsharded(plan, spec, start)
-        if not isinstance(executor, SynchronousExecutor):
-            _check_shareable({**operands.product.inputs, "the output": start.existing})
-            check_worker_memory(workers, plan.task_bytes)
-        output, record, document, done = _start_output(operands, start, plan, spec, lease.job_id)
+    with contextlib.ExitStack() as held:
+        with phases("lease"):
+            held.enter_context(lease)
+        with phases("cluster_start"):
+            executor = held.enter_context(_open_executor(client, spec))
+        with phases("plan"):
+            check_start_unchanged(start, operands.inspect(spec.overwrite))
+            workers = executor.worker_shape()
+            if not is_local(client):  # a cluster's workers decide, not this machine
+                where = getattr(getattr(client, "scheduler", None), "address", client)
+                backend = resolve_backend(spec.backend, workers.gpu_workers, where)
+                spec = replace(spec, backend=backend)
+            plan = plan_job(
+                operands.product, spec, workers.workers, workers.threads_per_worker, start.existing
+            )
+            _warn_unsharded(plan, spec, start)
+            if not isinstance(executor, SynchronousExecutor):
+                _check_shareable({**operands.product.inputs, "the output": start.existing})
+                check_worker_memory(workers, plan.task_bytes)
+        with phases("output"):
+            output, record, document, done = _start_output(
+                operands, start, plan, spec, lease.job_id
+            )
         recorded = RecordedJob(
             tile_job=_tile_job(operands, output, plan, spec, workers, lease.job_id),
             journal=operands.journal,
             journal_id=document["journal_id"],
             owner_check=OwnerCheck(operands.journal, lease.job_id),
         )
-        try:
-            with executor.span(f"outofcore {operands.where}"):  # the dashboard's name of the job
-                results, seconds = _run_tiles(executor, recorded, plan, done, spec, workers)
-        finally:
-            if isinstance(executor, SynchronousExecutor):  # this thread ran the tasks
-                worker_context().release_thread()
-        summary = summarize(plan, results, seconds, spec.backend, output, len(done), lease.job_id)
-        summary["product"] = operands.product.summary()
-        _finish(operands, plan, document, done, results)
-        output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
-        operands.journal.write_job({**document, "complete": True, "completed": time.time()})
+        with phases("tasks"), executor.span(f"outofcore {operands.where}"):  # the dashboard's
+            results, seconds = _run_tiles(executor, recorded, plan, done, spec, workers)
+        with phases("finish"):
+            summary = summarize(
+                plan, results, seconds, spec.backend, output, len(done), lease.job_id
+            )
+            summary["product"] = operands.product.summary()
+            _finish(operands, plan, document, done, results)
+            summary["phases"] = phases.as_dict()  # so far: the stored summary's
+            output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
+            operands.journal.write_job({**document, "complete": True, "completed": time.time()})
+        with phases("cluster_stop"):
+            held.close()
+    summary = {**summary, "phases": phases.as_dict()}
     return JobResult(output=output, plan=plan, summary=summary, results=tuple(results))
 
 
@@ -345,9 +361,15 @@ class Operands:
 
     @classmethod
     def open(
-        cls, a: arrays.ArrayLike, b: arrays.ArrayLike, out: arrays.ArrayLike, spec: JobSpec
+        cls,
+        a: arrays.ArrayLike,
+        b: arrays.ArrayLike,
+        out: arrays.ArrayLike,
+        spec: JobSpec,
+        phases: Phases | None = None,
     ) -> Operands:
-        """Open and check the product, check the output target and fingerprint the inputs."""
+        """Open and check the product, check the output target and fingerprint the inputs
+        (timed as the phase ``fingerprints`` of ``phases``)."""
         product = open_product(a, b, spec)
         inputs = product.inputs
         arrays.check_output_target(out, inputs, spec.storage_options)
@@ -355,7 +377,8 @@ class Operands:
             location = locate(out, spec.storage_options)
             check_replaceable(location, spec.storage_options)
             out = location.target
-        fingerprints = {name: fingerprint(array) for name, array in inputs.items()}
+        with (phases or Phases())("fingerprints"):
+            fingerprints = {name: fingerprint(array) for name, array in inputs.items()}
         identity = job_identity(
             inputs,
             fingerprints,
@@ -444,6 +467,10 @@ def _open_executor(client: Any, spec: JobSpec) -> contextlib.AbstractContextMana
         gpus=spec.gpus,
         announce=spec.progress,
         connect_timeout=config.number("connect-timeout", positive=True),
+        in_process=config.flag("in-process-worker"),
+        # Tasks that ran in this process (in-process, or its LocalCluster's worker threads)
+        # leave their engines, panels and buffers here: free them with the executor.
+        on_close=worker_context().release_in_process,
     )
 
 

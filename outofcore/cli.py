@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 from dask.utils import format_bytes, format_time
 
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, OUTPUT_CODECS
@@ -38,8 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     1, ``verify`` found the product wrong; 130, interrupted.  ``--debug`` (or
     ``OUTOFCORE_DEBUG=1``) adds the traceback.
     """
+    started = time.time()
     parser = _parser()
     args = parser.parse_args(argv)
+    args.startup_seconds = max(0.0, started - psutil.Process().create_time())
     debug = args.debug or flag("debug")
     _log_to_stderr(debug)
     signal.signal(signal.SIGINT, _interrupted)
@@ -413,7 +416,7 @@ def _matmul(args: argparse.Namespace) -> int:
 
     spec = _job_spec(args, _product_options(args))
     result = run_job(args.a, args.b, args.out, spec, client=args.scheduler)
-    _print(result.summary, args.json, _format_summary, args.quiet)
+    _print(_with_startup(result.summary, args), args.json, _format_summary, args.quiet)
     return 0
 
 
@@ -422,8 +425,16 @@ def _gram(args: argparse.Namespace) -> int:
 
     product = {"transpose_a": not args.rows, "transpose_b": args.rows, "alpha": args.alpha}
     result = run_job(args.x, args.x, args.out, _job_spec(args, product), client=args.scheduler)
-    _print(result.summary, args.json, _format_summary, args.quiet)
+    _print(_with_startup(result.summary, args), args.json, _format_summary, args.quiet)
     return 0
+
+
+def _with_startup(summary: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """``summary`` with the command's own start (interpreter and imports, up to parsing the
+    command line) as the first of its phases."""
+    if "phases" not in summary:
+        return summary
+    return {**summary, "phases": {"startup": args.startup_seconds, **summary["phases"]}}
 
 
 def _job_spec(args: argparse.Namespace, product: dict[str, Any]) -> Any:
@@ -544,10 +555,11 @@ def _demo(args: argparse.Namespace) -> int:
         )
         spec = JobSpec(memory=args.memory, workers=args.workers, overwrite=True, progress=not quiet)
         result = run_job(paths["a"], paths["b"], paths["c"], spec)
-        say(_format_summary(result.summary))
+        summary = _with_startup(result.summary, args)
+        say(_format_summary(summary))
         report = verify(paths["a"], paths["b"], paths["c"])
         if args.json:
-            print(json.dumps({**result.summary, "verify": report.as_dict()}, indent=2))
+            print(json.dumps({**summary, "verify": report.as_dict()}, indent=2))
         elif not (args.quiet and report.passed):
             print(_format_verify(report.as_dict()))
     return 0 if report.passed else 1
@@ -592,8 +604,18 @@ def _format_summary(s: dict[str, Any]) -> str:
             f"{format_bytes(s['budget_bytes'])} budget",
             f"  task time      compute {s['compute_seconds']:.2f} s, waiting for reads "
             f"{s['read_wait_seconds']:.2f} s, writing {s['write_seconds']:.2f} s (summed)",
+            *_format_phases(s.get("phases")),
         ]
     )
+
+
+def _format_phases(phases: dict[str, float] | None) -> list[str]:
+    """The job's wall time by phase (outofcore/phases.py), on one line."""
+    if not phases:
+        return []
+    total = sum(phases.values())
+    parts = ", ".join(f"{name.replace('_', ' ')} {seconds:.2f}" for name, seconds in phases.items())
+    return [f"  wall time      {total:.2f} s: {parts}"]
 
 
 def _read_ratio(s: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ name                    default  meaning
 ``direct-writes``       1        0: write output chunk files via the page cache
 ``remote-concurrency``  16       chunk requests in flight per task on object stores
 ``debug``               0        1: the command prints tracebacks (as ``--debug``)
+``in-process-worker``   1        0: a LocalCluster's single CPU worker gets a process
 ======================  =======  ===============================================
 """
 
@@ -42,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "direct-writes": True,
     "remote-concurrency": 16,
     "debug": False,
+    "in-process-worker": True,
 }
 
 config = Config("outofcore", defaults=[DEFAULTS], paths=[])

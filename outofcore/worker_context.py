@@ -182,6 +182,19 @@ class WorkerContext:
             states = list(self._threads.values())
         return sum(state.kept_bytes for state in states) + self.buffer_bytes()
 
+    def release_in_process(self) -> None:
+        """Free what a job whose tasks ran in this process left: the calling thread's share
+        (:meth:`release_thread`; its tasks ran in this thread) and that of threads that have
+        ended (an in-process LocalCluster's worker threads, once it is closed)."""
+        with self._lock:
+            ended = [t for t in self._threads if not t.is_alive()]
+            states = [self._threads.pop(t) for t in ended]
+        for state in states:
+            state.panels = None
+            for engine in state.engines.values():
+                engine.release()
+        self.release_thread()
+
     def release_thread(self) -> None:
         """Free what the calling thread's tasks kept (its panels, its engines' buffers) and
         the chunk-file buffer sets: an in-process job's end."""

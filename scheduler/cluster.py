@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from scheduler.errors import ClusterError
@@ -204,13 +204,17 @@ def check_local_memory(
 
 
 def start_local_cluster(
-    budget_bytes: int, workers: int | None = None, gpus: tuple[int, ...] | None = None
+    budget_bytes: int,
+    workers: int | None = None,
+    gpus: tuple[int, ...] | None = None,
+    in_process: bool = False,
 ) -> Any:
     """Start the LocalCluster a job with ``budget_bytes`` per worker runs on.
 
     One single-threaded worker process per worker (see :func:`local_worker_count`),
     or with ``gpus`` one per listed GPU (:mod:`scheduler.gpu_cluster`); each gets
-    a memory limit of its budget plus the interpreter's overhead.
+    a memory limit of its budget plus the interpreter's overhead.  ``in_process``
+    runs a single CPU worker as threads of this process instead (:func:`runs_in_process`).
     """
     from distributed import LocalCluster, Scheduler, SpecCluster  # noqa: PLC0415
 
@@ -235,6 +239,15 @@ def start_local_cluster(
     # Dask's nanny starts workers with OMP/OPENBLAS/MKL_NUM_THREADS=1; our tasks
     # size BLAS themselves (threadpoolctl), so start its pool at the share of
     # cores each worker gets rather than growing it from one thread.
+    if runs_in_process(n_workers, gpus, in_process):
+        return LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=False,
+            memory_limit=memory_limit,
+            dashboard_address=":0",
+            silence_logs=logging.ERROR,
+        )
     blas = str(max(1, (os.cpu_count() or 1) // n_workers))
     threads_env = {name: blas for name in BLAS_THREAD_VARIABLES}
     with _workers_ignore_interrupts():
@@ -247,6 +260,19 @@ def start_local_cluster(
             dashboard_address=":0",
             silence_logs=logging.ERROR,
         )
+
+
+def runs_in_process(workers: int, gpus: tuple[int, ...] | None, in_process: bool) -> bool:
+    """Whether a LocalCluster of ``workers`` runs its worker in this process (``in_process``
+    asked for, one CPU worker).
+
+    One worker gains nothing from a process of its own: its tasks run one at a time
+    either way, and BLAS, decoding and chunk I/O release the GIL.  In this process it
+    starts in a twentieth of the time (no interpreter to spawn, nothing imported again:
+    docs/performance.md, "The first seconds").  Several workers, and GPU workers (one
+    device each), keep their processes.
+    """
+    return in_process and workers == 1 and not gpus
 
 
 @contextlib.contextmanager
@@ -311,12 +337,18 @@ def open_executor(
     gpus: tuple[int, ...] | None = None,
     announce: bool = True,
     connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+    in_process: bool = False,
+    on_close: Callable[[], None] | None = None,
 ) -> Iterator[Executor]:
     """Yield an executor for ``client`` (see the module docstring), cleaning up after.
 
     ``gpus`` (with ``client=None``) starts one worker per listed GPU instead
     of one per core (see :mod:`scheduler.gpu_cluster`).  ``connect_timeout``
     bounds the wait for a scheduler address (three times it for its workers).
+    ``in_process`` runs a LocalCluster's single CPU worker in this process
+    (:func:`runs_in_process`).  ``on_close`` is called once the executor is closed
+    when the tasks ran in this process (``"sync"`` or such a worker), failed or not:
+    what they kept here is then nobody's.
 
     Raises
     ------
@@ -325,7 +357,11 @@ def open_executor(
         cluster has fewer workers than ``workers`` asked for.
     """
     if isinstance(client, str) and client.lower() in SYNC:
-        yield SynchronousExecutor()
+        try:
+            yield SynchronousExecutor()
+        finally:
+            if on_close is not None:
+                on_close()
         return
     check_client(client)
     from distributed import Client  # noqa: PLC0415
@@ -333,21 +369,25 @@ def open_executor(
     if gpus and client is not None:
         raise ClusterError("--gpus starts workers on this node; it cannot go with --scheduler")
     if client is None:
-        cluster = start_local_cluster(budget_bytes, workers, gpus)
+        cluster = start_local_cluster(budget_bytes, workers, gpus, in_process)
         n_workers = len(cluster.workers)
+        here = runs_in_process(n_workers, gpus, in_process)
         try:
             # Not the default Client: a job started meanwhile (another thread) would take it.
             with Client(cluster, set_as_default=False) as local_client:
                 _forward_warnings(local_client)
                 if announce:
                     print(
-                        f"Started a LocalCluster: {n_workers} worker(s), "
+                        f"Started a LocalCluster: {n_workers} worker(s)"
+                        f"{' in this process' if here else ''}, "
                         f"{dashboard_note(local_client.dashboard_link, serves_dashboard())}",
                         file=sys.stderr,
                     )
                 yield DaskExecutor(local_client)
         finally:
             cluster.close()
+            if here and on_close is not None:
+                on_close()
         return
     if isinstance(client, str):
         address = client

@@ -46,7 +46,7 @@ def task_peaks(monkeypatch, tmp_path_factory):
     peaks: dict[str, list[int]] = {}
     original = SynchronousExecutor.run
 
-    def run(self, fn, job, tasks, on_result, resources=None):
+    def run(self, fn, job, tasks, on_result, *args, **kwargs):
         start, _ = tracemalloc.get_traced_memory()  # the test's own arrays, the client's state
 
         def measured(job, task):
@@ -55,7 +55,7 @@ def task_peaks(monkeypatch, tmp_path_factory):
             peaks.setdefault(fn.__name__, []).append(tracemalloc.get_traced_memory()[1] - start)
             return result
 
-        return original(self, measured, job, tasks, on_result, resources)
+        return original(self, measured, job, tasks, on_result, *args, **kwargs)
 
     monkeypatch.setattr(SynchronousExecutor, "run", run)
     tracemalloc.start()

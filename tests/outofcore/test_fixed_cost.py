@@ -1,0 +1,114 @@
+"""A job's fixed cost (issue 22): the phases of its wall time, and the one local worker run
+as threads of the job's own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import zarr
+
+from outofcore import config
+from outofcore.api import run_job
+from outofcore.phases import Phases
+from outofcore.worker_context import worker_context
+from tests.helpers import assert_product_close, random_matrix, write_zarr
+
+#: The phases of a job, in the order they run (outofcore/phases.py).
+JOB_PHASES = [
+    "open",
+    "fingerprints",
+    "lease",
+    "cluster_start",
+    "plan",
+    "output",
+    "tasks",
+    "finish",
+    "cluster_stop",
+]
+
+
+def inputs(tmp_path, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a, b = random_matrix(rng, (131, 97), "float32"), random_matrix(rng, (97, 89), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (40, 33))
+    write_zarr(tmp_path / "b.zarr", b, (33, 30))
+    return a, b
+
+
+def test_a_nested_phase_counts_for_itself_only():
+    phases = Phases()
+    with phases("outer"):
+        time.sleep(0.02)
+        with phases("inner"):
+            time.sleep(0.05)
+    with phases("outer"):  # a phase run again is added up
+        time.sleep(0.01)
+    seconds = phases.as_dict()
+    assert list(seconds) == ["outer", "inner"]  # the order phases start
+    assert 0.05 <= seconds["inner"] < 0.2
+    assert 0.03 <= seconds["outer"] < 0.05 + 0.1  # its own 0.03 s, not the inner 0.05 s
+
+
+def test_one_local_worker_runs_in_this_process_and_the_phases_add_up(tmp_path):
+    """The default LocalCluster's one worker is threads of this process (its tasks name
+    this pid), leaves no worker state here once closed, and the summary's phases cover
+    the call's wall time, the tasks being the job's seconds."""
+    a, b = inputs(tmp_path, 51)
+    before = worker_context().kept_bytes()
+    started = time.perf_counter()
+    result = run_job(
+        tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", tile=(40, 30),
+        progress=False,
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    assert_product_close(zarr.open_array(str(tmp_path / "c.zarr"))[...], a, b)
+    assert len(result.results) > 2
+    assert {r.worker.rsplit(":", 1)[1] for r in result.results} == {str(os.getpid())}
+    assert worker_context().kept_bytes() <= before  # the worker threads' state is let go
+    phases = result.summary["phases"]
+    assert list(phases) == JOB_PHASES
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert sum(phases.values()) <= wall
+    assert sum(phases.values()) >= 0.9 * wall - 0.05  # nothing of note left out
+    assert abs(phases["tasks"] - result.summary["seconds"]) < 0.05
+    stored = zarr.open_array(str(tmp_path / "c.zarr")).attrs["outofcore"]["summary"]["phases"]
+    assert list(stored) == JOB_PHASES[:-1]  # written before the cluster stopped
+
+
+def test_a_worker_process_when_asked_for(tmp_path):
+    """OUTOFCORE_IN_PROCESS_WORKER=0: the one worker gets a process of its own."""
+    a, b = inputs(tmp_path, 52)
+    with config.set({"in-process-worker": False}):
+        result = run_job(
+            tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", tile=(40, 30),
+            progress=False,
+        )  # fmt: skip
+    assert_product_close(zarr.open_array(str(tmp_path / "c.zarr"))[...], a, b)
+    pids = {r.worker.rsplit(":", 1)[1] for r in result.results}
+    assert len(pids) == 1 and pids != {str(os.getpid())}
+
+
+def test_the_command_reports_its_startup_first(tmp_path):
+    inputs(tmp_path, 53)
+    done = subprocess.run(
+        [sys.executable, "-m", "outofcore.cli", "matmul", "a.zarr", "b.zarr", "-o", "c.zarr",
+         "--memory", "1MiB", "--json"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    phases = json.loads(done.stdout)["phases"]
+    assert list(phases) == ["startup", *JOB_PHASES]
+    assert 0.05 < phases["startup"] < 60  # an interpreter and its imports take some time
+    text = subprocess.run(
+        [sys.executable, "-m", "outofcore.cli", "matmul", "a.zarr", "b.zarr", "-o", "d.zarr",
+         "--memory", "1MiB"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert text.returncode == 0, text.stderr
+    line = next(x for x in text.stdout.splitlines() if x.startswith("  wall time "))
+    assert ": startup " in line and ", cluster stop " in line
