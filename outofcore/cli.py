@@ -186,6 +186,12 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("b")
     _add_product(plan)
     _add_job_options(plan)
+    plan.add_argument(
+        "--reprobe",
+        action="store_true",
+        help="measure this machine again for the predicted time (BLAS, decoding, writing: a "
+        "few seconds) instead of using the figures cached for it",
+    )
     plan.set_defaults(run=_plan)
 
     status = commands.add_parser(
@@ -485,7 +491,6 @@ def _random(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from outofcore.api import open_product, plan_job, with_budget  # noqa: PLC0415
-    from scheduler.model import scenarios  # noqa: PLC0415
 
     # The job's own spec, budget and planning function: `plan` shows what `matmul` runs.
     spec = with_budget(_job_spec(args, _product_options(args)), args.scheduler)
@@ -498,15 +503,54 @@ def _plan(args: argparse.Namespace) -> int:
         )
         return 0
     plan = plan_job(product, spec, spec.workers or 1)
+    machine, predicted = _predictions(args, spec, product, plan)
     summary = {
         **plan.summary(),
         "product": product.summary(),
-        "predicted": [p.as_dict() for p in scenarios(plan)],
+        "machine": machine,
+        "predicted": predicted,
     }
     if args.device_memory is not None:
         summary["device"] = _device_summary(plan, args.device_memory)
     _print(summary, args.json, _format_plan)
     return 0
+
+
+def _predictions(
+    args: argparse.Namespace, spec: Any, product: Any, plan: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """This machine's figures (probed or cached) and the predictions: this machine's
+    first (``basis`` "measured"), then the model's assumed machines ("assumed")."""
+    from outofcore import probe  # noqa: PLC0415
+    from scheduler.cluster import is_local  # noqa: PLC0415
+    from scheduler.model import predict, what_ifs  # noqa: PLC0415
+
+    probed = probe.machine_figures(probe.worker_threads(plan.workers), reprobe=args.reprobe)
+    local = probe.local_machine(
+        probed.figures,
+        plan.workers,
+        product.types.compute,
+        (plan.tm * plan.tk * plan.tn) ** (1 / 3),
+        inputs_compressed=any(bool(x.compressors) for x in (product.a, product.b)),
+        output_compressed=spec.output_codec != "none",
+    )
+    elsewhere = None
+    if not is_local(args.scheduler):
+        elsewhere = f"the job runs on the workers of {args.scheduler}, not here"
+    elif spec.gpus or spec.backend in ("cuda", "cupy"):
+        elsewhere = "the job runs on GPUs; the probe measured this machine's CPUs"
+    machine = {
+        "figures": probed.figures.as_dict(),
+        "identity": probed.identity,
+        "cache": str(probed.cache),
+        "probed_now": probed.fresh,
+        "probed_because": probed.why,
+        "runs_here": elsewhere is None,
+        "note": elsewhere,
+    }
+    predicted = [{**predict(plan, local).as_dict(), "basis": "measured"}]
+    predicted += [{**p.as_dict(), "basis": "assumed"} for p in what_ifs(plan)]
+    return machine, predicted
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -687,7 +731,7 @@ def _format_plan(p: dict[str, Any]) -> str:
             f"{format_bytes(p['io_lower_bound'])} ({p['read_over_lower_bound']:.2f}x)",
             f"  bytes written  {format_bytes(p['bytes_written'])}",
             f"  work           {p['flops'] / 1e9:.1f} GFLOP",
-            *_format_predictions(p.get("predicted", [])),
+            *_format_predictions(p.get("predicted", []), p.get("machine")),
         ]
     )
 
@@ -718,21 +762,65 @@ def _format_shards(shards: list[int] | None) -> str:
     return f", in shards of {shards[0]}x{shards[1]} (one per tile)"
 
 
-def _format_predictions(predictions: list[dict[str, Any]]) -> list[str]:
-    """The time model's lines (scheduler/model.py; rates in docs/performance.md)."""
-    if not predictions:
-        return []
-    lines = ["  predicted time (model: slowest stream + pipeline fill; docs/performance.md)"]
-    for p in predictions:
+def _format_predictions(
+    predictions: list[dict[str, Any]], machine: dict[str, Any] | None = None
+) -> list[str]:
+    """The time model's lines (scheduler/model.py): this machine's prediction from its
+    measured figures (:mod:`outofcore.probe`), then the assumed machines as what-ifs."""
+    measured = [p for p in predictions if p.get("basis") == "measured"]
+    assumed = [p for p in predictions if p.get("basis") != "measured"]
+    lines = []
+    for p in measured:
+        where = "this machine" if not machine or machine["runs_here"] else "if run here"
+        lines.append(
+            f"  predicted time {format_time(p['seconds'])} {where} ({p['busy_workers']} of "
+            f"{p['workers']} worker(s) busy), bound by {p['bottleneck']}: {_streams(p)}"
+        )
+        if machine:
+            lines += _format_machine(machine)
+        if machine and machine.get("note"):
+            lines.append(f"                 (a what-if: {machine['note']})")
+    if assumed:
+        lines.append("  what if        (assumed rates, not measured: scheduler/model.py)")
+    for p in assumed:
         lines.append(
             f"    {p['machine']:<22} {p['busy_workers']:>4}/{p['workers']:<4} busy"
-            f"  {format_time(p['seconds']):>9}"
-            f"  bound by {p['bottleneck']} (compute {format_time(p['compute'])}, decode "
-            f"{format_time(p['decode'])}, PCIe {format_time(p['pcie'])}, disk "
-            f"{format_time(p['disk'])}, network {format_time(p['network'])}, write "
-            f"{format_time(p['write'])})"
+            f"  {format_time(p['seconds']):>9}  bound by {p['bottleneck']} ({_streams(p)})"
         )
     return lines
+
+
+def _format_machine(machine: dict[str, Any]) -> list[str]:
+    """Where this machine's figures come from, and the figures (``plan``'s two lines)."""
+    f = machine["figures"]
+    when = f"cache {machine['cache']}"
+    if machine["probed_now"]:
+        when = f"just now: {machine['probed_because']}"
+    return [
+        f"  this machine   measured {f['measured'].replace('T', ' ')[:16]} UTC ({when}; "
+        f"--reprobe measures again), load {_load(f['load'])}, {f['threads']} thread(s) per "
+        f"worker, a thread's share of a core {f['cpu_share']:.2f}",
+        f"                 sgemm {f['sgemm_flops'] / 1e9:.1f} GFLOP/s "
+        f"({f['sgemm_small_flops'] / 1e9:.1f} at 1024³), dgemm "
+        f"{f['dgemm_small_flops'] / 1e9:.1f} GFLOP/s at 1024³; decode "
+        f"{f['zstd_decode_bps'] / 1e6:.0f} MB/s zstd, {f['raw_read_bps'] / 1e6:.0f} "
+        f"uncompressed ({100 * f['overlap']:.0f}% hidden behind BLAS); write "
+        f"{f['raw_write_bps'] / 1e6:.0f} MB/s uncompressed, {f['zstd_encode_bps'] / 1e6:.0f} "
+        f"zstd; disk {f['disk_read_bps'] / 1e6:.0f} MB/s",
+    ]
+
+
+def _streams(p: dict[str, Any]) -> str:
+    """A prediction's streams, those that take time (``compute 9.2 s, decode 1.1 s, ...``)."""
+    names = ("compute", "decode", "pcie", "disk", "network", "write", "cores", "fill", "start")
+    shown = [name for name in names if p[name] > 0]
+    return ", ".join(
+        f"{'PCIe' if name == 'pcie' else name} {format_time(p[name])}" for name in shown
+    )
+
+
+def _load(load: float | None) -> str:
+    return "unknown" if load is None else f"{load:.1f}"
 
 
 def _device_summary(plan: Any, device_memory: int) -> dict[str, Any]:

@@ -5,13 +5,23 @@ Dask, numba or zarr.  Every stage of a tile task is a stream that runs in
 parallel with the others once the pipeline is full (the next panel is decoded
 and copied while the current one is multiplied; the tile's rows are written
 while its last two panels are multiplied), so the job takes about as long as its
-slowest stream, plus the part of each task that cannot overlap::
+slowest stream, plus the part of each task that cannot overlap, plus what a
+job pays besides its streams::
 
-    T ≈ max(T_compute, T_decode, T_pcie, T_disk, T_network, T_write) + T_fill
+    T ≈ max(T_compute, T_decode, T_pcie, T_disk, T_network, T_write) + T_fill + T_start
 
-On a CPU worker the kernel, the codec and the writer share the same cores, so
-there the three add up instead: ``T_cores = T_compute + T_decode + T_write``
-takes their place in the ``max``.
+On a CPU worker the kernel, the codecs and the writer share the same cores:
+``T_cores`` takes the three's place in the ``max``, between their sum (the
+cores are all BLAS's, so every second of decoding is one less of BLAS) and
+their ``max`` (cores to spare: a machine others use hands the job's reader
+thread its own share), by the measured ``overlap`` ``h`` (the part of the
+codecs' time hidden behind BLAS, :mod:`outofcore.probe`)::
+
+    T_cores = T_compute + T_codecs - h * min(T_compute, T_codecs),  T_codecs = T_decode + T_write
+
+There the first panel's decoding is in ``T_cores`` except for its hidden part,
+which nothing hides at a task's start: ``T_fill`` counts that part and the
+first panel's stored read.
 
 with ``W`` = the workers that get a task (``nodes * workers_per_node``, but
 never more than the plan's tasks),
@@ -26,13 +36,16 @@ partial tiles of a split-k plan (written once and read back once, raw),
     T_network = (c*(R + O) + 2S) / (nodes*network_bps)   (cluster with remote storage)
     T_write   = O / W / encode_bps
     T_fill    = tasks per busy worker * (first panel: decode + PCIe + stored read)
+                (CPU: h * decode + stored read)
+    T_start   = start_seconds + tasks per busy worker * task_seconds
 
 The busiest worker's flops come from the plan's tasks (tiles, or parts of
 tiles when k is split) handed out largest first to the least loaded worker
 (:func:`scheduler.plan.busiest_worker`, the planner's own estimate).  Rates
-are inputs; the presets below are measured on this project's CI machine
-(``ci-2core``) or stated assumptions (the GPU and cluster ones) to be
-replaced by measurements.
+are inputs: ``outofcore plan`` builds this machine's from a short probe
+(:mod:`outofcore.probe`); the presets below are stated assumptions (the GPU
+node and the CPU cluster, :func:`what_ifs`) to be replaced by measurements,
+and one historical measurement (:data:`CI_2CORE`).
 """
 
 from __future__ import annotations
@@ -66,6 +79,15 @@ class Machine:
     storage_bps: float | None = None
     #: Stored bytes per decoded byte (zstd on random float32: about 0.92).
     compression: float = 0.92
+    #: CPU workers: the part of the codecs' time hidden behind BLAS, from 0 (the cores
+    #: add up: every second of decoding is one less of BLAS) to 1 (only the longer counts).
+    overlap: float = 0.0
+    #: Seconds a job pays once before its streams flow: each worker's first task
+    #: imports the task's modules and starts BLAS's threads (all workers at once).
+    start_seconds: float = 0.0
+    #: Seconds each task costs besides its streams: scheduling, opening its arrays,
+    #: its journal record.
+    task_seconds: float = 0.0
 
     @property
     def workers(self) -> int:
@@ -77,12 +99,13 @@ class Machine:
 
 
 GB = 1e9
-#: Measured here (docs/performance.md), with OpenBLAS's own kernel for the CPU
-#: (SkylakeX on these AMD EPYC cores; ``OPENBLAS_CORETYPE`` unset): sgemm ~400
-#: GFLOP/s on the two cores; chunk files + zstd decoding ~0.9 CPU-s/GiB, so
-#: ~2.4 GB/s of the two cores' time; uncompressed output written unbuffered
-#: ~0.5 CPU-s/GiB (~4 GB/s of the cores), the disk taking ~1.2 GB/s;
-#: inputs in the page cache.
+#: Measured once on an earlier CI machine (docs/performance.md, 2026-11), with
+#: OpenBLAS's own kernel for the CPU (SkylakeX on those AMD EPYC cores;
+#: ``OPENBLAS_CORETYPE`` unset): sgemm ~400 GFLOP/s on the two cores; chunk files +
+#: zstd decoding ~0.9 CPU-s/GiB, so ~2.4 GB/s of the two cores' time; uncompressed
+#: output written unbuffered ~0.5 CPU-s/GiB (~4 GB/s of the cores), the disk taking
+#: ~1.2 GB/s; inputs in the page cache.  Not this machine's rates: ``outofcore plan``
+#: measures those (:mod:`outofcore.probe`); kept as a worked example for the tests.
 CI_2CORE = Machine(
     name="ci-2core",
     nodes=1,
@@ -138,7 +161,11 @@ class Prediction:
     disk: float
     network: float
     write: float
+    #: CPU workers: BLAS, codecs and writer on the same cores (``T_cores``; 0 on a GPU).
+    cores: float
     fill: float
+    #: The job's start and the tasks' own costs (``T_start``).
+    start: float
     seconds: float
     bottleneck: str
 
@@ -162,11 +189,18 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
     disk = stored / disk_bps
     network = stored / (machine.nodes * machine.network_bps) if machine.network_bps else 0.0
     write = written / workers / machine.encode_bps
-    # The first panel of every task is read before anything overlaps it.
+    # The first panel of every task is read before anything overlaps it; on a CPU the
+    # part of its decoding T_cores does not hide behind BLAS is in T_cores already.
     first = p.itemsize * plan.tk * (plan.tm + plan.tn)
-    per_byte = 1 / machine.decode_bps + (1 / machine.pcie_bps if machine.pcie_bps else 0.0)
-    per_byte += machine.compression / machine.disk_bps
+    per_byte = machine.compression / machine.disk_bps
+    if machine.pcie_bps:
+        per_byte += 1 / machine.decode_bps + 1 / machine.pcie_bps
+    else:
+        per_byte += machine.overlap / machine.decode_bps
+    tasks = len(plan.tasks) * plan.splits + (len(plan.tasks) if plan.splits > 1 else 0)
+    per_worker = math.ceil(tasks / workers)
     fill = math.ceil(len(plan.tasks) * plan.splits / workers) * first * per_byte
+    start = machine.start_seconds + per_worker * machine.task_seconds
     streams = {
         "compute": compute,
         "decode": decode,
@@ -176,27 +210,34 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
         "write": write,
     }
     competing = dict(streams)
+    cores = 0.0
     if machine.pcie_bps is None:  # CPU: BLAS, codecs and writer share the cores
-        competing = {"cores": compute + decode + write, "disk": disk, "network": network}
+        codecs = decode + write
+        cores = compute + codecs - machine.overlap * min(compute, codecs)
+        competing = {"cores": cores, "disk": disk, "network": network}
     bottleneck = max(competing, key=competing.__getitem__)
     return Prediction(
         machine=machine.name,
         workers=machine.workers,
         busy_workers=workers,
         **streams,
+        cores=cores,
         fill=fill,
-        seconds=competing[bottleneck] + fill,
+        start=start,
+        seconds=competing[bottleneck] + fill + start,
         bottleneck=bottleneck,
     )
 
 
-def scenarios(plan: Plan, nodes: tuple[int, ...] = (4, 16)) -> list[Prediction]:
-    """Predictions for this CI machine, a GPU node and CPU clusters of ``nodes`` nodes.
+def what_ifs(plan: Plan, nodes: tuple[int, ...] = (4, 16)) -> list[Prediction]:
+    """Predictions on assumed machines: a GPU node and CPU clusters of ``nodes`` nodes.
 
-    Each machine gets the plan made for its number of workers, with the same
-    per-worker budget (:func:`~scheduler.plan.make_plan` is pure and fast).
+    Their rates are assumptions (:data:`GPU_NODE`, :data:`CPU_CLUSTER_NODE`), not
+    measurements: what the plan would take there, not what it takes here.  Each
+    machine gets the plan made for its number of workers, with the same per-worker
+    budget (:func:`~scheduler.plan.make_plan` is pure and fast).
     """
-    machines = [CI_2CORE, GPU_NODE] + [CPU_CLUSTER_NODE.scaled(n) for n in nodes]
+    machines = [GPU_NODE] + [CPU_CLUSTER_NODE.scaled(n) for n in nodes]
     predictions = []
     for machine in machines:
         replanned = plan

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.model import CI_2CORE, CPU_CLUSTER_NODE, GPU_NODE, predict, scenarios
+from scheduler.model import CI_2CORE, CPU_CLUSTER_NODE, GPU_NODE, predict, what_ifs
 from scheduler.plan import Problem, make_plan
 
 
@@ -67,7 +67,7 @@ def test_busiest_worker_counts_ragged_tiles():
 def test_million_square_problem_plans_and_predicts_in_under_a_second():
     started = time.perf_counter()
     plan = make_plan(square(10**6, 4096), 8 * 2**30, workers=64)
-    predictions = scenarios(plan)
+    predictions = [predict(plan, CI_2CORE), *what_ifs(plan)]
     assert time.perf_counter() - started < 1
     assert [p.machine for p in predictions][:2] == [CI_2CORE.name, GPU_NODE.name]
     assert all(p.seconds > 0 for p in predictions)
@@ -87,3 +87,44 @@ def test_no_more_workers_are_busy_than_the_plan_has_tasks():
     split = predict(make_plan(problem, 2**30, 16), machine)
     assert split.busy_workers == 16
     assert split.compute == pytest.approx(alone.compute / 16, rel=0.01)
+
+
+def test_the_cpu_streams_add_up_or_overlap_as_measured():
+    """h = 0: BLAS, codecs and writer add up on the cores; h = 1: only the longest counts;
+    between, the hidden part of the shorter is taken off.  The first panel's decoding is
+    in T_fill only for its hidden part."""
+    plan = make_plan(square(8192, 2048), 2**30)
+    base = replace(CI_2CORE, kernel_flops=20e9, decode_bps=0.3e9, encode_bps=0.5e9)
+    added = predict(plan, base)
+    assert added.cores == pytest.approx(added.compute + added.decode + added.write)
+    first = 4 * plan.tk * (plan.tm + plan.tn)
+    assert added.fill == pytest.approx(first * base.compression / base.disk_bps)
+    hidden = predict(plan, replace(base, overlap=1.0))
+    assert hidden.cores == pytest.approx(max(hidden.compute, hidden.decode + hidden.write))
+    assert hidden.fill == pytest.approx(added.fill + first / base.decode_bps)
+    half = predict(plan, replace(base, overlap=0.5))
+    codecs = half.decode + half.write
+    assert half.cores == pytest.approx(half.compute + codecs / 2)  # codecs < compute here
+    assert half.seconds == pytest.approx(half.cores + half.fill + half.start)
+
+
+def test_the_start_and_each_tasks_own_cost_are_added_once_per_busy_worker():
+    plan = make_plan(square(10000, 1000), 2**30, tile=(3000, 10000))  # 4 tiles
+    base = predict(plan, CI_2CORE)
+    assert base.start == 0
+    costly = predict(plan, replace(CI_2CORE, start_seconds=2.0, task_seconds=0.25))
+    assert costly.start == pytest.approx(2.0 + 4 * 0.25)
+    assert costly.seconds == pytest.approx(base.seconds + 3.0)
+    two = predict(plan, replace(CI_2CORE, workers_per_node=2, start_seconds=2.0, task_seconds=0.25))
+    assert two.start == pytest.approx(2.0 + 2 * 0.25)  # 4 tiles on 2 workers
+
+
+def test_split_plans_count_their_parts_and_reductions_as_tasks():
+    problem = Problem(
+        m=1024, k=524288, n=1024, itemsize=4, a_chunks=(1024, 2048), b_chunks=(2048, 1024)
+    )
+    plan = make_plan(problem, 2**30, 4)
+    assert plan.splits > 1 and len(plan.tasks) == 1
+    machine = replace(CPU_CLUSTER_NODE.scaled(4), task_seconds=1.0)
+    tasks = plan.splits + 1  # the parts, then the reduction
+    assert predict(plan, machine).start == pytest.approx(-(-tasks // 4))
