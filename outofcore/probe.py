@@ -68,12 +68,12 @@ SHARE_DRAWS = 2**20
 #: CPU seconds a job on a new LocalCluster pays once besides its streams (its worker's
 #: first task imports zarr, SciPy's BLAS and outofcore's task modules; Dask's first
 #: submission), and each task besides its streams (scheduling, opening its arrays, the
-#: journal record).  Measured here (2026-11-24, docs/performance.md): a one-tile 512²
-#: job through the CLI took 1.2 to 1.4 s while a thread got 0.3 to 0.5 of a core, and
-#: 32 such tiles 0.6 to 1.3 s more; the demo's job spent about 1 s besides its BLAS
-#: calls and read waits at a share of 0.4.  Divided by the probe's ``cpu_share``.
-START_CPU_SECONDS = 0.4
-TASK_CPU_SECONDS = 0.01
+#: journal record).  Measured here (2026-11-24, docs/performance.md): the demo's job
+#: (12 tiles) spent 0.5 to 1 s besides its BLAS calls and read waits while a thread got
+#: 0.4 to 0.55 of a core; a one-tile 512² job took 1.2 to 1.4 s at 0.3 to 0.5, and 32
+#: such tiles 0.6 to 1.3 s more.  Divided by the probe's ``cpu_share``.
+START_CPU_SECONDS = 0.25
+TASK_CPU_SECONDS = 0.005
 #: The cache file's name in :func:`cache_dir`.
 CACHE_NAME = "machine.json"
 
@@ -104,9 +104,10 @@ class Figures:
     disk_unbuffered: bool
     #: Stored bytes per decoded byte of the probe's zstd chunks (random normal float32).
     compression: float
-    #: The part of the decoding time hidden behind BLAS when a reader thread decodes while
-    #: the caller multiplies (as a tile task does): (alone + alone - together) over the
-    #: shorter alone, from 0 (the cores add up) to 1 (decoding costs BLAS nothing).
+    #: The part of the decoding time hidden behind BLAS when a reader thread decodes the
+    #: zstd array while the caller runs the small sgemm (as a tile task does): (alone +
+    #: alone - together) over the shorter alone, from 0 (the cores add up) to 1
+    #: (decoding costs BLAS nothing).
     overlap: float
     #: The share of a core one busy thread got: its CPU time over the time passed (1 on an
     #: idle machine); the job's start and its tasks' own costs are scaled by it
@@ -350,7 +351,8 @@ def probe(threads: int) -> Figures:
                 measurement.timed()
             rounds += 1
         rate = {name: m.rate() for name, m in measured.items()}
-        gemm, decode, both = (measured[x].seconds for x in ("sgemm", "zstd_read", "together"))
+        names = ("sgemm_small", "zstd_read", "together")
+        gemm, decode, both = (measured[x].seconds for x in names)
         hidden = (gemm + decode - both) / min(gemm, decode)
         compression = zstd.stored / zstd.nbytes
     return Figures(
@@ -406,17 +408,17 @@ def _measurements(
     raw_write = _ChunkFiles(folder / "raw-out.zarr", values, compressed=False)
     zstd_read.write()  # the inputs: written once, then read in every round
     raw_read.write()
-    sgemm = _gemm(GEMM_LARGE, np.float32)
+    small = _gemm(GEMM_SMALL, np.float32)
 
     def together() -> None:  # a tile task's loop: the next panel decoded while BLAS works
         pending = reader.submit(zstd_read.run)
-        sgemm.run()
+        small.run()  # about as long as the decoding: their overlap is measured best
         pending.result()
 
     disk = _DiskRead(raw_read.files)
     measurements = {
-        "sgemm": sgemm,
-        "sgemm_small": _gemm(GEMM_SMALL, np.float32),
+        "sgemm": _gemm(GEMM_LARGE, np.float32),
+        "sgemm_small": small,
         "dgemm_small": _gemm(GEMM_SMALL, np.float64),
         "zstd_write": _Measurement(zstd_write.write, values.nbytes),
         "raw_write": _Measurement(raw_write.write, values.nbytes),
