@@ -793,7 +793,10 @@ def _format_predictions(
 def _format_machine(machine: dict[str, Any]) -> list[str]:
     """Where this machine's figures come from, and the figures (``plan``'s two lines)."""
     f = machine["figures"]
-    when = f"cache {machine['cache']}"
+    cache, home = machine["cache"], str(Path.home())
+    if cache.startswith(home + os.sep):
+        cache = "~" + cache[len(home) :]
+    when = f"cache {cache}"
     if machine["probed_now"]:
         when = f"just now: {machine['probed_because']}"
     return [

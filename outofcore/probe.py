@@ -32,6 +32,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -59,7 +60,7 @@ CODEC_CHUNKS = (1024, 1024)
 #: The probe's rounds (every measurement once each) run for at least this long, and at
 #: least :data:`MIN_ROUNDS` of them, after one untimed warm-up round.
 PROBE_SECONDS = 1.0
-MIN_ROUNDS = 2
+MIN_ROUNDS = 3
 #: Default seed of the probe's values (standard normal float32, like ``outofcore random``).
 SEED = 20261123
 #: Standard normal numbers drawn in each round to time a thread's share of a core (about
@@ -326,9 +327,9 @@ def probe(threads: int) -> Figures:
 
     Every measurement runs once untimed (a warm-up: BLAS's threads started, the files
     written and in the page cache), then all of them in turn, round after round, for
-    :data:`PROBE_SECONDS` and at least :data:`MIN_ROUNDS` rounds: each figure is the
-    work of its rounds over their time, spread over the whole probe rather than one
-    slice of it, so on a machine others use it is the probe's average share.  The chunk
+    :data:`PROBE_SECONDS` and at least :data:`MIN_ROUNDS` rounds: each figure is its
+    median round's, its rounds spread over the whole probe rather than one slice of it,
+    so on a machine others use it is the share the probe usually got, not a burst's.  The chunk
     files live in a temporary folder (``tempfile``'s), removed at the end.
     """
     from threadpoolctl import threadpool_limits  # noqa: PLC0415
@@ -352,8 +353,10 @@ def probe(threads: int) -> Figures:
             rounds += 1
         rate = {name: m.rate() for name, m in measured.items()}
         names = ("sgemm_small", "zstd_read", "together")
-        gemm, decode, both = (measured[x].seconds for x in names)
-        hidden = (gemm + decode - both) / min(gemm, decode)
+        hidden = statistics.median(
+            (gemm + decode - both) / min(gemm, decode)
+            for gemm, decode, both in zip(*(measured[x].times for x in names), strict=True)
+        )
         compression = zstd.stored / zstd.nbytes
     return Figures(
         measured=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -381,18 +384,18 @@ class _Measurement:
 
     def __init__(self, run: Callable[[], object], work: float) -> None:
         self.run, self.work = run, work
-        #: Time passed in the timed runs, and how many.
-        self.seconds, self.count = 0.0, 0
+        #: Seconds of each timed run (one per round).
+        self.times: list[float] = []
 
     def timed(self) -> None:
         started = time.perf_counter()
         self.run()
-        self.seconds += time.perf_counter() - started
-        self.count += 1
+        self.times.append(time.perf_counter() - started)
 
     def rate(self) -> float:
-        """Work per second over the timed runs."""
-        return self.count * self.work / self.seconds
+        """Work per second of the median round: a burst of other work in one round (a
+        process starting elsewhere) does not move it."""
+        return self.work / statistics.median(self.times)
 
 
 def _measurements(
@@ -542,7 +545,6 @@ class _DiskRead(_Measurement):
             if not self.unbuffered:
                 raise
             self.unbuffered = False  # a file system without O_DIRECT (tmpfs, ...)
-            self.seconds, self.count = 0.0, 0
             self._read_all()
 
 
@@ -553,15 +555,16 @@ class _CoreShare(_Measurement):
     def __init__(self) -> None:
         rng = np.random.default_rng(SEED)
         super().__init__(lambda: rng.standard_normal(SHARE_DRAWS), 1.0)
-        self.thread_cpu = 0.0
+        #: The share of each timed run: its thread's CPU seconds over its seconds.
+        self.shares: list[float] = []
 
     def timed(self) -> None:
         cpu = time.thread_time()
         super().timed()
-        self.thread_cpu += time.thread_time() - cpu
+        self.shares.append((time.thread_time() - cpu) / self.times[-1])
 
     def rate(self) -> float:
-        return min(1.0, self.thread_cpu / self.seconds)
+        return min(1.0, statistics.median(self.shares))
 
 
 # -- figures to a machine of the model ---------------------------------------------------
