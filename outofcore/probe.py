@@ -8,8 +8,8 @@ files read and written through the job's own chunk-file path
 (:func:`outofcore.chunkfiles.read_region` / :func:`~outofcore.chunkfiles.write_region`
 on small temporary arrays); how much of the decoding hides behind BLAS when a
 reader thread decodes while BLAS multiplies, as in a tile task; the disk's
-unbuffered read rate; and the share of a core a thread gets.  About a second and
-a half on an idle 2-core machine, more on a busy one.
+unbuffered read rate; and the share of a core a thread gets.  About 2 s on an idle 2-core
+machine, 2 to 4 s on a busy one.
 
 The figures are cached in ``machine.json`` under the user's cache folder
 (``$XDG_CACHE_HOME/outofcore``, ``~/.cache/outofcore``; see :func:`cache_path`),
