@@ -51,7 +51,8 @@ def run(*args: str) -> dict:
     return json.loads(done.stdout)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Run the pairs; print them and return them (``--json`` also writes them)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cases", default="demo,8192", help="comma-separated: demo, 8192")
@@ -63,7 +64,7 @@ def main() -> None:
         "--cached", action="store_true", help="predict from the cached figures (no --reprobe)"
     )
     parser.add_argument("--json", type=Path, help="also write every pair to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="outofcore-prediction-") as scratch:
         folder = args.dir or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
@@ -82,6 +83,7 @@ def main() -> None:
     print(f"worst ratio (either way): {worst:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(pairs, indent=2) + "\n")
+    return pairs
 
 
 def measure(case: Case, folder: Path, args: argparse.Namespace) -> list[dict]:
@@ -120,9 +122,7 @@ def measure(case: Case, folder: Path, args: argparse.Namespace) -> list[dict]:
             "ratio": job["seconds"] / local["seconds"],
             "plan_seconds": planned,
             "bottleneck": local["bottleneck"],
-            "streams": {
-                k: local[k] for k in ("compute", "decode", "disk", "write", "fill", "start")
-            },
+            "streams": {k: local[k] for k in STREAMS},
             "job": {
                 k: job[k]
                 for k in ("tiles", "tile", "tk", "gflops", "compute_seconds", "read_wait_seconds")
