@@ -522,8 +522,16 @@ def _predictions(
     """This machine's figures (probed or cached) and the predictions: this machine's
     first (``basis`` "measured"), then the model's assumed machines ("assumed")."""
     from outofcore import probe  # noqa: PLC0415
-    from scheduler.cluster import is_local  # noqa: PLC0415
+    from scheduler.cluster import SYNC, is_local, runs_in_process  # noqa: PLC0415
     from scheduler.model import predict, what_ifs  # noqa: PLC0415
+
+    # The tasks run in this process ("sync", or a LocalCluster's single CPU worker) or in
+    # worker processes, which import the task's modules first.
+    sync = isinstance(args.scheduler, str) and args.scheduler.lower() in SYNC
+    here = sync or (
+        args.scheduler is None
+        and runs_in_process(plan.workers, spec.gpus, flag("in-process-worker"))
+    )
 
     probed = probe.machine_figures(probe.worker_threads(plan.workers), reprobe=args.reprobe)
     local = probe.local_machine(
@@ -533,6 +541,7 @@ def _predictions(
         (plan.tm * plan.tk * plan.tn) ** (1 / 3),
         inputs_compressed=any(bool(x.compressors) for x in (product.a, product.b)),
         output_compressed=spec.output_codec != "none",
+        worker_processes=not here,
     )
     elsewhere = None
     if not is_local(args.scheduler):
@@ -546,6 +555,7 @@ def _predictions(
         "probed_now": probed.fresh,
         "probed_because": probed.why,
         "runs_here": elsewhere is None,
+        "worker_processes": not here,
         "note": elsewhere,
     }
     predicted = [{**predict(plan, local).as_dict(), "basis": "measured"}]

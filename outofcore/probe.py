@@ -66,14 +66,18 @@ SEED = 20261123
 #: Standard normal numbers drawn in each round to time a thread's share of a core (about
 #: 15 ms of CPU: long enough to be preempted on a busy machine).
 SHARE_DRAWS = 2**20
-#: CPU seconds a job on a new LocalCluster pays once besides its streams (its worker's
-#: first task imports zarr, SciPy's BLAS and outofcore's task modules; Dask's first
-#: submission), and each task besides its streams (scheduling, opening its arrays, the
-#: journal record).  Measured here (2026-11-24, docs/performance.md): the demo's job
-#: (12 tiles) spent 0.5 to 1 s besides its BLAS calls and read waits while a thread got
-#: 0.4 to 0.55 of a core; a one-tile 512² job took 1.2 to 1.4 s at 0.3 to 0.5, and 32
-#: such tiles 0.6 to 1.3 s more.  Divided by the probe's ``cpu_share``.
-START_CPU_SECONDS = 0.25
+#: CPU seconds a job on a LocalCluster pays besides its streams: once (Dask's first
+#: submission, the first BLAS call), once more where its workers are processes (each
+#: one's first task imports zarr, SciPy's BLAS and outofcore's task modules; a single
+#: CPU worker runs in the job's process, which has them), and per task (scheduling,
+#: opening its arrays, its journal record).  Measured here (2026-11-24,
+#: docs/performance.md) with a thread's whole core: a one-tile 512² job took 0.06 s with
+#: the worker in the job's process and 0.3 s with a worker process, 32 such tiles 0.4 s
+#: more; under load (a thread getting 0.4 to 0.55 of a core) the demo's job spent 0.5 to
+#: 1 s besides its BLAS calls and read waits with a worker process.  Each is divided by
+#: the probe's ``cpu_share``.
+JOB_START_CPU_SECONDS = 0.05
+WORKER_START_CPU_SECONDS = 0.25
 TASK_CPU_SECONDS = 0.005
 #: The cache file's name in :func:`cache_dir`.
 CACHE_NAME = "machine.json"
@@ -606,6 +610,7 @@ def local_machine(
     *,
     inputs_compressed: bool = True,
     output_compressed: bool = False,
+    worker_processes: bool = True,
     name: str = "this machine",
 ) -> Machine:
     """The :class:`~scheduler.model.Machine` of ``workers`` LocalCluster workers here.
@@ -616,10 +621,12 @@ def local_machine(
     geometric mean of its tiles' sides and panel depth).  Decoding is zstd's or the uncompressed
     read's (``inputs_compressed``), writing likewise (``output_compressed``); the part
     of them hidden behind BLAS is the probe's ``overlap``.  The job's start and each
-    task's own cost are :data:`START_CPU_SECONDS` and :data:`TASK_CPU_SECONDS` over the
-    share of a core a thread got.
+    task's own cost are :data:`JOB_START_CPU_SECONDS` (and :data:`WORKER_START_CPU_SECONDS`
+    with ``worker_processes``) and :data:`TASK_CPU_SECONDS` over the share of a core a
+    thread got.
     """
     share = min(1.0, (os.cpu_count() or 1) / (workers * figures.threads))
+    start = JOB_START_CPU_SECONDS + (WORKER_START_CPU_SECONDS if worker_processes else 0.0)
     decode = figures.zstd_decode_bps if inputs_compressed else figures.raw_read_bps
     encode = figures.zstd_encode_bps if output_compressed else figures.raw_write_bps
     return Machine(
@@ -634,6 +641,6 @@ def local_machine(
         network_bps=None,
         compression=figures.compression if inputs_compressed else 1.0,
         overlap=figures.overlap,
-        start_seconds=START_CPU_SECONDS / figures.cpu_share,
+        start_seconds=start / figures.cpu_share,
         task_seconds=TASK_CPU_SECONDS / figures.cpu_share,
     )

@@ -44,8 +44,9 @@ def plan_json(capsys, *args):
     return json.loads(plan(capsys, *args, "--json"))
 
 
-def expected_seconds(p, figures, kernel, encode=None):
-    """The model's arithmetic by hand: one busy worker, every core to BLAS."""
+def expected_seconds(p, figures, kernel, encode=None, worker_processes=False):
+    """The model's arithmetic by hand: one busy worker, every core to BLAS (by default in
+    the job's process)."""
     encode = encode or figures.raw_write_bps
     compute = p["flops"] / kernel
     codecs = p["bytes_read"] / figures.zstd_decode_bps + p["bytes_written"] / encode
@@ -56,8 +57,9 @@ def expected_seconds(p, figures, kernel, encode=None):
     per_byte = figures.compression / figures.disk_read_bps
     per_byte += figures.overlap / figures.zstd_decode_bps
     fill = tasks * first * per_byte
-    start = (probe.START_CPU_SECONDS + tasks * probe.TASK_CPU_SECONDS) / figures.cpu_share
-    return max(cores, disk) + fill + start
+    start = probe.JOB_START_CPU_SECONDS + tasks * probe.TASK_CPU_SECONDS
+    start += probe.WORKER_START_CPU_SECONDS if worker_processes else 0
+    return max(cores, disk) + fill + start / figures.cpu_share
 
 
 def test_the_local_prediction_follows_the_injected_figures(folder, capsys):
@@ -140,8 +142,29 @@ def test_workers_get_their_share_of_the_cores(folder, capsys):
     assert local["busy_workers"] == busy
     assert local["decode"] == pytest.approx(p["bytes_read"] / busy / (FIGURES.zstd_decode_bps / 2))
     tasks = math.ceil(p["tiles"] / busy)
-    start = (probe.START_CPU_SECONDS + tasks * probe.TASK_CPU_SECONDS) / FIGURES.cpu_share
-    assert local["start"] == pytest.approx(start, rel=1e-12)
+    start = probe.JOB_START_CPU_SECONDS + probe.WORKER_START_CPU_SECONDS  # worker processes
+    start += tasks * probe.TASK_CPU_SECONDS
+    assert p["machine"]["worker_processes"] is True
+    assert local["start"] == pytest.approx(start / FIGURES.cpu_share, rel=1e-12)
+
+
+def test_worker_processes_pay_their_imports_first(folder, capsys, outofcore_settings):
+    """One CPU worker runs in the job's process (nothing to import); with
+    OUTOFCORE_IN_PROCESS_WORKER=0 it is a process, whose first task imports the task's
+    modules: the prediction's start grows by that; ``sync`` is this process too."""
+    options = ["a.zarr", "b.zarr", "--memory", "600KiB"]
+    here = plan_json(capsys, *options)
+    assert here["machine"]["worker_processes"] is False
+    assert (
+        plan_json(capsys, *options, "--scheduler", "sync")["machine"]["worker_processes"] is False
+    )
+    outofcore_settings(in_process_worker=False)  # OUTOFCORE_IN_PROCESS_WORKER=0
+    apart = plan_json(capsys, *options)
+    assert apart["machine"]["worker_processes"] is True
+    extra = probe.WORKER_START_CPU_SECONDS / FIGURES.cpu_share
+    assert apart["predicted"][0]["start"] == pytest.approx(here["predicted"][0]["start"] + extra)
+    expected = expected_seconds(apart, FIGURES, 1e9, worker_processes=True)
+    assert apart["predicted"][0]["seconds"] == pytest.approx(expected, rel=1e-12)
 
 
 def test_a_job_elsewhere_is_a_what_if_for_this_machine(folder, capsys):

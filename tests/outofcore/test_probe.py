@@ -215,5 +215,8 @@ def test_the_machine_takes_the_codecs_and_shares_the_cores():
     crowded = local_machine(figures, 4 * cores, np.float32, SMALL)
     assert crowded.kernel_flops == pytest.approx(FIGURES.sgemm_flops / 4)
     assert crowded.decode_bps == pytest.approx(FIGURES.zstd_decode_bps / 4)
-    assert crowded.start_seconds == probe.START_CPU_SECONDS / FIGURES.cpu_share
+    start = probe.JOB_START_CPU_SECONDS + probe.WORKER_START_CPU_SECONDS
+    assert crowded.start_seconds == pytest.approx(start / FIGURES.cpu_share)
     assert crowded.task_seconds == probe.TASK_CPU_SECONDS / FIGURES.cpu_share
+    alone = local_machine(figures, 1, np.float32, SMALL, worker_processes=False)
+    assert alone.start_seconds == pytest.approx(probe.JOB_START_CPU_SECONDS / FIGURES.cpu_share)
