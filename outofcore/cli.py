@@ -522,7 +522,7 @@ def _predictions(
     """This machine's figures (probed or cached) and the predictions: this machine's
     first (``basis`` "measured"), then the model's assumed machines ("assumed")."""
     from outofcore import probe  # noqa: PLC0415
-    from scheduler.cluster import SYNC, is_local, runs_in_process  # noqa: PLC0415
+    from scheduler.cluster import SYNC, is_local, local_blas_threads, runs_in_process  # noqa: PLC0415
     from scheduler.model import predict, what_ifs  # noqa: PLC0415
 
     # The tasks run in this process ("sync", or a LocalCluster's single CPU worker) or in
@@ -533,7 +533,7 @@ def _predictions(
         and runs_in_process(plan.workers, spec.gpus, flag("in-process-worker"))
     )
 
-    probed = probe.machine_figures(probe.worker_threads(plan.workers), reprobe=args.reprobe)
+    probed = probe.machine_figures(local_blas_threads(plan.workers), reprobe=args.reprobe)
     local = probe.local_machine(
         probed.figures,
         plan.workers,

@@ -320,12 +320,6 @@ def _write_cache(path: Path, identity: dict[str, Any], entries: dict[str, Figure
 # -- measuring ---------------------------------------------------------------------------
 
 
-def worker_threads(workers: int) -> int:
-    """The BLAS threads each of ``workers`` LocalCluster workers gets: an equal share of
-    this machine's cores, at least one (as :func:`scheduler.cluster.start_local_cluster`)."""
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
-
-
 def probe(threads: int) -> Figures:
     """Measure this machine with ``threads`` BLAS and chunk-file threads (a few seconds).
 
@@ -615,8 +609,9 @@ def local_machine(
 ) -> Machine:
     """The :class:`~scheduler.model.Machine` of ``workers`` LocalCluster workers here.
 
-    Each worker gets ``figures.threads`` threads (measure with :func:`worker_threads`);
-    where the workers' threads outnumber the cores, each worker's rates are its share.
+    Each worker gets ``figures.threads`` threads (measure with
+    :func:`scheduler.cluster.local_blas_threads`); where the workers' threads outnumber
+    the cores, each worker's rates are its share.
     The kernel rate is :func:`kernel_flops` for the plan's ``product_size`` (the
     geometric mean of its tiles' sides and panel depth).  Decoding is zstd's or the uncompressed
     read's (``inputs_compressed``), writing likewise (``output_compressed``); the part

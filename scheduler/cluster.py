@@ -248,7 +248,7 @@ def start_local_cluster(
             dashboard_address=":0",
             silence_logs=logging.ERROR,
         )
-    blas = str(max(1, (os.cpu_count() or 1) // n_workers))
+    blas = str(local_blas_threads(n_workers))
     threads_env = {name: blas for name in BLAS_THREAD_VARIABLES}
     with _workers_ignore_interrupts():
         return LocalCluster(
@@ -260,6 +260,12 @@ def start_local_cluster(
             dashboard_address=":0",
             silence_logs=logging.ERROR,
         )
+
+
+def local_blas_threads(workers: int) -> int:
+    """The BLAS threads each of ``workers`` LocalCluster workers gets: an equal share of
+    this machine's cores, at least one."""
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
 def runs_in_process(workers: int, gpus: tuple[int, ...] | None, in_process: bool) -> bool:

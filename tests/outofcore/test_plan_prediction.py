@@ -13,6 +13,7 @@ import pytest
 
 from outofcore import cli, probe
 from outofcore.generate import random_array
+from scheduler.cluster import local_blas_threads
 from tests.outofcore.test_probe import FIGURES
 
 
@@ -31,7 +32,7 @@ def folder(tmp_path, monkeypatch):
 
 def inject(figures, threads=None):
     """Cache ``figures`` for this machine's identity (for a worker's threads)."""
-    threads = threads or probe.worker_threads(1)
+    threads = threads or local_blas_threads(1)
     probe.machine_figures(threads, reprobe=True, measure=lambda t: replace(figures, threads=t))
 
 
@@ -105,7 +106,7 @@ def test_float64_products_and_zstd_outputs_take_their_own_rates(folder, capsys):
 def test_plan_json_carries_the_figures_and_the_cache(folder, capsys):
     p = plan_json(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")
     machine = p["machine"]
-    threads = probe.worker_threads(1)
+    threads = local_blas_threads(1)
     assert machine["figures"] == replace(FIGURES, threads=threads).as_dict()
     assert machine["identity"] == probe.machine_identity()
     assert machine["cache"] == str(folder / "cache" / "outofcore" / "machine.json")
@@ -182,7 +183,7 @@ def test_reprobe_measures_this_machine_for_real(folder, capsys, monkeypatch):
     assert machine["probed_now"] and machine["probed_because"] == "asked to measure again"
     assert machine["figures"]["sgemm_flops"] != FIGURES.sgemm_flops  # measured, not injected
     cached = json.loads((folder / "cache" / "outofcore" / "machine.json").read_text())
-    assert cached["figures"][str(probe.worker_threads(1))] == machine["figures"]
+    assert cached["figures"][str(local_blas_threads(1))] == machine["figures"]
     again = plan_json(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")
     assert again["machine"]["probed_now"] is False
     assert again["predicted"][0]["seconds"] == p["predicted"][0]["seconds"]
