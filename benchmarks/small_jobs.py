@@ -51,7 +51,8 @@ from compare import ensure_array  # noqa: E402
 
 @dataclass(frozen=True)
 class Case:
-    """One product: ``A (m×k) @ B (k×n)``, or ``X.T @ X`` with X ``k×m`` when ``gram``."""
+    """One product: ``A (m×k) @ B (k×n)``, or ``X.T @ X`` with X ``k×m`` when ``gram``;
+    ``a_chunks`` and ``b_chunks`` are the stored arrays' chunks (X's for a Gram case)."""
 
     name: str
     m: int
@@ -94,8 +95,7 @@ def inputs(data_dir: Path, case: Case) -> tuple[Path, Path]:
     def name(tag: str, shape: tuple[int, int], chunks: tuple[int, int]) -> Path:
         return data_dir / f"small-{tag}-{shape[0]}x{shape[1]}-{chunks[0]}x{chunks[1]}.zarr"
 
-    a_chunks = case.a_chunks[::-1] if case.gram else case.a_chunks
-    a = ensure_array(name("a", case.a_shape, a_chunks), case.a_shape, a_chunks, 0)
+    a = ensure_array(name("a", case.a_shape, case.a_chunks), case.a_shape, case.a_chunks, 0)
     if case.gram:
         return a, a
     b = ensure_array(name("b", case.b_shape, case.b_chunks), case.b_shape, case.b_chunks, 1)
