@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 REQUEST_LINE = re.compile(rb"^(GET|PUT|POST|HEAD|DELETE) ")
@@ -164,6 +165,34 @@ async def _cancel_all() -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
+def wait_listening(
+    process: subprocess.Popen, port: int, name: str, stop: Callable[[], None], seconds: float = 30
+) -> None:
+    """Wait until ``process`` (a server called ``name``) listens on loopback ``port``.
+
+    Raises
+    ------
+    RuntimeError
+        When it exits first (with its stderr, if piped), or after ``seconds``; then it is
+        stopped with ``stop()``.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        if process.poll() is not None:
+            error = process.stderr.read().decode(errors="replace").strip() if process.stderr else ""
+            raise RuntimeError(f"{name} exited with status {process.returncode}: {error}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                stop()
+                raise RuntimeError(
+                    f"{name} did not listen on port {port} in {seconds:g} s"
+                ) from None
+            time.sleep(0.1)
+
+
 class MotoServer:
     """A real S3 API server (``moto_server``) on a free loopback port, in its own process.
 
@@ -184,20 +213,7 @@ class MotoServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"moto_server exited with status {self.process.returncode}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(
-                        f"moto_server did not listen on port {self.port} in 30 s"
-                    ) from None
-                time.sleep(0.1)
+        wait_listening(self.process, self.port, "moto_server", self.stop)
 
     @property
     def options(self) -> dict:

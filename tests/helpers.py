@@ -296,23 +296,7 @@ class AzuriteServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            if self.process.poll() is not None:
-                error = self.process.stderr.read().decode(errors="replace").strip()
-                raise RuntimeError(
-                    f"azurite-blob exited with status {self.process.returncode}: {error}"
-                )
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(
-                        f"azurite-blob did not listen on port {self.port} in 30 s"
-                    ) from None
-                time.sleep(0.1)
+        _s3_local().wait_listening(self.process, self.port, "azurite-blob", self.stop)
 
     def container(self, name: str) -> str:
         """Create the container ``name`` (a REST call signed with the account's key)."""
