@@ -378,7 +378,8 @@ def open_executor(
         try:
             # Not the default Client: a job started meanwhile (another thread) would take it.
             with Client(cluster, set_as_default=False) as local_client:
-                _forward_warnings(local_client)
+                if not here:  # a worker in this process logs here already
+                    _forward_warnings(local_client)
                 if announce:
                     print(
                         f"Started a {cluster_kind(cluster)}: {n_workers} worker(s)"
