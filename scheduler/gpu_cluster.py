@@ -8,10 +8,11 @@ submitted with ``resources={"GPU": 1}`` land only on GPU workers.
 Two kinds give these workers (:func:`start_gpu_cluster`):
 
 * dask-cuda's ``LocalCUDACluster`` (the ``[gpu]`` extra), which adds to them a
-  CPU affinity per GPU (the cores of the GPU's NUMA node, which pinned-memory
-  PCIe copies need), NVML monitoring and RMM, where dask-cuda is installed and
-  NVML shows the listed GPUs: it reads NVML as it starts and cannot start
-  without a GPU;
+  CPU affinity per GPU (the cores of the GPU's NUMA node as NVML gives them,
+  near which pinned host buffers belong) and a CUDA context made as each
+  starts (its RMM options stay off: the engine allocates through numba), where
+  dask-cuda is installed and NVML shows the listed GPUs: it reads NVML as it
+  starts and cannot start without a GPU;
 * otherwise a ``distributed.SpecCluster`` of Nannies from :func:`gpu_worker_specs`,
   plain dictionaries built without a GPU (what the tests here start).
 
