@@ -1,11 +1,13 @@
 # The outofcore image: the package, Dask (scheduler, workers, dashboard) and the CLI.
 #
 #   docker build -t outofcore .                                        # CPU workers, jobs
-#   docker build -t outofcore-gpu --build-arg EXTRAS=s3,cuda .          # GPU workers
+#   docker build -t outofcore-gpu --build-arg EXTRAS=s3,gpu .           # GPU workers
 #
-# EXTRAS are the package's extras: s3 (s3fs) always; cuda (numba-cuda with NVVM/NVRTC as
-# wheels) for the GPU variant, whose host's NVIDIA driver comes in through the container
-# toolkit (see the gpu-worker service in docker-compose.yml). The CPU image has no numba.
+# EXTRAS are the package's extras: s3 (s3fs) always; gpu for the GPU variant: dask-cuda
+# (`dask cuda worker`) and the cuda extra (numba-cuda with NVVM/NVRTC as wheels, CUDA 13),
+# whose host's NVIDIA driver comes in through the container toolkit (see the gpu-worker
+# service in docker-compose.yml). The CPU image has no numba. constraints.txt pins the
+# dask and distributed that dask-cuda allows, so both images run the same ones.
 FROM python:3.11-slim
 
 ARG EXTRAS="s3"
@@ -21,7 +23,8 @@ COPY scheduler ./scheduler
 # bokeh serves the scheduler's dashboard on port 8787; the s3 extra (s3fs) opens s3:// arrays.
 RUN pip install -c constraints.txt ".[${EXTRAS}]" "bokeh>=3.1" \
     && outofcore --help > /dev/null \
-    && dask scheduler --version
+    && dask scheduler --version \
+    && case ",${EXTRAS}," in *,gpu,*) dask cuda worker --help > /dev/null ;; esac
 
 # The shared data volume (inputs and outputs) is mounted here.
 WORKDIR /data

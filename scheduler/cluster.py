@@ -25,7 +25,7 @@ from typing import Any
 
 from scheduler.errors import ClusterError
 from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor, WorkerShape
-from scheduler.gpu_cluster import gpu_worker_specs
+from scheduler.gpu_cluster import cluster_kind, start_gpu_cluster
 from scheduler.memory_cap import gib, memory_cap
 
 #: Memory a worker needs besides its task: its interpreter and libraries, its nanny,
@@ -212,20 +212,17 @@ def start_local_cluster(
     """Start the LocalCluster a job with ``budget_bytes`` per worker runs on.
 
     One single-threaded worker process per worker (see :func:`local_worker_count`),
-    or with ``gpus`` one per listed GPU (:mod:`scheduler.gpu_cluster`); each gets
+    or with ``gpus`` one per listed GPU (:func:`scheduler.gpu_cluster.start_gpu_cluster`:
+    dask-cuda's LocalCUDACluster where it is installed and sees the GPUs); each gets
     a memory limit of its budget plus the interpreter's overhead.  ``in_process``
     runs a single CPU worker as threads of this process instead (:func:`runs_in_process`).
     """
-    from distributed import LocalCluster, Scheduler, SpecCluster  # noqa: PLC0415
+    from distributed import LocalCluster  # noqa: PLC0415
 
     memory_limit = local_worker_limit(budget_bytes)
     if gpus:
         with _workers_ignore_interrupts():
-            return SpecCluster(
-                workers=gpu_worker_specs(gpus, memory_limit),
-                scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
-                silence_logs=logging.ERROR,
-            )
+            return start_gpu_cluster(gpus, memory_limit, silence_logs=logging.ERROR)
     n_workers = local_worker_count(budget_bytes, workers)
     cores = os.cpu_count() or 1
     if n_workers > cores:
@@ -385,7 +382,7 @@ def open_executor(
                     _forward_warnings(local_client)
                 if announce:
                     print(
-                        f"Started a LocalCluster: {n_workers} worker(s)"
+                        f"Started a {cluster_kind(cluster)}: {n_workers} worker(s)"
                         f"{' in this process' if here else ''}, "
                         f"{dashboard_note(local_client.dashboard_link, serves_dashboard())}",
                         file=sys.stderr,

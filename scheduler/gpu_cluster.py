@@ -1,21 +1,133 @@
-"""Worker specs for a multi-GPU node: one worker process per GPU.
+"""The cluster of a multi-GPU node: one worker process per GPU.
 
 Each worker sees every GPU, rotated so that its own GPU is device 0
 (``CUDA_VISIBLE_DEVICES=1,2,3,0`` for the second of four, as dask-cuda does),
 runs one task at a time, and advertises a ``GPU`` resource so that tile tasks
-submitted with ``resources={"GPU": 1}`` land only on GPU workers.  Building
-the specs needs no GPU; they are plain dictionaries for
-``distributed.SpecCluster``.
+submitted with ``resources={"GPU": 1}`` land only on GPU workers.
+
+Two kinds give these workers (:func:`start_gpu_cluster`):
+
+* dask-cuda's ``LocalCUDACluster`` (the ``[gpu]`` extra), which adds to them a
+  CPU affinity per GPU (the cores of the GPU's NUMA node as NVML gives them,
+  near which pinned host buffers belong) and a CUDA context made as each
+  starts (its RMM options stay off: the engine allocates through numba), where
+  dask-cuda is installed and NVML shows the listed GPUs: it reads NVML as it
+  starts and cannot start without a GPU;
+* otherwise a ``distributed.SpecCluster`` of Nannies from :func:`gpu_worker_specs`,
+  plain dictionaries built without a GPU (what the tests here start).
+
+:func:`choose_gpu_cluster` decides, from facts :func:`probe_gpu_cluster` gathers.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from scheduler.errors import ClusterError
 
 GPU_RESOURCE = "GPU"
+#: What to install for dask-cuda's ``LocalCUDACluster`` and ``dask cuda worker``.
+GPU_EXTRA = "pip install 'outofcore[gpu]'"
+#: How the start of a cluster names a LocalCUDACluster.
+DASK_CUDA_KIND = "LocalCUDACluster (dask-cuda)"
+logger = logging.getLogger("outofcore")
+
+
+@dataclass(frozen=True)
+class GpuClusterChoice:
+    """The cluster ``gpus`` start: dask-cuda's ``LocalCUDACluster`` or not, and why;
+    ``warn`` where dask-cuda is installed but cannot be used."""
+
+    dask_cuda: bool
+    reason: str
+    warn: bool = False
+
+
+def choose_gpu_cluster(
+    gpus: Sequence[int], *, dask_cuda_installed: bool, nvml_gpus: int, nvml_note: str = ""
+) -> GpuClusterChoice:
+    """Which cluster to start for ``gpus``: a pure function of what this node has.
+
+    Parameters
+    ----------
+    gpus
+        The GPU indices the job lists (``--gpus``), as NVML and ``nvidia-smi`` number them.
+    dask_cuda_installed
+        Whether ``dask_cuda`` can be imported here.
+    nvml_gpus
+        The GPUs NVML shows on this node (0 where NVML cannot be loaded).
+    nvml_note
+        Why NVML shows none, where it shows none (NVML's own error).
+
+    Raises
+    ------
+    ClusterError
+        Where NVML shows GPUs but not every listed one, naming both: a worker
+        would start on a device that does not exist.
+    """
+    if not dask_cuda_installed:
+        return GpuClusterChoice(
+            False,
+            f"dask-cuda is not installed ({GPU_EXTRA} for a LocalCUDACluster, with a CPU "
+            "affinity per GPU)",
+        )
+    if nvml_gpus < 1:
+        found = f" ({nvml_note})" if nvml_note else ""
+        return GpuClusterChoice(
+            False,
+            f"dask-cuda is installed, but NVML shows no GPU on this node{found}, and a "
+            "LocalCUDACluster cannot start without one (is the NVIDIA driver installed, and "
+            "the GPU visible here?)",
+            warn=True,
+        )
+    missing = [gpu for gpu in gpus if gpu >= nvml_gpus]
+    if missing:
+        raise ClusterError(
+            f"--gpus {','.join(map(str, gpus))}: NVML shows {nvml_gpus} GPU(s) on this node, "
+            f"numbered 0 to {nvml_gpus - 1}, so there is no GPU "
+            f"{', '.join(map(str, missing))} (`nvidia-smi -L` lists them)"
+        )
+    return GpuClusterChoice(True, f"dask-cuda is installed and NVML shows {nvml_gpus} GPU(s)")
+
+
+def nvml_gpu_count() -> tuple[int, str]:
+    """The GPUs NVML shows on this node, as dask-cuda reads them (``pynvml``, which
+    dask-cuda brings), and for none, why: NVML's error, or pynvml missing."""
+    try:
+        import pynvml  # noqa: PLC0415 (dask-cuda's dependency; only with --gpus)
+    except ImportError:
+        return 0, "pynvml, which dask-cuda needs, cannot be imported"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return 0, f"NVML: {exc}"
+    try:
+        return int(pynvml.nvmlDeviceGetCount()), ""
+    except pynvml.NVMLError as exc:
+        return 0, f"NVML: {exc}"
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def dask_cuda_installed() -> bool:
+    """Whether ``dask_cuda`` can be found (the ``[gpu]`` extra); imports nothing."""
+    try:
+        return importlib.util.find_spec("dask_cuda") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def probe_gpu_cluster(gpus: Sequence[int]) -> GpuClusterChoice:
+    """:func:`choose_gpu_cluster` for this node: NVML is asked only where dask-cuda is
+    installed (it brings pynvml)."""
+    installed = dask_cuda_installed()
+    count, note = nvml_gpu_count() if installed else (0, "")
+    return choose_gpu_cluster(gpus, dask_cuda_installed=installed, nvml_gpus=count, nvml_note=note)
 
 
 def parse_gpus(text: str) -> tuple[int, ...]:
@@ -29,8 +141,11 @@ def parse_gpus(text: str) -> tuple[int, ...]:
     return gpus
 
 
-def gpu_worker_specs(gpus: Sequence[int], memory_limit: int) -> dict[str, dict[str, Any]]:
-    """``SpecCluster`` worker specs: one single-threaded Nanny per GPU in ``gpus``."""
+def gpu_worker_specs(
+    gpus: Sequence[int], memory_limit: int, silence_logs: int = logging.ERROR
+) -> dict[str, dict[str, Any]]:
+    """``SpecCluster`` worker specs: one single-threaded Nanny per GPU in ``gpus``, whose
+    worker logs below ``silence_logs`` are dropped (as a LocalCluster's)."""
     specs = {}
     for position, gpu in enumerate(gpus):
         rotated = [*gpus[position:], *gpus[:position]]
@@ -43,6 +158,54 @@ def gpu_worker_specs(gpus: Sequence[int], memory_limit: int) -> dict[str, dict[s
                 "memory_limit": memory_limit,
                 "resources": {GPU_RESOURCE: 1},
                 "env": {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in rotated)},
+                "silence_logs": silence_logs,
             },
         }
     return specs
+
+
+def start_gpu_cluster(
+    gpus: Sequence[int], memory_limit: int, silence_logs: int = logging.ERROR
+) -> Any:
+    """Start one single-threaded worker per GPU in ``gpus``, each with ``memory_limit``
+    bytes and the ``GPU`` resource: a ``LocalCUDACluster`` where
+    :func:`probe_gpu_cluster` chooses it, else a ``SpecCluster`` of
+    :func:`gpu_worker_specs`.  The choice and its reason go to the ``outofcore`` logger:
+    a warning where dask-cuda is installed but cannot be used.  Its dashboard is on a
+    free port.
+    """
+    choice = probe_gpu_cluster(gpus)
+    if not choice.dask_cuda:
+        logger.log(
+            logging.WARNING if choice.warn else logging.INFO,
+            "starting outofcore's own GPU workers, not dask-cuda's LocalCUDACluster: %s",
+            choice.reason,
+        )
+        from distributed import Scheduler, SpecCluster  # noqa: PLC0415
+
+        return SpecCluster(
+            workers=gpu_worker_specs(gpus, memory_limit, silence_logs),
+            scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
+            silence_logs=silence_logs,
+        )
+    logger.info("starting a %s: %s", DASK_CUDA_KIND, choice.reason)
+    from dask_cuda import LocalCUDACluster  # noqa: PLC0415
+
+    return LocalCUDACluster(
+        CUDA_VISIBLE_DEVICES=list(gpus),
+        n_workers=len(gpus),
+        threads_per_worker=1,
+        memory_limit=memory_limit,
+        resources={GPU_RESOURCE: 1},
+        dashboard_address=":0",
+        silence_logs=silence_logs,
+    )
+
+
+def cluster_kind(cluster: Any) -> str:
+    """How the start of ``cluster`` names it: dask-cuda's LocalCUDACluster, or a
+    LocalCluster (a ``LocalCluster`` or outofcore's own ``SpecCluster`` of GPU workers)."""
+    dask_cuda = sys.modules.get("dask_cuda")  # imported where one was started
+    if dask_cuda is not None and isinstance(cluster, dask_cuda.LocalCUDACluster):
+        return DASK_CUDA_KIND
+    return "LocalCluster"

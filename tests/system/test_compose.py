@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from distributed.cli import dask_scheduler, dask_worker
 
 from outofcore.cli import _parser
@@ -51,17 +52,22 @@ def test_scheduler_and_worker_commands_parse_with_dask(compose):
     assert not params["resources"]
 
 
-def test_gpu_worker_reserves_a_gpu_and_advertises_it(compose):
+def test_gpu_worker_is_dask_cuda_s_and_advertises_its_gpu(compose):
     gpu = compose["services"]["gpu-worker"]
     assert gpu["profiles"] == ["gpu"]
     [device] = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
-    assert device["count"] == 1
+    assert device["count"] == 1  # `dask cuda worker` starts one worker per GPU it sees
+    # The image has dask-cuda and numba-cuda: the [gpu] extra (which holds [cuda]).
+    assert "gpu" in gpu["build"]["args"]["EXTRAS"].split(",")
     args = command(compose, "gpu-worker")
-    params = dask_worker.main.make_context("dask worker", args[2:]).params
+    assert args[:3] == ["dask", "cuda", "worker"]
+    # Parsed by dask-cuda's own click command (imported without a GPU; never started here).
+    cli = pytest.importorskip("dask_cuda.cli", reason="dask-cuda (the [gpu] extra) parses it")
+    params = cli.worker.make_context("dask cuda worker", args[3:]).params
     assert params["scheduler"] == "tcp://scheduler:8786"
     assert params["resources"] == "GPU=1" and params["nthreads"] == 1
-    assert "cuda" in gpu["build"]["args"]["EXTRAS"].split(",")  # numba-cuda: the [cuda] extra
+    assert params["memory_limit"] == "16GiB"
 
 
 def test_job_command_parses_with_the_outofcore_cli(compose):
@@ -96,6 +102,8 @@ def test_image_builds_from_this_repository(compose):
     # the package with its EXTRAS (s3fs by default), at the versions the tests ran with
     assert re.search(r'pip install -c constraints\.txt "\.\[\$\{EXTRAS\}\]"', dockerfile)
     assert re.search(r'^ARG EXTRAS="s3"$', dockerfile, re.MULTILINE)
+    # An image with the gpu extra fails to build unless `dask cuda worker` starts.
+    assert re.search(r"\*,gpu,\*\) dask cuda worker --help", dockerfile)
     copied = re.findall(r"^COPY (.+) \S+$", dockerfile, re.MULTILINE)
     sources = [src for line in copied for src in line.split()]
     assert {"pyproject.toml", "constraints.txt", "outofcore", "scheduler"} <= set(sources)
