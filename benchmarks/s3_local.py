@@ -165,6 +165,16 @@ async def _cancel_all() -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
+def stop_process(process: subprocess.Popen) -> None:
+    """Stop a server started for a test or a benchmark: SIGTERM, then SIGKILL after 10 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def wait_listening(
     process: subprocess.Popen, port: int, name: str, stop: Callable[[], None], seconds: float = 30
 ) -> None:
@@ -243,12 +253,7 @@ class MotoServer:
         return f"s3://{name}"
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
 
 
 def free_port() -> int:

@@ -40,66 +40,29 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from compare import ensure_array  # noqa: E402
+from shapes import Shape, ensure_shape_inputs  # noqa: E402
 
-
-@dataclass(frozen=True)
-class Case:
-    """One product: ``A (m×k) @ B (k×n)``, or ``X.T @ X`` with X ``k×m`` when ``gram``;
-    ``a_chunks`` and ``b_chunks`` are the stored arrays' chunks (X's for a Gram case)."""
-
-    name: str
-    m: int
-    k: int
-    n: int
-    a_chunks: tuple[int, int]
-    b_chunks: tuple[int, int]
-    workers: int
-    gram: bool = False
-
-    @property
-    def a_shape(self) -> tuple[int, int]:
-        return (self.k, self.m) if self.gram else (self.m, self.k)
-
-    @property
-    def b_shape(self) -> tuple[int, int]:
-        return (self.k, self.n)
-
-
-#: The issue's shapes: small squares, and its Gram and large-k products at a quarter size.
+#: The issue's shapes: small squares, and its Gram and large-k products at a quarter size
+#: (shapes.py's :class:`Shape`: for a Gram case X is ``k×m`` in ``a_chunks``).
 CASES = {
-    c.name: c
-    for c in (
-        Case("sq512", 512, 512, 512, (512, 512), (512, 512), 1),
-        Case("sq2048", 2048, 2048, 2048, (2048, 2048), (2048, 2048), 1),
-        Case("sq8192", 8192, 8192, 8192, (2048, 2048), (2048, 2048), 1),
-        Case("gram", 1024, 65536, 1024, (8192, 1024), (8192, 1024), 2, gram=True),
-        Case("large-k", 1024, 131072, 1024, (1024, 8192), (8192, 1024), 2),
+    s.name: s
+    for s in (
+        Shape("sq512", 512, 512, 512, (512, 512), (512, 512), "fixed cost"),
+        Shape("sq2048", 2048, 2048, 2048, (2048, 2048), (2048, 2048), "fixed cost"),
+        Shape("sq8192", 8192, 8192, 8192, (2048, 2048), (2048, 2048), "compute"),
+        Shape("gram", 1024, 65536, 1024, (8192, 1024), (8192, 1024), "compute", gram=True),
+        Shape("large-k", 1024, 131072, 1024, (1024, 8192), (8192, 1024), "compute"),
     )
 }
+#: Workers of each case's outofcore runs: one for the squares, two as in the issue.
+WORKERS = {"sq512": 1, "sq2048": 1, "sq8192": 1, "gram": 2, "large-k": 2}
 SYSTEMS = ("blas", "numpy-zarr", "dask", "command", "api")
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-def inputs(data_dir: Path, case: Case) -> tuple[Path, Path]:
-    """A and B of ``case`` (X twice for a Gram case), made once and cached."""
-
-    def name(tag: str, shape: tuple[int, int], chunks: tuple[int, int]) -> Path:
-        return data_dir / f"small-{tag}-{shape[0]}x{shape[1]}-{chunks[0]}x{chunks[1]}.zarr"
-
-    a = ensure_array(name("a", case.a_shape, case.a_chunks), case.a_shape, case.a_chunks, 0)
-    if case.gram:
-        return a, a
-    b = ensure_array(name("b", case.b_shape, case.b_chunks), case.b_shape, case.b_chunks, 1)
-    return a, b
 
 
 # --------------------------------------------------------------------------- the systems
@@ -158,17 +121,17 @@ if __name__ == "__main__":
 """
 
 
-def run_system(system: str, case: Case, a: Path, b: Path, out: Path) -> dict:
+def run_system(system: str, case: Shape, a: Path, b: Path, out: Path) -> dict:
     """Run ``system`` once in a fresh process; its wall time and what it reported."""
     kind = "gram" if case.gram else "matmul"
     python = sys.executable
     if system == "command":
         tool = str(Path(python).parent / "outofcore")
         args = [str(a), "-o", str(out)] if case.gram else [str(a), str(b), "-o", str(out)]
-        cmd = [tool, kind, *args, "--workers", str(case.workers), "--json"]
+        cmd = [tool, kind, *args, "--workers", str(WORKERS[case.name]), "--json"]
     else:
         script = {"numpy-zarr": NUMPY_ZARR, "dask": DASK, "blas": BLAS, "api": API}[system]
-        cmd = [python, "-c", script, str(a), str(b), str(out), kind, str(case.workers)]
+        cmd = [python, "-c", script, str(a), str(b), str(out), kind, str(WORKERS[case.name])]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - t0
@@ -185,7 +148,7 @@ def run_system(system: str, case: Case, a: Path, b: Path, out: Path) -> dict:
     return result
 
 
-def check_output(out: Path, a: Path, b: Path, case: Case) -> None:
+def check_output(out: Path, a: Path, b: Path, case: Shape) -> None:
     """Compare ``out`` with numpy's float64 product; raise when it is wrong."""
     import numpy as np  # noqa: PLC0415
     import zarr  # noqa: PLC0415
@@ -205,8 +168,8 @@ def check_output(out: Path, a: Path, b: Path, case: Case) -> None:
 # --------------------------------------------------------------------------- driver
 
 
-def run_case(case: Case, data_dir: Path, scratch: Path, repeats: int) -> dict:
-    a, b = inputs(data_dir, case)
+def run_case(case: Shape, data_dir: Path, scratch: Path, repeats: int) -> dict:
+    a, b = ensure_shape_inputs(data_dir, case)
     runs: dict[str, list[dict]] = {s: [] for s in SYSTEMS}
     for round_ in range(repeats):
         order = SYSTEMS if round_ % 2 == 0 else SYSTEMS[::-1]
@@ -218,7 +181,11 @@ def run_case(case: Case, data_dir: Path, scratch: Path, repeats: int) -> dict:
             subprocess.run(["rm", "-rf", str(out)], check=True)
             runs[system].append(result)
             print(f"  {case.name} {system}: {result['wall_seconds']:.2f} s", file=sys.stderr)
-    return {"case": asdict(case), "runs": runs, "medians": medians(runs)}
+    return {
+        "case": {**asdict(case), "workers": WORKERS[case.name]},
+        "runs": runs,
+        "medians": medians(runs),
+    }
 
 
 def medians(runs: dict[str, list[dict]]) -> dict[str, float]:

@@ -235,7 +235,8 @@ def _s3_local():
     return module
 
 
-MotoServer = _s3_local().MotoServer
+_S3_LOCAL = _s3_local()
+MotoServer = _S3_LOCAL.MotoServer
 
 
 def s3_object_store(
@@ -296,7 +297,7 @@ class AzuriteServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        _s3_local().wait_listening(self.process, self.port, "azurite-blob", self.stop)
+        _S3_LOCAL.wait_listening(self.process, self.port, "azurite-blob", self.stop)
 
     def container(self, name: str) -> str:
         """Create the container ``name`` (a REST call signed with the account's key)."""
@@ -339,9 +340,4 @@ class AzuriteServer:
         return zarr.storage.ObjectStore(store)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        _S3_LOCAL.stop_process(self.process)
