@@ -15,17 +15,20 @@ zarr store, with the key prefix of the zarr store's root inside it, or None:
 
 obstore is in the ``s3`` extra; where it is not installed, None.  What these
 handles do is in :mod:`outofcore.stores` (conditional writes) and
-:mod:`outofcore.fingerprint` (listings).
+:mod:`outofcore.fingerprint` (listings), always through obstore's synchronous
+functions (:func:`call`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import functools
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from zarr.abc.store import Store
@@ -40,6 +43,8 @@ LOCAL_KINDS = frozenset({"LocalStore", "MemoryStore"})
 #: How long obstore keeps credentials from botocore's chain before asking again
 #: (botocore refreshes expiring ones when asked).
 CREDENTIALS_TTL = datetime.timedelta(minutes=5)
+
+_T = TypeVar("_T")
 
 _made: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 _making = threading.Lock()
@@ -72,6 +77,19 @@ class Handle:
         """Whether ``put(mode={"e_tag": ...})`` works here (not on obstore's ``LocalStore``
         or ``HTTPStore``, which raise ``NotImplementedError``)."""
         return self.kind not in NO_COMPARE_AND_SWAP
+
+
+async def call(function: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    """Run a synchronous obstore call in a Python thread and await its result.
+
+    Never obstore's ``*_async`` functions: they complete their asyncio futures from
+    tokio's own threads (``loop.call_soon_threadsafe``), and a tokio thread still inside
+    that call when the interpreter exits takes the GIL during finalization and aborts
+    the process (SIGABRT on Python 3.11 to 3.13, after the job's outcome was printed).
+    A synchronous call blocks the Python thread that made it, so no Rust thread ever
+    enters Python; the thread is joined before the interpreter exits.
+    """
+    return await asyncio.to_thread(function, *args, **kwargs)
 
 
 @functools.cache

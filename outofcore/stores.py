@@ -234,13 +234,13 @@ async def put_if_absent(store: Store, key: str, data: bytes) -> bool | None:
     """
     handle = await obstores.handle_of(store)
     if handle is not None:
-        from obstore import put_async  # noqa: PLC0415 (the s3 extra)
+        from obstore import put  # noqa: PLC0415 (the s3 extra)
         from obstore.exceptions import AlreadyExistsError  # noqa: PLC0415
 
         if store.read_only:
             raise OSError(f"the store {store} is read-only")
         try:
-            await put_async(handle.store, handle.path(key), data, mode="create")
+            await obstores.call(put, handle.store, handle.path(key), data, mode="create")
         except AlreadyExistsError:  # also S3's 409: another create of this key in flight
             return False
         return True
@@ -258,18 +258,22 @@ async def get_versioned(store: Store, key: str) -> tuple[bytes | None, Version |
     """
     handle = await obstores.handle_of(store)
     if handle is not None:
-        from obstore import get_async  # noqa: PLC0415 (the s3 extra)
-
         try:
-            result = await get_async(handle.store, handle.path(key))
+            data, meta = await obstores.call(_get_with_meta, handle.store, handle.path(key))
         except FileNotFoundError:  # obstore's NotFoundError is one
             return None, None
-        data = bytes(await result.bytes_async())
-        meta = result.meta
         version = Version(meta["e_tag"], meta["version"])
         return data, (version if version.mode() and handle.compare_and_swap else None)
     buffer = await store.get(key, prototype=default_buffer_prototype())
     return (None if buffer is None else buffer.to_bytes()), None
+
+
+def _get_with_meta(obstore_store: Any, path: str) -> tuple[bytes, Mapping[str, Any]]:
+    """One object's bytes and its meta (ETag, version), from one obstore GET."""
+    from obstore import get  # noqa: PLC0415 (the s3 extra)
+
+    result = get(obstore_store, path)
+    return bytes(result.bytes()), result.meta
 
 
 async def put_if_unchanged(store: Store, key: str, data: bytes, version: Version) -> bool:
@@ -283,11 +287,11 @@ async def put_if_unchanged(store: Store, key: str, data: bytes, version: Version
     handle = await obstores.handle_of(store)
     if handle is None or not handle.compare_and_swap:
         raise InputError(f"{store} has no compare-and-swap write")
-    from obstore import put_async  # noqa: PLC0415 (the s3 extra)
+    from obstore import put  # noqa: PLC0415 (the s3 extra)
     from obstore.exceptions import AlreadyExistsError, PreconditionError  # noqa: PLC0415
 
     try:
-        await put_async(handle.store, handle.path(key), data, mode=version.mode())
+        await obstores.call(put, handle.store, handle.path(key), data, mode=version.mode())
     except (PreconditionError, AlreadyExistsError, FileNotFoundError):
         return False
     return True
@@ -335,10 +339,14 @@ async def list_times(
 async def _obstore_times(store: ObjectStore, folder: str, prefixes: tuple[str, ...]) -> dict:
     """:func:`list_times` on a zarr ``ObjectStore``: one paged obstore listing of ``folder``
     (its prefixes match whole path segments, so the names are filtered here)."""
+    return await obstores.call(_obstore_times_now, store.store, folder, prefixes)
+
+
+def _obstore_times_now(obstore_store: Any, folder: str, prefixes: tuple[str, ...]) -> dict:
     import obstore  # noqa: PLC0415 (an ObjectStore wraps an obstore store)
 
     found: dict[str, float] = {}
-    async for page in obstore.list(store.store, folder or None, chunk_size=1000):
+    for page in obstore.list(obstore_store, folder or None, chunk_size=1000):
         for meta in page:
             name = meta["path"][len(folder) :].lstrip("/")
             if name.startswith(prefixes):

@@ -7,6 +7,7 @@ Credentials and the endpoint reach the job the ways users pass them:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -347,6 +348,38 @@ def test_two_jobs_racing_for_one_output_on_s3_have_one_winner(moto_server, s3_bu
     assert winner["tiles_computed"] == winner["tiles"]
     assert_product_close(zarr.open_array(c_url, storage_options=moto_server.options)[...], a, b)
     assert job_status(c_url, moto_server.options)["state"] == "complete"
+
+
+def test_obstore_calls_complete_on_python_threads(moto_server, s3_bucket):
+    """obstore's ``*_async`` calls complete their futures from tokio's threads, and one
+    still doing so at exit aborts the interpreter (the racing jobs' loser above died of
+    SIGABRT after its error line, about one run in fifteen): every conditional write and
+    versioned read hands its result to the event loop from a Python thread."""
+    store = stores.fsspec_store(f"{s3_bucket}/c.zarr", moto_server.options)
+    callers: list[threading.Thread] = []
+
+    class RecordingLoop(asyncio.SelectorEventLoop):
+        def call_soon_threadsafe(self, *args, **kwargs):
+            callers.append(threading.current_thread())
+            return super().call_soon_threadsafe(*args, **kwargs)
+
+    async def exercise() -> None:
+        assert await stores.put_if_absent(store, "x.json", b"1") is True
+        assert await stores.put_if_absent(store, "x.json", b"2") is False
+        data, version = await stores.get_versioned(store, "x.json")
+        assert data == b"1" and version is not None
+        assert await stores.put_if_unchanged(store, "x.json", b"3", version) is True
+        assert await stores.put_if_unchanged(store, "x.json", b"4", version) is False
+        assert (await stores.get_versioned(store, "x.json"))[0] == b"3"
+        assert await stores.get_versioned(store, "missing.json") == (None, None)
+
+    loop = RecordingLoop()
+    try:
+        loop.run_until_complete(exercise())
+    finally:
+        loop.close()
+    foreign = [t for t in callers if isinstance(t, threading._DummyThread)]
+    assert len(callers) >= 7 and not foreign, (len(callers), foreign)
 
 
 def test_status_lists_records_instead_of_reading_them(moto_server, s3_bucket):
