@@ -380,6 +380,7 @@ def open_executor(
             with Client(cluster, set_as_default=False) as local_client:
                 if not here:  # a worker in this process logs here already
                     _forward_warnings(local_client)
+                _quiet_own_task_failures(local_client)
                 if announce:
                     print(
                         f"Started a {cluster_kind(cluster)}: {n_workers} worker(s)"
@@ -425,6 +426,15 @@ def _forward_warnings(client: Any) -> None:
     workers print bare lines and a remote cluster's keep them in their own logs.  A Client
     the user made is left as it is."""
     client.forward_logging(logger.name, level=logging.WARNING)
+
+
+def _quiet_own_task_failures(client: Any) -> None:
+    """Keep Dask's ``Compute Failed`` tracebacks of outofcore's tasks off the terminal of a
+    LocalCluster outofcore started: the job reports the error itself
+    (:mod:`scheduler.worker_logs`)."""
+    from scheduler.worker_logs import QuietOwnTaskFailures  # noqa: PLC0415 (imports distributed)
+
+    client.register_plugin(QuietOwnTaskFailures())
 
 
 def _address(client: Any) -> str:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -480,3 +481,42 @@ def test_fingerprint_changes_with_a_rewritten_chunk_and_only_then(tmp_path, wher
     assert changes(before.tokens, after.tokens) == "c/1/1 rewritten"
     methods = {"local": "stat", "fsspec-memory": "listing", "obstore-memory": "listing"}
     assert before.method == methods.get(where, "content")
+
+
+@pytest.mark.parametrize("worker_processes", [False, True], ids=["in-process", "processes"])
+def test_a_failed_task_is_one_error_line_on_a_local_cluster(tmp_path, worker_processes):
+    """A corrupt chunk on the default LocalCluster (its worker in this process, or two
+    worker processes): the command prints the error once, as its own line, and none of
+    Dask's ``Compute Failed`` tracebacks (one per attempt of the task)."""
+    rng = np.random.default_rng(11)
+    write_zarr(tmp_path / "a.zarr", random_matrix(rng, (30, 20), "float32"), (10, 10))
+    write_zarr(tmp_path / "b.zarr", random_matrix(rng, (20, 17), "float32"), (10, 10))
+    corrupt(tmp_path / "a.zarr" / "c" / "1" / "1", "garbage")
+    workers = ["--workers", "2"] if worker_processes else []
+    env = {"OUTOFCORE_READ_RETRIES": "1", "OUTOFCORE_READ_RETRY_DELAY": "0"}
+    env["OUTOFCORE_IN_PROCESS_WORKER"] = "0" if worker_processes else "1"
+    failed = cli(
+        "matmul", str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr"), "-o", str(tmp_path / "c"),
+        *workers, env=env,
+    )  # fmt: skip
+    assert failed.returncode == 3, failed.stderr
+    assert "Compute Failed" not in failed.stderr and "Traceback" not in failed.stderr
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("outofcore: error:")]
+    assert len(errors) == 1 and "key c/1/1 (rows 10:20, columns 10:20)" in errors[0], errors
+
+
+def test_only_outofcore_task_failures_are_dropped_from_worker_logs():
+    """The filter the LocalCluster's workers get drops Dask's record of a failed outofcore
+    task, and keeps other tasks' failures and the worker's other records."""
+    from scheduler.worker_logs import OwnTaskFailureFilter  # noqa: PLC0415
+
+    def record(msg: str, *args: object) -> logging.LogRecord:
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, msg, args, None)
+
+    failed = "Compute Failed\nKey:       %s\nState:     %s\n"
+    keep = OwnTaskFailureFilter().filter
+    assert not keep(record(failed, ("outofcore-tile-0a1b2c3d", "tile-0-0"), "executing"))
+    assert not keep(record(failed, "outofcore-reduce-0a1b2c3d", "executing"))
+    assert keep(record(failed, ("inc-0a1b2c3d", 3), "executing"))
+    assert keep(record("Worker stream died during communication: %s", "outofcore-tile-1"))
+    assert keep(record("Compute Failed without arguments"))
