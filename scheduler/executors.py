@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from scheduler.errors import ClusterLostError
+from scheduler.errors import ClusterLostError, OutOfCoreError
 from scheduler.plan import TileTask
 
 R = TypeVar("R")
@@ -102,7 +102,9 @@ class DaskExecutor:
     client
         A connected ``distributed.Client``.
     retries
-        How often Dask reruns a task that raised or whose worker died.
+        How often a task that raised is run again (never for an :class:`OutOfCoreError`,
+        which is final).  A task whose worker died is Dask's to rerun
+        (``distributed.scheduler.allowed-failures``).
     """
 
     def __init__(self, client: Any, retries: int = 2) -> None:
@@ -155,32 +157,46 @@ class DaskExecutor:
         """Submit ``fn(job, task)`` for every task; report and return the results as they land.
 
         ``kind`` names the tasks (see the module docstring): every key of this run is
-        ``("outofcore-<kind>-<token>", task.key)``, one Dask task group per run.
+        ``("outofcore-<kind>-<token>", task.key)``, one Dask task group per run (a rerun
+        of a task: ``task.key`` with ``-retry<n>``).  A task that raised is run again, up
+        to ``retries`` times, unless it raised an :class:`OutOfCoreError`: those are final
+        (an input read that failed after its own retries, a lease lost, a full disk).
         """
         from distributed import as_completed  # noqa: PLC0415 (keeps Dask out of plain imports)
 
         # An 8-digit hex token: key_split stops at it, key_split_group keeps it.
         group = f"outofcore-{check_kind(kind)}-{uuid.uuid4().hex[:8]}"
-        # The job (array handles, a few KB) goes with every task rather than scattered
-        # once: scattered data dies with the workers that hold it, a task's argument not.
-        futures = [
-            self.client.submit(
+        submitted: dict[Any, tuple[Any, TileTask, int]] = {}  # key: (future, task, attempt)
+
+        def submit(task: TileTask, attempt: int) -> Any:
+            # The job (array handles, a few KB) goes with every task rather than scattered
+            # once: scattered data dies with the workers that hold it, a task's argument not.
+            future = self.client.submit(
                 fn,
                 job,
                 task,
-                key=(group, task.key),
+                key=(group, task.key if attempt == 0 else f"{task.key}-retry{attempt}"),
                 priority=-task.index,
                 pure=False,
-                retries=self.retries,
                 resources=resources,
             )
-            for task in tasks
-        ]
+            submitted[future.key] = (future, task, attempt)
+            return future
+
         results = []
         try:
             # This client's loop: it need not be the default Client (as_completed's guess).
-            for future in as_completed(futures, loop=self.client.loop):
-                result = future.result()
+            pending = as_completed([submit(task, 0) for task in tasks], loop=self.client.loop)
+            for future in pending:
+                _, task, attempt = submitted[future.key]
+                try:
+                    result = future.result()
+                except Exception as exc:
+                    final = isinstance(exc, OutOfCoreError) or _cluster_lost(exc)
+                    if final or attempt >= self.retries:
+                        raise
+                    pending.add(submit(task, attempt + 1))
+                    continue
                 # Let go of the result held on the worker at once: a worker that dies
                 # later then costs only the tiles in flight, not every tile it finished
                 # (Dask recomputes lost results that a client still holds).
@@ -196,7 +212,7 @@ class DaskExecutor:
             raise
         finally:
             with contextlib.suppress(Exception):  # a scheduler that is gone cancels nothing
-                self.client.cancel([f for f in futures if not f.done()])
+                self.client.cancel([f for f, _, _ in submitted.values() if not f.done()])
         return results
 
 

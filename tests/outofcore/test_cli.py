@@ -235,9 +235,9 @@ def test_warnings_of_local_cluster_workers_reach_the_command_as_warning_lines(tm
     retries = [line for line in lines if "a read failed" in line]
     assert retries and all(line.startswith("outofcore: warning: ") for line in retries), lines
     assert "b.zarr" in retries[0]
-    # Each retry once per attempt of each task reading the chunk (Dask runs a task 3 times):
-    # a worker in this process whose records were forwarded to this process's logger
-    # forwarded them again, thousands of lines.
+    # Each retry once for each task reading the chunk (a ReadError is final: no task runs
+    # twice): a worker in this process whose records were forwarded to this process's
+    # logger forwarded them again, thousands of lines.
     assert max(Counter(retries).values()) <= 3 * 6, Counter(retries)
     restore_chunk(broken)
     assert a.shape == (90, 70)  # the inputs are left as they were

@@ -23,7 +23,7 @@ from scheduler.cluster import (
     open_executor,
     resolve_client,
 )
-from scheduler.errors import ClusterError
+from scheduler.errors import ClusterError, JobFailedError
 from scheduler.executors import DaskExecutor, SynchronousExecutor, WorkerShape, check_kind
 from scheduler.gpu_cluster import GPU_RESOURCE
 from scheduler.plan import TileTask
@@ -226,3 +226,25 @@ async def test_dask_executor_runs_on_a_client_that_is_not_the_default(s, a):
                 return executor.run(_index, "job", TASKS[:3], print, kind="tile")
 
     assert sorted(await asyncio.to_thread(run)) == [("job", i) for i in range(3)]
+
+
+def _fails_on_purpose(job, task):
+    with ATTEMPTS_LOCK:
+        ATTEMPTS[task.index] += 1
+    if task.index == 1:
+        raise JobFailedError(f"tile {task.index}: an input read failed after its retries")
+    return (job, task.index)
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1)])
+async def test_dask_executor_never_reruns_a_task_that_failed_on_purpose(s, a):
+    """An OutOfCoreError is final (the task retried what it could itself): the job fails at
+    the first attempt instead of the same error three times."""
+    ATTEMPTS.clear()
+
+    def run(client):
+        return DaskExecutor(client, retries=2).run(_fails_on_purpose, "job", TASKS[:3], print)
+
+    with pytest.raises(JobFailedError, match="tile 1: an input read failed"):
+        await with_sync_client(s, run)
+    assert ATTEMPTS[1] == 1
