@@ -26,7 +26,8 @@ Writes ``benchmarks/results/small-jobs-<date>.json``.
 Usage::
 
     python benchmarks/small_jobs.py --cases sq512 sq2048 --repeats 3      # a minute
-    python benchmarks/small_jobs.py --repeats 3                           # every case
+    python benchmarks/small_jobs.py --repeats 3                           # the quarter sizes
+    python benchmarks/small_jobs.py --cases gram-full large-k-full --repeats 1  # the issue's
 """
 
 from __future__ import annotations
@@ -58,10 +59,20 @@ CASES = {
         Shape("sq8192", 8192, 8192, 8192, (2048, 2048), (2048, 2048), "compute"),
         Shape("gram", 1024, 65536, 1024, (8192, 1024), (8192, 1024), "compute", gram=True),
         Shape("large-k", 1024, 131072, 1024, (1024, 8192), (8192, 1024), "compute"),
+        # The issue's own sizes (X 1 GiB; A and B 2 GiB each): only when named.
+        Shape("gram-full", 1024, 262144, 1024, (8192, 1024), (8192, 1024), "compute", gram=True),
+        Shape("large-k-full", 1024, 524288, 1024, (1024, 8192), (8192, 1024), "compute"),
     )
 }
+#: What runs without ``--cases``: every case but the full-size ones (minutes, 5 GiB).
+DEFAULT_CASES = ("sq512", "sq2048", "sq8192", "gram", "large-k")
 #: Workers of each case's outofcore runs: one for the squares, two as in the issue.
 WORKERS = {"sq512": 1, "sq2048": 1, "sq8192": 1, "gram": 2, "large-k": 2}
+WORKERS |= {"gram-full": 2, "large-k-full": 2}
+#: Each worker's budget (``--memory``; the API's ``memory=``): the issue's 512 MiB for its
+#: Gram product, the default (1 GiB) otherwise.
+MEMORY = {"gram-full": 512 * 2**20}
+DEFAULT_MEMORY = 2**30
 SYSTEMS = ("blas", "numpy-zarr", "dask", "command", "api")
 
 
@@ -99,9 +110,8 @@ from outofcore.generate import random_array
 from scheduler.cluster import local_worker_limit, BLAS_THREAD_VARIABLES
 
 if __name__ == "__main__":
-    a, b, out, kind, workers = sys.argv[1:6]
-    workers = int(workers)
-    budget = 1 << 30
+    a, b, out, kind, workers, budget = sys.argv[1:7]
+    workers, budget = int(workers), int(budget)
     blas = str(max(1, (os.cpu_count() or 1) // workers))
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                       memory_limit=local_worker_limit(budget), dashboard_address=":0",
@@ -128,10 +138,13 @@ def run_system(system: str, case: Shape, a: Path, b: Path, out: Path) -> dict:
     if system == "command":
         tool = str(Path(python).parent / "outofcore")
         args = [str(a), "-o", str(out)] if case.gram else [str(a), str(b), "-o", str(out)]
-        cmd = [tool, kind, *args, "--workers", str(WORKERS[case.name]), "--json"]
+        memory = f"{MEMORY.get(case.name, DEFAULT_MEMORY) // 2**20}MiB"
+        cmd = [tool, kind, *args, "--workers", str(WORKERS[case.name]), "--memory", memory]
+        cmd.append("--json")
     else:
         script = {"numpy-zarr": NUMPY_ZARR, "dask": DASK, "blas": BLAS, "api": API}[system]
         cmd = [python, "-c", script, str(a), str(b), str(out), kind, str(WORKERS[case.name])]
+        cmd.append(str(MEMORY.get(case.name, DEFAULT_MEMORY)))
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - t0
@@ -221,7 +234,7 @@ def table(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(DEFAULT_CASES))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data-dir", type=Path, default=HERE / "data")
     parser.add_argument("--results", type=Path, default=HERE / "results")
