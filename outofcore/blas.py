@@ -12,6 +12,7 @@ SciPy, a dtype or layout BLAS does not take) and the caller falls back to numpy.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.machinery
 import importlib.util
@@ -70,6 +71,16 @@ def _blas_function(name: str) -> ctypes._CFuncPtr | None:
             function = None
         _cache[name] = function
         return function
+
+
+def load() -> None:
+    """Load the BLAS library this module calls (SciPy's), where SciPy is installed.
+
+    It is not numpy's: a thread limit set before it is loaded does not cover it
+    (:meth:`outofcore.worker_context.WorkerContext.blas_threads` loads it first).
+    """
+    with _lock, contextlib.suppress(ImportError):
+        cython_blas()
 
 
 def cython_blas() -> ModuleType:

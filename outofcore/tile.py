@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import zarr
-from threadpoolctl import threadpool_limits
 
 from outofcore import chunkfiles, panel_cache
 from outofcore.blas import mirror_upper
@@ -94,7 +93,7 @@ def compute_tile(
     engine.configure(device_memory=job.device_memory, panel_depth=job.tk)
     panels = TilePanels.prepare(job, task, engine)
     with (
-        threadpool_limits(limits=job.blas_threads, user_api="blas"),
+        context.blas_threads(job.blas_threads),
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-read") as reader,
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-write") as writer,
     ):

@@ -12,7 +12,10 @@ outlive a task because making them again costs more than keeping them:
 * zarr's **I/O settings** (requests in flight, decoding threads): zarr's own
   process-wide configuration, set by every task to its job's values
   (:meth:`WorkerContext.start_task`), compared with zarr's current values and never
-  with what an earlier job set.
+  with what an earlier job set;
+* **BLAS's threads**, also the process's (threadpoolctl), held at the running tasks'
+  count from the first task's start to the last one's end
+  (:meth:`WorkerContext.blas_threads`).
 
 :func:`worker_context` is the process's one context.  Tasks of one job may use
 what an earlier task left only as :mod:`outofcore.panel_cache` allows (panel
@@ -24,10 +27,11 @@ in-process job (``client="sync"``) runs its tasks in the caller's thread and cal
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
+from outofcore import blas
 from outofcore.engines import TileEngine, make_engine
 
 if TYPE_CHECKING:
@@ -74,6 +79,9 @@ class WorkerContext:
         self._pools: dict[int, ThreadPoolExecutor] = {}
         self._buffer_sets: list[BufferSet] = []
         self._layouts: dict[int, tuple[Any, Any]] = {}
+        self._blas_requests: list[int] = []  # the BLAS threads of every running task
+        self._blas_limits: Any = None  # threadpoolctl's limits while tasks run
+        self._blas_applied: int | None = None  # None: as before the first task
 
     # -- a task's start -------------------------------------------------------------
 
@@ -93,6 +101,48 @@ class WorkerContext:
                 for buffers in self._buffer_sets
                 if all(b.nbytes <= largest_buffer for b in buffers.values())
             ]
+
+    @contextlib.contextmanager
+    def blas_threads(self, threads: int) -> Iterator[None]:
+        """Run a task with BLAS at ``threads`` threads in this process.
+
+        BLAS's limit belongs to the process, not a thread: two tasks at once in one
+        process (a worker of several threads, or several workers in this process) that
+        each set and then restored it undid each other's limit, and threadpoolctl (3.8)
+        ignores every thread's limit but the first setter's.  BLAS then gave every call
+        all the cores (a Gram product on two workers in one process: tasks 4.8 s
+        instead of 2.6 s).  Here the first task to start sets the limit and the last
+        to end restores what was there; while tasks asking for different counts run
+        together, the smallest holds.
+        """
+        with self._lock:
+            self._blas_requests.append(threads)
+            self._set_blas(min(self._blas_requests))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._blas_requests.remove(threads)
+                self._set_blas(min(self._blas_requests) if self._blas_requests else None)
+
+    def _set_blas(self, threads: int | None) -> None:
+        """BLAS at ``threads`` threads, or (None) back to what it was before the first
+        task; called with the lock held."""
+        if threads == self._blas_applied:
+            return
+        from threadpoolctl import threadpool_limits  # noqa: PLC0415
+
+        if threads is not None:  # SciPy's BLAS, which tasks call, too: load it to limit it
+            blas.load()
+        with _any_thread_sets_blas():
+            if threads is None:
+                self._blas_limits.restore_original_limits()
+                self._blas_limits = None
+            elif self._blas_limits is None:  # remembers what to restore
+                self._blas_limits = threadpool_limits(limits=threads, user_api="blas")
+            else:
+                threadpool_limits(limits=threads, user_api="blas")
+        self._blas_applied = threads
 
     @staticmethod
     def configure_io(io_concurrency: int) -> None:
@@ -207,6 +257,30 @@ class WorkerContext:
 
 
 _CONTEXT = WorkerContext()
+
+
+@contextlib.contextmanager
+def _any_thread_sets_blas() -> Iterator[None]:
+    """Let this thread's threadpoolctl calls change OpenBLAS's limit.
+
+    threadpoolctl 3.8 lets one thread at a time set OpenBLAS's process-wide limit
+    (the first to set it, while it lives, or until a ``with threadpool_limits``
+    of it ends); every other thread's call does nothing.  The worker context makes
+    its changes one at a time under its lock, so it clears that owner before and
+    after each (``OpenBLASController.clear_controlling_thread``; older versions
+    have no owner).
+    """
+    import threadpoolctl  # noqa: PLC0415
+
+    controller = getattr(threadpoolctl, "OpenBLASController", None)
+    clear = getattr(controller, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
+    try:
+        yield
+    finally:
+        if clear is not None:
+            clear(force=True)
 
 
 def worker_context() -> WorkerContext:

@@ -107,3 +107,48 @@ def test_the_context_owns_engines_panels_and_buffers_and_lets_them_go(tmp_path, 
     assert context.thread().engines["cpu"].kept_bytes() == 0
     assert context.buffer_bytes() == 0
     assert_product_close(zarr.open_array(str(tmp_path / "c.zarr"))[...], a, b)
+
+
+def _blas_threads() -> set[int]:
+    from threadpoolctl import threadpool_info  # noqa: PLC0415
+
+    return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+
+def test_tasks_running_together_keep_blas_at_their_threads_until_the_last_ends():
+    """threadpoolctl's limits are the process's: the first of two overlapping tasks to end
+    must not give BLAS back its cores under the other (it did: each task restored what it
+    found, and two tasks in one process then ran BLAS on every core each)."""
+    from threadpoolctl import threadpool_limits  # noqa: PLC0415
+
+    np.ones((2, 2)) @ np.ones((2, 2))  # BLAS loaded
+    context = worker_context()
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, set[int]] = {}
+
+    def first() -> None:
+        with context.blas_threads(1):
+            first_in.set()
+            second_in.wait(10)
+            seen["first, both running"] = _blas_threads()
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(10)
+        with context.blas_threads(1):
+            second_in.set()
+            first_out.wait(10)
+            seen["second, after the first ended"] = _blas_threads()
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = _blas_threads()
+        threads = [threading.Thread(target=f) for f in (first, second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        after = _blas_threads()
+    assert before == {2} and after == {2}, (before, after)
+    assert seen == {"first, both running": {1}, "second, after the first ended": {1}}, seen
+    with context.blas_threads(2), context.blas_threads(1):  # different counts: the smallest
+        assert _blas_threads() == {1}
