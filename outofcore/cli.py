@@ -525,7 +525,7 @@ def _predictions(
     from scheduler.cluster import SYNC, is_local, local_blas_threads, runs_in_process  # noqa: PLC0415
     from scheduler.model import predict, what_ifs  # noqa: PLC0415
 
-    # The tasks run in this process ("sync", or a LocalCluster's single CPU worker) or in
+    # The tasks run in this process ("sync", or a LocalCluster's CPU workers) or in
     # worker processes, which import the task's modules first.
     sync = isinstance(args.scheduler, str) and args.scheduler.lower() in SYNC
     here = sync or (

@@ -21,7 +21,7 @@ name                    default  meaning
 ``direct-writes``       1        0: write output chunk files via the page cache
 ``remote-concurrency``  16       chunk requests in flight per task on object stores
 ``debug``               0        1: the command prints tracebacks (as ``--debug``)
-``in-process-worker``   1        0: a LocalCluster's single CPU worker gets a process
+``in-process-worker``   1        0: a LocalCluster's CPU workers get processes
 ======================  =======  ===============================================
 """
 

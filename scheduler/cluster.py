@@ -215,7 +215,7 @@ def start_local_cluster(
     or with ``gpus`` one per listed GPU (:func:`scheduler.gpu_cluster.start_gpu_cluster`:
     dask-cuda's LocalCUDACluster where it is installed and sees the GPUs); each gets
     a memory limit of its budget plus the interpreter's overhead.  ``in_process``
-    runs a single CPU worker as threads of this process instead (:func:`runs_in_process`).
+    runs CPU workers as threads of this process instead (:func:`runs_in_process`).
     """
     from distributed import LocalCluster  # noqa: PLC0415
 
@@ -237,11 +237,13 @@ def start_local_cluster(
     # size BLAS themselves (threadpoolctl), so start its pool at the share of
     # cores each worker gets rather than growing it from one thread.
     if runs_in_process(n_workers, gpus, in_process):
+        # Each worker's memory monitor reads this whole process's memory: give each the
+        # limit of them all.
         return LocalCluster(
-            n_workers=1,
+            n_workers=n_workers,
             threads_per_worker=1,
             processes=False,
-            memory_limit=memory_limit,
+            memory_limit=memory_limit * n_workers,
             dashboard_address=":0",
             silence_logs=logging.ERROR,
         )
@@ -266,16 +268,17 @@ def local_blas_threads(workers: int) -> int:
 
 
 def runs_in_process(workers: int, gpus: tuple[int, ...] | None, in_process: bool) -> bool:
-    """Whether a LocalCluster of ``workers`` runs its worker in this process (``in_process``
-    asked for, one CPU worker).
+    """Whether a LocalCluster of ``workers`` runs its workers in this process (``in_process``
+    asked for, CPU workers).
 
-    One worker gains nothing from a process of its own: its tasks run one at a time
-    either way, and BLAS, decoding and chunk I/O release the GIL.  In this process it
-    starts in a twentieth of the time (no interpreter to spawn, nothing imported again:
-    docs/performance.md, "The first seconds").  Several workers, and GPU workers (one
-    device each), keep their processes.
+    CPU workers gain nothing from processes of their own: their tasks spend their time
+    in BLAS, decoding and chunk I/O, which release the GIL, and BLAS's threads are set
+    for the process (:meth:`outofcore.worker_context.WorkerContext.blas_threads`).  In
+    this process they start in a twentieth of the time (no interpreter to spawn,
+    nothing imported again: docs/performance.md, "The first seconds").  GPU workers
+    (one device each) keep their processes.
     """
-    return in_process and workers == 1 and not gpus
+    return in_process and not gpus
 
 
 @contextlib.contextmanager
@@ -348,7 +351,7 @@ def open_executor(
     ``gpus`` (with ``client=None``) starts one worker per listed GPU instead
     of one per core (see :mod:`scheduler.gpu_cluster`).  ``connect_timeout``
     bounds the wait for a scheduler address (three times it for its workers).
-    ``in_process`` runs a LocalCluster's single CPU worker in this process
+    ``in_process`` runs a LocalCluster's CPU workers in this process
     (:func:`runs_in_process`).  ``on_close`` is called once the executor is closed
     when the tasks ran in this process (``"sync"`` or such a worker), failed or not:
     what they kept here is then nobody's.

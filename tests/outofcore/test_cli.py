@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,13 +18,14 @@ from outofcore.generate import random_array
 from tests.helpers import assert_product_close, break_chunk, restore_chunk
 
 
-def outofcore(*args: str, cwd=None) -> subprocess.CompletedProcess:
+def outofcore(*args: str, cwd=None, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "outofcore.cli", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=600,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -223,13 +225,15 @@ def test_progress_into_a_log_file_is_lines_without_redraws(tmp_path):
 def test_warnings_of_local_cluster_workers_reach_the_command_as_warning_lines(tmp_path, workers):
     """A read retried in a worker is logged there; the command shows it as an
     ``outofcore: warning:`` line, never as a bare line: from the worker in its own process
-    (one worker), forwarded from worker processes (two)."""
+    (one worker), forwarded from worker processes (two, ``OUTOFCORE_IN_PROCESS_WORKER=0``)."""
     a = random_array(tmp_path / "a.zarr", (90, 70), (30, 35), seed=3)
     random_array(tmp_path / "b.zarr", (70, 50), (35, 25), seed=4)
     broken = break_chunk(tmp_path / "b.zarr", "1/0")  # every read of it fails, then is retried
+    processes = {"OUTOFCORE_IN_PROCESS_WORKER": "0" if workers == "2" else "1"}
     done = outofcore(
-        "matmul", "a.zarr", "b.zarr", "-o", "c.zarr", "--workers", workers, cwd=tmp_path
-    )
+        "matmul", "a.zarr", "b.zarr", "-o", "c.zarr", "--workers", workers, cwd=tmp_path,
+        env=processes,
+    )  # fmt: skip
     assert done.returncode == 3, done.stderr
     lines = done.stderr.splitlines()
     retries = [line for line in lines if "a read failed" in line]

@@ -112,3 +112,24 @@ def test_the_command_reports_its_startup_first(tmp_path):
     assert text.returncode == 0, text.stderr
     line = next(x for x in text.stdout.splitlines() if x.startswith("  wall time "))
     assert ": startup " in line and ", cluster stop " in line
+
+
+def test_two_cpu_workers_run_in_this_process_and_leave_blas_as_it_was(tmp_path):
+    """``workers=2`` on this machine: two workers, both threads of this process, whose
+    tasks held BLAS at one thread each and gave back what was there when they ended."""
+    from threadpoolctl import threadpool_info  # noqa: PLC0415
+
+    def blas_threads() -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    a, b = inputs(tmp_path, 54)
+    before, kept = blas_threads(), worker_context().kept_bytes()
+    result = run_job(
+        tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", tile=(40, 30),
+        workers=2, progress=False,
+    )  # fmt: skip
+    assert_product_close(zarr.open_array(str(tmp_path / "c.zarr"))[...], a, b)
+    assert result.summary["workers"] == 2 and len(result.results) > 2
+    assert {r.worker.rsplit(":", 1)[1] for r in result.results} == {str(os.getpid())}
+    assert worker_context().kept_bytes() <= kept
+    assert blas_threads()[: len(before)] == before
