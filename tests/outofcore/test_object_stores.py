@@ -52,8 +52,12 @@ def fs_of(server) -> s3fs.S3FileSystem:
     return s3fs.S3FileSystem(**server.options, skip_instance_cache=True)
 
 
-def test_job_on_s3_with_storage_options_on_a_local_cluster(moto_server, s3_bucket):
-    """A 2-worker LocalCluster reads A, B and writes C, journal and lease on S3."""
+def test_job_on_s3_with_storage_options_on_a_local_cluster(
+    moto_server, s3_bucket, outofcore_settings
+):
+    """A LocalCluster of 2 worker processes reads A, B and writes C, journal and lease on
+    S3 (the store's options travel to other processes)."""
+    outofcore_settings(in_process_worker=False)  # OUTOFCORE_IN_PROCESS_WORKER=0
     options = moto_server.options
     rng = np.random.default_rng(11)
     a, b = random_matrix(rng, (83, 61), "float32"), random_matrix(rng, (61, 47), "float32")
@@ -416,9 +420,10 @@ def object_store(request) -> zarr.storage.ObjectStore:
     return s3_object_store(server, request.getfixturevalue("s3_bucket"))
 
 
-def test_job_with_inputs_and_output_on_object_stores(object_store):
-    """A, B and C on zarr ObjectStores, on a 2-worker LocalCluster: the lease and records
-    are obstore's conditional writes, the inputs' fingerprints listings."""
+def test_job_with_inputs_and_output_on_object_stores(object_store, outofcore_settings):
+    """A, B and C on zarr ObjectStores, on a LocalCluster of 2 worker processes: the lease
+    and records are obstore's conditional writes, the inputs' fingerprints listings."""
+    outofcore_settings(in_process_worker=False)  # the stores travel to other processes
     rng = np.random.default_rng(12)
     a, b = random_matrix(rng, (70, 45), "float64"), random_matrix(rng, (45, 38), "float64")
     store = object_store
