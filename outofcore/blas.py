@@ -79,8 +79,8 @@ def load() -> None:
     It is not numpy's: a thread limit set before it is loaded does not cover it
     (:meth:`outofcore.worker_context.WorkerContext.blas_threads` loads it first).
     """
-    with _lock, contextlib.suppress(ImportError):
-        cython_blas()
+    with _lock, contextlib.suppress(ImportError, OSError, AttributeError, ValueError):
+        cython_blas()  # where it cannot be loaded, tasks use numpy's BLAS
 
 
 def cython_blas() -> ModuleType:

@@ -117,7 +117,11 @@ class WorkerContext:
         """
         with self._lock:
             self._blas_requests.append(threads)
-            self._set_blas(min(self._blas_requests))
+            try:
+                self._set_blas(min(self._blas_requests))
+            except BaseException:
+                self._blas_requests.remove(threads)
+                raise
         try:
             yield
         finally:
