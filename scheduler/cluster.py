@@ -227,7 +227,7 @@ def start_local_cluster(
     cores = os.cpu_count() or 1
     if n_workers > cores:
         logger.warning(
-            "%d workers on %d core(s): each worker process will wait for a core most of the "
+            "%d workers on %d core(s): each worker will wait for a core most of the "
             "time (and its heartbeats may time out); --workers %d or fewer is faster",
             n_workers,
             cores,
