@@ -65,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not debug:  # reads left in flight by the failure: nothing more to say at exit
             sys.unraisablehook = lambda _: None
         return status
+    finally:
+        if not debug:  # the result is out: Dask's teardown has nothing for the log at exit
+            _quiet_shutdown()
 
 
 #: Exit status after Ctrl-C (128 + SIGINT), and when stdout's reader has gone (128 + SIGPIPE).
@@ -107,7 +110,9 @@ def _interrupted(signum: int, frame: Any) -> None:
 
 
 def _quiet_shutdown() -> None:
-    """After Ctrl-C: silence Dask's logs of the cluster being torn down under the job."""
+    """Silence Dask's logs of the cluster being torn down (after Ctrl-C, and once the
+    command's outcome is printed: a future of the closed cluster's comms that timed
+    out and was never read printed its traceback into a job's log at exit)."""
     for name in ("distributed", "tornado", "asyncio"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
