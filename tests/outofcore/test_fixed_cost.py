@@ -3,20 +3,26 @@ as threads of the job's own process."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import time
+import tomllib
+from pathlib import Path
 
 import numpy as np
+import pytest
 import zarr
 
-from outofcore import config
+from outofcore import cli, config
 from outofcore.api import run_job
 from outofcore.phases import Phases
 from outofcore.worker_context import worker_context
 from tests.helpers import assert_product_close, random_matrix, write_zarr
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: The phases of a job, in the order they run (outofcore/phases.py).
 JOB_PHASES = [
@@ -112,6 +118,23 @@ def test_the_command_reports_its_startup_first(tmp_path):
     assert text.returncode == 0, text.stderr
     line = next(x for x in text.stdout.splitlines() if x.startswith("  wall time "))
     assert ": startup " in line and ", cluster stop " in line
+
+
+def test_the_console_script_exits_with_mains_status_and_a_frozen_heap(tmp_path, monkeypatch):
+    """``outofcore`` (pyproject's script) exits with :func:`cli.main`'s status, having
+    frozen the heap so the interpreter's exit does not walk it for cycles."""
+    entry = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert entry["outofcore"] == "outofcore.cli:command"
+    missing = str(tmp_path / "missing.zarr")
+    monkeypatch.setattr(sys, "argv", ["outofcore", "plan", missing, missing, "--quiet"])
+    gc.unfreeze()
+    try:
+        with pytest.raises(SystemExit) as exited:
+            cli.command()
+        assert exited.value.code == 2  # main's status for inputs that are not there
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_two_cpu_workers_run_in_this_process_and_leave_blas_as_it_was(tmp_path):
