@@ -22,7 +22,7 @@ import numpy as np
 import zarr
 from zarr.storage import MemoryStore
 
-from outofcore import arrays, config, interop
+from outofcore import arrays, config, interop, probe
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
@@ -43,7 +43,7 @@ from outofcore.resume import (
     open_journal,
     output_layout,
 )
-from outofcore.spec import JobSpec
+from outofcore.spec import DASHBOARD_AFTER_SECONDS, JobSpec
 from outofcore.splitk import SplitJob, compute_partial, reduce_tile
 from outofcore.stores import read_concurrency
 from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
@@ -58,8 +58,10 @@ from scheduler.cluster import (
     check_worker_memory,
     default_budget,
     is_local,
+    local_worker_count,
     open_executor,
     resolve_client,
+    runs_in_process,
 )
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE
@@ -222,13 +224,14 @@ def run_job(
         plan_job(operands.product, spec, existing=start.existing)
         # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
         check_local_memory(client, spec.memory, spec.workers, spec.gpus)
+        dashboard = _wants_dashboard(operands.product, spec, client, start.existing)
 
     lease = Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout)
     with contextlib.ExitStack() as held:
         with phases("lease"):
             held.enter_context(lease)
         with phases("cluster_start"):
-            executor = held.enter_context(_open_executor(client, spec))
+            executor = held.enter_context(_open_executor(client, spec, dashboard))
         with phases("plan"):
             check_start_unchanged(start, operands.inspect(spec.overwrite))
             workers = executor.worker_shape()
@@ -459,7 +462,29 @@ def _warn_unsharded(plan: Plan, spec: JobSpec, start: Start) -> None:
         )
 
 
-def _open_executor(client: Any, spec: JobSpec) -> contextlib.AbstractContextManager[Executor]:
+def _wants_dashboard(
+    product: Product, spec: JobSpec, client: Any, existing: zarr.Array | None
+) -> bool:
+    """Whether the LocalCluster the job starts serves Dask's dashboard: as
+    ``spec.dashboard`` asks, else when its plan for the cluster's workers is predicted to
+    take :data:`~outofcore.spec.DASHBOARD_AFTER_SECONDS` or more here (a GPU cluster
+    keeps its dashboard: the prediction is the CPUs')."""
+    if spec.dashboard is not None:
+        return spec.dashboard
+    if client is not None:  # no LocalCluster to start
+        return False
+    if spec.gpus:
+        return True
+    workers = local_worker_count(spec.memory, spec.workers)
+    plan = plan_job(product, spec, workers, existing=existing)
+    processes = not runs_in_process(workers, spec.gpus, config.flag("in-process-worker"))
+    seconds = probe.predicted_seconds(plan, product, spec.output_codec, processes)
+    return seconds >= DASHBOARD_AFTER_SECONDS
+
+
+def _open_executor(
+    client: Any, spec: JobSpec, dashboard: bool
+) -> contextlib.AbstractContextManager[Executor]:
     return open_executor(
         client,
         budget_bytes=spec.memory,
@@ -468,6 +493,7 @@ def _open_executor(client: Any, spec: JobSpec) -> contextlib.AbstractContextMana
         announce=spec.progress,
         connect_timeout=config.number("connect-timeout", positive=True),
         in_process=config.flag("in-process-worker"),
+        dashboard=dashboard,
         # Tasks that ran in this process (in-process, or its LocalCluster's worker threads)
         # leave their engines, panels and buffers here: free them with the executor.
         on_close=worker_context().release_in_process,

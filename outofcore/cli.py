@@ -297,6 +297,12 @@ def _add_job_options(run: argparse.ArgumentParser) -> None:
         help="never shard a new output (by default one of more than 10^5 chunks gets one "
         "zarr shard per tile)",
     )
+    run.add_argument(
+        "--dashboard",
+        action=argparse.BooleanOptionalAction,
+        help="serve Dask's dashboard from the LocalCluster the job starts (default: for a "
+        "job predicted to take 10 s or more; its import costs 0.5 to 1 s)",
+    )
     _add_storage_options(run)
     _add_json(run)
     _add_quiet(run)
@@ -482,6 +488,7 @@ def _job_spec(args: argparse.Namespace, product: dict[str, Any]) -> Any:
         workers=args.workers,
         gpus=parse_gpus(args.gpus) if args.gpus else None,
         progress=not (args.json or args.quiet),
+        dashboard=args.dashboard,
         storage_options=_storage(args),
     )
 
@@ -554,15 +561,7 @@ def _predictions(
     )
 
     probed = probe.machine_figures(local_blas_threads(plan.workers), reprobe=args.reprobe)
-    local = probe.local_machine(
-        probed.figures,
-        plan.workers,
-        product.types.compute,
-        (plan.tm * plan.tk * plan.tn) ** (1 / 3),
-        inputs_compressed=any(bool(x.compressors) for x in (product.a, product.b)),
-        output_compressed=spec.output_codec != "none",
-        worker_processes=not here,
-    )
+    local = probe.plan_machine(probed.figures, plan, product, spec.output_codec, not here)
     elsewhere = None
     if not is_local(args.scheduler):
         elsewhere = f"the job runs on the workers of {args.scheduler}, not here"

@@ -41,11 +41,17 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scheduler.model import Machine
+from outofcore import blas as blas_module
+from scheduler.cluster import local_blas_threads
+from scheduler.model import Machine, predict
+
+if TYPE_CHECKING:
+    from outofcore.product import Product
+    from scheduler.plan import Plan
 
 #: Bump when what the probe measures, or how, changes: older cache files are then ignored.
 PROBE_VERSION = 1
@@ -163,8 +169,7 @@ def machine_identity() -> dict[str, Any]:
     import scipy  # noqa: PLC0415
     from threadpoolctl import threadpool_info  # noqa: PLC0415
 
-    with contextlib.suppress(ImportError):
-        from scipy.linalg import cython_blas  # noqa: F401, PLC0415 (loads SciPy's BLAS)
+    blas_module.load()  # SciPy's BLAS, without scipy.linalg's imports (0.27 s)
     blas = sorted(
         {
             f"{info.get('internal_api')} {info.get('version')} {info.get('architecture')} "
@@ -278,6 +283,16 @@ def machine_figures(
     entries[key] = figures
     _write_cache(path, identity, entries)
     return Probed(figures, fresh=True, cache=path, identity=identity, why=why)
+
+
+def cached_figures(
+    threads: int, *, path: Path | None = None, identity: dict[str, Any] | None = None
+) -> Figures | None:
+    """This machine's cached figures for ``threads`` threads, or None: never measures
+    (a job asks this for its own decisions, where a probe's seconds would be its cost)."""
+    path = cache_path() if path is None else Path(path)
+    entries, _ = _read_cache(path, machine_identity() if identity is None else identity)
+    return entries.get(str(threads))
 
 
 def _read_cache(path: Path, identity: dict[str, Any]) -> tuple[dict[str, Figures], str | None]:
@@ -639,3 +654,53 @@ def local_machine(
         start_seconds=start / figures.cpu_share,
         task_seconds=TASK_CPU_SECONDS / figures.cpu_share,
     )
+
+
+#: Figures of a slow machine, for a job's own decisions where this one has not been
+#: probed yet (:func:`predicted_seconds`): about a third of the rates measured on this
+#: project's 2-core EPYC (docs/performance.md), so that a job is rather thought long.
+ASSUMED_FIGURES = Figures(
+    measured="assumed",
+    threads=1,
+    sgemm_flops=20e9,
+    sgemm_small_flops=15e9,
+    dgemm_small_flops=7e9,
+    zstd_decode_bps=250e6,
+    zstd_encode_bps=120e6,
+    raw_read_bps=700e6,
+    raw_write_bps=350e6,
+    disk_read_bps=500e6,
+    disk_unbuffered=False,
+    compression=0.92,
+    overlap=0.0,
+    cpu_share=1.0,
+    rounds=0,
+    load=None,
+    seconds=0.0,
+)
+
+
+def plan_machine(
+    figures: Figures, plan: Plan, product: Product, output_codec: str, worker_processes: bool
+) -> Machine:
+    """The :func:`local_machine` that runs ``plan`` of ``product`` here: its workers, its
+    compute dtype and tile size, its inputs' codecs and ``output_codec``."""
+    return local_machine(
+        figures,
+        plan.workers,
+        product.types.compute,
+        _side((plan.tm, plan.tk, plan.tn)),
+        inputs_compressed=any(bool(x.compressors) for x in (product.a, product.b)),
+        output_compressed=output_codec != "none",
+        worker_processes=worker_processes,
+    )
+
+
+def predicted_seconds(
+    plan: Plan, product: Product, output_codec: str, worker_processes: bool
+) -> float:
+    """The job's seconds the model predicts here, from the cached figures (never a probe:
+    :func:`cached_figures`), or from :data:`ASSUMED_FIGURES` where there are none."""
+    figures = cached_figures(local_blas_threads(plan.workers)) or ASSUMED_FIGURES
+    machine = plan_machine(figures, plan, product, output_codec, worker_processes)
+    return predict(plan, machine).seconds

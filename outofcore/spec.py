@@ -21,6 +21,10 @@ from outofcore.lease import lease_timeout
 from outofcore.stores import check_storage_options
 from scheduler.gpu_cluster import parse_gpus
 
+#: Seconds a job started on its own LocalCluster is predicted to take here, from which it
+#: serves Dask's dashboard by default (:attr:`JobSpec.dashboard`).
+DASHBOARD_AFTER_SECONDS = 10.0
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -83,6 +87,13 @@ class JobSpec:
         Start one worker per listed GPU on this node instead of a CPU cluster.
     progress
         Show a progress bar on stderr (and announce a LocalCluster).
+    dashboard
+        Serve Dask's dashboard from the LocalCluster the job starts: True, False, or
+        None (the default): when the job is predicted to take at least
+        :data:`DASHBOARD_AFTER_SECONDS` here (:func:`outofcore.probe.predicted_seconds`).
+        A shorter job is over before the page loads, and the dashboard's import (bokeh)
+        costs 0.5 to 1 s of the cluster's start.  A cluster the job does not start
+        keeps its own.
     storage_options
         fsspec options for every URL of the job (inputs, addend, output and
         its journal), e.g. ``{"endpoint_url": ..., "key": ..., "secret": ...}``
@@ -109,10 +120,11 @@ class JobSpec:
     workers: int | None = None
     gpus: tuple[int, ...] | None = None
     progress: bool = True
+    dashboard: bool | None = None
     storage_options: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        device, out_dtype = self.device_memory, self.out_dtype
+        device, out_dtype, dashboard = self.device_memory, self.out_dtype, self.dashboard
         parsed = {
             "transpose_a": check_flag(self.transpose_a, "transpose_a"),
             "transpose_b": check_flag(self.transpose_b, "transpose_b"),
@@ -131,6 +143,7 @@ class JobSpec:
             "lease_timeout": lease_timeout(self.lease_timeout),
             "workers": None if self.workers is None else _positive(self.workers, "workers"),
             "gpus": None if self.gpus is None else _gpus(self.gpus),
+            "dashboard": None if dashboard is None else check_flag(dashboard, "dashboard"),
             "storage_options": check_storage_options(self.storage_options),
         }
         for name, value in parsed.items():

@@ -208,6 +208,7 @@ def start_local_cluster(
     workers: int | None = None,
     gpus: tuple[int, ...] | None = None,
     in_process: bool = False,
+    dashboard: bool = True,
 ) -> Any:
     """Start the LocalCluster a job with ``budget_bytes`` per worker runs on.
 
@@ -216,13 +217,15 @@ def start_local_cluster(
     dask-cuda's LocalCUDACluster where it is installed and sees the GPUs); each gets
     a memory limit of its budget plus the interpreter's overhead.  ``in_process``
     runs CPU workers as threads of this process instead (:func:`runs_in_process`).
+    ``dashboard`` serves Dask's dashboard on a free port (False: none, and no bokeh
+    imported).
     """
     from distributed import LocalCluster  # noqa: PLC0415
 
     memory_limit = local_worker_limit(budget_bytes)
     if gpus:
         with _workers_ignore_interrupts():
-            return start_gpu_cluster(gpus, memory_limit, silence_logs=logging.ERROR)
+            return start_gpu_cluster(gpus, memory_limit, logging.ERROR, dashboard)
     n_workers = local_worker_count(budget_bytes, workers)
     cores = os.cpu_count() or 1
     if n_workers > cores:
@@ -244,7 +247,7 @@ def start_local_cluster(
             threads_per_worker=1,
             processes=False,
             memory_limit=memory_limit * n_workers,
-            dashboard_address=":0",
+            dashboard_address=":0" if dashboard else None,
             silence_logs=logging.ERROR,
         )
     blas = str(local_blas_threads(n_workers))
@@ -256,7 +259,7 @@ def start_local_cluster(
             processes=True,
             env=threads_env,
             memory_limit=memory_limit,
-            dashboard_address=":0",
+            dashboard_address=":0" if dashboard else None,
             silence_logs=logging.ERROR,
         )
 
@@ -344,6 +347,7 @@ def open_executor(
     announce: bool = True,
     connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
     in_process: bool = False,
+    dashboard: bool = True,
     on_close: Callable[[], None] | None = None,
 ) -> Iterator[Executor]:
     """Yield an executor for ``client`` (see the module docstring), cleaning up after.
@@ -352,7 +356,8 @@ def open_executor(
     of one per core (see :mod:`scheduler.gpu_cluster`).  ``connect_timeout``
     bounds the wait for a scheduler address (three times it for its workers).
     ``in_process`` runs a LocalCluster's CPU workers in this process
-    (:func:`runs_in_process`).  ``on_close`` is called once the executor is closed
+    (:func:`runs_in_process`); ``dashboard`` False starts it without Dask's dashboard.
+    ``on_close`` is called once the executor is closed
     when the tasks ran in this process (``"sync"`` or such a worker), failed or not:
     what they kept here is then nobody's.
 
@@ -375,7 +380,7 @@ def open_executor(
     if gpus and client is not None:
         raise ClusterError("--gpus starts workers on this node; it cannot go with --scheduler")
     if client is None:
-        cluster = start_local_cluster(budget_bytes, workers, gpus, in_process)
+        cluster = start_local_cluster(budget_bytes, workers, gpus, in_process, dashboard)
         n_workers = len(cluster.workers)
         here = runs_in_process(n_workers, gpus, in_process)
         try:
@@ -388,7 +393,7 @@ def open_executor(
                     print(
                         f"Started a {cluster_kind(cluster)}: {n_workers} worker(s)"
                         f"{' in this process' if here else ''}, "
-                        f"{dashboard_note(local_client.dashboard_link, serves_dashboard())}",
+                        f"{dashboard_note(local_client.dashboard_link, dashboard)}",
                         file=sys.stderr,
                     )
                 yield DaskExecutor(local_client)
@@ -456,10 +461,15 @@ def serves_dashboard() -> bool:
     return True
 
 
-def dashboard_note(link: str, served: bool) -> str:
-    """How the start of a LocalCluster names its dashboard: ``link`` where it is ``served``,
-    otherwise what to install for it (no address of a page that only asks for bokeh)."""
-    return f"dashboard at {link}" if served else f"no dashboard ({DASHBOARD_EXTRA} for one)"
+def dashboard_note(link: str, asked: bool) -> str:
+    """How the start of a LocalCluster names its dashboard: ``link`` where one was ``asked``
+    for and is served, what to install where it is not (no address of a page that only
+    asks for bokeh), and how to ask for one on a short job."""
+    if not asked:
+        return "no dashboard for a short job (--dashboard, or dashboard=True, for one)"
+    if not serves_dashboard():
+        return f"no dashboard ({DASHBOARD_EXTRA} for one)"
+    return f"dashboard at {link}"
 
 
 def _wait_for_workers(client: Any, address: str, workers: int | None, timeout: float) -> None:

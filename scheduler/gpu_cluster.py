@@ -165,16 +165,20 @@ def gpu_worker_specs(
 
 
 def start_gpu_cluster(
-    gpus: Sequence[int], memory_limit: int, silence_logs: int = logging.ERROR
+    gpus: Sequence[int],
+    memory_limit: int,
+    silence_logs: int = logging.ERROR,
+    dashboard: bool = True,
 ) -> Any:
     """Start one single-threaded worker per GPU in ``gpus``, each with ``memory_limit``
     bytes and the ``GPU`` resource: a ``LocalCUDACluster`` where
     :func:`probe_gpu_cluster` chooses it, else a ``SpecCluster`` of
     :func:`gpu_worker_specs`.  The choice and its reason go to the ``outofcore`` logger:
     a warning where dask-cuda is installed but cannot be used.  Its dashboard is on a
-    free port.
+    free port (``dashboard`` False: none).
     """
     choice = probe_gpu_cluster(gpus)
+    address = ":0" if dashboard else None
     if not choice.dask_cuda:
         logger.log(
             logging.WARNING if choice.warn else logging.INFO,
@@ -185,7 +189,7 @@ def start_gpu_cluster(
 
         return SpecCluster(
             workers=gpu_worker_specs(gpus, memory_limit, silence_logs),
-            scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
+            scheduler={"cls": Scheduler, "options": {"dashboard_address": address}},
             silence_logs=silence_logs,
         )
     logger.info("starting a %s: %s", DASK_CUDA_KIND, choice.reason)
@@ -197,7 +201,7 @@ def start_gpu_cluster(
         threads_per_worker=1,
         memory_limit=memory_limit,
         resources={GPU_RESOURCE: 1},
-        dashboard_address=":0",
+        dashboard_address=address,
         silence_logs=silence_logs,
     )
 

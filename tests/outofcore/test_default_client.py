@@ -220,8 +220,11 @@ def test_with_no_client_open_a_job_starts_its_own_cluster_and_names_its_dashboar
         assert f"dashboard at {link}" in stderr
 
 
-def test_the_dashboard_note_names_the_address_or_the_extra():
+def test_the_dashboard_note_names_the_address_the_extra_or_how_to_ask():
     link = "http://127.0.0.1:8787/status"
-    assert dashboard_note(link, True) == f"dashboard at {link}"
-    assert dashboard_note(link, False) == f"no dashboard ({DASHBOARD_EXTRA} for one)"
+    served = f"dashboard at {link}" if serves_dashboard() else None
+    assert dashboard_note(link, True) == (served or f"no dashboard ({DASHBOARD_EXTRA} for one)")
+    assert dashboard_note(link, False) == (
+        "no dashboard for a short job (--dashboard, or dashboard=True, for one)"
+    )
     assert "outofcore[dashboard]" in DASHBOARD_EXTRA

@@ -1,0 +1,91 @@
+"""Dask's dashboard for the jobs worth watching (issue 22): a job that starts its own
+LocalCluster serves the dashboard when it is predicted to take
+``DASHBOARD_AFTER_SECONDS`` or more here, or when asked; bokeh's import costs a short
+job 0.5 to 1 s."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+import outofcore
+from outofcore import api, cli, probe
+from outofcore.errors import InputError
+from outofcore.spec import DASHBOARD_AFTER_SECONDS, JobSpec
+from scheduler.cluster import DASHBOARD_EXTRA, serves_dashboard
+from tests.helpers import assert_product_close, random_matrix, write_zarr
+
+SHORT = "no dashboard for a short job (--dashboard, or dashboard=True, for one)"
+
+
+def operands(tmp_path, m: int, k: int, n: int, chunks: tuple[int, int]):
+    """Two float32 arrays of ``m x k`` and ``k x n`` (metadata only: nothing is read)."""
+    a = zarr.create_array(str(tmp_path / "a.zarr"), shape=(m, k), chunks=chunks, dtype="f4")
+    b = zarr.create_array(str(tmp_path / "b.zarr"), shape=(k, n), chunks=chunks, dtype="f4")
+    return a, b
+
+
+@pytest.fixture
+def no_probe_cache(tmp_path, monkeypatch):
+    """No cached figures of this machine: the prediction uses the assumed slow machine."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert probe.cached_figures(1) is None
+
+
+def test_a_short_job_starts_its_cluster_without_the_dashboard_unless_asked(tmp_path, capsys):
+    rng = np.random.default_rng(2211)
+    a, b = random_matrix(rng, (67, 53), "float32"), random_matrix(rng, (53, 41), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (30, 17))
+    write_zarr(tmp_path / "b.zarr", b, (17, 23))
+    c = outofcore.matmul(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr")
+    assert_product_close(c[...], a, b)
+    stderr = capsys.readouterr().err
+    assert f"in this process, {SHORT}" in stderr
+    c = outofcore.matmul(
+        tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "d.zarr", dashboard=True
+    )
+    assert_product_close(c[...], a, b)
+    stderr = capsys.readouterr().err
+    assert SHORT not in stderr
+    served = "dashboard at http://" if serves_dashboard() else DASHBOARD_EXTRA
+    assert served in stderr
+
+
+def test_the_prediction_decides_between_a_short_and_a_long_job(tmp_path, no_probe_cache):
+    spec = JobSpec(memory="256MiB")
+    (tmp_path / "big").mkdir()
+    big = api.open_product(*operands(tmp_path / "big", 16384, 16384, 16384, (1024, 1024)), spec)
+    small = api.open_product(*operands(tmp_path, 97, 89, 83, (50, 40)), spec)
+    # 8.8 TFLOP: over 10 s on any CPU of the assumed machine's kind (and far more).
+    plan = api.plan_job(big, spec)
+    assert probe.predicted_seconds(plan, big, "none", False) >= DASHBOARD_AFTER_SECONDS
+    assert api._wants_dashboard(big, spec, None, None) is True
+    plan = api.plan_job(small, spec)
+    assert probe.predicted_seconds(plan, small, "none", False) < DASHBOARD_AFTER_SECONDS
+    assert api._wants_dashboard(small, spec, None, None) is False
+    # As asked, whatever the prediction; a cluster the job does not start keeps its own.
+    assert api._wants_dashboard(big, JobSpec(memory="256MiB", dashboard=False), None, None) is False
+    assert api._wants_dashboard(small, JobSpec(memory="256MiB", dashboard=True), None, None)
+    assert api._wants_dashboard(big, spec, "sync", None) is False
+
+
+def test_cached_figures_never_measure(tmp_path):
+    path = tmp_path / "machine.json"
+    assert probe.cached_figures(2, path=path, identity={"cpu": "A"}) is None
+    assert not path.exists()  # nothing probed, nothing written
+    measured = probe.machine_figures(
+        2, path=path, identity={"cpu": "A"}, measure=lambda t: probe.ASSUMED_FIGURES
+    ).figures
+    assert probe.cached_figures(2, path=path, identity={"cpu": "A"}) == measured
+    assert probe.cached_figures(1, path=path, identity={"cpu": "A"}) is None
+    assert probe.cached_figures(2, path=path, identity={"cpu": "B"}) is None
+
+
+def test_the_option_is_a_flag_or_none_and_the_command_passes_it():
+    with pytest.raises(InputError, match="dashboard = 'yes': need True or False"):
+        JobSpec(dashboard="yes")
+    parser = cli._parser()
+    for given, wanted in (([], None), (["--dashboard"], True), (["--no-dashboard"], False)):
+        args = parser.parse_args(["matmul", "a.zarr", "b.zarr", "-o", "c.zarr", *given])
+        assert cli._job_spec(args, {}).dashboard is wanted
