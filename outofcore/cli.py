@@ -242,6 +242,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_memory(demo, DEMO_MEMORY)
     demo.add_argument("--workers", type=int)
     demo.add_argument("--dir", type=Path, help="keep the arrays here (default: a temporary dir)")
+    _add_dashboard(demo)
     _add_json(demo)
     _add_quiet(demo, "no progress or summary; the verdict only when the product is wrong")
     demo.set_defaults(run=_demo)
@@ -297,15 +298,19 @@ def _add_job_options(run: argparse.ArgumentParser) -> None:
         help="never shard a new output (by default one of more than 10^5 chunks gets one "
         "zarr shard per tile)",
     )
-    run.add_argument(
+    _add_dashboard(run)
+    _add_storage_options(run)
+    _add_json(run)
+    _add_quiet(run)
+
+
+def _add_dashboard(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--dashboard",
         action=argparse.BooleanOptionalAction,
         help="serve Dask's dashboard from the LocalCluster the job starts (default: for a "
         "job predicted to take 10 s or more; its import costs 0.5 to 1 s)",
     )
-    _add_storage_options(run)
-    _add_json(run)
-    _add_quiet(run)
 
 
 def _add_transposes(parser: argparse.ArgumentParser) -> None:
@@ -626,7 +631,13 @@ def _demo(args: argparse.Namespace) -> int:
             f"Inputs hold {format_bytes(inputs)}; the budget is {format_bytes(args.memory)} "
             "per worker"
         )
-        spec = JobSpec(memory=args.memory, workers=args.workers, overwrite=True, progress=not quiet)
+        spec = JobSpec(
+            memory=args.memory,
+            workers=args.workers,
+            overwrite=True,
+            progress=not quiet,
+            dashboard=args.dashboard,
+        )
         result = run_job(paths["a"], paths["b"], paths["c"], spec)
         summary = _with_startup(result.summary, args)
         say(_format_summary(summary))

@@ -89,3 +89,4 @@ def test_the_option_is_a_flag_or_none_and_the_command_passes_it():
     for given, wanted in (([], None), (["--dashboard"], True), (["--no-dashboard"], False)):
         args = parser.parse_args(["matmul", "a.zarr", "b.zarr", "-o", "c.zarr", *given])
         assert cli._job_spec(args, {}).dashboard is wanted
+        assert parser.parse_args(["demo", *given]).dashboard is wanted
