@@ -477,7 +477,7 @@ def _wants_dashboard(
         return True
     workers = local_worker_count(spec.memory, spec.workers)
     plan = plan_job(product, spec, workers, existing=existing)
-    processes = not runs_in_process(workers, spec.gpus, config.flag("in-process-worker"))
+    processes = not runs_in_process(spec.gpus, config.flag("in-process-worker"))
     seconds = probe.predicted_seconds(plan, product, spec.output_codec, processes)
     return seconds >= DASHBOARD_AFTER_SECONDS
 

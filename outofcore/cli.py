@@ -561,8 +561,7 @@ def _predictions(
     # worker processes, which import the task's modules first.
     sync = isinstance(args.scheduler, str) and args.scheduler.lower() in SYNC
     here = sync or (
-        args.scheduler is None
-        and runs_in_process(plan.workers, spec.gpus, flag("in-process-worker"))
+        args.scheduler is None and runs_in_process(spec.gpus, flag("in-process-worker"))
     )
 
     probed = probe.machine_figures(local_blas_threads(plan.workers), reprobe=args.reprobe)

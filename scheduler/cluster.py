@@ -239,7 +239,7 @@ def start_local_cluster(
     # Dask's nanny starts workers with OMP/OPENBLAS/MKL_NUM_THREADS=1; our tasks
     # size BLAS themselves (threadpoolctl), so start its pool at the share of
     # cores each worker gets rather than growing it from one thread.
-    if runs_in_process(n_workers, gpus, in_process):
+    if runs_in_process(gpus, in_process):
         # Each worker's memory monitor reads this whole process's memory: give each the
         # limit of them all.
         return LocalCluster(
@@ -270,9 +270,9 @@ def local_blas_threads(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
-def runs_in_process(workers: int, gpus: tuple[int, ...] | None, in_process: bool) -> bool:
-    """Whether a LocalCluster of ``workers`` runs its workers in this process (``in_process``
-    asked for, CPU workers).
+def runs_in_process(gpus: tuple[int, ...] | None, in_process: bool) -> bool:
+    """Whether a LocalCluster runs its workers in this process: ``in_process`` asked for,
+    and CPU workers (no ``gpus``), however many.
 
     CPU workers gain nothing from processes of their own: their tasks spend their time
     in BLAS, decoding and chunk I/O, which release the GIL, and BLAS's threads are set
@@ -382,7 +382,7 @@ def open_executor(
     if client is None:
         cluster = start_local_cluster(budget_bytes, workers, gpus, in_process, dashboard)
         n_workers = len(cluster.workers)
-        here = runs_in_process(n_workers, gpus, in_process)
+        here = runs_in_process(gpus, in_process)
         try:
             # Not the default Client: a job started meanwhile (another thread) would take it.
             with Client(cluster, set_as_default=False) as local_client:
