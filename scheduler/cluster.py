@@ -217,8 +217,9 @@ def start_local_cluster(
     dask-cuda's LocalCUDACluster where it is installed and sees the GPUs); each gets
     a memory limit of its budget plus the interpreter's overhead.  ``in_process``
     runs CPU workers as threads of this process instead (:func:`runs_in_process`).
-    ``dashboard`` serves Dask's dashboard on a free port (False: none, and no bokeh
-    imported).
+    ``dashboard`` serves Dask's dashboard (False: none, and no bokeh imported); the
+    scheduler's web server (Dask's health and metrics pages) takes a free port either
+    way: with no address Dask would take 8787, and warn where another holds it.
     """
     from distributed import LocalCluster  # noqa: PLC0415
 
@@ -247,7 +248,8 @@ def start_local_cluster(
             threads_per_worker=1,
             processes=False,
             memory_limit=memory_limit * n_workers,
-            dashboard_address=":0" if dashboard else None,
+            dashboard_address=":0",
+            scheduler_kwargs={"dashboard": dashboard},
             silence_logs=logging.ERROR,
         )
     blas = str(local_blas_threads(n_workers))
@@ -259,7 +261,8 @@ def start_local_cluster(
             processes=True,
             env=threads_env,
             memory_limit=memory_limit,
-            dashboard_address=":0" if dashboard else None,
+            dashboard_address=":0",
+            scheduler_kwargs={"dashboard": dashboard},
             silence_logs=logging.ERROR,
         )
 

@@ -175,10 +175,9 @@ def start_gpu_cluster(
     :func:`probe_gpu_cluster` chooses it, else a ``SpecCluster`` of
     :func:`gpu_worker_specs`.  The choice and its reason go to the ``outofcore`` logger:
     a warning where dask-cuda is installed but cannot be used.  Its dashboard is on a
-    free port (``dashboard`` False: none).
+    free port (``dashboard`` False: none, its web server still on a free port).
     """
     choice = probe_gpu_cluster(gpus)
-    address = ":0" if dashboard else None
     if not choice.dask_cuda:
         logger.log(
             logging.WARNING if choice.warn else logging.INFO,
@@ -189,7 +188,10 @@ def start_gpu_cluster(
 
         return SpecCluster(
             workers=gpu_worker_specs(gpus, memory_limit, silence_logs),
-            scheduler={"cls": Scheduler, "options": {"dashboard_address": address}},
+            scheduler={
+                "cls": Scheduler,
+                "options": {"dashboard_address": ":0", "dashboard": dashboard},
+            },
             silence_logs=silence_logs,
         )
     logger.info("starting a %s: %s", DASK_CUDA_KIND, choice.reason)
@@ -201,7 +203,8 @@ def start_gpu_cluster(
         threads_per_worker=1,
         memory_limit=memory_limit,
         resources={GPU_RESOURCE: 1},
-        dashboard_address=address,
+        dashboard_address=":0",
+        scheduler_kwargs={"dashboard": dashboard},
         silence_logs=silence_logs,
     )
 

@@ -5,6 +5,10 @@ job 0.5 to 1 s."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import warnings
+
 import numpy as np
 import pytest
 import zarr
@@ -50,6 +54,26 @@ def test_a_short_job_starts_its_cluster_without_the_dashboard_unless_asked(tmp_p
     assert SHORT not in stderr
     served = "dashboard at http://" if serves_dashboard() else DASHBOARD_EXTRA
     assert served in stderr
+
+
+def test_a_cluster_without_the_dashboard_takes_a_free_port_for_its_web_server(tmp_path):
+    """Dask's scheduler serves its web pages (health, metrics) without a dashboard too,
+    on 8787 when given no address: a second job, or anything else there, printed
+    "Port 8787 is already in use" into the job's output."""
+    rng = np.random.default_rng(2212)
+    a, b = random_matrix(rng, (37, 29), "float32"), random_matrix(rng, (29, 31), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (20, 10))
+    write_zarr(tmp_path / "b.zarr", b, (10, 16))
+    with socket.socket() as taken, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with contextlib.suppress(OSError):  # held by something else already: as good
+            taken.bind(("", 8787))
+            taken.listen()
+        c = outofcore.matmul(
+            tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", dashboard=False
+        )
+    assert_product_close(c[...], a, b)
+    assert not [w for w in caught if "already in use" in str(w.message)], caught
 
 
 def test_the_prediction_decides_between_a_short_and_a_long_job(tmp_path, no_probe_cache):
