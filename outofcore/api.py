@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.storage import MemoryStore
 
 from outofcore import arrays, config, interop, probe
 from outofcore.engines import resolve_backend
@@ -209,7 +208,9 @@ def run_job(
         spec = with_budget(spec, client)
         check_client(client)  # a scheduler address that names no scheduler: before anything
         if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
-            interop.check_shareable({"input A": a, "input B": b, "the addend": spec.addend})
+            interop.check_shareable(
+                {"input A": a, "input B": b, "the addend": spec.addend, "the output": out}
+            )
         if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
             spec = replace(spec, backend=resolve_backend(spec.backend))
         operands = Operands.open(a, b, out, spec, phases)
@@ -244,7 +245,7 @@ def run_job(
             )
             _warn_unsharded(plan, spec, start)
             if not isinstance(executor, SynchronousExecutor):
-                _check_shareable({**operands.product.inputs, "the output": start.existing})
+                interop.check_shareable({**operands.product.inputs, "the output": start.existing})
                 check_worker_memory(workers, plan.task_bytes)
         with phases("output"):
             output, record, document, done = _start_output(
@@ -677,12 +678,3 @@ def summarize(
         "write_seconds": sum(r.write_seconds for r in results),
         "scratch_bytes": sum(r.scratch_bytes for r in results),
     }
-
-
-def _check_shareable(named: dict[str, zarr.Array | None]) -> None:
-    for name, array in named.items():
-        if array is not None and isinstance(array.store, MemoryStore):
-            raise InputError(
-                f"{name} lives in memory in this process, so Dask worker processes cannot "
-                "see it; save it to a path, or run in-process with client='sync'"
-            )

@@ -217,6 +217,21 @@ def test_numpy_input_with_no_client_is_refused_before_a_cluster_starts(tmp_path,
     assert not (tmp_path / "c.zarr").exists()
 
 
+def test_an_output_in_memory_is_refused_before_a_cluster_starts(stored, capfd):
+    """An existing output in a MemoryStore, like an input there: Dask worker processes
+    cannot see it (the check is made again once the job's arrays are opened, for inputs
+    that only then turn out to be in memory)."""
+    folder, _, _ = stored
+    out = zarr.create_array(zarr.storage.MemoryStore(), shape=(47, 23), dtype="f8", chunks=(9, 8))
+    with pytest.raises(InputError) as refused:
+        outofcore.matmul(folder / "a.zarr", folder / "b.zarr", out, progress=False)
+    message = str(refused.value)
+    assert message.startswith("the output is a zarr array in a MemoryStore in this process's")
+    assert "zarr.create_array('output.zarr'" in message and "client='sync'" in message
+    assert not np.any(out[...])  # nothing written into it
+    assert "LocalCluster" not in capfd.readouterr().err
+
+
 def test_from_zarr_dask_inputs_run_on_a_cluster(stored, two_process_client):
     folder, a, b = stored
     result = run_job(
