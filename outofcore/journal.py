@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import zarr
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
@@ -100,13 +101,19 @@ class Journal:
         # A read-only twin: opening a writable LocalStore would create its folder.
         return self.store if self.store.read_only else self.store.with_read_only(True)
 
-    def get_bytes(self, key: str) -> bytes | None:
-        """The object at ``key``, or None when there is none."""
+    def get_array(self, key: str) -> np.ndarray | None:
+        """The object at ``key`` as bytes in a read-only numpy array (as the store read
+        it, not copied), or None when there is none."""
         try:
             buffer = sync(self._reader().get(key, prototype=default_buffer_prototype()))
         except FileNotFoundError:
             return None
-        return None if buffer is None else buffer.to_bytes()
+        return None if buffer is None else buffer.as_numpy_array()
+
+    def get_bytes(self, key: str) -> bytes | None:
+        """The object at ``key``, or None when there is none."""
+        data = self.get_array(key)
+        return None if data is None else data.tobytes()
 
     def get_json(self, key: str) -> dict[str, Any] | None:
         """The JSON document at ``key``, or None when there is none or it is unreadable."""

@@ -54,28 +54,62 @@ class SplitJob:
 
     def write_block(self, part: PartialTask, r0: int, rows: np.ndarray) -> None:
         """Keep ``rows`` (from row ``r0`` of the tile) of ``part``'s partial sum."""
-        buffer = io.BytesIO()
-        np.save(buffer, np.ascontiguousarray(rows), allow_pickle=False)
         journal = self.recorded.journal
         key = self._block_key(part, r0)
         with naming_full_disk(f"writing the partial tile {key}", journal.local_folder):
-            data = default_buffer_prototype().buffer.from_bytes(buffer.getvalue())
+            data = default_buffer_prototype().buffer.from_array_like(npy_bytes(rows))
             sync(journal.store.set(key, data))
 
     def read_block(self, part: PartialTask, r0: int, shape: tuple[int, int]) -> np.ndarray:
-        """Rows ``r0`` on of ``part``'s partial sum, checked against the shape and dtype due."""
+        """Rows ``r0`` on of ``part``'s partial sum, checked against the shape and dtype due
+        (a read-only view of the bytes the store read)."""
         key = self._block_key(part, r0)
-        data = self.recorded.journal.get_bytes(key)
+        data = self.recorded.journal.get_array(key)
         dtype = self.recorded.tile_job.product.types.compute
         if data is None:
             raise RuntimeError(f"the partial tile {key} is missing although its part is recorded")
-        block = np.load(io.BytesIO(data), allow_pickle=False)
-        if block.shape != shape or block.dtype != dtype:
+        block = npy_view(data)
+        if block is None or block.shape != shape or block.dtype != dtype:
+            held = (
+                "bytes that are no .npy array" if block is None else f"{block.shape} {block.dtype}"
+            )
             raise RuntimeError(
-                f"the partial tile {key} holds {block.shape} {block.dtype}, expected "
+                f"the partial tile {key} holds {held}, expected "
                 f"{shape} {dtype}: it is not this job's; rerun with overwrite to start afresh"
             )
         return block
+
+
+def npy_bytes(rows: np.ndarray) -> np.ndarray:
+    """``rows`` as the bytes of a ``.npy`` file (C order), in one buffer: one copy of the
+    rows, where ``np.save`` into memory makes two or three."""
+    header = io.BytesIO()
+    fields = {"descr": np.lib.format.dtype_to_descr(rows.dtype), "fortran_order": False}
+    np.lib.format.write_array_header_1_0(header, {**fields, "shape": rows.shape})
+    head = header.getvalue()  # padded to a multiple of 64 bytes: the data after it is aligned
+    data = np.empty(len(head) + rows.nbytes, np.uint8)
+    data[: len(head)] = np.frombuffer(head, np.uint8)
+    data[len(head) :].view(rows.dtype).reshape(rows.shape)[...] = rows
+    return data
+
+
+def npy_view(data: np.ndarray) -> np.ndarray | None:
+    """The array in ``data``, the bytes of a ``.npy`` file of :func:`npy_bytes`, as a view
+    (not copied); None when they are not such a file or are cut short."""
+    try:
+        header = io.BytesIO(data[:10].tobytes())
+        version = np.lib.format.read_magic(header)
+        if version != (1, 0):
+            return None
+        offset = 10 + int.from_bytes(data[8:10].tobytes(), "little")
+        shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(
+            io.BytesIO(data[8:offset].tobytes())
+        )
+        if fortran_order or dtype.hasobject:
+            return None
+        return data[offset:].view(dtype).reshape(shape)
+    except ValueError:
+        return None
 
 
 def compute_partial(job: SplitJob, part: PartialTask) -> TileResult:
@@ -142,7 +176,7 @@ def _reduce(job: SplitJob, task: TileTask) -> TaskIO:
             if index:
                 total += partial  # in the parts' order: the same bits on every run
             elif total is None:
-                total = partial
+                total = partial.copy()  # the part is a read-only view of the store's bytes
             else:
                 total[...] = partial
             read, compute = read + t1 - t0, compute + time.perf_counter() - t1

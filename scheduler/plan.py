@@ -350,40 +350,66 @@ class Plan:
 def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int) -> int:
     """Projected peak bytes of one task with a ``tm×tn`` tile and ``tk``-deep panels.
 
+    The tile loop (:func:`loop_bytes`), and what finishing and writing the tile adds:
+    one write block's conversion and addend buffers, the addend's chunk buffers
+    (``io_concurrency`` read at a time), the codec buffers grown to the output
+    chunk's size in the threads that write (at most ``c = io_concurrency``, and at
+    most the tile's output chunks), and for a symmetric product the transposed
+    blocks its mirror tile is written from.
+    """
+    p = problem
+    tm, tn = min(tm, p.m), min(tn, p.n)
+    wa, wb = p.read_sizes
+    input_chunk = max(wa * p.a_chunks[0] * p.a_chunks[1], wb * p.b_chunks[0] * p.b_chunks[1])
+    out_rows, out_cols = _out_grid(p, tm, tn)
+    block = p.block_extra * write_block_rows(out_rows, tm) * tn
+    out_chunk = p.written_itemsize * min(out_rows, tm) * min(out_cols, tn)
+    writers = min(io_concurrency, math.ceil(tm / out_rows) * math.ceil(tn / out_cols))
+    codec_buffers = writers * 2 * max(0, out_chunk - input_chunk)
+    codec_buffers += io_concurrency * 2 * p.addend_chunk_bytes
+    if p.symmetric:  # the mirror tile is written from transposed blocks of the tile's columns
+        block += max(p.itemsize, p.written_itemsize) * tm * write_block_rows(out_cols, tn)
+    return loop_bytes(p, tm, tn, tk, io_concurrency) + block + codec_buffers
+
+
+def loop_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int) -> int:
+    """Projected peak bytes of the tile loop over its panels, before anything is written.
+
     ``w * (tm*tn + depth*tk*(tm + tn))`` for the tile and the panels in flight,
     live throughout (the last panels' rows are written while they are
-    multiplied); the staging panels of inputs stored in another dtype; one write
-    block's conversion and addend buffers; and the codec buffers, kept from reads
-    to writes and task to task: a file and a chunk buffer for each of the
-    ``c = io_concurrency`` I/O threads, of the largest input chunk, and grown to
-    the output chunk's size in the threads that write (at most ``c``, and at
-    most the tile's output chunks), and on object stores each request's own objects
-    (``request_bytes``).
+    multiplied); the staging panels of inputs stored in another dtype; and the
+    codec buffers, kept from reads to writes and task to task: a file and a chunk
+    buffer for each of the ``c = io_concurrency`` I/O threads, of the largest input
+    chunk, and on object stores each request's own objects (``request_bytes``).
     """
     p = problem
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
     wa, wb = p.read_sizes
     input_chunk = max(wa * p.a_chunks[0] * p.a_chunks[1], wb * p.b_chunks[0] * p.b_chunks[1])
-    out_rows, out_cols = _out_grid(p, tm, tn)
     panels = p.itemsize * PANELS_IN_FLIGHT * tk * (tm + tn)
     staging = tk * (tm * p.staging[0] + tn * p.staging[1])
-    block = p.block_extra * write_block_rows(out_rows, tm) * tn
-    out_chunk = p.written_itemsize * min(out_rows, tm) * min(out_cols, tn)
-    writers = min(io_concurrency, math.ceil(tm / out_rows) * math.ceil(tn / out_cols))
-    codec_buffers = io_concurrency * 2 * input_chunk + writers * 2 * max(0, out_chunk - input_chunk)
-    # The addend's chunks are read while a block is finished, ``io_concurrency`` at a time.
-    codec_buffers += io_concurrency * 2 * p.addend_chunk_bytes
-    codec_buffers += io_concurrency * p.request_bytes  # each request's own objects
-    if p.symmetric:  # the mirror tile is written from transposed blocks of the tile's columns
-        block += max(p.itemsize, p.written_itemsize) * tm * write_block_rows(out_cols, tn)
-    return p.itemsize * tm * tn + panels + staging + block + codec_buffers
+    codec_buffers = io_concurrency * (2 * input_chunk + p.request_bytes)
+    return p.itemsize * tm * tn + panels + staging + codec_buffers
+
+
+def part_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int) -> int:
+    """Projected peak bytes of one part of a split tile (:mod:`outofcore.splitk`).
+
+    The tile loop over the part's panels (:func:`loop_bytes`; a part neither finishes
+    nor writes output chunks), and the block of rows being kept: serialized once
+    (``.npy``), and copied once more by stores that send a body as ``bytes``.
+    """
+    p = problem
+    tm, tn = min(tm, p.m), min(tn, p.n)
+    rows = write_block_rows(_out_grid(p, tm, tn)[0], tm)
+    return loop_bytes(p, tm, tn, tk, io_concurrency) + 2 * p.itemsize * rows * tn
 
 
 def reduction_bytes(problem: Problem, tm: int, tn: int, io_concurrency: int) -> int:
     """Projected peak bytes of the reduction of a split tile (:mod:`outofcore.splitk`).
 
     Per write block of rows, whatever the number of parts: the running sum, the part
-    just read and its stored bytes (three blocks in the accumulation dtype), the
+    just read and a store's copy of it (three blocks in the accumulation dtype), the
     block's conversion and addend buffers, and the output codec buffers; an
     off-diagonal tile of a symmetric product also keeps its whole sum for the mirror.
     """
@@ -400,16 +426,23 @@ def reduction_bytes(problem: Problem, tm: int, tn: int, io_concurrency: int) -> 
     return sums + writers * 2 * out_chunk + mirror + addend + requests
 
 
+#: What each kind of task is called in messages (the keys of :func:`projections`).
+KIND_NAMES = {"tile": "task", "part": "part of a split tile", "reduction": "reduction task"}
+
+
 def projections(
     problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int, splits: int = 1
 ) -> dict[str, int]:
     """Projected peak bytes of each kind of task a plan with these tiles runs, by kind:
-    ``tile`` (a whole tile, or one part of a split tile: the same loop over fewer panels)
-    and, when k is split, ``reduction``.  The plan is checked against the budget for each."""
-    kinds = {"tile": task_bytes(problem, tm, tn, tk, io_concurrency)}
-    if splits > 1:
-        kinds["reduction"] = reduction_bytes(problem, tm, tn, io_concurrency)
-    return kinds
+    ``tile`` (a whole tile), or when k is split ``part`` (the tile loop over a part's
+    panels, keeping its sum) and ``reduction``.  The plan is checked against the budget
+    for each."""
+    if splits == 1:
+        return {"tile": task_bytes(problem, tm, tn, tk, io_concurrency)}
+    return {
+        "part": part_bytes(problem, tm, tn, tk, io_concurrency),
+        "reduction": reduction_bytes(problem, tm, tn, io_concurrency),
+    }
 
 
 def _out_grid(p: Problem, tm: int, tn: int) -> tuple[int, int]:
@@ -526,10 +559,10 @@ def make_plan(
             raise InputError(f"tile = {tile}: a symmetric product needs square tiles")
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
     if splits is None:
-        splits = _best_splits(p, tm, tn, tk, workers)
+        splits = _best_splits(p, tm, tn, tk, workers, budget_bytes, io_concurrency)
     for kind, projected in projections(p, tm, tn, tk, io_concurrency, splits).items():
         if projected > budget_bytes:
-            what = "task" if kind == "tile" else f"{kind} task (k split in {splits} parts)"
+            what = KIND_NAMES[kind] + (f" (k split in {splits} parts)" if splits > 1 else "")
             raise BudgetError(
                 f"a {tm}x{tn} tile with {tk}-deep panels needs {projected} bytes per {what} "
                 f"({mib(projected)}), over the budget of {budget_bytes} bytes "
@@ -667,15 +700,18 @@ def _best_tile(
             if not fits(tm, tn):
                 continue
             for parts in [splits] if splits else _split_candidates(p, tm, tn, tk, workers):
-                if parts > 1 and reduction_bytes(p, tm, tn, io_concurrency) > budget:
-                    continue  # its reduction would not fit
+                if (
+                    parts > 1
+                    and max(projections(p, tm, tn, tk, io_concurrency, parts).values()) > budget
+                ):
+                    continue  # a part or its reduction would not fit
                 score = _estimate(p, tm, tn, tk, workers, parts)
                 if best is None or score < best[0]:
                     best = (score, tm, tn, parts)
     if best is None:  # the smallest tile fits, so some candidate does unless splits is forced
         raise BudgetError(
             f"no tile fits the budget of {budget} bytes ({mib(budget)})"
-            + (f" with k split in {splits} parts (their reduction)" if splits else "")
+            + (f" with k split in {splits} parts (its parts and their reduction)" if splits else "")
         )
     return best[1], best[2], best[3]
 
@@ -711,9 +747,16 @@ def _split_candidates(p: Problem, tm: int, tn: int, tk: int, workers: int) -> ra
     return range(1, most + 1)
 
 
-def _best_splits(p: Problem, tm: int, tn: int, tk: int, workers: int) -> int:
-    """The split of k that :func:`_estimate` rates fastest for fixed ``tm×tn`` tiles."""
-    candidates = _split_candidates(p, tm, tn, tk, workers)
+def _best_splits(
+    p: Problem, tm: int, tn: int, tk: int, workers: int, budget: int, io_concurrency: int
+) -> int:
+    """The split of k that :func:`_estimate` rates fastest for fixed ``tm×tn`` tiles,
+    among those whose parts and reduction fit ``budget`` (no split: the tile fits)."""
+    candidates = [
+        parts
+        for parts in _split_candidates(p, tm, tn, tk, workers)
+        if parts == 1 or max(projections(p, tm, tn, tk, io_concurrency, parts).values()) <= budget
+    ]
     return min(candidates, key=lambda parts: _estimate(p, tm, tn, tk, workers, parts))
 
 

@@ -89,10 +89,10 @@ def test_a_reduction_of_many_parts_holds_two_blocks_not_one_per_part(tmp_path, t
     plan = result.plan
     assert plan.splits == 16 and len(plan.tasks) == 1
     kinds = plan.projections
-    assert set(kinds) == {"tile", "reduction"}
+    assert set(kinds) == {"part", "reduction"}
     assert kinds["reduction"] < 16 * 1024 * 1023 * 4  # fewer bytes than the parts' blocks
     assert len(task_peaks["compute_partial"]) == 16 and len(task_peaks["reduce_tile"]) == 1
-    assert max(task_peaks["compute_partial"]) <= kinds["tile"] + SLACK_BYTES, (task_peaks, kinds)
+    assert max(task_peaks["compute_partial"]) <= kinds["part"] + SLACK_BYTES, (task_peaks, kinds)
     assert task_peaks["reduce_tile"][0] <= kinds["reduction"] + SLACK_BYTES, (task_peaks, kinds)
     assert_product_close(zarr.open_array(str(tmp_path / "c.zarr"), mode="r")[...], a, b)
     assert result.summary["task_bytes_projected"] == plan.task_bytes

@@ -281,6 +281,23 @@ def test_split_parts_cover_every_panel_of_every_tile_once(problem, workers, log2
     assert plan.scratch_bytes == plan.splits * problem.m * problem.n * problem.itemsize
 
 
+@given(problems(), st.integers(min_value=2, max_value=16), st.integers(min_value=14, max_value=24))
+def test_a_plan_never_chooses_a_split_whose_tasks_are_over_the_budget(
+    problem, workers, log2_budget
+):
+    """The split was chosen after the tile by its speed alone: a part or a reduction over
+    the budget then refused a plan whose smallest tile fitted (``outofcore plan``'s
+    predictions for other machines, 40x60 tiles in 160 KiB)."""
+    budget = 2**log2_budget
+    try:
+        plan = make_plan(problem, budget, workers)
+    except BudgetError as exc:
+        assert "the smallest tile" in str(exc)  # only a budget too small for any tile
+        return
+    assert max(plan.projections.values()) == plan.task_bytes <= budget
+    assert set(plan.projections) == ({"tile"} if plan.splits == 1 else {"part", "reduction"})
+
+
 def large_k(m: int, k: int, n: int) -> Problem:
     return Problem(m=m, k=k, n=n, itemsize=4, a_chunks=(m, 2048), b_chunks=(2048, n))
 
