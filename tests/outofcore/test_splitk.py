@@ -10,6 +10,7 @@ exact integer) numpy reference.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -214,18 +215,61 @@ def test_a_resume_with_another_split_never_takes_the_old_parts(tmp_path, outofco
     assert_gemm_close(zarr.open_array(str(c))[...], a, b, accumulated_in="float32")
 
 
-def test_a_damaged_partial_tile_stops_the_reduction(tmp_path, outofcore_settings):
+def _wrong_shape(path: Path) -> None:
+    with path.open("wb") as file:
+        np.save(file, np.zeros((30, 21), dtype=np.float32))
+
+
+def _wrong_dtype(path: Path) -> None:
+    with path.open("wb") as file:
+        np.save(file, np.zeros((30, 20), dtype=np.float64))
+
+
+def _cut_short(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 7])  # a write that stopped part-way
+
+
+@pytest.mark.parametrize(
+    ("damage", "held"),
+    [
+        (_wrong_shape, r"\(30, 21\) float32"),
+        (_wrong_dtype, r"\(30, 20\) float64"),
+        (_cut_short, "bytes that are no .npy array"),
+    ],
+)
+def test_a_damaged_partial_tile_stops_the_reduction(tmp_path, outofcore_settings, damage, held):
     """A part whose kept sum is not what it should be is never added into the output."""
     outofcore_settings(read_retries=0)
     _, _, c = stopped_between_parts(tmp_path, 7, "9/0", 5)
     block = next((c / JOURNAL_DIR / PARTIALS_DIR).glob("*/tile-0-0-k1of5/rows-0.npy"))
-    with block.open("wb") as file:
-        np.save(file, np.zeros((30, 21), dtype=np.float32))  # a wrong shape
-    with pytest.raises(RuntimeError, match=r"tile-0-0-k1of5.*\(30, 21\) float32.*\(30, 20\)"):
+    damage(block)
+    expected = r"\(30, 20\) float32"
+    with pytest.raises(RuntimeError, match=rf"tile-0-0-k1of5.* holds {held}, expected {expected}"):
         run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, splits=5, **SMALL_SPLIT_JOB)
     assert zarr.open_array(str(c)).attrs["outofcore"]["complete"] is False
     status = json.loads(cli("status", str(c), "--json").stdout)
     assert status["complete"] is False and status["tiles_done"] == 0
+
+
+def test_kept_blocks_are_npy_files_read_back_without_a_copy():
+    """splitk.npy_bytes writes what np.load reads (C order, any strides); npy_view reads
+    them, and np.save's own files, as read-only views of the bytes."""
+    from outofcore.splitk import npy_bytes, npy_view  # noqa: PLC0415
+
+    rng = np.random.default_rng(30)
+    tile = np.asfortranarray(random_values(rng, (37, 23), np.dtype("complex64")))
+    for rows in (tile, tile[5:19], tile[:, 3:]):
+        data = npy_bytes(rows)
+        assert (np.load(io.BytesIO(data.tobytes())) == rows).all()
+        stored = np.frombuffer(data.tobytes(), np.uint8)  # as a store hands bytes back
+        view = npy_view(stored)
+        assert view.shape == rows.shape and (view == rows).all()
+        assert not view.flags.writeable and np.shares_memory(view, stored)
+    saved = io.BytesIO()
+    np.save(saved, tile[5:19].real)
+    assert (npy_view(np.frombuffer(saved.getvalue(), np.uint8)) == tile[5:19].real).all()
+    assert npy_view(stored[:-1]) is None and npy_view(np.frombuffer(b"PAR1", np.uint8)) is None
 
 
 def large_k_inputs(folder: Path) -> tuple[str, str, str]:
