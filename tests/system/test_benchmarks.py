@@ -397,3 +397,41 @@ def test_shape_zoo_check_fails_a_wrong_product(tmp_path):
     assert shapes.compare_outputs(paths["reordered"], paths["ref"], 4096)["ok"]
     assert not shapes.compare_outputs(paths["missing"], paths["ref"], 4096)["ok"]
     assert not shapes.compare_outputs(str(tmp_path / "none.zarr"), paths["ref"], 4096)["ok"]
+
+
+def test_task_memory_benchmark_measures_every_kind_of_task(tmp_path, moto_server):
+    """benchmarks/task_memory.py at 1/16 scale: every case in its own process, each kind
+    of task's peak RSS against its projection, every output verified."""
+    task_memory = load_benchmark("task_memory")
+    out = tmp_path / "results"
+    status = task_memory.main(["--scale", "16", "--out-dir", str(out)])
+    assert status == 0
+    (path,) = out.glob("task-memory-*-scale16.json")
+    cases = json.loads(path.read_text())["cases"]
+    kinds = {name: set(figures["kinds"]) for name, figures in cases.items()}
+    assert kinds == {
+        "tile": {"tile"},
+        "split": {"split part", "reduction"},
+        "gram": {"gram diagonal", "gram off-diagonal"},
+        "staged": {"tile"},
+        "s3": {"tile"},
+    }
+    for name, figures in cases.items():
+        assert figures["verified"], name
+        assert task_memory.check(figures, WORKER_OVERHEAD_BYTES) == [], name
+        assert all(entry["projected"] > 0 for entry in figures["kinds"].values())
+    assert cases["split"]["splits"] == 32 and cases["s3"]["io_concurrency"] == 16
+    assert cases["tile"]["kinds"]["tile"]["measured"] > 0
+
+
+def test_task_memory_check_fails_a_kind_over_its_projection_and_a_wrong_output():
+    task_memory = load_benchmark("task_memory")
+    figures = {"verified": True, "kinds": {"tile": {"projected": 100, "measured": 150}}}
+    assert task_memory.check(figures, 50) == []
+    assert (
+        "tile: 151 bytes"
+        in task_memory.check(
+            {**figures, "kinds": {"tile": {"projected": 100, "measured": 151}}}, 50
+        )[0]
+    )
+    assert task_memory.check({**figures, "verified": False}, 50) == ["the output failed verify"]

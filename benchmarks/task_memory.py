@@ -1,0 +1,313 @@
+"""Each kind of task's memory on realistic shapes: the plan's projection against peak RSS.
+
+Issue 20.  ``tests/outofcore/test_memory.py`` checks every kind of task against its
+projection on small shapes, with tracemalloc (numpy's buffers only).  This benchmark
+runs one realistic shape per kind, each case in a fresh Python process, and measures
+what a worker's operating system sees: resident memory.
+
+In each process: the imports and a small warm-up job first (libraries' lazy set-up,
+BLAS's own buffers), then the baseline, the process's resident bytes; then the case's
+job, in-process (``client="sync"``, one task at a time, as one worker thread runs
+them).  Every task measures the process's peak while it ran
+(:mod:`outofcore.peaks`); a kind's figure is the largest of its tasks' peaks over the
+baseline: the task's own memory plus what earlier tasks left for it (kept buffers,
+which its projection counts too).  The job must fit its projection plus the allowance
+beside the task, ``scheduler.cluster.WORKER_OVERHEAD_BYTES``; a case over it, or whose
+output fails :func:`outofcore.verify`, fails the run (exit status 1).
+
+Cases (``--scale S`` divides every dimension and chunk by S, every budget by S²):
+
+* ``tile``: 8192³ float32, 1024² chunks, the default 1 GiB budget;
+* ``split``: the issue's reduction, 4096² from k = 4096 in 32 parts (A in 4096x64
+  chunks, B in 64x4096), 160 MiB: the split parts and the reduction;
+* ``gram``: ``X.T @ X`` of X 65536x4096 in 8192x1024 chunks, 512 MiB: diagonal tiles
+  (syrk, then the mirror written from the tile) and off-diagonal ones (and theirs);
+* ``staged``: float16 A and B (8192x4096 @ 4096x8192) staged into float32 panels,
+  ``+ 0.5 * D`` with D float64 in 2048² chunks, written as float16, 512 MiB;
+* ``s3``: 4096² float32 in 256² chunks on a local S3 server (moto, the test extra),
+  16 requests in flight per task, 256 MiB.
+
+Writes ``benchmarks/results/task-memory-<date>.json``.
+
+Usage::
+
+    python benchmarks/task_memory.py                     # every case, about 3 minutes
+    python benchmarks/task_memory.py --cases split gram
+    python benchmarks/task_memory.py --scale 16          # a smoke run (the tests')
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An input the case writes: its name, shape, chunks and dtype."""
+
+    name: str
+    shape: tuple[int, int]
+    chunks: tuple[int, int]
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One realistic job for a kind of task: its inputs, job options and budget."""
+
+    what: str
+    operands: tuple[Operand, ...]
+    memory: int
+    options: dict[str, Any] = field(default_factory=dict)
+    #: The operands are on a local S3 server (moto) instead of the local disk.
+    s3: bool = False
+
+
+CASES: dict[str, Case] = {
+    "tile": Case(
+        "whole tiles, 8192^3 float32, 1024^2 chunks",
+        (Operand("a", (8192, 8192), (1024, 1024)), Operand("b", (8192, 8192), (1024, 1024))),
+        1024 * MiB,
+    ),
+    "split": Case(
+        "4096^2 from k = 4096 in 32 parts (issue 20's command)",
+        (Operand("a", (4096, 4096), (4096, 64)), Operand("b", (4096, 4096), (64, 4096))),
+        160 * MiB,
+        {"splits": 32, "tk": 64},
+    ),
+    "gram": Case(
+        "X.T @ X, X 65536x4096 float32 in 8192x1024 chunks",
+        (Operand("x", (65536, 4096), (8192, 1024)),),
+        512 * MiB,
+        {"transpose_a": True},
+    ),
+    "staged": Case(
+        "float16 8192x4096 @ 4096x8192 + 0.5 * D (float64), written as float16",
+        (
+            Operand("a", (8192, 4096), (1024, 1024), "float16"),
+            Operand("b", (4096, 8192), (1024, 1024), "float16"),
+            Operand("d", (8192, 8192), (2048, 2048), "float64"),
+        ),
+        512 * MiB,
+        {"beta": 0.5, "out_dtype": "float16"},
+    ),
+    "s3": Case(
+        "4096^2 float32 in 256^2 chunks on S3 (moto), 16 requests in flight",
+        (Operand("a", (4096, 4096), (256, 256)), Operand("b", (4096, 4096), (256, 256))),
+        256 * MiB,
+        s3=True,
+    ),
+}
+
+
+def scaled(case: Case, scale: int) -> Case:
+    """``case`` with every dimension and chunk divided by ``scale``, its budget by scale²."""
+    if scale == 1:
+        return case
+
+    def div(pair: tuple[int, int]) -> tuple[int, int]:
+        return tuple(max(1, v // scale) for v in pair)
+
+    operands = tuple(Operand(o.name, div(o.shape), div(o.chunks), o.dtype) for o in case.operands)
+    options = dict(case.options)
+    if "tk" in options:  # as many panels, so as many parts
+        options["tk"] = max(1, options["tk"] // scale)
+    return Case(case.what, operands, max(4 * MiB, case.memory // scale**2), options, case.s3)
+
+
+def task_kind(key: str, splits: int, symmetric: bool) -> tuple[str, str]:
+    """The kind of a task from its result's key (``scheduler.plan`` names the keys): a
+    label, and the kind of :attr:`scheduler.plan.Plan.projections` it is held to."""
+    if "-k" in key:
+        return "split part", "part"
+    if splits > 1:
+        return "reduction", "reduction"
+    if symmetric:
+        _, i, j = key.split("-")
+        return ("gram diagonal" if i == j else "gram off-diagonal"), "tile"
+    return "tile", "tile"
+
+
+def measure(case: Case, data: Path) -> dict[str, Any]:
+    """Run ``case`` in this process (a fresh one); return its kinds' figures."""
+    import numpy as np  # noqa: PLC0415
+    import psutil  # noqa: PLC0415
+
+    from outofcore import peaks  # noqa: PLC0415
+    from outofcore.api import run_job  # noqa: PLC0415
+    from outofcore.freivalds import verify  # noqa: PLC0415
+    from outofcore.generate import random_array  # noqa: PLC0415
+
+    server = None
+    options: dict[str, Any] = {}
+    root = str(data)
+    if case.s3:
+        from s3_local import MotoServer  # noqa: PLC0415
+
+        server = MotoServer()
+        options = {"storage_options": server.options}
+        root = server.bucket("task-memory")
+    try:
+        paths = {}
+        for seed, operand in enumerate(case.operands):
+            paths[operand.name] = f"{root}/{operand.name}.zarr"
+            random_array(
+                paths[operand.name], operand.shape, operand.chunks, operand.dtype, seed=seed,
+                overwrite=True, **options,
+            )  # fmt: skip
+        a = paths.get("a", paths.get("x"))
+        b = paths.get("b", paths.get("x"))
+        job_options = {**case.options, **options}
+        if "d" in paths:
+            job_options["addend"] = paths["d"]
+        # Warm-up: imports, first-use set-up and BLAS's buffers, so the baseline holds them.
+        warm = data / "warm"
+        rng = np.random.default_rng(0)
+        for name in ("wa", "wb"):
+            random_array(warm / f"{name}.zarr", (64, 64), (32, 32), seed=int(rng.integers(9)))
+        run_job(warm / "wa.zarr", warm / "wb.zarr", warm / "wc.zarr", client="sync",
+                progress=False)  # fmt: skip
+        gc.collect()
+        baseline = psutil.Process().memory_info().rss
+        started = time.perf_counter()
+        result = run_job(
+            a, b, f"{root}/c.zarr", client="sync", progress=False, memory=case.memory,
+            **job_options,
+        )  # fmt: skip
+        seconds = time.perf_counter() - started
+        report = verify(
+            a, b, result.output, seed=1, transpose_a=case.options.get("transpose_a", False),
+            beta=case.options.get("beta", 0.0), addend=job_options.get("addend"), **options,
+        )  # fmt: skip
+    finally:
+        if server is not None:
+            server.stop()
+    plan = result.plan
+    kinds: dict[str, dict[str, Any]] = {}
+    for task in result.results:
+        kind, held_to = task_kind(task.key, plan.splits, plan.problem.symmetric)
+        entry = kinds.setdefault(
+            kind, {"tasks": 0, "projected": plan.projections[held_to], "measured": 0}
+        )
+        entry["tasks"] += 1
+        entry["measured"] = max(entry["measured"], task.peak_rss_bytes - baseline)
+    return {
+        "what": case.what,
+        "shape": [plan.problem.m, plan.problem.k, plan.problem.n],
+        "budget": case.memory,
+        "tile": [plan.tm, plan.tn],
+        "tk": plan.tk,
+        "splits": plan.splits,
+        "io_concurrency": plan.io_concurrency,
+        "baseline_rss": baseline,
+        "peaks_resettable": peaks.resettable(),
+        "seconds": seconds,
+        "verified": bool(report.passed),
+        "kinds": kinds,
+    }
+
+
+def run_case(name: str, scale: int, data: Path) -> dict[str, Any]:
+    """Measure case ``name`` in a fresh Python process."""
+    process = subprocess.run(
+        [sys.executable, __file__, "--child", name, "--scale", str(scale), "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    if process.returncode != 0:
+        raise RuntimeError(f"case {name} failed ({process.returncode}):\n{process.stderr}")
+    return json.loads(process.stdout.strip().splitlines()[-1])
+
+
+def check(figures: dict[str, Any], allowance: int) -> list[str]:
+    """What a case's figures break: a wrong output, a kind over projection + allowance."""
+    problems = [] if figures["verified"] else ["the output failed verify"]
+    for kind, entry in figures["kinds"].items():
+        if entry["measured"] > entry["projected"] + allowance:
+            problems.append(
+                f"{kind}: {entry['measured']} bytes over the baseline, more than its "
+                f"projection {entry['projected']} + the allowance {allowance}"
+            )
+    return problems
+
+
+def format_table(results: dict[str, dict[str, Any]]) -> str:
+    """The closing note's table: case, kind, tasks, projected, measured, ratio."""
+    rows = [
+        "| case | kind | tasks | projected MiB | peak RSS over baseline MiB "
+        "| measured / projected |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name, figures in results.items():
+        for kind, entry in figures["kinds"].items():
+            ratio = entry["measured"] / entry["projected"]
+            rows.append(
+                f"| {name} | {kind} | {entry['tasks']} | {entry['projected'] / MiB:.1f} | "
+                f"{entry['measured'] / MiB:.1f} | {ratio:.2f} |"
+            )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--scale", type=int, default=1, help="divide dimensions by this")
+    parser.add_argument("--data-dir", type=Path, default=None, help="inputs (default: a temp dir)")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.scale < 1:
+        parser.error(f"--scale {args.scale}: need at least 1")
+    if args.child:
+        figures = measure(scaled(CASES[args.child], args.scale), args.data_dir)
+        print(json.dumps(figures))
+        return 0
+
+    from scheduler.cluster import WORKER_OVERHEAD_BYTES  # noqa: PLC0415
+
+    data = args.data_dir or Path(tempfile.mkdtemp(prefix="task-memory-"))
+    results, problems = {}, []
+    try:
+        for name in args.cases:
+            case_dir = data / name
+            case_dir.mkdir(parents=True, exist_ok=True)
+            print(f"{name}: {CASES[name].what} (scale 1/{args.scale}) ...", flush=True)
+            results[name] = run_case(name, args.scale, case_dir)
+            problems += [f"{name}: {p}" for p in check(results[name], WORKER_OVERHEAD_BYTES)]
+            shutil.rmtree(case_dir, ignore_errors=True)
+    finally:
+        if args.data_dir is None:
+            shutil.rmtree(data, ignore_errors=True)
+    print(format_table(results))
+    print(f"allowance beside the task: {WORKER_OVERHEAD_BYTES / MiB:.0f} MiB")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.date.today().isoformat()
+    suffix = f"-scale{args.scale}" if args.scale > 1 else ""
+    out = args.out_dir / f"task-memory-{stamp}{suffix}.json"
+    out.write_text(json.dumps({"scale": args.scale, "cases": results}, indent=1))
+    print(f"wrote {out}")
+    for problem in problems:
+        print(f"FAILED {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
