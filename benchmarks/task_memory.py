@@ -31,7 +31,7 @@ Writes ``benchmarks/results/task-memory-<date>.json``.
 
 Usage::
 
-    python benchmarks/task_memory.py                     # every case, about 3 minutes
+    python benchmarks/task_memory.py                     # every case, about 2 minutes
     python benchmarks/task_memory.py --cases split gram
     python benchmarks/task_memory.py --scale 16          # a smoke run (the tests')
 """
