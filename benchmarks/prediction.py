@@ -41,7 +41,7 @@ CASES = {
     "8192": Case("8192", 8192, 2048, None),
 }
 CLI = [sys.executable, "-m", "outofcore.cli"]
-STREAMS = ("compute", "decode", "disk", "write", "cores", "fill", "start")
+STREAMS = ("compute", "decode", "disk", "write", "scratch", "cores", "fill", "start")
 
 
 def run(*args: str) -> dict:

@@ -854,7 +854,10 @@ def _format_machine(machine: dict[str, Any]) -> list[str]:
 
 def _streams(p: dict[str, Any]) -> str:
     """A prediction's streams, those that take time (``compute 9.2 s, decode 1.1 s, ...``)."""
-    names = ("compute", "decode", "pcie", "disk", "network", "write", "cores", "fill", "start")
+    names = (
+        "compute", "decode", "pcie", "disk", "network", "write", "scratch", "cores", "fill",
+        "start",
+    )  # fmt: skip
     shown = [name for name in names if p[name] > 0]
     return ", ".join(
         f"{'PCIe' if name == 'pcie' else name} {format_time(p[name])}" for name in shown

@@ -646,6 +646,8 @@ def local_machine(
         kernel_flops=kernel_flops(figures, compute_dtype, product_size) * share,
         decode_bps=decode * share,
         encode_bps=encode * share,
+        scratch_write_bps=figures.raw_write_bps * share,  # partial tiles are raw .npy
+        scratch_read_bps=figures.raw_read_bps * share,
         pcie_bps=None,
         disk_bps=figures.disk_read_bps,
         network_bps=None,

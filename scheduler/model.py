@@ -8,7 +8,8 @@ while its last two panels are multiplied), so the job takes about as long as its
 slowest stream, plus the part of each task that cannot overlap, plus what a
 job pays besides its streams::
 
-    T ≈ max(T_compute, T_decode, T_pcie, T_disk, T_network, T_write) + T_fill + T_start
+    T ≈ max(T_compute, T_decode, T_pcie, T_disk, T_network, T_write, T_scratch)
+        + T_fill + T_start
 
 On a CPU worker the kernel, the codecs and the writer share the same cores:
 ``T_cores`` takes the three's place in the ``max``, between their sum (the
@@ -17,7 +18,8 @@ their ``max`` (cores to spare: a machine others use hands the job's reader
 thread its own share), by the measured ``overlap`` ``h`` (the part of the
 codecs' time hidden behind BLAS, :mod:`outofcore.probe`)::
 
-    T_cores = T_compute + T_codecs - h * min(T_compute, T_codecs),  T_codecs = T_decode + T_write
+    T_cores = T_compute + T_codecs - h * min(T_compute, T_codecs),
+    T_codecs = T_decode + T_write + T_scratch
 
 There the first panel's decoding is in ``T_cores`` except for its hidden part,
 which nothing hides at a task's start: ``T_fill`` counts that part and the
@@ -35,6 +37,7 @@ partial tiles of a split-k plan (written once and read back once, raw),
     T_disk    = (c*(R + O) + 2S) / min(nodes*disk_bps, storage_bps)
     T_network = (c*(R + O) + 2S) / (nodes*network_bps)   (cluster with remote storage)
     T_write   = O / W / encode_bps
+    T_scratch = S / W * (1/scratch_write_bps + 1/scratch_read_bps)   (parts write, reductions read)
     T_fill    = tasks per busy worker * (first panel: decode + PCIe + stored read)
                 (CPU: h * decode + stored read)
     T_start   = start_seconds + tasks per busy worker * task_seconds
@@ -82,6 +85,10 @@ class Machine:
     #: CPU workers: the part of the codecs' time hidden behind BLAS, from 0 (the cores
     #: add up: every second of decoding is one less of BLAS) to 1 (only the longer counts).
     overlap: float = 0.0
+    #: Raw bytes/s of one worker writing partial tiles (split-k) and reading them back;
+    #: None: ``encode_bps`` and ``decode_bps``.
+    scratch_write_bps: float | None = None
+    scratch_read_bps: float | None = None
     #: Seconds a job pays once before its streams flow: each worker's first task
     #: imports the task's modules and starts BLAS's threads (all workers at once).
     start_seconds: float = 0.0
@@ -161,6 +168,8 @@ class Prediction:
     disk: float
     network: float
     write: float
+    #: Partial tiles of a split-k plan written by the parts and read back by the reductions.
+    scratch: float
     #: CPU workers: BLAS, codecs and writer on the same cores (``T_cores``; 0 on a GPU).
     cores: float
     fill: float
@@ -189,6 +198,10 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
     disk = stored / disk_bps
     network = stored / (machine.nodes * machine.network_bps) if machine.network_bps else 0.0
     write = written / workers / machine.encode_bps
+    scratch_seconds_per_byte = 1 / (machine.scratch_write_bps or machine.encode_bps) + 1 / (
+        machine.scratch_read_bps or machine.decode_bps
+    )
+    scratch_io = scratch / workers * scratch_seconds_per_byte
     # The first panel of every task is read before anything overlaps it; on a CPU the
     # part of its decoding T_cores does not hide behind BLAS is in T_cores already.
     first = p.itemsize * plan.tk * (plan.tm + plan.tn)
@@ -208,11 +221,12 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
         "disk": disk,
         "network": network,
         "write": write,
+        "scratch": scratch_io,
     }
     competing = dict(streams)
     cores = 0.0
     if machine.pcie_bps is None:  # CPU: BLAS, codecs and writer share the cores
-        codecs = decode + write
+        codecs = decode + write + scratch_io
         cores = compute + codecs - machine.overlap * min(compute, codecs)
         competing = {"cores": cores, "disk": disk, "network": network}
     bottleneck = max(competing, key=competing.__getitem__)
