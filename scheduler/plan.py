@@ -534,10 +534,7 @@ def make_plan(
     k_unit = _k_unit(p)
 
     if tk is None:
-        preferred = _choose_tk(p, k_unit)
-        # Shallower panels leave room for a tile when the preferred depth does not.
-        fits_preferred = task_bytes(p, row_unit, col_unit, preferred, io_concurrency)
-        tk = preferred if fits_preferred <= budget_bytes else k_unit
+        tk = _choose_tk(p, k_unit, row_unit, col_unit, budget_bytes, io_concurrency, splits)
     _check_multiple("tk", tk, k_unit, p.k)
     panel_count = math.ceil(p.k / min(tk, p.k))
     if splits is not None and not 1 <= splits <= panel_count:
@@ -636,10 +633,26 @@ def _k_unit(p: Problem) -> int:
     return min(max(p.a_chunks[1], p.b_chunks[0]), p.k)
 
 
-def _choose_tk(p: Problem, k_unit: int) -> int:
+def _choose_tk(
+    p: Problem,
+    k_unit: int,
+    row_unit: int,
+    col_unit: int,
+    budget: int,
+    io_concurrency: int,
+    splits: int | None,
+) -> int:
+    """The panel depth: :data:`TARGET_TK` rounded to ``k_unit``, or the deepest shallower
+    one (halving, in whole units) with which the smallest tile fits ``budget``, so that
+    a large tile is not multiplied by the thinnest panels (each panel reads and writes
+    the whole tile); a forced split of k leaves at least one panel a part."""
     if k_unit >= p.k:
         return p.k
     steps = max(1, TARGET_TK // k_unit)
+    if splits:
+        steps = max(1, min(steps, p.k // splits // k_unit))
+    while steps > 1 and task_bytes(p, row_unit, col_unit, steps * k_unit, io_concurrency) > budget:
+        steps //= 2
     return min(steps * k_unit, p.k)
 
 

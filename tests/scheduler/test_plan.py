@@ -411,3 +411,18 @@ def test_a_shard_of_one_chunk_is_not_made(monkeypatch):
     problem = Problem(m=3000, k=512, n=3000, itemsize=4, a_chunks=(100, 512), b_chunks=(512, 100))
     small = make_output_plan(problem, 2 * 2**20)  # tiles of a few hundred: one chunk each
     assert small.out_chunks == (small.tm, small.tn) and small.out_shards is None
+
+
+def test_panels_are_as_deep_as_the_budget_allows_not_the_thinnest():
+    """A 4096² tile (the chunks allow no smaller) in 160 MiB: 1024-deep panels do not fit;
+    the plan took the chunks' 64 (every panel reads and writes the whole tile) where 512
+    fit; a forced split of k keeps a panel per part."""
+    problem = Problem(m=4096, k=4096, n=4096, itemsize=4, a_chunks=(4096, 64), b_chunks=(64, 4096))
+    budget = 160 * 2**20
+    assert task_bytes(problem, 4096, 4096, 1024, 2) > budget
+    plan = make_plan(problem, budget)
+    assert plan.tk == 512 and plan.task_bytes <= budget
+    assert task_bytes(problem, 4096, 4096, 2 * plan.tk, 2) > budget
+    split = make_plan(problem, budget, splits=32)
+    assert split.tk == 128 and len(split.panels) == 32
+    assert make_plan(problem, 2**30).tk == 1024  # the preferred depth where it fits
