@@ -643,15 +643,21 @@ def _choose_tk(
     splits: int | None,
 ) -> int:
     """The panel depth: :data:`TARGET_TK` rounded to ``k_unit``, or the deepest shallower
-    one (halving, in whole units) with which the smallest tile fits ``budget``, so that
-    a large tile is not multiplied by the thinnest panels (each panel reads and writes
-    the whole tile); a forced split of k leaves at least one panel a part."""
+    one (halving, in whole units) with which the smallest tile fits ``budget`` (its
+    parts and reduction too, when k is split), so that a large tile is not multiplied
+    by the thinnest panels (each panel reads and writes the whole tile); a forced split
+    of k leaves at least one panel a part."""
     if k_unit >= p.k:
         return p.k
     steps = max(1, TARGET_TK // k_unit)
     if splits:
         steps = max(1, min(steps, p.k // splits // k_unit))
-    while steps > 1 and task_bytes(p, row_unit, col_unit, steps * k_unit, io_concurrency) > budget:
+
+    def fits(tk: int) -> bool:
+        kinds = projections(p, row_unit, col_unit, tk, io_concurrency, splits or 1)
+        return max(kinds.values()) <= budget
+
+    while steps > 1 and not fits(steps * k_unit):
         steps //= 2
     return min(steps * k_unit, p.k)
 

@@ -8,11 +8,18 @@ import sys
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from outofcore.errors import BudgetError, InputError
-from scheduler.plan import Problem, io_lower_bound, make_output_plan, make_plan, task_bytes
+from scheduler.plan import (
+    Problem,
+    _k_unit,
+    io_lower_bound,
+    make_output_plan,
+    make_plan,
+    task_bytes,
+)
 from tests.helpers import ROOT
 
 dims = st.integers(min_value=1, max_value=3000)
@@ -296,6 +303,31 @@ def test_a_plan_never_chooses_a_split_whose_tasks_are_over_the_budget(
         return
     assert max(plan.projections.values()) == plan.task_bytes <= budget
     assert set(plan.projections) == ({"tile"} if plan.splits == 1 else {"part", "reduction"})
+
+
+@given(problems(), st.integers(min_value=2, max_value=8), st.integers(2**14, 2**22))
+@example(
+    Problem(
+        m=97, k=1200, n=83, itemsize=4, a_chunks=(20, 100), b_chunks=(100, 20),
+        out_itemsize=2, block_extra=2,
+    ),
+    3,
+    160 * 1024,
+)  # fmt: skip
+def test_a_forced_split_that_fits_with_the_thinnest_panels_is_never_refused(
+    problem, splits, budget
+):
+    """The panel depth is chosen before the tile: it was checked against the tile's
+    projection only, so a forced split whose parts fitted with shallower panels was
+    refused (the example: 20x20 tiles, --splits 3, 160 KiB, 400-deep panels, the
+    parts 1 KiB over)."""
+    thinnest = _k_unit(problem)
+    try:
+        make_plan(problem, budget, splits=splits, tk=thinnest)
+    except (BudgetError, InputError):
+        return  # nothing to compare: even the thinnest panels do not allow this split
+    plan = make_plan(problem, budget, splits=splits)
+    assert plan.tk >= thinnest and plan.task_bytes <= budget
 
 
 def large_k(m: int, k: int, n: int) -> Problem:
