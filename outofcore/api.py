@@ -676,5 +676,8 @@ def summarize(
         "read_wait_seconds": sum(r.read_wait_seconds for r in results),
         "compute_seconds": sum(r.compute_seconds for r in results),
         "write_seconds": sum(r.write_seconds for r in results),
-        "scratch_bytes": sum(r.scratch_bytes for r in results),
+        # Partial tiles (split-k): written by the parts, as the plan's scratch_bytes counts
+        # them, and read back by the reductions.
+        "scratch_bytes": sum(r.scratch_bytes for r in results if r.key not in tiles),
+        "scratch_bytes_read": sum(r.scratch_bytes for r in results if r.key in tiles),
     }

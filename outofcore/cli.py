@@ -669,8 +669,9 @@ def _format_summary(s: dict[str, Any]) -> str:
     split = ""
     if s.get("splits", 1) > 1:
         split = (
-            f", k split in {s['splits']} parts ({s['partial_tasks_computed']} partial tasks, "
-            f"{format_bytes(s['scratch_bytes'])} of partial tiles moved)"
+            f", k split in {s['splits']} parts ({s['partial_tasks_computed']} partial tasks; "
+            f"partial tiles {format_bytes(s['scratch_bytes'])} written, "
+            f"{format_bytes(s['scratch_bytes_read'])} read back)"
         )
     return "\n".join(
         [

@@ -45,6 +45,7 @@ def test_plan_and_the_jobs_summary_agree(folder, command, args):
     assert planned["tile"] == summary["tile"]
     assert planned["tk"] == summary["tk"]
     assert planned["splits"] == summary["splits"]
+    assert planned["scratch_bytes"] == summary["scratch_bytes"]  # partial tiles written
     assert planned["task_bytes"] == summary["task_bytes_projected"]
     assert planned["budget_bytes"] == summary["budget_bytes"]
     assert planned["product"] == summary["product"]
