@@ -534,7 +534,9 @@ def make_plan(
     k_unit = _k_unit(p)
 
     if tk is None:
-        tk = _choose_tk(p, k_unit, row_unit, col_unit, budget_bytes, io_concurrency, splits)
+        tk = _choose_tk(
+            p, k_unit, row_unit, col_unit, budget_bytes, io_concurrency, workers, splits
+        )
     _check_multiple("tk", tk, k_unit, p.k)
     panel_count = math.ceil(p.k / min(tk, p.k))
     if splits is not None and not 1 <= splits <= panel_count:
@@ -640,24 +642,34 @@ def _choose_tk(
     col_unit: int,
     budget: int,
     io_concurrency: int,
+    workers: int,
     splits: int | None,
 ) -> int:
-    """The panel depth: :data:`TARGET_TK` rounded to ``k_unit``, or the deepest shallower
-    one (halving, in whole units) with which the smallest tile fits ``budget`` (its
-    parts and reduction too, when k is split), so that a large tile is not multiplied
-    by the thinnest panels (each panel reads and writes the whole tile); a forced split
-    of k leaves at least one panel a part."""
+    """The panel depth: :data:`TARGET_TK` rounded to ``k_unit`` where the smallest tile
+    fits ``budget`` with it (its parts and reduction too, when k is split).  Otherwise
+    the tile the thinnest panels leave room for is kept, with the deepest panels
+    (halving, in whole units) it still fits with: a large tile is not multiplied by the
+    thinnest panels when deeper ones fit (each panel reads and writes the whole tile).
+    A forced split of k leaves at least one panel a part."""
     if k_unit >= p.k:
         return p.k
     steps = max(1, TARGET_TK // k_unit)
     if splits:
         steps = max(1, min(steps, p.k // splits // k_unit))
 
-    def fits(tk: int) -> bool:
-        kinds = projections(p, row_unit, col_unit, tk, io_concurrency, splits or 1)
-        return max(kinds.values()) <= budget
+    def fits(tm: int, tn: int, tk: int, parts: int) -> bool:
+        return max(projections(p, tm, tn, tk, io_concurrency, parts).values()) <= budget
 
-    while steps > 1 and not fits(steps * k_unit):
+    if fits(row_unit, col_unit, steps * k_unit, splits or 1):
+        return min(steps * k_unit, p.k)
+    try:
+        tm, tn, parts = _best_tile(
+            p, row_unit, col_unit, k_unit, budget, io_concurrency, workers, splits
+        )
+    except BudgetError:
+        return k_unit  # the plan refuses the budget with the thinnest panels' figures
+    steps //= 2
+    while steps > 1 and not fits(tm, tn, steps * k_unit, parts):
         steps //= 2
     return min(steps * k_unit, p.k)
 
