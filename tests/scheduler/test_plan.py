@@ -458,3 +458,8 @@ def test_panels_are_as_deep_as_the_budget_allows_not_the_thinnest():
     split = make_plan(problem, budget, splits=32)
     assert split.tk == 128 and len(split.panels) == 32
     assert make_plan(problem, 2**30).tk == 1024  # the preferred depth where it fits
+    # Depth is not bought with a smaller tile: 256x512 tiles with the chunks' 256-deep
+    # panels read less than 256² tiles with 512-deep ones (a first version took those).
+    small = Problem(m=256, k=1024, n=1024, itemsize=4, a_chunks=(256, 256), b_chunks=(256, 256))
+    kept = make_plan(small, 4 * 2**20)
+    assert (kept.tm, kept.tn, kept.tk) == (256, 512, 256)
