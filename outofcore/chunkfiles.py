@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import wait
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -89,6 +90,16 @@ class PlainLayout:
         return inside, region
 
 
+def codec_setting(value: Any) -> Any:
+    """A zarr codec's setting as its plain value: ``"little"`` for ``Endian.little``.
+
+    zarr 3.1 keeps settings such as ``BytesCodec.endian`` as Enum members; newer zarr
+    (3.4.2 at least) as the plain strings, which have no ``.value`` (its ``Endian`` is
+    no longer an Enum).  Anything that is not an Enum (a str, None) comes back as is.
+    """
+    return value.value if isinstance(value, Enum) else value
+
+
 def plain_layout(array: zarr.Array) -> PlainLayout | None:
     """The array's :class:`PlainLayout`, or None when zarr must read and write it."""
     return worker_context().layout(array, _layout_of)
@@ -108,7 +119,7 @@ def _layout_of(array: zarr.Array) -> PlainLayout | None:
             and isinstance(array.store, LocalStore)
             and len(codecs) in (1, 2)
             and type(codecs[0]) is BytesCodec
-            and (codecs[0].endian is None or codecs[0].endian.value == sys.byteorder)
+            and codec_setting(codecs[0].endian) in (None, sys.byteorder)
             and (len(codecs) == 1 or type(codecs[1]) is ZstdCodec)
             and np.dtype(array.dtype).isnative
         )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+import enum
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -108,6 +111,54 @@ def test_only_the_plain_local_layout_is_handled_directly(tmp_path):
     values = np.arange(100, dtype=np.float32).reshape(10, 10)
     write_region(blosc, (0, 0), values)  # through zarr
     np.testing.assert_array_equal(blosc[...], values)
+
+
+def test_codec_settings_read_the_same_as_enums_and_as_plain_strings():
+    """zarr 3.1 keeps ``BytesCodec.endian`` as an Enum, newer zarr (3.4.2) as a plain str."""
+
+    class Endian(enum.Enum):  # zarr 3.1's zarr.codecs.bytes.Endian
+        big = "big"
+        little = "little"
+
+    assert [chunkfiles.codec_setting(v) for v in (Endian.little, "little", Endian.big, None)] == [
+        "little",
+        "little",
+        "big",
+        None,
+    ]
+
+
+@pytest.mark.parametrize("compressors", ["auto", None], ids=["zstd", "uncompressed"])
+@pytest.mark.parametrize("form", ["enum", "str", "none"])
+def test_the_bytes_codecs_byte_order_as_any_zarr_keeps_it(tmp_path, caplog, compressors, form):
+    """The chunk-file path is taken whether the bytes codec's ``endian`` is an Enum member
+    (zarr 3.1), a plain string (zarr 3.4.2: ``.value`` raised AttributeError there and
+    every array went through zarr, with a warning) or None, and says nothing; the other
+    byte order, in the same form, goes through zarr, also without a word."""
+    caplog.set_level(logging.DEBUG, logger="outofcore")
+    values = np.random.default_rng(7).standard_normal(SHAPE).astype(np.float32)
+    zarr.create_array(tmp_path / "x.zarr", data=values, chunks=CHUNKS, compressors=compressors)
+    array = zarr.open_array(tmp_path / "x.zarr", mode="r")
+    bytes_codec, *rest = array.metadata.codecs
+    assert type(bytes_codec) is zarr.codecs.BytesCodec
+    kept = type(bytes_codec.endian)
+    if form == "enum" and not issubclass(kept, enum.Enum):
+        pytest.skip(f"zarr {zarr.__version__} keeps endian as {kept.__name__}")
+    stored = copy.copy(bytes_codec)
+    object.__setattr__(array.metadata, "codecs", (stored, *rest))  # this array object only
+
+    def keep(order: str) -> None:  # frozen: set as that zarr would keep it
+        endian = {"enum": kept(order) if form == "enum" else None, "str": order}.get(form)
+        object.__setattr__(stored, "endian", endian)
+
+    keep(sys.byteorder)
+    assert chunkfiles.plain_layout(array) is not None and caplog.records == []
+    out = np.empty((100, 70), dtype=np.float32)
+    read_panel(array, (slice(30, 130), slice(10, 80)), out)
+    np.testing.assert_array_equal(out, values[30:130, 10:80])
+    if form != "none":
+        keep("big" if sys.byteorder == "little" else "little")
+        assert chunkfiles._layout_of(array) is None and caplog.records == []
 
 
 def test_a_fast_path_that_turns_itself_off_says_so(tmp_path, monkeypatch, caplog):
