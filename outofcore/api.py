@@ -63,7 +63,7 @@ from scheduler.cluster import (
     runs_in_process,
 )
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
-from scheduler.gpu_cluster import GPU_RESOURCE
+from scheduler.gpu_cluster import GPU_RESOURCE, check_gpus_usable
 from scheduler.plan import Plan, is_large_output, make_output_plan
 
 __all__ = [
@@ -205,6 +205,8 @@ def run_job(
     with phases("open"):
         spec = JobSpec.of(spec, options)
         client = resolve_client(client, spec.gpus)  # None: the default Client when one is open
+        if spec.gpus and client is None:  # GPU workers on this node: refuse them without a GPU
+            check_local_gpus(spec.gpus)
         spec = with_budget(spec, client)
         check_client(client)  # a scheduler address that names no scheduler: before anything
         if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
@@ -313,6 +315,24 @@ def _empty_product(operands: Operands, start: Start, spec: JobSpec) -> JobResult
         }
         output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
     return JobResult(output=output, plan=None, summary=summary, results=())
+
+
+def check_local_gpus(gpus: tuple[int, ...]) -> None:
+    """Refuse ``gpus`` (workers on this node's GPUs) where no CUDA GPU is usable here.
+
+    Asks the CUDA driver for its device count (:func:`outofcore.cuda.probe.device_count`,
+    without importing numba); numba's CUDA simulator counts as a GPU, as in the tests.
+
+    Raises
+    ------
+    ClusterError
+        Naming ``gpus`` and the driver's device count
+        (:func:`scheduler.gpu_cluster.check_gpus_usable`).
+    """
+    from outofcore.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
+
+    simulator = cuda_probe.simulator_enabled()
+    check_gpus_usable(gpus, 0 if simulator else cuda_probe.device_count(), simulator)
 
 
 def with_budget(spec: JobSpec, client: Any) -> JobSpec:

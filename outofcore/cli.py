@@ -273,7 +273,8 @@ def _add_job_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--gpus",
         metavar="LIST",
-        help="start one worker per GPU on this node, e.g. 0,1,2,3 (GPU tasks land only there)",
+        help="start one worker per GPU on this node, e.g. 0,1,2,3 (GPU tasks land only there; "
+        "refused where the CUDA driver shows no GPU)",
     )
     _add_splits(run)
     run.add_argument("--overwrite", action="store_true", help="replace an existing output")

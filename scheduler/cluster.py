@@ -33,6 +33,14 @@ from scheduler.memory_cap import gib, memory_cap
 #: (docs/performance.md, "Larger than RAM"): a 1-worker job's whole process tree peaked
 #: 0.21 GiB above its projected task; this keeps more than twice that.
 WORKER_OVERHEAD_BYTES = 512 * 2**20
+#: Memory a GPU worker needs beside its task on top of :data:`WORKER_OVERHEAD_BYTES`:
+#: numba.cuda, the CUDA context, the compiled kernels and the engine's fixed pinned
+#: buffers (:func:`worker_allowance`).  Measured on an H200 (dask-cuda 26.10, a worker
+#: started by ``gpus=(0,)`` with a 256 MiB budget): its resident memory was 226 MB idle,
+#: 320 MB after ``outofcore.cuda.make_engine("cuda")`` (numba.cuda imported, the context
+#: made, device memory measured) and 462 MB after one 256x256 float32 tile (the first
+#: kernel compile, the pinned staging ring); 512 MiB rounds 462 MB up with margin.
+GPU_WORKER_OVERHEAD_BYTES = 512 * 2**20
 #: A LocalCluster worker's memory limit over its budget: Dask pauses a worker at 80% of its
 #: limit (``distributed.worker.memory.pause``), so the budget must sit below that.
 PAUSE_HEADROOM = 1.25
@@ -79,7 +87,30 @@ def resolve_client(client: Any, gpus: tuple[int, ...] | None = None) -> Any:
     return found
 
 
-def local_worker_count(budget_bytes: int, requested: int | None = None) -> int:
+def worker_allowance(gpu: bool = False) -> int:
+    """The memory a worker needs beside its tasks, in bytes.
+
+    Parameters
+    ----------
+    gpu
+        For a GPU worker: :data:`GPU_WORKER_OVERHEAD_BYTES` is added.
+
+    Returns
+    -------
+    int
+        :data:`WORKER_OVERHEAD_BYTES`, plus :data:`GPU_WORKER_OVERHEAD_BYTES` for a GPU
+        worker: what every check of a worker's memory limit and the limits outofcore
+        gives its own workers use.
+    """
+    return WORKER_OVERHEAD_BYTES + (GPU_WORKER_OVERHEAD_BYTES if gpu else 0)
+
+
+def _allowance_note(gpu: bool) -> str:
+    """How messages name :func:`worker_allowance`."""
+    return "a GPU worker (interpreter, CUDA)" if gpu else "a worker (its interpreter)"
+
+
+def local_worker_count(budget_bytes: int, requested: int | None = None, gpu: bool = False) -> int:
     """Workers for a LocalCluster: one, which gives BLAS every core of this machine.
 
     One worker with the whole budget holds tiles twice as large as two workers
@@ -93,21 +124,23 @@ def local_worker_count(budget_bytes: int, requested: int | None = None) -> int:
     ClusterError
         For fewer than one worker, or more than the memory cap of this process
         tree (:func:`scheduler.memory_cap.memory_cap`: its cgroup's limit or the
-        machine's memory) holds at ``budget_bytes`` plus the interpreter's
-        overhead each.
+        machine's memory) holds at ``budget_bytes`` plus :func:`worker_allowance`
+        each (``gpu``: GPU workers).
     """
     workers = 1 if requested is None else requested
     if workers < 1:
         raise ClusterError(f"workers = {workers}: need at least one worker")
-    needed = workers * (budget_bytes + WORKER_OVERHEAD_BYTES)
+    allowance = worker_allowance(gpu)
+    needed = workers * (budget_bytes + allowance)
     cap = memory_cap()
     if needed > cap.nbytes:
         raise ClusterError(
             f"{workers} worker(s) with a budget of {budget_bytes} bytes each need about "
-            f"{needed} bytes ({gib(needed)}) with the interpreter's {WORKER_OVERHEAD_BYTES} "
-            f"bytes each, more than the {cap.describe()}, which holds this process and every "
-            f"process it starts; lower --memory to at most "
-            f"{max(0, cap.nbytes // workers - WORKER_OVERHEAD_BYTES)} bytes or use fewer --workers"
+            f"{needed} bytes ({gib(needed)}) with the {allowance} bytes of "
+            f"{_allowance_note(gpu)} each, more than the {cap.describe()}, which holds this "
+            f"process and every process it starts; lower --memory to at most "
+            f"{max(0, cap.nbytes // workers - allowance)} bytes or use fewer "
+            f"{'--gpus' if gpu else '--workers'}"
         )
     return workers
 
@@ -117,8 +150,8 @@ def default_budget(workers: int | None = None, gpus: tuple[int, ...] | None = No
 
     :data:`DEFAULT_BUDGET_BYTES`, or less: the share of the memory cap of this
     process tree (:func:`scheduler.memory_cap.memory_cap`) left to each worker
-    after its :data:`WORKER_OVERHEAD_BYTES`, so a job started inside a capped
-    cgroup fits without flags.  ``gpus`` starts one worker per GPU.
+    after its :func:`worker_allowance`, so a job started inside a capped
+    cgroup fits without flags.  ``gpus`` starts one GPU worker per GPU.
 
     Raises
     ------
@@ -126,14 +159,15 @@ def default_budget(workers: int | None = None, gpus: tuple[int, ...] | None = No
         When the cap leaves no memory for a budget, naming the cap.
     """
     count = len(gpus) if gpus else (1 if workers is None else workers)
+    allowance = worker_allowance(bool(gpus))
     cap = memory_cap()
-    share = cap.nbytes // max(1, count) - WORKER_OVERHEAD_BYTES
+    share = cap.nbytes // max(1, count) - allowance
     if share < MIN_DEFAULT_BUDGET_BYTES:
         raise ClusterError(
             f"the {cap.describe()} leaves {gib(max(0, share))} per worker for {count} worker(s) "
-            f"after the interpreter's {gib(WORKER_OVERHEAD_BYTES)} each, less than "
-            f"{gib(MIN_DEFAULT_BUDGET_BYTES)}; use fewer --workers or run where more memory is "
-            "allowed"
+            f"after the {gib(allowance)} of {_allowance_note(bool(gpus))} each, less than "
+            f"{gib(MIN_DEFAULT_BUDGET_BYTES)}; use fewer {'--gpus' if gpus else '--workers'} "
+            "or run where more memory is allowed"
         )
     return min(DEFAULT_BUDGET_BYTES, share)
 
@@ -200,7 +234,7 @@ def check_local_memory(
         return
     if client is not None:
         workers, gpus = 1, None
-    local_worker_count(budget_bytes, len(gpus) if gpus else workers)
+    local_worker_count(budget_bytes, len(gpus) if gpus else workers, gpu=bool(gpus))
 
 
 def start_local_cluster(
@@ -215,15 +249,15 @@ def start_local_cluster(
     One single-threaded worker process per worker (see :func:`local_worker_count`),
     or with ``gpus`` one per listed GPU (:func:`scheduler.gpu_cluster.start_gpu_cluster`:
     dask-cuda's LocalCUDACluster where it is installed and sees the GPUs); each gets
-    a memory limit of its budget plus the interpreter's overhead.  ``in_process``
-    runs CPU workers as threads of this process instead (:func:`runs_in_process`).
+    the memory limit :func:`local_worker_limit` gives (GPU workers: with CUDA's allowance).
+    ``in_process`` runs CPU workers as threads of this process instead (:func:`runs_in_process`).
     ``dashboard`` serves Dask's dashboard (False: none, and no bokeh imported); the
     scheduler's web server (Dask's health and metrics pages) takes a free port either
     way: with no address Dask would take 8787, and warn where another holds it.
     """
     from distributed import LocalCluster  # noqa: PLC0415
 
-    memory_limit = local_worker_limit(budget_bytes)
+    memory_limit = local_worker_limit(budget_bytes, gpu=bool(gpus))
     if gpus:
         with _workers_ignore_interrupts():
             return start_gpu_cluster(gpus, memory_limit, logging.ERROR, dashboard)
@@ -303,31 +337,38 @@ def _workers_ignore_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def local_worker_limit(budget_bytes: int) -> int:
+def local_worker_limit(budget_bytes: int, gpu: bool = False) -> int:
     """The memory limit of a LocalCluster worker whose tasks have ``budget_bytes``: the
-    budget with Dask's :data:`PAUSE_HEADROOM`, plus :data:`WORKER_OVERHEAD_BYTES`."""
-    return int(budget_bytes * PAUSE_HEADROOM) + WORKER_OVERHEAD_BYTES
+    budget with Dask's :data:`PAUSE_HEADROOM`, plus :func:`worker_allowance` (``gpu``: a
+    GPU worker's, with :data:`GPU_WORKER_OVERHEAD_BYTES`)."""
+    return int(budget_bytes * PAUSE_HEADROOM) + worker_allowance(gpu)
 
 
 def check_worker_memory(shape: WorkerShape, task_bytes: int) -> None:
     """Refuse workers whose memory limit per thread is below a task's projected bytes.
 
     A worker runs one task per thread, so each task may use its memory limit, less
-    the :data:`WORKER_OVERHEAD_BYTES` the worker needs beside its tasks, divided by
-    its threads (as cubed's ``check_runtime_memory``).  Workers without a limit pass.
+    the :func:`worker_allowance` the worker needs beside its tasks, divided by its
+    threads (as cubed's ``check_runtime_memory``).  Where every worker advertises the
+    ``GPU`` resource, the allowance is a GPU worker's (``shape`` does not say which
+    worker of a mixed cluster has a GPU: those get a CPU worker's).  Workers without a
+    limit pass.
 
     Raises
     ------
     ClusterError
         Naming every worker that is short, its limit and threads, and the task's bytes.
     """
+    gpu = 0 < shape.workers == shape.gpu_workers
+    allowance = worker_allowance(gpu)
 
     def per_task(limit: int, threads: int) -> int:
-        return (limit - WORKER_OVERHEAD_BYTES) // max(1, threads)
+        return (limit - allowance) // max(1, threads)
 
     short = [
         f"{address} ({limit} bytes for {threads} thread(s): {max(0, per_task(limit, threads))} "
-        f"per task after the {WORKER_OVERHEAD_BYTES} bytes a worker needs beside its tasks)"
+        f"per task after the {allowance} bytes a {'GPU ' if gpu else ''}worker needs beside "
+        "its tasks)"
         for address, limit, threads in shape.memory_limits
         if limit and per_task(limit, threads) < task_bytes
     ]

@@ -3,7 +3,9 @@
 Each worker sees every GPU, rotated so that its own GPU is device 0
 (``CUDA_VISIBLE_DEVICES=1,2,3,0`` for the second of four, as dask-cuda does),
 runs one task at a time, and advertises a ``GPU`` resource so that tile tasks
-submitted with ``resources={"GPU": 1}`` land only on GPU workers.
+submitted with ``resources={"GPU": 1}`` land only on GPU workers.  Every worker has
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (:data:`GPU_WORKER_ENV`), so that CUDA numbers the
+devices as NVML and ``nvidia-smi`` do (CUDA's own default puts the fastest first).
 
 Two kinds give these workers (:func:`start_gpu_cluster`):
 
@@ -21,11 +23,13 @@ Two kinds give these workers (:func:`start_gpu_cluster`):
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from scheduler.errors import ClusterError
@@ -35,6 +39,10 @@ GPU_RESOURCE = "GPU"
 GPU_EXTRA = "pip install 'outofcore[gpu]'"
 #: How the start of a cluster names a LocalCUDACluster.
 DASK_CUDA_KIND = "LocalCUDACluster (dask-cuda)"
+#: Environment of every GPU worker outofcore starts (beside its ``CUDA_VISIBLE_DEVICES``):
+#: CUDA numbers devices in PCI bus order, as NVML and ``nvidia-smi`` do, so ``--gpus``
+#: and the rotated ``CUDA_VISIBLE_DEVICES`` name the GPUs ``nvidia-smi -L`` lists.
+GPU_WORKER_ENV = MappingProxyType({"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
 logger = logging.getLogger("outofcore")
 
 
@@ -93,6 +101,34 @@ def choose_gpu_cluster(
             f"{', '.join(map(str, missing))} (`nvidia-smi -L` lists them)"
         )
     return GpuClusterChoice(True, f"dask-cuda is installed and NVML shows {nvml_gpus} GPU(s)")
+
+
+def check_gpus_usable(gpus: Sequence[int], device_count: int, simulator: bool) -> None:
+    """Refuse ``gpus`` where no CUDA GPU is usable, before any work: a pure function.
+
+    Parameters
+    ----------
+    gpus
+        The GPU indices the job lists (``--gpus``).
+    device_count
+        The devices the CUDA driver shows this process (0 without a driver).
+    simulator
+        Whether numba's CUDA simulator stands in for a GPU (``NUMBA_ENABLE_CUDASIM=1``,
+        as in the tests): then any ``gpus`` pass.
+
+    Raises
+    ------
+    ClusterError
+        Where the driver shows no device and the simulator is off, naming ``gpus`` and
+        the driver's count: the workers would start with no GPU to run on.
+    """
+    if simulator or device_count > 0:
+        return
+    raise ClusterError(
+        f"--gpus {','.join(map(str, gpus))}: no CUDA GPU is usable here (the CUDA driver "
+        f"shows {device_count} devices); leave out --gpus to run on this machine's CPUs, "
+        "or run where `nvidia-smi -L` lists the GPUs"
+    )
 
 
 def nvml_gpu_count() -> tuple[int, str]:
@@ -157,7 +193,10 @@ def gpu_worker_specs(
                 "nthreads": 1,
                 "memory_limit": memory_limit,
                 "resources": {GPU_RESOURCE: 1},
-                "env": {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in rotated)},
+                "env": {
+                    **GPU_WORKER_ENV,
+                    "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in rotated),
+                },
                 "silence_logs": silence_logs,
             },
         }
@@ -171,7 +210,7 @@ def start_gpu_cluster(
     dashboard: bool = True,
 ) -> Any:
     """Start one single-threaded worker per GPU in ``gpus``, each with ``memory_limit``
-    bytes and the ``GPU`` resource: a ``LocalCUDACluster`` where
+    bytes, the ``GPU`` resource and :data:`GPU_WORKER_ENV`: a ``LocalCUDACluster`` where
     :func:`probe_gpu_cluster` chooses it, else a ``SpecCluster`` of
     :func:`gpu_worker_specs`.  The choice and its reason go to the ``outofcore`` logger:
     a warning where dask-cuda is installed but cannot be used.  Its dashboard is on a
@@ -195,9 +234,7 @@ def start_gpu_cluster(
             silence_logs=silence_logs,
         )
     logger.info("starting a %s: %s", DASK_CUDA_KIND, choice.reason)
-    from dask_cuda import LocalCUDACluster  # noqa: PLC0415
-
-    return LocalCUDACluster(
+    return _local_cuda_cluster_class()(
         CUDA_VISIBLE_DEVICES=list(gpus),
         n_workers=len(gpus),
         threads_per_worker=1,
@@ -207,6 +244,30 @@ def start_gpu_cluster(
         scheduler_kwargs={"dashboard": dashboard},
         silence_logs=silence_logs,
     )
+
+
+@functools.cache
+def _local_cuda_cluster_class() -> type:
+    """dask-cuda's ``LocalCUDACluster`` with :data:`GPU_WORKER_ENV` in each worker's
+    environment (made once, on first use: dask_cuda is imported only here).
+
+    ``LocalCUDACluster`` sets each worker's ``env`` to its ``CUDA_VISIBLE_DEVICES``
+    alone (``new_worker_spec``), replacing any ``env`` passed to it, so the variable is
+    added to each spec it makes rather than to this process's environment.
+    """
+    from dask_cuda import LocalCUDACluster  # noqa: PLC0415 (the [gpu] extra)
+
+    class OrderedLocalCUDACluster(LocalCUDACluster):
+        """``LocalCUDACluster`` whose workers number devices as ``nvidia-smi`` does."""
+
+        def new_worker_spec(self) -> dict[str, Any]:
+            specs = super().new_worker_spec()
+            for spec in specs.values():
+                options = spec.setdefault("options", {})
+                options["env"] = {**GPU_WORKER_ENV, **options.get("env", {})}
+            return specs
+
+    return OrderedLocalCUDACluster
 
 
 def cluster_kind(cluster: Any) -> str:

@@ -254,3 +254,16 @@ def test_ctrl_c_stops_a_cluster_job_with_one_line(tmp_path):
     assert job.returncode == 130, stderr
     assert "outofcore: interrupted" in stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+
+
+def test_gpus_where_no_gpu_is_usable_are_refused_before_any_work(inputs):
+    """No CUDA driver (``NUMBA_CUDA_DRIVER`` names none) and no simulator: ``--gpus`` is one
+    line naming the GPUs and the driver's count, not a job on CPU workers."""
+    no_gpu = {"NUMBA_ENABLE_CUDASIM": "0", "NUMBA_CUDA_DRIVER": str(inputs / "no-libcuda.so")}
+    command = ("matmul", "a.zarr", "b.zarr", "-o", "c.zarr", "--gpus", "0,1")
+    done = outofcore(*command, env=no_gpu, cwd=inputs)
+    assert_one_line(
+        done, BAD_INPUT, "--gpus 0,1: no CUDA GPU is usable here (the CUDA driver shows 0 devices)"
+    )
+    assert "Started" not in done.stderr  # no cluster
+    assert not (inputs / "c.zarr").exists()

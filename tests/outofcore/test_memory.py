@@ -201,3 +201,48 @@ def test_a_jobs_peak_is_its_own_not_the_process_lifetimes(tmp_path):
     assert rss // 2 < summary["peak_worker_bytes"] < rss + 300 * 2**20
     # What a task grew its process by: 0 where freed memory of earlier work is reused.
     assert 0 <= summary["peak_task_bytes"] < 16 * 2**20
+
+
+def test_a_gpu_worker_with_its_engine_stays_below_the_pause_threshold():
+    """A GPU worker (outofcore's own spec: numba's simulator here, the chip where
+    ``NUMBA_ENABLE_CUDASIM=0``) that makes the CUDA engine, as its first tile task does,
+    stays below the fraction of its memory limit at which Dask pauses it: with a budget
+    of 1 MiB its limit is nearly all allowance, so the allowance must cover the start."""
+    import dask  # noqa: PLC0415
+    from distributed import Client, Scheduler, SpecCluster  # noqa: PLC0415
+
+    from scheduler.cluster import local_worker_limit  # noqa: PLC0415
+    from scheduler.gpu_cluster import gpu_worker_specs  # noqa: PLC0415
+
+    def engine_rss(dask_worker) -> dict[str, int]:  # client.run passes the worker
+        import numpy  # noqa: PLC0415
+        import psutil  # noqa: PLC0415
+
+        import outofcore.cuda  # noqa: PLC0415
+
+        before = psutil.Process().memory_info().rss
+        engine = outofcore.cuda.make_engine("cuda")
+        if not outofcore.cuda.simulator_enabled():  # the chip: a tile too, as measured
+            engine.start_tile((256, 256), numpy.float32)
+            ones = numpy.ones((256, 64), numpy.float32)
+            engine.accumulate(ones, numpy.ascontiguousarray(ones.T))
+            engine.finish_tile()
+        return {
+            "before": before,
+            "after": psutil.Process().memory_info().rss,
+            "limit": int(dask_worker.memory_manager.memory_limit),
+        }
+
+    limit = local_worker_limit(2**20, gpu=True)
+    pause = dask.config.get("distributed.worker.memory.pause")
+    with (
+        SpecCluster(
+            workers=gpu_worker_specs((0,), limit),
+            scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        client.wait_for_workers(1, timeout=60)
+        [measured] = client.run(engine_rss).values()
+    assert measured["limit"] == limit
+    assert measured["after"] < pause * limit, (measured, pause)

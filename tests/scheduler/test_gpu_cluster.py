@@ -18,12 +18,24 @@ from distributed import LocalCluster, SpecCluster, get_worker
 from distributed.utils_test import gen_cluster
 
 from outofcore.errors import ClusterError
-from scheduler.cluster import local_worker_limit, open_executor
-from scheduler.executors import DaskExecutor
+from scheduler.cluster import (
+    GPU_WORKER_OVERHEAD_BYTES,
+    PAUSE_HEADROOM,
+    WORKER_OVERHEAD_BYTES,
+    check_worker_memory,
+    local_worker_count,
+    local_worker_limit,
+    open_executor,
+    worker_allowance,
+)
+from scheduler.executors import DaskExecutor, WorkerShape
 from scheduler.gpu_cluster import (
     DASK_CUDA_KIND,
     GPU_EXTRA,
     GPU_RESOURCE,
+    GPU_WORKER_ENV,
+    _local_cuda_cluster_class,
+    check_gpus_usable,
     choose_gpu_cluster,
     cluster_kind,
     dask_cuda_installed,
@@ -32,8 +44,12 @@ from scheduler.gpu_cluster import (
     parse_gpus,
     probe_gpu_cluster,
 )
+from scheduler.memory_cap import memory_cap
 from scheduler.plan import TileTask
 from tests.helpers import with_sync_client
+
+#: Where dask-cuda is installed and NVML shows a GPU, ``gpus`` start a LocalCUDACluster.
+DASK_CUDA_STARTS = dask_cuda_installed() and nvml_gpu_count()[0] > 0
 
 
 def test_specs_rotate_visible_devices_one_thread_and_a_gpu_resource():
@@ -42,6 +58,7 @@ def test_specs_rotate_visible_devices_one_thread_and_a_gpu_resource():
     visible = [spec["options"]["env"]["CUDA_VISIBLE_DEVICES"] for spec in specs.values()]
     assert visible == ["0,1,2,3", "1,2,3,0", "2,3,0,1", "3,0,1,2"]
     for spec in specs.values():
+        assert spec["options"]["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # nvidia-smi's
         assert spec["options"]["nthreads"] == 1
         assert spec["options"]["resources"] == {"GPU": 1}
         assert spec["options"]["memory_limit"] == 2**30
@@ -91,6 +108,48 @@ def test_the_probe_of_this_node_chooses_dask_cuda_only_where_nvml_shows_a_gpu():
         assert choice.warn and note.startswith("NVML: ") and note in choice.reason
 
 
+def test_a_gpu_workers_memory_limit_holds_the_gpu_allowance():
+    budget = 64 * 2**20
+    assert worker_allowance() == WORKER_OVERHEAD_BYTES
+    assert worker_allowance(gpu=True) == WORKER_OVERHEAD_BYTES + GPU_WORKER_OVERHEAD_BYTES
+    assert local_worker_limit(budget) == int(budget * PAUSE_HEADROOM) + WORKER_OVERHEAD_BYTES
+    assert local_worker_limit(budget, gpu=True) == (
+        local_worker_limit(budget) + GPU_WORKER_OVERHEAD_BYTES
+    )
+
+
+def test_the_checks_of_a_gpu_workers_memory_count_the_gpu_allowance():
+    # A cluster of GPU workers only: each task has its limit less both allowances.
+    limit = worker_allowance(gpu=True) + 4 * 2**20
+    gpu = WorkerShape(2, 1, 1, gpu_workers=2, memory_limits=(("tcp://a:1", limit, 1),) * 2)
+    check_worker_memory(gpu, 4 * 2**20)
+    with pytest.raises(ClusterError) as refused:
+        check_worker_memory(gpu, 4 * 2**20 + 1)
+    assert f"after the {worker_allowance(gpu=True)} bytes a GPU worker needs" in str(refused.value)
+    cpu = WorkerShape(2, 1, 1, memory_limits=(("tcp://a:1", limit, 1),) * 2)
+    check_worker_memory(cpu, GPU_WORKER_OVERHEAD_BYTES + 4 * 2**20)  # no GPU: more per task
+    # The memory cap of this machine: a budget that fits a CPU worker, not a GPU worker.
+    budget = memory_cap().nbytes - WORKER_OVERHEAD_BYTES
+    assert local_worker_count(budget, 1) == 1
+    with pytest.raises(ClusterError, match=rf"the {worker_allowance(gpu=True)} bytes of a GPU"):
+        local_worker_count(budget, 1, gpu=True)
+
+
+def test_gpus_are_refused_where_the_driver_shows_no_device_unless_simulated():
+    with pytest.raises(ClusterError) as refused:
+        check_gpus_usable((0, 1), device_count=0, simulator=False)
+    assert str(refused.value).startswith(
+        "--gpus 0,1: no CUDA GPU is usable here (the CUDA driver shows 0 devices)"
+    )
+    check_gpus_usable((0, 1), device_count=0, simulator=True)  # the tests' stand-in GPU
+    check_gpus_usable((0, 1), device_count=1, simulator=False)  # NVML checks the indices
+
+
+@pytest.mark.skipif(
+    DASK_CUDA_STARTS,
+    reason="dask-cuda is installed and NVML shows a GPU here, so gpus=(3, 5) would start a "
+    "LocalCUDACluster (refused: no GPU 3, 5 on this node), not outofcore's own workers",
+)
 def test_gpu_workers_start_with_their_own_device_first(caplog, capfd):
     with (
         caplog.at_level(logging.INFO, logger="outofcore"),
@@ -99,10 +158,12 @@ def test_gpu_workers_start_with_their_own_device_first(caplog, capfd):
         assert isinstance(executor, DaskExecutor)
         shape = executor.worker_shape()
         assert shape.workers == 2 and shape.gpu_workers == 2 and shape.threads_per_worker == 1
-        seen = executor.client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"])
-        assert sorted(seen.values()) == ["3,5", "5,3"]
+        seen = executor.client.run(
+            lambda: (os.environ["CUDA_VISIBLE_DEVICES"], os.environ.get("CUDA_DEVICE_ORDER"))
+        )
+        assert sorted(seen.values()) == [("3,5", "PCI_BUS_ID"), ("5,3", "PCI_BUS_ID")]
         limits = {limit for _, limit, _ in shape.memory_limits}
-        assert limits == {local_worker_limit(64 * 2**20)}
+        assert limits == {local_worker_limit(64 * 2**20, gpu=True)}
     # No GPU here: outofcore's own workers, with the reason logged (a warning where dask-cuda
     # is installed, as in the test install on Linux) and the start line naming the kind.
     [record] = [r for r in caplog.records if "GPU workers" in r.message]
@@ -125,10 +186,14 @@ def test_cluster_kind_names_the_cluster_that_started():
     # dask-cuda's own class, made but not started (its __init__ reads NVML: no GPU here).
     unstarted = object.__new__(dask_cuda.LocalCUDACluster)
     assert cluster_kind(unstarted) == DASK_CUDA_KIND == "LocalCUDACluster (dask-cuda)"
+    # What gpus start: dask-cuda's class, with nvidia-smi's device order for its workers.
+    ordered = _local_cuda_cluster_class()
+    assert issubclass(ordered, dask_cuda.LocalCUDACluster)
+    assert cluster_kind(object.__new__(ordered)) == DASK_CUDA_KIND
 
 
 @pytest.mark.skipif(
-    nvml_gpu_count()[0] < 1 or not dask_cuda_installed(),
+    not DASK_CUDA_STARTS,
     reason="a LocalCUDACluster needs dask-cuda and a GPU that NVML shows (none here)",
 )
 def test_on_a_gpu_node_gpus_start_a_local_cuda_cluster_with_the_same_guarantees(capsys):
@@ -137,9 +202,13 @@ def test_on_a_gpu_node_gpus_start_a_local_cuda_cluster_with_the_same_guarantees(
         assert isinstance(executor, DaskExecutor)
         shape = executor.worker_shape()
         assert shape.workers == 1 and shape.gpu_workers == 1 and shape.threads_per_worker == 1
-        assert {limit for _, limit, _ in shape.memory_limits} == {local_worker_limit(budget)}
-        seen = executor.client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"])
-        assert list(seen.values()) == ["0"]
+        assert {limit for _, limit, _ in shape.memory_limits} == {
+            local_worker_limit(budget, gpu=True)
+        }
+        seen = executor.client.run(
+            lambda: (os.environ["CUDA_VISIBLE_DEVICES"], os.environ.get("CUDA_DEVICE_ORDER"))
+        )
+        assert list(seen.values()) == [("0", GPU_WORKER_ENV["CUDA_DEVICE_ORDER"])]
         # dask-cuda's CPU affinity: the worker runs on the cores NVML names for its GPU
         # (within this process's own, which Linux intersects them with).
         from dask_cuda.utils import get_cpu_affinity  # noqa: PLC0415
