@@ -544,7 +544,8 @@ def _plan(args: argparse.Namespace) -> int:
         "predicted": predicted,
     }
     if args.device_memory is not None:
-        summary["device"] = _device_summary(plan, args.device_memory)
+        transposed = bool(spec.transpose_a or spec.transpose_b)
+        summary["device"] = _device_summary(plan, args.device_memory, transposed)
     _print(summary, args.json, _format_plan)
     return 0
 
@@ -870,13 +871,19 @@ def _load(load: float | None) -> str:
     return "unknown" if load is None else f"{load:.1f}"
 
 
-def _device_summary(plan: Any, device_memory: int) -> dict[str, Any]:
-    """The device tiling of the plan's (largest) host tile and the job's predicted PCIe bytes."""
+def _device_summary(plan: Any, device_memory: int, transposed: bool) -> dict[str, Any]:
+    """The device tiling of the plan's (largest) host tile and the job's predicted PCIe bytes.
+
+    ``transposed``: an operand's panels reach the engine transposed (``--transpose-a/b``,
+    a Gram product), so its device plan keeps a scratch slice for them.
+    """
     from scheduler.device_plan import job_pcie_bytes, plan_device  # noqa: PLC0415
 
     p = plan.problem
-    device = plan_device(plan.tm, plan.tn, plan.tk, p.itemsize, device_memory, k=p.k)
-    pcie = job_pcie_bytes((t.shape for t in plan.tasks), plan.tk, p.k, p.itemsize, device_memory)
+    options = {"k": p.k, "transposed": transposed}
+    device = plan_device(plan.tm, plan.tn, plan.tk, p.itemsize, device_memory, **options)
+    shapes = (t.shape for t in plan.tasks)
+    pcie = job_pcie_bytes(shapes, plan.tk, p.k, p.itemsize, device_memory, transposed=transposed)
     return {**device.summary(), "pcie_bytes": pcie}
 
 

@@ -5,9 +5,11 @@ or zarr.  A host tile ``tm×tn`` (within the host budget) is multiplied by a
 GPU engine whose device memory may be smaller.  :func:`plan_device` chooses a
 device tiling ``(dm, dn, dk)`` whose device bytes::
 
-    w * (dm*dn + 2 * dk * (dm + dn))        (C tile, double-buffered panels)
+    w * (c*dm*dn + 2*dk*(dm + dn) + t*dk*max(dm, dn))
 
-fit the device budget:
+fit the device budget: ``c`` C buffers (1 resident, 2 sub-tiled: one is stored while the
+next is computed), two panel slots (double buffering) and, when an operand arrives
+transposed (``t = 1``), one slice of scratch it is copied into before a device transpose:
 
 * **resident** (preferred): ``dm = tm, dn = tn``.  ``C`` stays on the device
   across every k-panel and is copied back once; host panels deeper than
@@ -45,6 +47,9 @@ from scheduler.plan import mib, round_up, widest
 KERNEL_BLOCKS: dict[int, tuple[int, int, int]] = {4: (128, 128, 8), 8: (64, 64, 8), 16: (64, 64, 8)}
 #: Device panels in flight (one multiplied, one being copied).
 DEVICE_PANELS = 2
+#: Device C buffers of a sub-tiled host tile: one device tile's C is stored while the
+#: next one is loaded and multiplied (a resident tile has one).
+SUBTILE_C_BUFFERS = 2
 #: Slice depth a sub-tiling starts from before its sub-tiles are sized; the
 #: budget left over after sizing deepens it (up to the host panel depth).
 #: Every launch reads and writes its C tile in device memory: ``dk / w``
@@ -53,9 +58,15 @@ DEVICE_PANELS = 2
 SUBTILE_DK = 256
 
 
-def device_bytes(dm: int, dn: int, dk: int, itemsize: int) -> int:
-    """Device bytes of a ``dm×dn`` C tile with two ``dk``-deep panel slots."""
-    return itemsize * (dm * dn + DEVICE_PANELS * dk * (dm + dn))
+def device_bytes(
+    dm: int, dn: int, dk: int, itemsize: int, *, c_buffers: int = 1, transposed: bool = False
+) -> int:
+    """Device bytes of ``c_buffers`` ``dm×dn`` C tiles with two ``dk``-deep panel slots.
+
+    ``transposed`` adds the scratch slice a transposed operand is copied into.
+    """
+    scratch = dk * max(dm, dn) if transposed else 0
+    return itemsize * (c_buffers * dm * dn + DEVICE_PANELS * dk * (dm + dn) + scratch)
 
 
 def kernel_block(itemsize: int) -> tuple[int, int, int]:
@@ -83,6 +94,12 @@ class DevicePlan:
     dm: int
     dn: int
     dk: int
+    transposed: bool = False
+
+    @property
+    def c_buffers(self) -> int:
+        """Device C buffers: one resident, :data:`SUBTILE_C_BUFFERS` sub-tiled."""
+        return 1 if self.resident else SUBTILE_C_BUFFERS
 
     @property
     def resident(self) -> bool:
@@ -107,7 +124,14 @@ class DevicePlan:
     @property
     def device_bytes(self) -> int:
         """Device bytes the tiling needs (at most :attr:`budget_bytes`)."""
-        return device_bytes(self.dm, self.dn, self.dk, self.itemsize)
+        return device_bytes(
+            self.dm,
+            self.dn,
+            self.dk,
+            self.itemsize,
+            c_buffers=self.c_buffers,
+            transposed=self.transposed,
+        )
 
     @property
     def h2d_bytes(self) -> int:
@@ -147,6 +171,8 @@ class DevicePlan:
             "dk": self.dk,
             "device_tiles": [self.rows, self.cols],
             "device_bytes": self.device_bytes,
+            "c_buffers": self.c_buffers,
+            "transposed_scratch": self.transposed,
             "kernel_block": list(self.block),
             "h2d_bytes_per_tile": self.h2d_bytes,
             "d2h_bytes_per_tile": self.d2h_bytes,
@@ -163,6 +189,7 @@ def plan_device(
     *,
     k: int | None = None,
     block: tuple[int, int, int] | None = None,
+    transposed: bool = False,
 ) -> DevicePlan:
     """Choose the device tiling of a ``tm×tn`` host tile with ``tk``-deep host panels.
 
@@ -181,12 +208,16 @@ def plan_device(
         (one panel) when None.  Only the predicted PCIe bytes use it.
     block
         Kernel block tile ``(bm, bn, bk)``; :func:`kernel_block` when None.
+    transposed
+        An operand arrives transposed (a strided view whose rows are the panel's
+        columns): its slices go through a device scratch slice (:func:`device_bytes`).
 
     Returns
     -------
     DevicePlan
-        Resident when ``w*(tm*tn + 2*min(tk, bk)*(tm + tn))`` fits, with the
-        deepest slices that fit; otherwise the largest square-ish sub-tiles.
+        Resident when one C tile with ``min(tk, bk)``-deep slices fits, with the
+        deepest slices that fit; otherwise the sub-tiles (two C buffers) that
+        move the fewest bytes.
 
     Raises
     ------
@@ -205,31 +236,47 @@ def plan_device(
     if min(bm, bn, bk) < 1:
         raise InputError(f"kernel block = {(bm, bn, bk)}: every size must be >= 1")
     elements = budget_bytes // itemsize
+    scratch = 1 if transposed else 0
+
+    def per_k(dm: int, dn: int) -> int:
+        """Elements per unit of slice depth: the panel slots and the transpose scratch."""
+        return DEVICE_PANELS * (dm + dn) + scratch * max(dm, dn)
+
+    def c_buffers(dm: int, dn: int) -> int:
+        return 1 if dm >= tm and dn >= tn else SUBTILE_C_BUFFERS
 
     def fits(dm: int, dn: int, dk: int) -> bool:
-        return dm * dn + DEVICE_PANELS * dk * (dm + dn) <= elements
+        return c_buffers(dm, dn) * dm * dn + dk * per_k(dm, dn) <= elements
 
     def deepest(dm: int, dn: int) -> int:
-        """Deepest slice that fits beside a ``dm×dn`` C tile (0 if none)."""
-        room = (elements - dm * dn) // (DEVICE_PANELS * (dm + dn))
+        """Deepest slice that fits beside the ``dm×dn`` C buffers (0 if none)."""
+        room = (elements - c_buffers(dm, dn) * dm * dn) // per_k(dm, dn)
         return tk if room >= tk else _round_down(room, bk)
 
     def plan(dm: int, dn: int, dk: int) -> DevicePlan:
-        return DevicePlan(tm, tn, tk, k, itemsize, budget_bytes, (bm, bn, bk), dm, dn, dk)
+        return DevicePlan(
+            tm, tn, tk, k, itemsize, budget_bytes, (bm, bn, bk), dm, dn, dk, transposed
+        )
 
     if fits(tm, tn, min(tk, bk)):
         return plan(tm, tn, deepest(tm, tn))
 
     small_m, small_n, small_k = min(tm, bm), min(tn, bn), min(tk, bk)
     if not fits(small_m, small_n, small_k):
-        needed = device_bytes(small_m, small_n, small_k, itemsize)
-        whole = device_bytes(tm, tn, small_k, itemsize)
+        small_c = c_buffers(small_m, small_n)
+        needed = device_bytes(
+            small_m, small_n, small_k, itemsize, c_buffers=small_c, transposed=transposed
+        )
+        whole = device_bytes(tm, tn, small_k, itemsize, transposed=transposed)
+        extra = f" + {small_k}*{max(small_m, small_n)}" if transposed else ""
+        buffers = f"{small_c}*" if small_c > 1 else ""
         raise BudgetError(
             f"device budget of {budget_bytes} bytes ({mib(budget_bytes)}) is too small: the "
             f"smallest device tile, {small_m}x{small_n} with {small_k}-deep double-buffered "
-            f"panels, needs {needed} bytes ({mib(needed)}) = {itemsize}*({small_m}*{small_n} "
-            f"+ 2*{small_k}*({small_m}+{small_n})); the whole {tm}x{tn} host tile would need "
-            f"{whole} bytes ({mib(whole)}); raise the device memory (--device-memory)"
+            f"panels, needs {needed} bytes ({mib(needed)}) = {itemsize}*({buffers}{small_m}*"
+            f"{small_n} + 2*{small_k}*({small_m}+{small_n}){extra}); the whole {tm}x{tn} host "
+            f"tile would need {whole} bytes ({mib(whole)}); raise the device memory "
+            "(--device-memory)"
         )
     # Slices start SUBTILE_DK deep (shallower if even the smallest tile needs it).
     dk = min(tk, max(small_k, _round_down(SUBTILE_DK, bk)))
@@ -261,6 +308,7 @@ def job_pcie_bytes(
     itemsize: int,
     budget_bytes: int,
     block: tuple[int, int, int] | None = None,
+    transposed: bool = False,
 ) -> int:
     """Predicted PCIe bytes of a whole job: :attr:`DevicePlan.pcie_bytes` over its host tiles."""
     cache: dict[tuple[int, int], int] = {}
@@ -269,7 +317,9 @@ def job_pcie_bytes(
         if tm < 1 or tn < 1:
             continue
         if (tm, tn) not in cache:
-            device = plan_device(tm, tn, tk, itemsize, budget_bytes, k=k, block=block)
+            device = plan_device(
+                tm, tn, tk, itemsize, budget_bytes, k=k, block=block, transposed=transposed
+            )
             cache[(tm, tn)] = device.pcie_bytes
         total += cache[(tm, tn)]
     return total

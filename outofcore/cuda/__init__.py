@@ -122,7 +122,8 @@ def gemm(
         ``__cuda_array_interface__`` (CuPy, ...), or numpy arrays, which are
         copied to the device (and ``c`` back into place).
     accumulate
-        Add to ``c`` when true; overwrite it when false.
+        Add to ``c`` when true; overwrite it when false.  With ``k == 0`` nothing
+        is launched: ``c`` is set to zero, or left as it is when accumulating.
     stream
         numba stream to run on; 0 is the default stream.  Host ``c`` is
         complete when this returns; device ``c`` once ``stream`` is done.
@@ -147,7 +148,7 @@ def gemm(
     operands = {}
     for name, x in (("a", a), ("b", b), ("c", c)):
         operands[name] = _as_operand(name, x, cuda)
-    check_operands(*(arr for arr, _ in operands.values()))
+    _, _, k = check_operands(*(arr for arr, _ in operands.values()))
     for name, (arr, on_device) in operands.items():
         if not _is_c_contiguous(arr, on_device):
             raise InputError(
@@ -158,6 +159,14 @@ def gemm(
         params.check()
     m, n = operands["c"][0].shape
     if m == 0 or n == 0:
+        return c
+    if k == 0:  # a @ b is zero: no launch, no copy, no slice of an empty device array
+        if not accumulate:
+            c_arr, c_on_device = operands["c"]
+            if c_on_device:
+                kernels.zero(c_arr, stream)
+            else:
+                c_arr[...] = 0
         return c
 
     def to_device(name: str, copy: bool = True):

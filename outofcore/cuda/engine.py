@@ -1,14 +1,17 @@
 """The CUDA tile engine: host tiles stream through device memory in device tiles.
 
-One :class:`CudaEngine` per worker thread owns three streams (operand copies,
-``C`` copies, compute), two device panel slots (double buffering), a device
-``C`` buffer, a pinned host ``C`` buffer and a small ring of pinned staging
-buffers (:mod:`outofcore.cuda.buffers`); all are allocated once and grown when a
-larger tile arrives.
+One :class:`CudaEngine` per worker thread owns four non-blocking streams (operand
+copies, compute, and one per device ``C`` buffer), two device panel slots (double
+buffering), two device ``C`` buffers, a device scratch slice for transposed
+operands, a pinned host ``C`` buffer, a pool of pinned panel blocks and a small
+ring of pinned staging buffers (:mod:`outofcore.cuda.buffers`); all are allocated
+once and grown when a larger tile arrives.
 
 The device tiling of each host tile comes from :func:`scheduler.device_plan.plan_device`
-with the engine's device budget: the smaller of ``fraction`` of the free device
-memory (measured once, when the engine is made) and the job's setting
+with the engine's device budget: the smaller of its share of the process's device
+budget (:class:`DeviceShare`: ``fraction`` of the free device memory, measured
+when the first engine on the device is made, divided among the engines alive on
+it, one per task thread) and the job's setting
 (:meth:`CudaEngine.set_device_memory`, ``--device-memory``).
 
 **Resident** (the whole host tile fits): ``C`` stays on the device across all
@@ -21,34 +24,52 @@ and ``finish_tile`` copies ``C`` back once.
 
 **Sub-tiled** (it does not fit): the host accumulator is pinned host memory,
 laid out device tile by device tile (each one contiguous, so every ``C`` copy
-is one DMA).  For each host panel and each device tile::
+is one DMA).  Device tiles alternate between two device ``C`` buffers, each with
+its own stream, so one tile's store and the next one's load overlap the kernels.
+For each host panel and each device tile ``i`` (buffer ``j = i % 2``)::
 
-    C stream:        [H2D C_sub, unless first panel] -> record(C ready)
-    compute stream:  wait(C ready), then the slices as above -> record(C done)
-    C stream:        wait(C done) -> D2H C_sub
+    C stream j:      [H2D C_sub, unless first panel] -> record(C ready j)
+    compute stream:  wait(C ready j), then the slices as above -> record(C done j)
+    C stream j:      wait(C done j) -> D2H C_sub
+
+The same device tile always uses the same buffer and stream, so its load of the
+next panel follows its store of this one; a buffer's next load follows its store.
 
 ``finish_tile`` rearranges the accumulator into a row-major tile, one strip of
 device-tile rows at a time.
 
 Either way ``accumulate`` returns once the copies that read the host panels
 are done, so the caller may decode the next panel into the same buffers while
-kernels still run.  Host views that are not contiguous (an ``A`` slice
-shallower than its panel, a ``B`` slice narrower than its tile) are packed
-through the staging ring.  The first panel of a tile overwrites ``C`` (no
-memset); a tile with no panel is zero.
+kernels still run.  Host views that are not contiguous are not packed on the host
+(:func:`outofcore.cuda.buffers.copy_to_device`): a slice shallower than its panel or
+narrower than its tile is one 2-D copy, a transposed panel (``--transpose-a``, a
+Gram tile) a 2-D copy of its transpose and a transpose kernel.  The first panel
+of a tile overwrites ``C`` (no memset); a tile with no panel is zero.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda
 
-from outofcore.cuda import DEVICE_FRACTION, is_available
-from outofcore.cuda.buffers import DeviceBuffer, PanelSlot, PinnedBuffer, Stager
+from outofcore.cuda import DEVICE_FRACTION, is_available, simulator_enabled
+from outofcore.cuda.buffers import (
+    DeviceBuffer,
+    PanelSlot,
+    PinnedBuffer,
+    PinnedPool,
+    Stager,
+    copy_to_device,
+    layout,
+    make_stream,
+)
 from outofcore.cuda.kernels import PRODUCTION, TileParams, launch
 from outofcore.dtypes import COMPUTE_DTYPES
 from outofcore.errors import BackendError, InputError
@@ -65,6 +86,38 @@ def free_device_bytes() -> int:
 
         return int(psutil.virtual_memory().available)
     return int(free)
+
+
+class DeviceShare:
+    """One device budget per process and device, divided among the engines alive on it.
+
+    The budget is ``fraction`` of the device's free memory when the first engine on
+    the device is made; every engine made later on the same device in this process
+    (another task thread's) joins it, and each gets an equal share.  An engine
+    that is garbage-collected leaves, and the others' shares grow again.
+    """
+
+    _lock = threading.Lock()
+    _shares: dict[int, DeviceShare] = {}
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.engines: weakref.WeakSet = weakref.WeakSet()
+
+    @classmethod
+    def join(cls, engine: object, fraction: float) -> DeviceShare:
+        """Add ``engine`` to the share of the current device (measured if it is the first)."""
+        device = 0 if simulator_enabled() else int(cuda.get_current_device().id)
+        with cls._lock:
+            share = cls._shares.get(device)
+            if share is None or not share.engines:  # none alive: measure the device anew
+                share = cls._shares[device] = cls(max(1, int(free_device_bytes() * fraction)))
+            share.engines.add(engine)
+        return share
+
+    def per_engine(self) -> int:
+        """Device bytes of one engine's share."""
+        return max(1, self.total // max(1, len(self.engines)))
 
 
 def _import_cupy():
@@ -87,6 +140,7 @@ class _Tile:
     dtype: np.dtype
     plan: DevicePlan | None = None
     fresh: bool = True  # no panel multiplied yet
+    subtile: int = 0  # device tiles begun (sub-tiled): picks the C buffer
     host: np.ndarray | None = None  # sub-tiled: the flat pinned accumulator
 
 
@@ -102,7 +156,8 @@ class CudaEngine:
         per dtype when None.  Tests under the simulator pass tiny ones.  Their
         block tile also sets the device tiling's granularity.
     fraction
-        Share of the device's free memory (measured now) the engine may use.
+        Share of the device's free memory the engines of this process may use
+        together (:class:`DeviceShare`; the first engine on the device sets it).
     device_memory
         A further limit in bytes (``--device-memory``); see :meth:`set_device_memory`.
 
@@ -114,6 +169,9 @@ class CudaEngine:
     transfer_bytes
         ``{"h2d": ..., "d2h": ...}``: bytes the current (or last) tile moved
         across PCIe so far.
+    copy_layouts
+        How many operand slices went to the device in each way
+        (:func:`outofcore.cuda.buffers.layout`), over the engine's life.
     """
 
     #: The whole tile comes back from the device at :meth:`finish_tile`; a device
@@ -139,30 +197,32 @@ class CudaEngine:
         if params is not None:
             params.check()
         self._params = params
-        self._device_budget = max(1, int(free_device_bytes() * fraction))
+        self._share = DeviceShare.join(self, fraction)
         self._limit: int | None = None
         self._panel_depth: int | None = None
         self.set_device_memory(device_memory)
-        self._copy_stream = cuda.stream()
-        self._c_stream = cuda.stream()
-        self._compute_stream = cuda.stream()
+        self._copy_stream = make_stream()
+        self._compute_stream = make_stream()
+        self._c_streams = (make_stream(), make_stream())
         self._slots = (PanelSlot(), PanelSlot())
         self._next_slot = 0
-        self._c_dev = DeviceBuffer()
-        self._c_ready = cuda.event()
-        self._c_done = cuda.event()
+        self._c_dev = (DeviceBuffer(), DeviceBuffer())
+        self._c_ready = (cuda.event(), cuda.event())
+        self._c_done = (cuda.event(), cuda.event())
+        self._scratch = DeviceBuffer()
         self._c_host = PinnedBuffer()
+        self._pool = PinnedPool()
         self._stager = Stager()
         self._tile: _Tile | None = None
         self.device_plan: DevicePlan | None = None
         self.transfer_bytes = {"h2d": 0, "d2h": 0}
+        self.copy_layouts: Counter[str] = Counter()
 
     @property
     def budget_bytes(self) -> int:
-        """Device bytes a tile may use: the measured budget, capped by the setting."""
-        if self._limit is None:
-            return self._device_budget
-        return min(self._device_budget, self._limit)
+        """Device bytes a tile may use: this engine's share, capped by the setting."""
+        share = self._share.per_engine()
+        return share if self._limit is None else min(share, self._limit)
 
     def set_device_memory(self, device_memory: int | None) -> None:
         """Cap the device bytes of the following tiles at ``device_memory`` (None: no cap).
@@ -201,8 +261,13 @@ class CudaEngine:
         self._panel_depth = panel_depth
 
     def host_buffer(self, size: int, dtype: np.dtype) -> np.ndarray:
-        """Return a flat pinned host array of ``size`` elements to decode panels into."""
-        return cuda.pinned_array(int(size), dtype=np.dtype(dtype))
+        """Return a flat pinned host array of ``size`` elements to decode panels into.
+
+        It comes from the engine's pool (:class:`outofcore.cuda.buffers.PinnedPool`) and
+        goes back to it when the array and every view of it are gone.
+        """
+        dtype = np.dtype(dtype)
+        return self._pool.take(int(size) * dtype.itemsize).view(dtype)
 
     def start_tile(self, shape: tuple[int, int], dtype: np.dtype) -> None:
         """Begin a tile of ``shape``; the accumulator starts at zero."""
@@ -237,20 +302,25 @@ class CudaEngine:
         if depth == 0 or m == 0 or n == 0:
             return
         if tile.plan is None:  # the job's panel depth (else this first panel's) bounds the slices
-            tile.plan = self.device_plan = self._plan(tile, max(depth, self._panel_depth or 0))
+            transposed = "columns" in (layout(a_panel), layout(b_panel))
+            depth_bound = max(depth, self._panel_depth or 0)
+            tile.plan = self.device_plan = self._plan(tile, depth_bound, transposed)
+            self._fit_device_buffers(tile.plan)
         plan = tile.plan
         last = None
         for r0, r1, c0, c1 in plan.subtiles():
-            c = self._c_dev.view((r1 - r0, c1 - c0), dtype, before_grow=self._synchronize)
+            which = tile.subtile % 2 if not plan.resident else 0
+            tile.subtile += 1
+            c = self._c_dev[which].view((r1 - r0, c1 - c0), dtype, before_grow=self._synchronize)
             if not plan.resident:
-                self._begin_subtile(tile, c, r0, c0)
+                self._begin_subtile(tile, c, r0, c0, which)
             for d0 in range(0, depth, plan.dk):
                 d1 = min(depth, d0 + plan.dk)
                 last = self._slice(
                     a_panel[r0:r1, d0:d1], b_panel[d0:d1, c0:c1], c, not (tile.fresh and d0 == 0)
                 )
             if not plan.resident:
-                self._end_subtile(tile, c, r0, c0)
+                self._end_subtile(tile, c, r0, c0, which)
         tile.fresh = False
         last.copied.synchronize()  # every host panel read is done: the caller may reuse them
 
@@ -275,12 +345,13 @@ class CudaEngine:
         plan = tile.plan
         if plan.resident:
             out = self._c_host.view(m * n, dtype).reshape(m, n)
-            c = self._c_dev.view((m, n), dtype)
+            c = self._c_dev[0].view((m, n), dtype)
             c.copy_to_host(out, stream=self._compute_stream)
             self.transfer_bytes["d2h"] += out.nbytes
             self._compute_stream.synchronize()
             return out
-        self._c_stream.synchronize()  # every store has landed in the accumulator
+        for stream in self._c_streams:  # every store has landed in the accumulator
+            stream.synchronize()
         flat = tile.host
         if plan.cols > 1:  # device tile order -> row-major, one strip of rows at a time
             for r0 in range(0, m, plan.dm):
@@ -295,7 +366,7 @@ class CudaEngine:
         return flat.reshape(m, n)
 
     # -- internals ---------------------------------------------------------------------------
-    def _plan(self, tile: _Tile, depth: int) -> DevicePlan:
+    def _plan(self, tile: _Tile, depth: int, transposed: bool = False) -> DevicePlan:
         params = self._params or PRODUCTION[tile.dtype]
         m, n = tile.shape
         return plan_device(
@@ -305,7 +376,30 @@ class CudaEngine:
             tile.dtype.itemsize,
             self.budget_bytes,
             block=(params.bm, params.bn, params.bk),
+            transposed=transposed,
         )
+
+    def device_buffer_bytes(self) -> int:
+        """Device bytes the engine holds now (its buffers grow in 64 KiB steps)."""
+        buffers = [*self._c_dev, self._scratch]
+        buffers += [slot.a for slot in self._slots] + [slot.b for slot in self._slots]
+        return sum(buffer.nbytes for buffer in buffers)
+
+    def _fit_device_buffers(self, plan: DevicePlan) -> None:
+        """Free the device buffers when they hold more than ``plan``'s budget.
+
+        A smaller share (another thread's engine joined), a lower ``--device-memory``
+        or a mode that needs fewer buffers: the buffers are made again at their new
+        sizes, so the engine never holds more than the budget (up to the 64 KiB steps).
+        """
+        if self.device_buffer_bytes() <= plan.budget_bytes:
+            return
+        self._synchronize()
+        for buffer in (*self._c_dev, self._scratch):
+            buffer.free()
+        for slot in self._slots:
+            slot.a.free()
+            slot.b.free()
 
     def _slice(self, a: np.ndarray, b: np.ndarray, c, accumulate: bool) -> PanelSlot:
         """Copy one slice pair into the next slot and queue ``c (+)= a @ b`` behind it."""
@@ -326,30 +420,34 @@ class CudaEngine:
         return slot
 
     def _to_device(self, src: np.ndarray, dst, stream) -> None:
-        if src.flags.c_contiguous:
-            dst.copy_to_device(src, stream=stream)
-        else:
-            self._stager.to_device(src, dst, stream)
+        kind = copy_to_device(src, dst, stream, scratch=self._scratch, stager=self._stager)
+        self.copy_layouts[kind] += 1
         self.transfer_bytes["h2d"] += src.nbytes
 
-    def _begin_subtile(self, tile: _Tile, c, r0: int, c0: int) -> None:
-        """Load ``C_sub`` (after the first panel); its kernels wait for that and the last store."""
+    def _begin_subtile(self, tile: _Tile, c, r0: int, c0: int, which: int) -> None:
+        """Load ``C_sub`` into buffer ``which`` (after the first panel).
+
+        Its kernels wait for that load and for the last store from the same buffer,
+        both on the buffer's own stream.
+        """
         if tile.host is None:
             m, n = tile.shape
             tile.host = self._c_host.view(m * n, tile.dtype)
+        stream = self._c_streams[which]
         if not tile.fresh:
             block = self._block(tile, c.shape, r0, c0)
-            c.copy_to_device(block, stream=self._c_stream)
+            c.copy_to_device(block, stream=stream)
             self.transfer_bytes["h2d"] += block.nbytes
-        self._c_ready.record(self._c_stream)
-        self._c_ready.wait(self._compute_stream)
+        self._c_ready[which].record(stream)
+        self._c_ready[which].wait(self._compute_stream)
 
-    def _end_subtile(self, tile: _Tile, c, r0: int, c0: int) -> None:
-        """Store ``C_sub`` once its kernels are done."""
-        self._c_done.record(self._compute_stream)
-        self._c_done.wait(self._c_stream)
+    def _end_subtile(self, tile: _Tile, c, r0: int, c0: int, which: int) -> None:
+        """Store ``C_sub`` from buffer ``which`` once its kernels are done."""
+        stream = self._c_streams[which]
+        self._c_done[which].record(self._compute_stream)
+        self._c_done[which].wait(stream)
         block = self._block(tile, c.shape, r0, c0)
-        c.copy_to_host(block, stream=self._c_stream)
+        c.copy_to_host(block, stream=stream)
         self.transfer_bytes["d2h"] += block.nbytes
 
     @staticmethod
@@ -361,7 +459,7 @@ class CudaEngine:
         return tile.host[start : start + height * width].reshape(height, width)
 
     def _synchronize(self) -> None:
-        for stream in (self._copy_stream, self._c_stream, self._compute_stream):
+        for stream in (self._copy_stream, *self._c_streams, self._compute_stream):
             stream.synchronize()
 
     def _multiply(self, a_dev, b_dev, c_dev, accumulate: bool) -> None:
@@ -379,8 +477,9 @@ class CudaEngine:
         """Keep every buffer: pinned and device allocations are too slow to repeat per task."""
 
     def kept_bytes(self) -> int:
-        """Pinned host bytes kept between tiles: the host ``C`` buffer and the staging ring."""
-        return self._c_host.nbytes + self._stager.nbytes
+        """Pinned host bytes kept between tiles: the host ``C`` buffer, the staging ring and
+        the pool's free panel blocks (blocks in use are the task's panels, counted there)."""
+        return self._c_host.nbytes + self._stager.nbytes + self._pool.free_bytes
 
     def _require_tile(self) -> _Tile:
         if self._tile is None:

@@ -10,12 +10,17 @@ Two kernels:
   tile into double-buffered shared memory.  A thread's rows (columns) are two
   runs of ``TM / 2`` (``TN / 2``): ``ty * TM/2 + i`` and ``BM/2 + ty * TM/2 + i``,
   so that a quarter-warp reads consecutive words with wide loads and no bank
-  conflict.
+  conflict.  A complex thread keeps the real and imaginary parts of its
+  micro-tile apart, in real registers: four real FMAs per complex
+  multiply-add.
 * :func:`build_reference_kernel` is the textbook one-output-per-thread kernel,
   kept simple and fixed: tests compare the tiled kernel with it.
 
 :func:`launch` and :func:`launch_reference` pick the grid and launch on device
 arrays that the caller has already checked (``outofcore.cuda.gemm`` checks).
+:func:`compile_options` is the one place that sets the tiled kernel's compile
+options, for ``cuda.jit`` here and for ``cuda.compile`` in
+:mod:`outofcore.cuda.report`: launch bounds that keep two blocks on an SM.
 
 Rules both follow: loads outside ``A`` or ``B`` write zeros, stores outside
 ``C`` are skipped, no thread leaves before a barrier, the ``k`` loop runs
@@ -34,12 +39,18 @@ from functools import cache
 import numpy as np
 from numba import cuda, uint32
 from numba.cuda import config as cuda_config
+from numba.cuda.cudadrv.driver import device_memset  # the simulator's, under NUMBA_ENABLE_CUDASIM
 
 from outofcore.errors import InputError
 from scheduler.device_plan import KERNEL_BLOCKS
 
 #: Largest grid extent along y (CUDA's limit); taller matrices take several launches.
 MAX_GRID_Y = 65535
+#: 32-bit registers of one SM (every architecture from sm_80 to sm_90).
+SM_REGISTERS = 65536
+#: Blocks of the tiled kernel that must fit on one SM at once (256 threads each in
+#: production: at most 128 registers per thread).
+BLOCKS_PER_SM = 2
 
 
 @dataclass(frozen=True)
@@ -108,12 +119,46 @@ def build_gemm_kernel(params: TileParams, dtype: np.dtype):
     device arrays of ``dtype``.  ``accumulate`` false overwrites ``c``.
     """
     params.check()
-    return cuda.jit(make_gemm_function(params, dtype))
+    # the simulator's cuda.jit takes no launch bounds (and has no registers to bound)
+    options = {} if cuda_config.ENABLE_CUDASIM else compile_options(params)
+    return cuda.jit(make_gemm_function(params, dtype), **options)
+
+
+def compile_options(params: TileParams) -> dict:
+    """Return the ``cuda.jit`` options of the tiled kernel; the one place they are set.
+
+    ``launch_bounds=(threads per block, BLOCKS_PER_SM)`` puts ``.maxntid`` and
+    ``.minnctapersm`` into the kernel, so that ptxas keeps each thread within
+    :func:`register_limit` registers (128 for the production 256 threads).
+    ``lto=True`` is numba-cuda's default where nvJitLink is installed (both
+    ``[cu12]`` and ``[cu13]`` install it), made explicit: the compile report
+    (``outofcore.cuda.report``) compiles with these options, LTO included, so
+    what it reports is what :func:`build_gemm_kernel` runs.
+    """
+    tx, ty = params.threads
+    return {"launch_bounds": (tx * ty, BLOCKS_PER_SM), "lto": True}
+
+
+def register_limit(params: TileParams) -> int:
+    """Return the registers per thread that let ``BLOCKS_PER_SM`` blocks share an SM.
+
+    ``SM_REGISTERS / (BLOCKS_PER_SM * threads)``, at most 255 (the
+    architecture's limit per thread): 128 for 256 threads.
+    """
+    tx, ty = params.threads
+    return min(255, SM_REGISTERS // (BLOCKS_PER_SM * tx * ty))
 
 
 def make_gemm_function(params: TileParams, dtype: np.dtype):
-    """Return the Python function of the tiled kernel (for ``cuda.jit`` or ``compile_ptx``)."""
+    """Return the Python function of the tiled kernel (for ``cuda.jit`` or ``cuda.compile``)."""
     dt = np.dtype(dtype).type
+    cplx = np.dtype(dtype).kind == "c"  # accumulate real and imaginary parts apart
+    rt = dt(0).real.dtype.type  # the real type of dt (dt itself for a real dtype)
+    # complex128 is tight at 128 registers (its accumulators alone take 64): it holds
+    # half of the next tile at a time (A's part stored halfway through the k-tile,
+    # then B's part fetched) and loads its A fragment one element per row (a
+    # complex128 is one 128-bit load anyway, so no load gets narrower)
+    tight = np.dtype(dtype).itemsize == 16
     bm, bn, bk, tm, tn = params.bm, params.bn, params.bk, params.tm, params.tn
     ntx, nty = params.threads
     nt = ntx * nty
@@ -131,6 +176,7 @@ def make_gemm_function(params: TileParams, dtype: np.dtype):
     one = u(1)
     a_buf, b_buf = u(bk * bm), u(bk * bn)  # elements per shared buffer
     a_len, b_len = 2 * bk * bm, 2 * bk * bn
+    khalf = bk // 2  # where a tight kernel swaps A's prefetch for B's
     align = None if cuda_config.ENABLE_CUDASIM else 16  # 16 bytes: wide shared loads
 
     def gemm_tiled(a, b, c, accumulate):
@@ -146,14 +192,17 @@ def make_gemm_function(params: TileParams, dtype: np.dtype):
         # two buffers each: A transposed (bk rows of bm), B (bk rows of bn)
         a_sh = cuda.shared.array(a_len, dt, alignment=align)
         b_sh = cuda.shared.array(b_len, dt, alignment=align)
-        acc = cuda.local.array((tm, tn), dt)
+        acc = cuda.local.array((tm, tn), rt)  # real parts, for a complex dtype
+        acc_im = cuda.local.array((tm, tn) if cplx else (1, 1), rt)
         a_frag = cuda.local.array(tm, dt)
         b_frag = cuda.local.array(tn, dt)
         a_next = cuda.local.array(a_run, dt)
         b_next = cuda.local.array(b_run, dt)
         for i in range(tm):
             for j in range(tn):
-                acc[i, j] = dt(0)
+                acc[i, j] = rt(0)
+                if cplx:
+                    acc_im[i, j] = rt(0)
 
         # this thread loads A[a_row, k0+a_c : +a_run] and B[k0+b_r, b_col : +b_run]
         a_r = u((tid * ua_run) // ubk)
@@ -185,47 +234,70 @@ def make_gemm_function(params: TileParams, dtype: np.dtype):
         while kt < ktiles:  # ceil(k / bk) steps, whatever the grid
             cur = u(kt & one)
             kt = u(kt + one)
-            if kt < ktiles:  # uniform across the block: fetch tile kt into registers
-                k0 = u(kt * ubk)
-                for p in range(a_run):
-                    kc = u(k0 + a_c + u(p))
-                    a_next[p] = a[a_row, kc] if a_row < m and kc < k else dt(0)
+            # Fetch tile kt into registers, and store it into the other buffer (which
+            # no thread reads before the next barrier).  Past the last tile (kt ==
+            # ktiles) every k index is >= k: nothing is read and zeros are stored.
+            # No branch around it, which lets ptxas schedule the loop as one block.
+            k0 = u(kt * ubk)
+            for p in range(a_run):
+                kc = u(k0 + a_c + u(p))
+                a_next[p] = a[a_row, kc] if a_row < m and kc < k else dt(0)
+            if not tight:
                 kr = u(k0 + b_r)
                 for p in range(b_run):
                     bc = u(b_col + u(p))
                     b_next[p] = b[kr, bc] if kr < k and bc < n else dt(0)
+            nxt = u(one - cur)
             a_cur = u(cur * a_buf + a_ld)
             b_cur = u(cur * b_buf + b_ld)
             for kk in range(bk):  # written out by _unroll_loop
                 a_kk = a_cur + u(kk) * ubm
                 b_kk = b_cur + u(kk) * ubn
-                for i in range(hm):
-                    a_frag[i] = a_sh[a_kk + u(i)]
-                    a_frag[hm + i] = a_sh[a_kk + uhbm + u(i)]
+                if tight and kk == khalf:
+                    for p in range(a_run):
+                        a_sh[nxt * a_buf + a_st + u(p) * ubm] = a_next[p]
+                    kr = u(k0 + b_r)
+                    for p in range(b_run):
+                        bc = u(b_col + u(p))
+                        b_next[p] = b[kr, bc] if kr < k and bc < n else dt(0)
+                if not tight:
+                    for i in range(hm):
+                        a_frag[i] = a_sh[a_kk + u(i)]
+                        a_frag[hm + i] = a_sh[a_kk + uhbm + u(i)]
                 for j in range(hn):
                     b_frag[j] = b_sh[b_kk + u(j)]
                     b_frag[hn + j] = b_sh[b_kk + uhbn + u(j)]
                 for i in range(tm):
+                    if tight:
+                        a_frag[i] = a_sh[a_kk + u(i // hm) * uhbm + u(i % hm)]
                     for j in range(tn):
-                        acc[i, j] += a_frag[i] * b_frag[j]
-            if kt < ktiles:
-                nxt = u(one - cur)
+                        if cplx:  # four real FMAs, not a complex multiply and add
+                            x = a_frag[i]
+                            y = b_frag[j]
+                            acc[i, j] += x.real * y.real
+                            acc[i, j] -= x.imag * y.imag
+                            acc_im[i, j] += x.real * y.imag
+                            acc_im[i, j] += x.imag * y.real
+                        else:
+                            acc[i, j] += a_frag[i] * b_frag[j]
+            if not tight:
                 for p in range(a_run):
                     a_sh[nxt * a_buf + a_st + u(p) * ubm] = a_next[p]
-                for p in range(b_run):
-                    b_sh[nxt * b_buf + b_st + u(p)] = b_next[p]
+            for p in range(b_run):
+                b_sh[nxt * b_buf + b_st + u(p)] = b_next[p]
             cuda.syncthreads()
 
         for i in range(tm):
-            r = row0 + u(i // hm) * uhbm + a_ld + u(i % hm)
+            r = u(row0 + u(i // hm) * uhbm + a_ld + u(i % hm))  # 32-bit, like every index
             if r < m:
                 for j in range(tn):
-                    cc = col0 + u(j // hn) * uhbn + b_ld + u(j % hn)
+                    cc = u(col0 + u(j // hn) * uhbn + b_ld + u(j % hn))
                     if cc < n:
+                        value = dt(complex(acc[i, j], acc_im[i, j])) if cplx else acc[i, j]
                         if accumulate:
-                            c[r, cc] += acc[i, j]
+                            c[r, cc] += value
                         else:
-                            c[r, cc] = acc[i, j]
+                            c[r, cc] = value
 
     name = f"gemm_{np.dtype(dtype).name}_{bm}x{bn}x{bk}_{tm}x{tn}"
     return _unroll_loop(gemm_tiled, "kk", name)
@@ -292,15 +364,24 @@ def build_reference_kernel(dtype: np.dtype):
     return cuda.jit(gemm_reference)
 
 
+def zero(c, stream=0) -> None:
+    """Set the C-contiguous device array ``c`` to zero with a memset on ``stream``, no kernel."""
+    device_memset(c, 0, c.nbytes, stream=stream)
+
+
 def launch(a, b, c, accumulate: bool, stream=0, params: TileParams | None = None) -> None:
     """Run the tiled kernel: ``c += a @ b`` (or ``c = a @ b``) on checked device arrays.
+
+    A matrix taller than ``MAX_GRID_Y`` blocks takes one launch per slab of rows,
+    on slices of ``a`` and ``c``; a single slab gets the arrays as they are.  With
+    ``k == 0`` nothing is launched: ``c`` is zeroed (``accumulate`` false) or left.
 
     Parameters
     ----------
     a, b, c
         C-contiguous 2-D device arrays of one dtype (float32, float64, complex64
         or complex128),
-        ``(m, k)``, ``(k, n)`` and ``(m, n)`` with ``m, n >= 1``.
+        ``(m, k)``, ``(k, n)`` and ``(m, n)`` with ``m, n >= 1`` and ``k >= 0``.
     accumulate
         Add to ``c`` when true, overwrite it when false.
     stream
@@ -312,10 +393,18 @@ def launch(a, b, c, accumulate: bool, stream=0, params: TileParams | None = None
     params = params or PRODUCTION[dtype]
     kernel = build_gemm_kernel(params, dtype)
     m, n = c.shape
+    if a.shape[1] == 0:  # nothing to read; numba refuses slices of an empty device array
+        if not accumulate:
+            zero(c, stream)
+        return
+    cols = -(-n // params.bn)
     step = MAX_GRID_Y * params.bm
+    if m <= step:  # one slab: the arrays as they are
+        kernel[(cols, -(-m // params.bm)), params.threads, stream](a, b, c, bool(accumulate))
+        return
     for r0 in range(0, m, step):
         r1 = min(m, r0 + step)
-        grid = (-(-n // params.bn), -(-(r1 - r0) // params.bm))
+        grid = (cols, -(-(r1 - r0) // params.bm))
         kernel[grid, params.threads, stream](a[r0:r1], b, c[r0:r1], bool(accumulate))
 
 
@@ -327,3 +416,64 @@ def launch_reference(
     bx, by = block
     kernel = build_reference_kernel(np.dtype(c.dtype))
     kernel[(-(-m // bx), -(-n // by)), block, stream](a, b, c, bool(accumulate))
+
+
+#: Tile of the transpose kernel (``TRANSPOSE_TILE`` square, ``TRANSPOSE_ROWS`` rows of threads);
+#: smaller on the simulator, which runs one Python thread per CUDA thread.
+TRANSPOSE_TILE = 8 if cuda_config.ENABLE_CUDASIM else 32
+TRANSPOSE_ROWS = 2 if cuda_config.ENABLE_CUDASIM else 8
+
+
+@cache
+def build_transpose_kernel(dtype: np.dtype):
+    """Return the kernel ``transpose(src, dst)``: ``dst = src.T`` for 2-D device arrays.
+
+    A ``TRANSPOSE_TILE`` square of ``src`` goes through shared memory (one padding
+    column, so that the transposed reads hit distinct banks); both global reads
+    and writes run along rows.
+    """
+    return cuda.jit(make_transpose_function(dtype))
+
+
+def make_transpose_function(dtype: np.dtype):
+    """The Python function of the transpose kernel (for ``cuda.jit`` or ``compile_ptx``)."""
+    tile, rows = TRANSPOSE_TILE, TRANSPOSE_ROWS
+    padded = tile + 1  # a constant here: numba needs the shared array's shape as literals
+    element = numba_type(np.dtype(dtype))
+
+    def transpose(src, dst):
+        buf = cuda.shared.array((tile, padded), dtype=element)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        col = cuda.blockIdx.x * tile + tx
+        row = cuda.blockIdx.y * tile + ty
+        for j in range(0, tile, rows):
+            if row + j < src.shape[0] and col < src.shape[1]:
+                buf[ty + j, tx] = src[row + j, col]
+        cuda.syncthreads()
+        col = cuda.blockIdx.y * tile + tx
+        row = cuda.blockIdx.x * tile + ty
+        for j in range(0, tile, rows):
+            if row + j < dst.shape[0] and col < dst.shape[1]:
+                dst[row + j, col] = buf[tx, ty + j]
+
+    return transpose
+
+
+def numba_type(dtype: np.dtype):
+    """The numba scalar type of ``dtype`` (for shared arrays)."""
+    from numba import from_dtype  # noqa: PLC0415
+
+    return from_dtype(np.dtype(dtype))
+
+
+def launch_transpose(src, dst, stream=0) -> None:
+    """``dst = src.T`` on ``stream``: C-contiguous device arrays ``(r, c)`` and ``(c, r)``."""
+    r, c = src.shape
+    if dst.shape != (c, r):
+        raise InputError(f"transpose of a {r}x{c} array into {dst.shape}: need ({c}, {r})")
+    if r == 0 or c == 0:
+        return
+    tile = TRANSPOSE_TILE
+    kernel = build_transpose_kernel(np.dtype(src.dtype))
+    grid = (-(-c // tile), -(-r // tile))
+    kernel[grid, (tile, TRANSPOSE_ROWS), stream](src, dst)

@@ -2,13 +2,17 @@
 
 ``python -m outofcore.cuda.report [--json] [--arch sm_80 sm_90]`` compiles every
 kernel variant (float32, float64, complex64 and complex128, production tile
-parameters) to PTX with
-``numba.cuda.compile_ptx``, links it to a cubin per architecture with
-nvJitLink (whose info log gives registers, spills and shared memory), then
-disassembles the cubin with ``cuobjdump -sass`` and counts, in the inner loop,
-the FMA instructions against the shared-memory loads and against everything.
+parameters) as the runtime's ``cuda.jit`` does, with the same options
+(``outofcore.cuda.kernels.compile_options``: launch bounds of two blocks per
+SM, link-time optimisation): ``numba.cuda.compile`` makes LTO-IR (or PTX
+without LTO), nvJitLink links it to a cubin per architecture (its info log
+gives registers, spills and shared memory), then ``cuobjdump -sass``
+disassembles the cubin and the inner loop's FMA instructions are counted
+against its shared-memory loads and against everything.
 
-It exits 1 when a variant spills, does not compile for sm_90, a float32
+It exits 1 when a variant spills, uses more registers per thread than two of
+its blocks may share on one SM (128 for 256 threads:
+``kernels.register_limit``), does not compile for sm_90, a float32
 variant misses its targets (>= 8 FFMA per shared load, FFMA >= 75 % of the
 inner loop, no float64 instruction), or a complex64 loop has a float64
 instruction; 2 when the toolchain is not installed.
@@ -94,6 +98,8 @@ class VariantReport:
     stack_bytes: int = 0
     shared_bytes: int = 0
     local_bytes: int = 0
+    #: registers per thread allowed (``kernels.register_limit``); 0: not checked
+    max_registers: int = 0
     loop: LoopStats = field(default_factory=LoopStats)
     problems: list[str] = field(default_factory=list)
 
@@ -161,15 +167,21 @@ def _which(name: str) -> str | None:
     return shutil.which(name)
 
 
-def link_ptx(ptx: str, arch: str) -> tuple[bytes, str]:
-    """Link PTX to a cubin for ``arch`` with nvJitLink; return ``(cubin, info log)``."""
+def link(code: bytes, arch: str, lto: bool) -> tuple[bytes, str]:
+    """Link LTO-IR (``lto``) or PTX to a cubin for ``arch`` with nvJitLink.
+
+    The options numba-cuda's linker gives nvJitLink for a kernel: the
+    architecture, and ``-lto`` for LTO-IR.  Returns ``(cubin, info log)``.
+    """
     from cuda.bindings import nvjitlink  # noqa: PLC0415
 
-    handle = nvjitlink.create(2, [f"-arch={arch}", "-verbose"])
+    options = [f"-arch={arch}", "-verbose", *(["-lto"] if lto else [])]
+    handle = nvjitlink.create(len(options), options)
     try:
-        data = ptx.encode()
+        kind = nvjitlink.InputType.LTOIR if lto else nvjitlink.InputType.PTX
+        name = "kernel.ltoir" if lto else "kernel.ptx"
         try:
-            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+            nvjitlink.add_data(handle, kind, code, len(code), name)
             nvjitlink.complete(handle)
         except nvjitlink.nvJitLinkError as exc:
             size = nvjitlink.get_error_log_size(handle)
@@ -288,17 +300,27 @@ def report_variant(dtype: np.dtype, arch: str, params=None) -> VariantReport:
     """Compile one variant for ``arch`` (``"sm_90"``) and analyse it."""
     from numba import cuda  # noqa: PLC0415
 
-    from outofcore.cuda.kernels import PRODUCTION, make_gemm_function  # noqa: PLC0415
+    from outofcore.cuda import kernels  # noqa: PLC0415
 
     dtype = np.dtype(dtype)
-    params = params or PRODUCTION[dtype]
-    fn = make_gemm_function(params, dtype)
-    report = VariantReport(name=fn.__name__, dtype=dtype.name, arch=arch, params=asdict(params))
+    params = params or kernels.PRODUCTION[dtype]
+    fn = kernels.make_gemm_function(params, dtype)
+    report = VariantReport(
+        name=fn.__name__,
+        dtype=dtype.name,
+        arch=arch,
+        params=asdict(params),
+        max_registers=kernels.register_limit(params),
+    )
     cc = (int(arch[3:-1]), int(arch[-1]))
     sig = f"void({dtype.name}[:, ::1], {dtype.name}[:, ::1], {dtype.name}[:, ::1], boolean)"
+    options = kernels.compile_options(params)
+    lto = bool(options.pop("lto", False))  # cuda.jit's lto: LTO-IR linked with -lto
     try:
-        ptx, _ = cuda.compile_ptx(fn, sig, cc=cc)
-        cubin, log = link_ptx(ptx, arch)
+        code, _ = cuda.compile(
+            fn, sig, device=False, abi="numba", cc=cc, output="ltoir" if lto else "ptx", **options
+        )
+        cubin, log = link(bytes(code) if lto else code.encode(), arch, lto)
         sass = disassemble(cubin)
     except Exception as exc:  # report it, and let the caller decide
         report.error = f"{type(exc).__name__}: {exc}"
@@ -318,6 +340,11 @@ def check(report: VariantReport) -> None:
         report.problems.append(
             f"spills: {report.spill_stores} B stored, {report.spill_loads} B loaded, "
             f"{report.local_bytes} B local memory"
+        )
+    if report.max_registers and report.registers > report.max_registers:
+        report.problems.append(
+            f"{report.name} on {report.arch} uses {report.registers} registers per thread, "
+            f"over the limit of {report.max_registers} (two blocks per SM)"
         )
     if report.loop.fma == 0:
         report.problems.append("no FMA found in any loop")
@@ -389,7 +416,10 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(f"PROBLEM {p}")
         if not problems:
-            print("OK: no spills, every variant compiles for sm_90, float32 targets met")
+            print(
+                "OK: no spills, registers within the limits, every variant compiles for sm_90, "
+                "float32 targets met"
+            )
     return 1 if problems else 0
 
 

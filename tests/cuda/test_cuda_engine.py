@@ -224,10 +224,10 @@ def test_resident_with_host_panels_deeper_than_the_device_slices(dtype):
     [
         ((19, 23), [9, 5], np.float32, 1024, (3, 3), 4),  # A and B slices staged
         ((19, 23), [9, 9, 5], np.float32, 2000, (3, 3), 9),  # A slices are whole rows
-        ((19, 23), [9, 5], np.float64, 2000, (3, 3), 4),
+        ((19, 23), [9, 5], np.float64, 2600, (3, 3), 4),
         ((5, 23), [9, 3], np.float32, 800, (1, 3), 4),  # one row of device tiles
-        ((30, 7), [9, 9, 2], np.float64, 2500, (2, 1), 4),  # whole-width strips
-        ((17, 33), [6, 5], np.float32, 2600, (2, 3), 6),
+        ((30, 7), [9, 9, 2], np.float64, 2500, (4, 1), 4),  # whole-width strips
+        ((17, 33), [6, 5], np.float32, 3600, (2, 3), 6),
     ],
 )
 def test_sub_tiled(shape, widths, dtype, budget, grid, dk):
@@ -239,17 +239,155 @@ def test_sub_tiled(shape, widths, dtype, budget, grid, dk):
     check_transfers(engine, widths)
 
 
-def test_sub_tiled_through_a_small_staging_ring(monkeypatch):
-    """Parts of strided slices wrap around a ring of two 64-byte buffers."""
+def test_views_strided_both_ways_go_through_a_small_staging_ring():
+    """Only a view strided in both directions is packed on the host: here in parts that
+    wrap around a ring of two 64-byte buffers."""
     engine = fresh_engine(1024)
     engine._stager = buffers.Stager(buffers=2, nbytes=64)
-    assert_close(*run_tile(engine, (19, 23), [9, 5], np.float32, seed=8))
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((38, 18)).astype(np.float32)[::2, ::2]  # 19x9, every other one
+    b = rng.standard_normal((9, 23)).astype(np.float32)
+    assert buffers.layout(a) == "strided"
+    engine.start_tile((19, 23), np.float32)
+    engine.accumulate(a, b)
+    out = engine.finish_tile()
     assert not engine.device_plan.resident
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    assert engine.copy_layouts["strided"] > 0 and engine._stager.nbytes == 2 * 64
+
+
+def test_slices_and_transposed_panels_are_not_packed_on_the_host():
+    """Sub-tiled slices of contiguous panels are 2-D copies ("rows"); a transposed panel
+    (a Gram tile, --transpose-a) is a 2-D copy of its transpose and a device transpose
+    ("columns"); the staging ring is never used, and the products are right."""
+    engine = fresh_engine(1024 + 4 * 4 * 8)  # room for the transpose scratch slice too
+    rng = np.random.default_rng(21)
+    stored_a = [rng.standard_normal((9, 19)).astype(np.float32) for _ in range(2)]  # k x m
+    b = [rng.standard_normal((9, 23)).astype(np.float32) for _ in range(2)]
+    engine.start_tile((19, 23), np.float32)
+    for a_stored, b_panel in zip(stored_a, b, strict=True):
+        engine.accumulate(a_stored.T, b_panel)
+    out = engine.finish_tile()
+    plan = engine.device_plan
+    assert not plan.resident and plan.transposed and plan.device_bytes <= 1024 + 128
+    expected = sum(x.T.astype(np.float64) @ y for x, y in zip(stored_a, b, strict=True))
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    assert engine.copy_layouts["columns"] > 0 and engine.copy_layouts["rows"] > 0
+    assert engine.copy_layouts["strided"] == 0 and engine._stager.nbytes == 0
+    check_transfers(engine, [9, 9])
+
+
+@pytest.mark.parametrize(
+    ("view", "kind"),
+    [
+        (lambda x: x, "contiguous"),
+        (lambda x: x[:, 2:5], "rows"),
+        (lambda x: x[1:4, :1], "rows"),
+        (lambda x: x.T, "columns"),
+        (lambda x: x.T[:3, 1:], "columns"),
+        (lambda x: np.asfortranarray(x), "columns"),
+        (lambda x: x[::2, ::2], "strided"),
+        (lambda x: x[::-1], "strided"),
+    ],
+)
+def test_layout_of_host_views(view, kind):
+    x = np.arange(42, dtype=np.float64).reshape(6, 7)
+    assert buffers.layout(view(x)) == kind
+
+
+def test_two_c_buffers_alternate_between_device_tiles():
+    """Sub-tiled: consecutive device tiles use the other C buffer and its stream, and the
+    same device tile keeps its buffer from panel to panel (its load follows its store)."""
+    engine = fresh_engine(2000)
+    calls = []
+    for name in ("_begin_subtile", "_end_subtile"):
+        method = getattr(engine, name)
+
+        def logged(tile, c, r0, c0, which, _method=method, _name=name):
+            calls.append((_name, (r0, c0), which))
+            return _method(tile, c, r0, c0, which)
+
+        setattr(engine, name, logged)
+    assert_close(*run_tile(engine, (19, 23), [9, 9, 5], np.float32, seed=12))
+    plan = engine.device_plan
+    assert not plan.resident and plan.c_buffers == 2 and plan.rows * plan.cols == 9
+    begins = [(place, which) for name, place, which in calls if name == "_begin_subtile"]
+    ends = [(place, which) for name, place, which in calls if name == "_end_subtile"]
+    assert begins == ends  # each device tile is stored from the buffer it was loaded into
+    assert [which for _, which in begins] == [i % 2 for i in range(len(begins))]
+    assert len(begins) == 3 * 9
+    for i in range(1, len(begins)):  # consecutive device tiles: the other buffer...
+        assert begins[i][1] != begins[i - 1][1]
+    assert engine._c_dev[0].nbytes > 0 and engine._c_dev[1].nbytes > 0
+    assert engine._c_streams[0] is not engine._c_streams[1]
+
+
+def test_two_engines_in_two_threads_share_one_device_budget():
+    """Each task thread's engine gets an equal share of the process's device budget."""
+    import gc  # noqa: PLC0415
+
+    gc.collect()
+    made = []
+    threads = [
+        threading.Thread(target=lambda: made.append(CudaEngine("cuda", params=TINY)))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    first, second = made
+    share = first._share
+    assert second._share is share and len(share.engines) >= 2
+    assert first.budget_bytes == second.budget_bytes == share.total // len(share.engines)
+    assert first.budget_bytes + second.budget_bytes <= share.total
+    together = first.budget_bytes
+    made.clear()
+    del second
+    gc.collect()
+    assert first.budget_bytes > together  # the other engine is gone: a larger share
+
+
+def test_a_smaller_share_frees_device_buffers_that_no_longer_fit():
+    engine = fresh_engine()
+    run_tile(engine, (40, 40), [9], np.float32)
+    assert engine.device_plan.resident and engine.device_buffer_bytes() > 0
+    engine.set_device_memory(1024)
+    assert_close(*run_tile(engine, (19, 23), [9, 5], np.float32, seed=2))
+    assert engine.device_plan.budget_bytes == 1024
+    # The buffers were made again for the sub-tiled plan (in 64 KiB steps each).
+    assert engine.device_buffer_bytes() <= 7 * buffers.GROWTH
+
+
+def test_pinned_pool_reuses_blocks_across_tile_sizes():
+    engine = fresh_engine()
+    pool = engine._pool
+    first = engine.host_buffer(1000, np.float32)
+    address = first.__array_interface__["data"][0]
+    panel = first[:600].reshape(20, 30)  # a view the task keeps: the block stays busy
+    del first
+    second = engine.host_buffer(500, np.float32)
+    assert pool.allocations == 2 and second.__array_interface__["data"][0] != address
+    del panel, second
+    # A smaller tile (an edge tile) and then a float64 one reuse the first block.
+    smaller = engine.host_buffer(700, np.float32)
+    assert pool.allocations == 2
+    assert smaller.__array_interface__["data"][0] in {
+        address,
+        *(b.__array_interface__["data"][0] for b in pool._blocks),
+    }
+    del smaller
+    wider = engine.host_buffer(450, np.float64)
+    assert pool.allocations == 2 and wider.dtype == np.float64 and wider.shape == (450,)
+    assert engine.kept_bytes() >= pool.free_bytes > 0
+    del wider
+    assert pool.free_bytes == pool.nbytes == 4000 + 2000
 
 
 def test_sub_tiled_with_strided_panels():
-    """Panels that are not C-contiguous (a Fortran-ordered A, a transposed view of B)."""
-    engine = fresh_engine(2000)
+    """Panels that are not C-contiguous (a Fortran-ordered A, a transposed view of B):
+    both go through the device transpose, with its scratch slice in the budget."""
+    engine = fresh_engine(2600)
     rng = np.random.default_rng(5)
     a = [np.asfortranarray(rng.standard_normal((13, 6))) for _ in range(2)]
     b = [rng.standard_normal((11, 6)).T for _ in range(2)]
@@ -301,7 +439,8 @@ def test_sub_tiled_tile_without_panels_is_zero():
 def test_device_budget_below_one_block_is_a_clear_error():
     engine = fresh_engine(700)
     engine.start_tile((19, 23), np.float32)
-    with pytest.raises(BudgetError, match=r"device budget of 700 bytes .* needs 768 bytes"):
+    # Two 8x8 C buffers (sub-tiled) and two 4-deep panel slots: 4*(2*64 + 2*4*16) bytes.
+    with pytest.raises(BudgetError, match=r"device budget of 700 bytes .* needs 1024 bytes"):
         engine.accumulate(np.ones((19, 4), np.float32), np.ones((4, 23), np.float32))
 
 
@@ -378,7 +517,7 @@ def test_run_job_on_the_simulator_with_transposes_scales_and_dtypes(
     result = run_job(
         *paths,
         addend=str(tmp_path / "d.zarr"),
-        **{**SIMULATED_JOB, "device_memory": 4096},
+        **{**SIMULATED_JOB, "device_memory": 5120},
         **product,
     )
     assert len(result.plan.tasks) == 6  # 21x19 in 10x12 tiles

@@ -1,7 +1,9 @@
 """The numba CUDA GEMM kernels, run on numba's CUDA simulator (no GPU needed).
 
 The simulator runs one Python thread per CUDA thread, so the cases are tiny
-and most use tiny tile parameters; two cases run the production parameters.
+and most use tiny tile parameters; a few run the production parameters of
+each dtype.  The simulator lets a kernel slice empty device arrays, which numba
+refuses on a GPU: the launch tests record what the kernel receives instead.
 """
 
 from __future__ import annotations
@@ -93,6 +95,24 @@ def test_production_parameters(dtype, shape):
     assert_product(c, a, b, c0, accumulate=True)
 
 
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (67, 5, 9),  # two block rows, the second with 3 rows; two k-tiles, the second 1 deep
+        (5, 70, 17),  # two block columns, the second with 6 columns; three k-tiles
+    ],
+)
+def test_production_parameters_complex(dtype, shape):
+    """The complex kernels' real tile shape (64x64 blocks of 16x16 threads), ragged edges."""
+    params = PRODUCTION[np.dtype(dtype)]
+    assert (params.bm, params.bn, params.threads) == (64, 64, (16, 16))
+    a, b, c = operands(*shape, dtype, seed=3)
+    c[...] = np.nan + 1j * np.nan
+    ooc_cuda.gemm(a, b, c, accumulate=False)  # params=None: PRODUCTION[dtype]
+    assert_product(c, a, b, np.zeros_like(c), accumulate=False)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_accumulate_false_overwrites_even_nan(dtype):
     a, b, c = operands(9, 10, 6, dtype)
@@ -153,12 +173,94 @@ def test_tall_matrices_take_several_launches(monkeypatch):
     assert_product(c, a, b, c0, accumulate=True)
 
 
-def test_empty_shapes():
+class RecordingKernel:
+    """A compiled kernel that records each launch's configuration and arguments, then runs."""
+
+    def __init__(self, kernel, launches: list) -> None:
+        self.kernel = kernel
+        self.launches = launches
+
+    def __getitem__(self, config):
+        def run(*args):
+            self.launches.append((config, args))
+            self.kernel[config](*args)
+
+        return run
+
+
+@pytest.fixture
+def launches(monkeypatch) -> list:
+    """The launches of the tiled kernel in this test: ``[(config, args), ...]``."""
+    recorded: list = []
+    build = kernels.build_gemm_kernel
+    monkeypatch.setattr(
+        kernels,
+        "build_gemm_kernel",
+        lambda params, dtype: RecordingKernel(build(params, dtype), recorded),
+    )
+    return recorded
+
+
+def test_one_slab_launch_gets_the_arrays_as_they_are(launches):
+    """Below MAX_GRID_Y block rows ``launch`` passes its arrays unsliced (slices of an
+    empty device array fail on a GPU, not on the simulator)."""
+    a, b, c = operands(17, 5, 3, np.float32)
+    d_a, d_b, d_c = cuda.to_device(a), cuda.to_device(b), cuda.to_device(c)
+    kernels.launch(d_a, d_b, d_c, True, params=TINY)
+    [(config, args)] = launches
+    assert config[0] == (1, 3)  # ceil(5 / 8) block columns, ceil(17 / 8) block rows
+    assert args[0] is d_a and args[1] is d_b and args[2] is d_c
+    assert_product(d_c.copy_to_host(), a, b, c, accumulate=True)
+
+
+def test_tall_matrices_take_one_launch_per_slab(monkeypatch, launches):
+    monkeypatch.setattr(kernels, "MAX_GRID_Y", 2)  # slabs of 2 block rows (16 rows)
+    a, b, c = operands(37, 5, 3, np.float32)
+    d_a, d_b, d_c = cuda.to_device(a), cuda.to_device(b), cuda.to_device(c)
+    kernels.launch(d_a, d_b, d_c, True, params=TINY)
+    assert [cfg[0] for cfg, _ in launches] == [(1, 2), (1, 2), (1, 1)]
+    assert [args[0].shape for _, args in launches] == [(16, 3), (16, 3), (5, 3)]
+    assert [args[2].shape for _, args in launches] == [(16, 5), (16, 5), (5, 5)]
+    assert all(args[1] is d_b for _, args in launches)
+    assert_product(d_c.copy_to_host(), a, b, c, accumulate=True)
+
+
+def test_empty_shapes(launches):
     a, b, c = operands(0, 5, 3, np.float32)
     assert ooc_cuda.gemm(a, b, c, params=TINY) is c
     a, b, c = operands(4, 5, 0, np.float32)
     ooc_cuda.gemm(a, b, c, accumulate=False, params=TINY)
     np.testing.assert_array_equal(c, 0)
+    assert launches == []
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_k_zero_launches_nothing(dtype, launches):
+    """``a @ b`` with k = 0 is zero: no kernel runs, ``c`` is zeroed or left alone."""
+    a, b, c = operands(4, 5, 0, dtype)
+    c0 = c.copy()
+    assert ooc_cuda.gemm(a, b, c, params=TINY) is c  # host c, accumulate
+    np.testing.assert_array_equal(c, c0)
+    c[...] = np.nan
+    ooc_cuda.gemm(a, b, c, accumulate=False)  # host c, production parameters
+    np.testing.assert_array_equal(c, 0)
+
+    d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+    d_c = cuda.to_device(c0)
+    assert ooc_cuda.gemm(d_a, d_b, d_c, params=TINY) is d_c  # device c, accumulate
+    np.testing.assert_array_equal(d_c.copy_to_host(), c0)
+    d_c = cuda.to_device(np.full_like(c0, np.nan))
+    stream = cuda.stream()
+    ooc_cuda.gemm(d_a, d_b, d_c, accumulate=False, stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(d_c.copy_to_host(), 0)
+
+    d_c = cuda.to_device(c0)  # and launch itself, as the engine calls it
+    kernels.launch(d_a, d_b, d_c, True, params=TINY)
+    np.testing.assert_array_equal(d_c.copy_to_host(), c0)
+    kernels.launch(d_a, d_b, d_c, False)
+    np.testing.assert_array_equal(d_c.copy_to_host(), 0)
+    assert launches == []
 
 
 def test_is_available():
@@ -253,3 +355,12 @@ def test_production_parameters_are_valid():
         assert params.threads == (16, 16)
     assert PRODUCTION[np.dtype(np.float32)] == TileParams(128, 128, 8, 8, 8)
     assert PRODUCTION[np.dtype(np.float64)] == TileParams(64, 64, 8, 4, 4)
+
+
+def test_compile_options_keep_two_production_blocks_per_sm():
+    """Every production kernel is compiled for two 256-thread blocks per SM: 128 registers."""
+    for params in PRODUCTION.values():
+        options = kernels.compile_options(params)
+        assert options == {"launch_bounds": (256, kernels.BLOCKS_PER_SM), "lto": True}
+        assert kernels.register_limit(params) == 128 == 65536 // (2 * 256)
+    assert kernels.register_limit(TINY) == 255  # 16 threads: the per-thread maximum

@@ -81,7 +81,8 @@ def test_sub_tiled_just_below_the_resident_size():
 
 
 def test_square_host_tile_gets_square_device_tiles():
-    plan = plan_device(4096, 4096, 1024, 4, device_bytes(2048, 2048, 256, 4), k=8192)
+    budget = device_bytes(2048, 2048, 256, 4, c_buffers=2)  # sub-tiled: two C buffers
+    plan = plan_device(4096, 4096, 1024, 4, budget, k=8192)
     assert (plan.dm, plan.dn) == (2048, 2048) and plan.dk == 256
     assert (plan.rows, plan.cols) == (2, 2)
 
@@ -102,11 +103,15 @@ def test_block_multiples():
 
 
 def test_smallest_device_tile_that_does_not_fit_names_the_bytes():
-    needed = device_bytes(8, 8, 4, 4)  # 4 * (64 + 2*4*16) = 768
-    assert needed == 768
+    needed = device_bytes(8, 8, 4, 4, c_buffers=2)  # 4 * (2*64 + 2*4*16) = 1024
+    assert needed == 1024
     assert plan_device(19, 23, 9, 4, needed, block=(8, 8, 4)).dm == 8
-    with pytest.raises(BudgetError, match=r"device budget of 767 bytes .* needs 768 bytes"):
+    with pytest.raises(BudgetError, match=r"device budget of 1023 bytes .* needs 1024 bytes"):
         plan_device(19, 23, 9, 4, needed - 1, block=(8, 8, 4))
+    # A transposed operand's scratch slice: 4 * (2*64 + 2*4*16 + 4*8) = 1152.
+    with pytest.raises(BudgetError, match=r"needs 1152 bytes .* \+ 4\*8\)"):
+        plan_device(19, 23, 9, 4, 1151, block=(8, 8, 4), transposed=True)
+    assert plan_device(19, 23, 9, 4, 1152, block=(8, 8, 4), transposed=True).device_bytes == 1152
     with pytest.raises(BudgetError, match=r"128x128 with 8-deep .*\(--device-memory\)"):
         plan_device(4096, 4096, 1024, 4, 81_919)
 
@@ -153,22 +158,31 @@ blocks = st.tuples(st.integers(1, 16), st.integers(1, 16), st.integers(1, 8))
     itemsize=st.sampled_from([4, 8]),
     block=blocks,
     budget=st.integers(1, 2_000_000),
+    transposed=st.booleans(),
 )
-def test_properties(tm, tn, tk, panels, extra, itemsize, block, budget):
+def test_properties(tm, tn, tk, panels, extra, itemsize, block, budget, transposed):
     k = (panels - 1) * tk + min(tk, extra + 1)
     bm, bn, bk = block
-    smallest = device_bytes(min(tm, bm), min(tn, bn), min(tk, bk), itemsize)
+
+    def needs(dm: int, dn: int, dk: int) -> int:  # two C buffers unless resident
+        c_buffers = 1 if (dm, dn) == (tm, tn) else 2
+        return device_bytes(dm, dn, dk, itemsize, c_buffers=c_buffers, transposed=transposed)
+
+    smallest = needs(min(tm, bm), min(tn, bn), min(tk, bk))
+    options = {"k": k, "block": block, "transposed": transposed}
     if smallest > budget:
         with pytest.raises(BudgetError, match=f"needs {smallest} bytes"):
-            plan_device(tm, tn, tk, itemsize, budget, k=k, block=block)
+            plan_device(tm, tn, tk, itemsize, budget, **options)
         return
-    plan = plan_device(tm, tn, tk, itemsize, budget, k=k, block=block)
+    plan = plan_device(tm, tn, tk, itemsize, budget, **options)
     assert plan.device_bytes <= budget
+    assert plan.device_bytes == needs(plan.dm, plan.dn, plan.dk)
+    assert plan.c_buffers == (1 if plan.resident else 2)
     assert 1 <= plan.dm <= tm and 1 <= plan.dn <= tn and 1 <= plan.dk <= tk
     assert plan.dm % bm == 0 or plan.dm == tm
     assert plan.dn % bn == 0 or plan.dn == tn
     assert plan.dk % bk == 0 or plan.dk == tk
-    whole_fits = device_bytes(tm, tn, min(tk, bk), itemsize) <= budget
+    whole_fits = needs(tm, tn, min(tk, bk)) <= budget
     assert plan.resident == whole_fits
     # The device tiles cover the host tile exactly once.
     cover = np.zeros((tm, tn), dtype=np.int8)
@@ -183,7 +197,7 @@ def test_properties(tm, tn, tk, panels, extra, itemsize, block, budget):
         heights = sorted({*range(bm, tm, bm), tm})
         widths = sorted({*range(bn, tn, bn), tn})
         for dm in heights:
-            fitting = [dn for dn in widths if device_bytes(dm, dn, plan.dk, itemsize) <= budget]
+            fitting = [dn for dn in widths if needs(dm, dn, plan.dk) <= budget]
             if fitting:
                 assert ab_traffic(tm, tn, dm, fitting[-1]) >= best
 
@@ -200,13 +214,13 @@ def operands(tmp_path):
 
 
 def test_plan_shows_the_device_tiling(operands, capsys):
-    args = ["plan", *operands, "--memory", "2MiB", "--device-memory", "100KiB"]
+    args = ["plan", *operands, "--memory", "2MiB", "--device-memory", "120KiB"]
     assert cli.main([*args, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     device = summary["device"]
-    host = plan_device(*summary["tile"], summary["tk"], 4, 100 * 1024, k=500)
+    host = plan_device(*summary["tile"], summary["tk"], 4, 120 * 1024, k=500)
     assert device == {**host.summary(), "pcie_bytes": device["pcie_bytes"]}
-    assert device["mode"] == "sub-tiled" and device["device_bytes"] <= 100 * 1024
+    assert device["mode"] == "sub-tiled" and device["device_bytes"] <= 120 * 1024
     per_tile = device["pcie_bytes_per_tile"]
     assert per_tile < device["pcie_bytes"] <= summary["tiles"] * per_tile
     assert cli.main(args) == 0
@@ -236,3 +250,15 @@ def test_matmul_passes_the_device_memory_to_the_job(operands, monkeypatch, tmp_p
     assert seen["device_memory"] == 2 * 2**30
     assert cli.main(["matmul", *operands, "-o", out, "--json"]) == 0
     assert seen["device_memory"] is None
+
+
+def test_plan_of_a_transposed_product_keeps_the_scratch_slice(tmp_path, capsys):
+    """--transpose-a: the device plan holds the slice a transposed panel is copied into."""
+    a = str(tmp_path / "a.zarr")
+    zarr.create_array(a, shape=(500, 600), chunks=(100, 100), dtype="float32")
+    args = ["plan", a, a, "--transpose-a", "--memory", "2MiB", "--device-memory", "120KiB"]
+    assert cli.main([*args, "--json"]) == 0
+    device = json.loads(capsys.readouterr().out)["device"]
+    assert device["transposed_scratch"] is True and device["device_bytes"] <= 120 * 1024
+    plan = plan_device(*device["host_tile"], device["host_tk"], 4, 120 * 1024, transposed=True)
+    assert device["device_tile"] == [plan.dm, plan.dn] and device["dk"] == plan.dk

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -12,7 +14,7 @@ import pytest
 from outofcore.engines import CpuEngine, gemm_accumulate
 from scheduler.cluster import WORKER_OVERHEAD_BYTES
 from scheduler.plan import Problem, io_lower_bound
-from tests.helpers import load_benchmark
+from tests.helpers import ROOT, load_benchmark
 
 
 def test_compare_runs_numpy_and_outofcore_and_writes_json_and_png(tmp_path):
@@ -435,3 +437,19 @@ def test_task_memory_check_fails_a_kind_over_its_projection_and_a_wrong_output()
         )[0]
     )
     assert task_memory.check({**figures, "verified": False}, 50) == ["the output failed verify"]
+
+
+def test_host_packing_benchmark_compares_packing_with_the_2d_copy(tmp_path):
+    """benchmarks/host_packing.py on a small transposed panel: both figures, the ratio."""
+    out = tmp_path / "packing.json"
+    result = subprocess.run(
+        [sys.executable, "benchmarks/host_packing.py", "--rows", "2048", "--depth", "256",
+         "--repeats", "3", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
+    )  # fmt: skip
+    figures = json.loads(out.read_text())
+    assert figures["panel"] == [2048, 256] and figures["bytes"] == 2048 * 256 * 4
+    assert figures["packing_ms"] > 0 and figures["two_d_copy_host_ms"] > 0
+    assert figures["ratio"] == pytest.approx(figures["packing_ms"] / figures["two_d_copy_host_ms"])
+    assert result.returncode == (0 if figures["ratio"] >= 10 else 1), result.stdout
+    assert "less host time" in result.stdout
