@@ -117,7 +117,9 @@ class PinnedPool:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Re-entrant: pinning a block may run the garbage collector, whose finalizers
+        # give blocks back (_give_back) in this same thread.
+        self._lock = threading.RLock()
         self._blocks: list[np.ndarray] = []
         self._busy: set[int] = set()
         self.allocations = 0  # blocks pinned so far
@@ -223,11 +225,14 @@ def describe_2d_copy(src: np.ndarray, device_pointer: int):
     return copy
 
 
-def copy_to_device(src: np.ndarray, dst, stream, *, scratch, stager: Stager) -> str:
+def copy_to_device(
+    src: np.ndarray, dst, stream, *, scratch, stager: Stager, before_grow=None
+) -> str:
     """Copy the host view ``src`` into the C-contiguous device array ``dst`` on ``stream``.
 
     ``scratch`` is a :class:`DeviceBuffer` a ``"columns"`` view goes through (its
-    transpose lands there, then a kernel transposes it into ``dst``); ``stager``
+    transpose lands there, then a kernel transposes it into ``dst``; ``before_grow``
+    runs before it is made larger, as :meth:`DeviceBuffer.view` says); ``stager``
     packs a ``"strided"`` view.  Returns the layout (:func:`layout`).  ``src`` may be
     reused once the stream has passed these copies.
     """
@@ -238,7 +243,7 @@ def copy_to_device(src: np.ndarray, dst, stream, *, scratch, stager: Stager) -> 
         copy_rows_to_device(src, dst, stream)
     elif kind == "columns":
         rows, cols = src.shape
-        staged = scratch.view((cols, rows), src.dtype)
+        staged = scratch.view((cols, rows), src.dtype, before_grow=before_grow)
         copy_rows_to_device(src.T, staged, stream)
         launch_transpose(staged, dst, stream=stream)
     else:

@@ -61,6 +61,7 @@ from numba import cuda
 
 from outofcore.cuda import DEVICE_FRACTION, is_available, simulator_enabled
 from outofcore.cuda.buffers import (
+    GROWTH,
     DeviceBuffer,
     PanelSlot,
     PinnedBuffer,
@@ -140,7 +141,6 @@ class _Tile:
     dtype: np.dtype
     plan: DevicePlan | None = None
     fresh: bool = True  # no panel multiplied yet
-    subtile: int = 0  # device tiles begun (sub-tiled): picks the C buffer
     host: np.ndarray | None = None  # sub-tiled: the flat pinned accumulator
 
 
@@ -308,9 +308,10 @@ class CudaEngine:
             self._fit_device_buffers(tile.plan)
         plan = tile.plan
         last = None
-        for r0, r1, c0, c1 in plan.subtiles():
-            which = tile.subtile % 2 if not plan.resident else 0
-            tile.subtile += 1
+        for index, (r0, r1, c0, c1) in enumerate(plan.subtiles()):
+            # A device tile keeps its C buffer (and stream) from panel to panel: its load
+            # for this panel is ordered after its store of the last one on that stream.
+            which = index % 2 if not plan.resident else 0
             c = self._c_dev[which].view((r1 - r0, c1 - c0), dtype, before_grow=self._synchronize)
             if not plan.resident:
                 self._begin_subtile(tile, c, r0, c0, which)
@@ -392,8 +393,9 @@ class CudaEngine:
         or a mode that needs fewer buffers: the buffers are made again at their new
         sizes, so the engine never holds more than the budget (up to the 64 KiB steps).
         """
-        if self.device_buffer_bytes() <= plan.budget_bytes:
-            return
+        buffers = len(self._c_dev) + 1 + 2 * len(self._slots)
+        if self.device_buffer_bytes() <= plan.budget_bytes + buffers * GROWTH:
+            return  # within the budget, up to each buffer's last 64 KiB step
         self._synchronize()
         for buffer in (*self._c_dev, self._scratch):
             buffer.free()
@@ -420,7 +422,14 @@ class CudaEngine:
         return slot
 
     def _to_device(self, src: np.ndarray, dst, stream) -> None:
-        kind = copy_to_device(src, dst, stream, scratch=self._scratch, stager=self._stager)
+        kind = copy_to_device(
+            src,
+            dst,
+            stream,
+            scratch=self._scratch,
+            stager=self._stager,
+            before_grow=self._synchronize,
+        )
         self.copy_layouts[kind] += 1
         self.transfer_bytes["h2d"] += src.nbytes
 

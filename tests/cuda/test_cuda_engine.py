@@ -314,10 +314,16 @@ def test_two_c_buffers_alternate_between_device_tiles():
     begins = [(place, which) for name, place, which in calls if name == "_begin_subtile"]
     ends = [(place, which) for name, place, which in calls if name == "_end_subtile"]
     assert begins == ends  # each device tile is stored from the buffer it was loaded into
-    assert [which for _, which in begins] == [i % 2 for i in range(len(begins))]
-    assert len(begins) == 3 * 9
-    for i in range(1, len(begins)):  # consecutive device tiles: the other buffer...
-        assert begins[i][1] != begins[i - 1][1]
+    assert len(begins) == 3 * 9  # three panels of nine device tiles
+    # A device tile keeps its buffer (and so its stream) in every panel: its load of a
+    # panel is queued behind its own store of the one before, never on the other stream.
+    buffers_of = {}
+    for place, which in begins:
+        buffers_of.setdefault(place, set()).add(which)
+    assert all(len(used) == 1 for used in buffers_of.values())
+    for panel in range(3):  # within a panel, consecutive device tiles alternate
+        whiches = [which for _, which in begins[panel * 9 : (panel + 1) * 9]]
+        assert whiches == [i % 2 for i in range(9)]
     assert engine._c_dev[0].nbytes > 0 and engine._c_dev[1].nbytes > 0
     assert engine._c_streams[0] is not engine._c_streams[1]
 
@@ -348,15 +354,20 @@ def test_two_engines_in_two_threads_share_one_device_budget():
     assert first.budget_bytes > together  # the other engine is gone: a larger share
 
 
-def test_a_smaller_share_frees_device_buffers_that_no_longer_fit():
+def test_a_smaller_budget_frees_device_buffers_that_no_longer_fit(monkeypatch):
+    """Buffers grown for a large tile are made again when the budget shrinks (a lower
+    --device-memory, or another thread's engine joining the share)."""
+    from outofcore.cuda import engine as engine_module  # noqa: PLC0415
+
+    for module in (buffers, engine_module):  # 64-byte steps, so that tiny tiles show it
+        monkeypatch.setattr(module, "GROWTH", 64)
     engine = fresh_engine()
     run_tile(engine, (40, 40), [9], np.float32)
-    assert engine.device_plan.resident and engine.device_buffer_bytes() > 0
+    assert engine.device_plan.resident and engine.device_buffer_bytes() >= 40 * 40 * 4
     engine.set_device_memory(1024)
     assert_close(*run_tile(engine, (19, 23), [9, 5], np.float32, seed=2))
-    assert engine.device_plan.budget_bytes == 1024
-    # The buffers were made again for the sub-tiled plan (in 64 KiB steps each).
-    assert engine.device_buffer_bytes() <= 7 * buffers.GROWTH
+    assert engine.device_plan.budget_bytes == 1024 and not engine.device_plan.resident
+    assert engine.device_buffer_bytes() <= 1024 + 6 * 64  # the budget, up to the steps
 
 
 def test_pinned_pool_reuses_blocks_across_tile_sizes():
