@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,6 +46,7 @@ from outofcore.fingerprint import Fingerprint
 from outofcore.locations import locate
 from outofcore.targets import JOURNAL_DIR
 from outofcore.writing import naming_full_disk
+from scheduler.errors import OutputExistsError
 from scheduler.plan import TileTask
 
 JOB_NAME = "job.json"
@@ -52,6 +54,35 @@ TILES_DIR = "tiles"
 #: Partial tiles of split-k plans and their records (:mod:`outofcore.splitk`).
 PARTIALS_DIR = "partials"
 INPUTS_DIR = "inputs"
+#: Every name a journal key is built from (journal ids, tile and part names, file names):
+#: letters, digits, "_" and "-", and "." after the first, at most 200 characters. Names
+#: read back from the store (a job document's journal id) are held to it before any key
+#: or path is made of them, so an edited journal cannot point outside its folder.
+SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
+
+
+class JournalError(OutputExistsError):
+    """The output's journal holds what outofcore never writes (edited or damaged)."""
+
+
+def safe_name(value: object, what: str) -> str:
+    """Return ``value`` when it is a name journal keys may be built from (:data:`SAFE_NAME`).
+
+    Raises
+    ------
+    JournalError
+        Naming ``what`` and the value, for anything else (``..``, a ``/``, not a str).
+    """
+    if isinstance(value, str) and SAFE_NAME.fullmatch(value):
+        return value
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    raise JournalError(
+        f"{what} {shown} is not a name outofcore writes (letters, digits, '_', '-', '.'): "
+        "the output's journal was edited or damaged, and nothing is read or written by it; "
+        "pass overwrite=True (--overwrite) to start the output over"
+    )
+
+
 #: Version of the journal's layout; a journal of another version is not resumed.
 #: 2: inputs carry a content fingerprint.  3: the job names its product (transposes,
 #: scales, addend, dtypes).  4: partial tiles of split-k plans; symmetric products.
@@ -83,7 +114,16 @@ class Journal:
 
     # -- keys -------------------------------------------------------------------------
     def key(self, *parts: str) -> str:
-        """Store key of ``parts`` inside the journal folder."""
+        """Store key of ``parts`` inside the journal folder.
+
+        Raises
+        ------
+        JournalError
+            For a part that is not a :data:`SAFE_NAME` (``..``, ``a/b``, ...): no key
+            leaves the journal folder, whatever a journal read back says.
+        """
+        for part in parts:
+            safe_name(part, "the journal key part")
         return "/".join(p for p in (self.prefix.strip("/"), JOURNAL_DIR, *parts) if p)
 
     def tile_key(self, journal_id: str, tile: str) -> str:
@@ -184,8 +224,17 @@ class Journal:
 
     # -- the job document ------------------------------------------------------------
     def read_job(self) -> dict[str, Any] | None:
-        """The job document, or None when the output has no journal."""
-        return self.get_json(self.key(JOB_NAME))
+        """The job document, or None when the output has no journal.
+
+        Raises
+        ------
+        JournalError
+            When its journal id is not a :data:`SAFE_NAME`: it becomes part of keys.
+        """
+        document = self.get_json(self.key(JOB_NAME))
+        if isinstance(document, dict) and "journal_id" in document:
+            safe_name(document["journal_id"], f"{JOURNAL_DIR}/{JOB_NAME}'s journal id")
+        return document
 
     def write_job(self, document: dict[str, Any]) -> None:
         self.put_json(self.key(JOB_NAME), document)

@@ -341,3 +341,58 @@ def test_journal_and_resume_through_the_store_api_on_an_fsspec_store(small, outo
     assert result.summary["tiles_skipped"] == state["tiles_done"]
     assert_product_close(zarr.open_array(out)[...], a, b)
     assert job_status(out)["state"] == "complete"
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["../../../victim", "../victim", "..", "a/b", "", "tiles/../..", 5, None, "x" * 300],
+)
+def test_a_journal_id_edited_to_a_path_is_refused_and_nothing_outside_is_touched(
+    small, outofcore_settings, hostile
+):
+    """Anyone who can write into a shared output could make its owner's rerun delete or
+    write a folder of their choosing through job.json's journal id: it is refused."""
+    folder, a, b = small
+    outofcore_settings(read_retries=0)
+    broken = break_chunk(folder / "b.zarr", "3/2")
+    with pytest.raises(ReadError):
+        run(folder)  # an unfinished job: job.json, some tile records
+    restore_chunk(broken)
+    c = folder / "c.zarr"
+    victim = folder / "victim"  # where "../../../victim" and its kin point from the journal
+    (victim / "tiles").mkdir(parents=True)
+    (victim / "keep.txt").write_text("the user's data")
+    job = c / JOURNAL_DIR / "job.json"
+    document = json.loads(job.read_text())
+    document["journal_id"] = hostile
+    job.write_text(json.dumps(document))
+    before = snapshot(folder)
+    with pytest.raises(OutputExistsError, match=r"journal id .* is not a name outofcore writes"):
+        run(folder)
+    assert snapshot(folder) == before  # no byte written or deleted, in the output or beside it
+    # The command says it in one line, exit status 2, and still touches nothing.
+    result = subprocess.run(
+        [sys.executable, "-m", "outofcore.cli", "matmul", str(folder / "a.zarr"),
+         str(folder / "b.zarr"), "-o", str(c), "--memory", "24KiB", "--scheduler", "sync",
+         "--quiet"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "is not a name outofcore writes" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert snapshot(folder) == before
+    # --overwrite starts over without following the hostile id: the victim stays.
+    again = run(folder, overwrite=True)
+    assert_product_close(zarr.open_array(str(c))[...], a, b)
+    assert again.summary["tiles_computed"] == again.summary["tiles"]
+    assert (victim / "keep.txt").read_text() == "the user's data" and (victim / "tiles").is_dir()
+
+
+def test_journal_keys_never_leave_the_journal_folder(tmp_path):
+    journal = Journal.for_output(str(tmp_path / "c.zarr"))
+    assert (
+        journal.key("tiles", "abc123", "tile-0-1.json") == "_outofcore/tiles/abc123/tile-0-1.json"
+    )
+    for bad in ("..", "../x", "a/b", "", ".hidden", "a\\b", "tile\n"):
+        with pytest.raises(OutputExistsError, match="is not a name outofcore writes"):
+            journal.key("tiles", bad)
