@@ -26,6 +26,7 @@ from typing import Any
 from scheduler.errors import ClusterError
 from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import cluster_kind, start_gpu_cluster
+from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST
 from scheduler.memory_cap import gib, memory_cap
 
 #: Memory a worker needs besides its task: its interpreter and libraries, its nanny,
@@ -276,16 +277,27 @@ def start_local_cluster(
     # cores each worker gets rather than growing it from one thread.
     if runs_in_process(gpus, in_process):
         # Each worker's memory monitor reads this whole process's memory: give each the
-        # limit of them all.
-        return LocalCluster(
-            n_workers=n_workers,
+        # limit of them all.  Scheduler and workers talk inproc://; their web servers are
+        # the only listening sockets.  LocalCluster can put a worker's web server on
+        # loopback only by turning on its bokeh dashboard too (worker_dashboard_address),
+        # so the workers are added after, from the spec with the address alone.
+        cluster = LocalCluster(
+            n_workers=0,
             threads_per_worker=1,
             processes=False,
             memory_limit=memory_limit * n_workers,
-            dashboard_address=":0",
+            dashboard_address=LOCAL_DASHBOARD_ADDRESS,
             scheduler_kwargs={"dashboard": dashboard},
             silence_logs=logging.ERROR,
         )
+        try:
+            cluster.new_spec["options"]["dashboard_address"] = LOCAL_DASHBOARD_ADDRESS
+            cluster.scale(n_workers)
+            cluster.wait_for_workers(n_workers, timeout=CONNECT_TIMEOUT_SECONDS * 3)
+        except BaseException:
+            cluster.close()
+            raise
+        return cluster
     blas = str(local_blas_threads(n_workers))
     threads_env = {name: blas for name in BLAS_THREAD_VARIABLES}
     with _workers_ignore_interrupts():
@@ -295,7 +307,8 @@ def start_local_cluster(
             processes=True,
             env=threads_env,
             memory_limit=memory_limit,
-            dashboard_address=":0",
+            host=LOCAL_HOST,
+            dashboard_address=LOCAL_DASHBOARD_ADDRESS,
             scheduler_kwargs={"dashboard": dashboard},
             silence_logs=logging.ERROR,
         )

@@ -33,6 +33,7 @@ from types import MappingProxyType
 from typing import Any
 
 from scheduler.errors import ClusterError
+from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST
 
 GPU_RESOURCE = "GPU"
 #: What to install for dask-cuda's ``LocalCUDACluster`` and ``dask cuda worker``.
@@ -190,6 +191,7 @@ def gpu_worker_specs(
             "cls": "distributed.Nanny",
             "options": {
                 "name": name,
+                "host": LOCAL_HOST,
                 "nthreads": 1,
                 "memory_limit": memory_limit,
                 "resources": {GPU_RESOURCE: 1},
@@ -229,7 +231,11 @@ def start_gpu_cluster(
             workers=gpu_worker_specs(gpus, memory_limit, silence_logs),
             scheduler={
                 "cls": Scheduler,
-                "options": {"dashboard_address": ":0", "dashboard": dashboard},
+                "options": {
+                    "host": LOCAL_HOST,
+                    "dashboard_address": LOCAL_DASHBOARD_ADDRESS,
+                    "dashboard": dashboard,
+                },
             },
             silence_logs=silence_logs,
         )
@@ -240,7 +246,8 @@ def start_gpu_cluster(
         threads_per_worker=1,
         memory_limit=memory_limit,
         resources={GPU_RESOURCE: 1},
-        dashboard_address=":0",
+        host=LOCAL_HOST,
+        dashboard_address=LOCAL_DASHBOARD_ADDRESS,
         scheduler_kwargs={"dashboard": dashboard},
         silence_logs=silence_logs,
     )
