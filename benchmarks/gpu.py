@@ -40,18 +40,11 @@ def flops(m: int, n: int, k: int) -> float:
 
 
 def time_events(cuda, fn, repeats: int) -> float:
-    """Median seconds of ``fn()`` between two CUDA events on the default stream."""
-    fn()  # warm-up (and compilation)
-    cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = cuda.event(), cuda.event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3)
-    return statistics.median(times)
+    """Median seconds of ``fn()`` between two CUDA events on the default stream, after a
+    warm-up (and compilation): the GPU check's timer."""
+    from outofcore.cuda.check import median_event_ms
+
+    return median_event_ms(fn, repeats, cuda.synchronize) / 1e3
 
 
 def bench_kernel(cuda, cupy, size: tuple[int, int, int], dtype, repeats: int, reference: bool):

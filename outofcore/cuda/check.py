@@ -167,7 +167,7 @@ def _bound(a: np.ndarray, b: np.ndarray, c0: np.ndarray | None, dtype: str) -> n
     return factor * (k + 2) * EPS[dtype] * mag + np.finfo(np.float64).tiny
 
 
-def _median_ms(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
+def median_event_ms(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
     """Median milliseconds of ``fn`` between two CUDA events, after one warm-up call."""
     cuda = _cuda()
     fn()
@@ -439,7 +439,7 @@ def phase_kernel() -> dict:
         c = cuda.device_array((size, size), dtype)
         flops = (8.0 if dtype.kind == "c" else 2.0) * size**3
         row: dict[str, Any] = {"dtype": name, "size": size}
-        ms = _median_ms(
+        ms = median_event_ms(
             lambda a=a, b=b, c=c, p=params: kernels.launch(a, b, c, False, params=p),
             repeats,
             cuda.synchronize,
@@ -449,7 +449,7 @@ def phase_kernel() -> dict:
         if cp is not None:
             ca, cb = cp.asarray(a), cp.asarray(b)
             cc = cp.empty((size, size), dtype=dtype)
-            blas_ms = _median_ms(
+            blas_ms = median_event_ms(
                 lambda ca=ca, cb=cb, cc=cc: cp.matmul(ca, cb, out=cc), repeats, cuda.synchronize
             )
             row.update(cublas_ms=blas_ms, cublas_gflops=flops / blas_ms / 1e6)
@@ -468,7 +468,7 @@ def phase_kernel() -> dict:
         size = 4096
         a = cuda.to_device(_random(np.random.default_rng(1), (size, size), "float32"))
         c = cuda.device_array((size, size), np.float32)
-        ms = _median_ms(lambda: kernels.launch_reference(a, a, c, False), 2, cuda.synchronize)
+        ms = median_event_ms(lambda: kernels.launch_reference(a, a, c, False), 2, cuda.synchronize)
         rows.append(
             {
                 "dtype": "float32",
@@ -492,8 +492,8 @@ def phase_bandwidth() -> dict:
     dev = cuda.device_array(nbytes, dtype=np.uint8)
     out = {"bytes": nbytes}
     for label, host in (("pinned", pinned), ("pageable", pageable)):
-        h2d = _median_ms(lambda h=host: dev.copy_to_device(h), repeats, cuda.synchronize)
-        d2h = _median_ms(lambda h=host: dev.copy_to_host(h), repeats, cuda.synchronize)
+        h2d = median_event_ms(lambda h=host: dev.copy_to_device(h), repeats, cuda.synchronize)
+        d2h = median_event_ms(lambda h=host: dev.copy_to_host(h), repeats, cuda.synchronize)
         out[f"{label}_h2d_gb_s"] = nbytes / h2d / 1e6
         out[f"{label}_d2h_gb_s"] = nbytes / d2h / 1e6
     return out
@@ -586,8 +586,8 @@ def phase_engine() -> dict:
             kernels.launch(dev_a, dev_b, dev_c, True, params=params)
 
     def alone() -> dict[str, Any]:
-        copies_ms = _median_ms(copies, repeats, cuda.synchronize)
-        kernels_ms = _median_ms(compute, repeats, cuda.synchronize)
+        copies_ms = median_event_ms(copies, repeats, cuda.synchronize)
+        kernels_ms = median_event_ms(compute, repeats, cuda.synchronize)
         figures = {"copies_alone_ms": copies_ms, "kernels_alone_ms": kernels_ms}
         figures["serial_ms"] = copies_ms + kernels_ms
         figures["perfect_ms"] = max(copies_ms, kernels_ms)
