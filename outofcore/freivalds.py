@@ -86,6 +86,10 @@ def _check_complete(c: zarr.Array) -> None:
     )
 
 
+#: Most random vectors one verification uses (each holds n or k numbers in memory).
+MAX_ROUNDS = 64
+
+
 def verify(
     a: arrays.ArrayLike,
     b: arrays.ArrayLike,
@@ -116,8 +120,16 @@ def verify(
     storage_options
         fsspec options of URLs (credentials, endpoint; :mod:`outofcore.stores`).
     """
-    if rounds < 1:
-        raise arrays.InputError(f"rounds = {rounds}: need at least one round")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
+        raise arrays.InputError(
+            f"rounds = {rounds!r}: need a whole number from 1 to {MAX_ROUNDS} (each round is "
+            "one random vector kept in memory; a wrong result escapes two already only below "
+            "the tolerance)"
+        )
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
+    ):
+        raise arrays.InputError(f"seed = {seed!r}: need None or a whole number from 0 to 2**63-1")
     c_arr = arrays.open_input(c, "C", dtypes=None, storage_options=storage_options)
     _check_complete(c_arr)
     product = Product.open(

@@ -69,11 +69,21 @@ def resolve_client(client: Any, gpus: tuple[int, ...] | None = None) -> Any:
     ------
     ClusterError
         For ``gpus`` (workers this job would start on this node's GPUs) while a
-        default Client is open: the job would run on that Client's cluster.
+        default Client is open: the job would run on that Client's cluster; and for
+        a ``client`` that is none of a ``distributed.Client``, a scheduler address,
+        ``"sync"`` or None.
     """
+    from distributed import Client, default_client  # noqa: PLC0415
+
     if client is not None:
+        if not isinstance(client, str | Client):
+            shown = repr(client) if len(repr(client)) <= 60 else repr(client)[:57] + "..."
+            raise ClusterError(
+                f"client = {shown} ({type(client).__name__}): give a distributed.Client, a "
+                "scheduler address such as 'tcp://HOST:8786', 'sync' (this process), or None "
+                "(a LocalCluster, or the default Client when one is open)"
+            )
         return client
-    from distributed import default_client  # noqa: PLC0415
 
     try:
         found = default_client()

@@ -267,3 +267,38 @@ def test_gpus_where_no_gpu_is_usable_are_refused_before_any_work(inputs):
     )
     assert "Started" not in done.stderr  # no cluster
     assert not (inputs / "c.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "needles"),
+    [
+        (["--seed", "-1"], ["seed = -1", "from 0 to 2**63-1"]),
+        (["--rounds", "1000000000"], ["rounds = 1000000000", "from 1 to 64"]),
+        (["--rounds", "0"], ["rounds = 0"]),
+    ],
+)
+def test_verify_refuses_a_seed_or_rounds_it_cannot_use(inputs, option, needles):
+    """Issue 28: these ended as 'unexpected' (exit 3), or tried to allocate 246 GiB."""
+    c = inputs / "c.zarr"
+    assert outofcore("matmul", str(inputs / "a.zarr"), str(inputs / "b.zarr"), "-o", str(c),
+                     "--scheduler", "sync", "--quiet").returncode == 0  # fmt: skip
+    assert_one_line(outofcore("verify", *map(str, (inputs / "a.zarr", inputs / "b.zarr", c)),
+                              *option), BAD_INPUT, *needles)  # fmt: skip
+
+
+def test_a_client_that_is_not_one_is_refused_before_anything_is_written(inputs):
+    """Issue 28: client=42 raised AttributeError from deep inside the job."""
+    script = (
+        "import outofcore, sys\n"
+        "from outofcore.errors import ClusterError\n"
+        "try:\n"
+        f"    outofcore.matmul({str(inputs / 'a.zarr')!r}, {str(inputs / 'b.zarr')!r},"
+        f" {str(inputs / 'c.zarr')!r}, client=42)\n"
+        "except ClusterError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env=ENV, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "client = 42 (int): give a distributed.Client" in done.stdout
+    assert not (inputs / "c.zarr").exists()
