@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -43,6 +44,8 @@ def random_array(
         raise InputError(f"chunks {chunks}: need two chunk sizes >= 1")
     np_dtype = check_input_dtype(dtype, f"random array {os.fspath(path)!r}")
     where = locate(path, storage_options)
+    workers = threads or os.cpu_count() or 1
+    check_room(where, shape, chunks, np_dtype, workers)
     # Only an array outofcore made is replaced (never a folder, a group or another's array).
     occupant = check_replaceable(where, storage_options)
     if occupant.kind != "nothing":
@@ -70,9 +73,56 @@ def random_array(
         rng = np.random.default_rng((seed, r0 // chunks[0], c0 // chunks[1]))
         array[r0:r1, c0:c1] = random_values(rng, (r1 - r0, c1 - c0), np_dtype)
 
-    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(write_chunk, itertools.product(*grid)))
     return array
+
+
+#: Bytes of memory a chunk being written takes, per byte of its dtype: the values drawn
+#: (float64 for float64 and complex128, else float32), their conversion, the encoded copy.
+CHUNK_COPIES = 3
+
+
+def check_room(
+    where, shape: tuple[int, int], chunks: tuple[int, int], dtype: np.dtype, threads: int
+) -> None:
+    """Refuse, before anything is written, an array this machine cannot hold or make.
+
+    The chunks written at once (``threads`` of them, :data:`CHUNK_COPIES` copies each)
+    must fit in the available memory; on a local disk the array (random values do not
+    compress) must fit in the free space of the folder it goes to.
+
+    Raises
+    ------
+    InputError
+        Naming the bytes needed and the bytes there are.
+    """
+    from dask.utils import format_bytes  # noqa: PLC0415
+
+    itemsize = np.dtype(dtype).itemsize
+    chunk = min(chunks[0], shape[0]) * min(chunks[1], shape[1]) * itemsize
+    import psutil  # noqa: PLC0415
+
+    available = psutil.virtual_memory().available
+    if CHUNK_COPIES * chunk * threads > available:
+        raise InputError(
+            f"chunks {chunks[0]}x{chunks[1]} of {np.dtype(dtype)} are {format_bytes(chunk)} "
+            f"each; writing {threads} at once needs about "
+            f"{format_bytes(CHUNK_COPIES * chunk * threads)} of memory and "
+            f"{format_bytes(available)} is available: use smaller chunks or fewer threads"
+        )
+    if not where.is_local:
+        return
+    total = shape[0] * shape[1] * itemsize
+    folder = os.path.abspath(where.path)
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    free = shutil.disk_usage(folder).free
+    if total > free:
+        raise InputError(
+            f"a {shape[0]}x{shape[1]} array of {np.dtype(dtype)} is {format_bytes(total)} "
+            f"(random values do not compress) and {folder!r} has {format_bytes(free)} free"
+        )
 
 
 def random_values(rng: np.random.Generator, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:

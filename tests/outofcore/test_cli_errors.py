@@ -302,3 +302,15 @@ def test_a_client_that_is_not_one_is_refused_before_anything_is_written(inputs):
     assert done.returncode == 0, done.stderr
     assert "client = 42 (int): give a distributed.Client" in done.stdout
     assert not (inputs / "c.zarr").exists()
+
+
+def test_random_refuses_an_array_the_disk_or_memory_cannot_hold(tmp_path):
+    """Issue 28: `random --shape 1e12,1e12` ran until killed; now refused before any write."""
+    big = tmp_path / "big.zarr"
+    done = outofcore("random", str(big), "--shape", "1000000000000,1000000000000",
+                     "--chunks", "1000,1000")  # fmt: skip
+    assert_one_line(done, BAD_INPUT, "1000000000000x1000000000000 array of float32", "free")
+    huge_chunks = outofcore("random", str(big), "--shape", "1000000,1000000",
+                            "--chunks", "1000000,1000000")  # fmt: skip
+    assert_one_line(huge_chunks, BAD_INPUT, "chunks 1000000x1000000 of float32", "available")
+    assert not big.exists() and list(tmp_path.iterdir()) == []
