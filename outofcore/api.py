@@ -208,7 +208,8 @@ def run_job(
         if spec.gpus and client is None:  # GPU workers on this node: refuse them without a GPU
             check_local_gpus(spec.gpus)
         spec = with_budget(spec, client)
-        check_client(client)  # a scheduler address that names no scheduler: before anything
+        # A scheduler address that names no scheduler, or where none answers: before anything.
+        check_client(client, config.number("connect-timeout", positive=True))
         if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
             interop.check_shareable(
                 {"input A": a, "input B": b, "the addend": spec.addend, "the output": out}

@@ -183,14 +183,16 @@ def default_budget(workers: int | None = None, gpus: tuple[int, ...] | None = No
     return min(DEFAULT_BUDGET_BYTES, share)
 
 
-def check_client(client: Any) -> None:
-    """Refuse a scheduler address that cannot name a Dask scheduler, before any work.
+def check_client(client: Any, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
+    """Refuse a scheduler address that is not a Dask scheduler's, before any work.
 
     Raises
     ------
     ClusterError
         For a web address (the dashboard's, ``http://host:8787``), an address
-        without a port, or an unknown protocol, with the form to use instead.
+        without a port, or an unknown protocol, with the form to use instead; and for
+        an address where no Dask scheduler answers within ``timeout`` seconds
+        (:func:`probe_scheduler`).
     """
     if not isinstance(client, str) or client.lower() in SYNC:
         return
@@ -216,6 +218,53 @@ def check_client(client: Any) -> None:
             f"--scheduler {client!r} is not a scheduler address ({exc}); give one like "
             f"tcp://{host}:8786, or 'sync' to run in this process"
         ) from None
+    probe_scheduler(address, timeout)
+
+
+def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
+    """Ask the server at ``address`` who it is, the whole exchange within ``timeout`` s.
+
+    A port that accepts connections and then says nothing (an HTTP or SSH server, a
+    proxy) would hold a Dask Client forever: this answers first, before anything is
+    written.  The exchange runs on its own event loop in another thread, so it works
+    from code that is itself inside an event loop.
+
+    Raises
+    ------
+    ClusterError
+        When nothing answers in time, or what answers is not a Dask scheduler.
+    """
+    import asyncio  # noqa: PLC0415
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from distributed.comm import connect  # noqa: PLC0415
+
+    async def identity() -> Any:
+        comm = await connect(address, timeout=timeout)  # the handshake is bounded too
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    def ask() -> Any:
+        return asyncio.run(asyncio.wait_for(identity(), timeout))
+
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="outofcore-probe") as pool:
+            reply = pool.submit(ask).result()
+    except Exception as exc:  # refused, timed out, closed, or a protocol it cannot read
+        raise ClusterError(
+            f"no Dask scheduler answered at {address!r} within {timeout:g} s "
+            f"({type(exc).__name__}{': ' + str(exc)[:120] if str(exc) else ''}); is "
+            "`dask scheduler` running there, and is the address (tcp://HOST:PORT) right?"
+        ) from None
+    kind = reply.get("type") if isinstance(reply, dict) else None
+    if kind != "Scheduler":
+        raise ClusterError(
+            f"{address!r} answered, but as {kind or type(reply).__name__!r}, not a Dask "
+            "scheduler: give the scheduler's address (`dask scheduler` prints it)"
+        )
 
 
 def is_local(client: Any) -> bool:
@@ -441,7 +490,7 @@ def open_executor(
             if on_close is not None:
                 on_close()
         return
-    check_client(client)
+    check_client(client, connect_timeout)
     from distributed import Client  # noqa: PLC0415
 
     if gpus and client is not None:

@@ -310,3 +310,48 @@ def test_workers_of_a_brought_cluster_short_of_memory_are_named(inputs):
         )  # nothing left beside the worker's own WORKER_OVERHEAD_BYTES
         assert re.search(r"a task of this plan needs \d+ bytes", str(refused.value))
         assert snapshot(folder) == before and not (folder / "c.zarr").exists()
+
+
+@pytest.mark.parametrize("greeting", [b"", b"SSH-2.0-OpenSSH_9.6\r\n", b"HTTP/1.1 200 OK\r\n\r\n"])
+def test_a_port_that_accepts_but_is_not_dask_is_refused_in_time_before_any_write(
+    inputs, outofcore_settings, greeting
+):
+    """Issue 28: a server that accepts and says nothing (or an SSH banner, an HTTP reply)
+    held the job forever after it had written the output's lease."""
+    import socket  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    folder, a, b = inputs
+    outofcore_settings(connect_timeout=2)
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    held = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            if greeting:
+                conn.sendall(greeting)
+            held.append(conn)  # kept open, silent from now on
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ClusterError, match=rf"127.0.0.1:{port}' within 2 s"):
+            outofcore.matmul(a, b, folder / "c.zarr", client=f"tcp://127.0.0.1:{port}",
+                             progress=False)  # fmt: skip
+        assert time.monotonic() - started < 15
+        assert held, "the job never connected: the test would prove nothing"
+        assert not (folder / "c.zarr").exists()  # no lease, no array
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
