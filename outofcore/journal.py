@@ -79,7 +79,7 @@ def safe_name(value: object, what: str) -> str:
     raise JournalError(
         f"{what} {shown} is not a name outofcore writes (letters, digits, '_', '-', '.'): "
         "the output's journal was edited or damaged, and nothing is read or written by it; "
-        "pass overwrite=True (--overwrite) to start the output over"
+        "pass overwrite=True to start the output over"
     )
 
 
@@ -229,10 +229,25 @@ class Journal:
         Raises
         ------
         JournalError
-            When its journal id is not a :data:`SAFE_NAME`: it becomes part of keys.
+            When it is there but damaged (not a JSON object), or its journal id is not
+            a :data:`SAFE_NAME` (it becomes part of keys).
         """
-        document = self.get_json(self.key(JOB_NAME))
-        if isinstance(document, dict) and "journal_id" in document:
+        data = self.get_bytes(self.key(JOB_NAME))
+        if data is None:
+            return None
+        try:
+            document = json.loads(data)
+        except ValueError as exc:
+            document, problem = None, f"not JSON ({exc})"
+        else:
+            problem = f"a JSON {type(document).__name__}, not an object"
+        if not isinstance(document, dict):
+            raise JournalError(
+                f"the output's {JOURNAL_DIR}/{JOB_NAME} ({len(data)} bytes) is damaged: "
+                f"{problem}; nothing is resumed or deleted by it: pass overwrite=True "
+                "to start the output over"
+            )
+        if "journal_id" in document:
             safe_name(document["journal_id"], f"{JOURNAL_DIR}/{JOB_NAME}'s journal id")
         return document
 

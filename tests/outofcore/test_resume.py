@@ -396,3 +396,25 @@ def test_journal_keys_never_leave_the_journal_folder(tmp_path):
     for bad in ("..", "../x", "a/b", "", ".hidden", "a\\b", "tile\n"):
         with pytest.raises(OutputExistsError, match="is not a name outofcore writes"):
             journal.key("tiles", bad)
+
+
+@pytest.mark.parametrize("damage", [b"{not json", b"[1, 2]", b"", b"\xff\xfe"])
+def test_a_damaged_job_document_is_named_not_taken_for_no_journal(
+    small, outofcore_settings, damage
+):
+    """Issue 28: a corrupt job.json read as 'no job journal' ('no job wrote it')."""
+    folder, a, b = small
+    outofcore_settings(read_retries=0)
+    broken = break_chunk(folder / "b.zarr", "3/2")
+    with pytest.raises(ReadError):
+        run(folder)
+    restore_chunk(broken)
+    c = folder / "c.zarr"
+    (c / JOURNAL_DIR / "job.json").write_bytes(damage)
+    before = snapshot(folder)
+    for attempt in (lambda: run(folder), lambda: job_status(c)):
+        with pytest.raises(OutputExistsError, match=r"job.json \(\d+ bytes\) is damaged"):
+            attempt()
+    assert snapshot(folder) == before
+    run(folder, overwrite=True)  # starting over is still possible
+    assert_product_close(zarr.open_array(str(c))[...], a, b)
