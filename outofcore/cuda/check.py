@@ -674,13 +674,8 @@ def phase_job() -> dict:
 
 def phase_cluster() -> dict:
     """The cluster ``--gpus 0`` starts, and its worker's memory before and after the engine."""
-    from scheduler.gpu_cluster import choose_gpu_cluster  # noqa: F401, PLC0415
-
     out: dict[str, Any] = {}
     if _dry():
-        import scheduler.gpu_cluster as gpu_cluster  # noqa: PLC0415
-
-        out["dask_cuda_installed"] = gpu_cluster.__name__ is not None
         out["note"] = "no GPU: the cluster is not started in a dry run"
         return out
     from scheduler.cluster import open_executor  # noqa: PLC0415
