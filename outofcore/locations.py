@@ -27,6 +27,8 @@ from outofcore.errors import InputError
 EXTRAS = {"s3": "pip install 'outofcore[s3]' (s3fs)"}
 #: Protocols that name this machine's file system.
 LOCAL_PROTOCOLS = ("file", "local")
+#: Protocols whose URL is the whole address (read-only, through fsspec's HTTP filesystem).
+WEB_PROTOCOLS = ("http", "https")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,11 @@ class Location:
     def is_local(self) -> bool:
         """Whether this is a path on this machine's file system."""
         return self.protocol == "file"
+
+    @property
+    def read_only(self) -> bool:
+        """Whether nothing can be written here (``http://`` and ``https://`` are read only)."""
+        return self.protocol in WEB_PROTOCOLS
 
     @property
     def target(self) -> str:
@@ -83,13 +90,35 @@ def locate(target: zarr.Array | str | os.PathLike, storage_options: Any = None) 
         return _of_array(target)
     text = os.fspath(target)
     protocol, _ = fsspec.core.split_protocol(text)
-    if protocol is None or protocol in LOCAL_PROTOCOLS:
+    if protocol is None:
         return _local(fsspec.get_filesystem_class("file")._strip_protocol(text))
+    if protocol in WEB_PROTOCOLS:  # fsspec keeps the whole URL as an http "path"
+        _filesystem_class(protocol, text)  # aiohttp may be missing
+        return Location(protocol, "", _clean(text.split("://", 1)[1]))
     cls = _filesystem_class(protocol, text)
     canonical = cls.protocol if isinstance(cls.protocol, str) else cls.protocol[0]
     if canonical in LOCAL_PROTOCOLS:
-        return _local(cls._strip_protocol(text))
+        return _local(_local_url_path(text))
     return Location(canonical, _endpoint(storage_options), _clean(cls._strip_protocol(text)))
+
+
+def _local_url_path(url: str) -> str:
+    """The path a ``file://`` URL names on this machine (RFC 8089: ``file:///p`` or
+    ``file://localhost/p``; fsspec would read ``localhost`` as a relative folder).
+
+    Raises
+    ------
+    InputError
+        For a URL naming another host, or a relative path after ``file://``.
+    """
+    host, _, path = url.split("://", 1)[1].partition("/")
+    if host.lower() not in ("", "localhost"):
+        raise InputError(
+            f"{url!r}: a file:// URL names an absolute path on this machine "
+            f"(file:///path or file://localhost/path), not the host or folder {host!r}; "
+            "write a plain path for a relative one"
+        )
+    return "/" + path
 
 
 def _of_array(array: zarr.Array) -> Location:
@@ -103,6 +132,8 @@ def _of_array(array: zarr.Array) -> Location:
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         if protocol in LOCAL_PROTOCOLS:
             return _local(os.path.join(store.path, array.path))
+        if "://" in store.path:  # HTTP: the store's path is the whole URL
+            return locate(f"{store.path}/{array.path}")
         path = f"{store.path}/{array.path}"
         return Location(protocol, _endpoint(fs.storage_options), _clean(path))
     return Location(type(store).__name__, str(id(store)), _clean(array.path))

@@ -112,6 +112,11 @@ def check_replaceable(location: Location, storage_options: Any = None) -> Occupa
         is there (the message never suggests ``overwrite``); for a local output this
         user cannot write.
     """
+    if location.read_only:
+        raise InputError(
+            f"the output {str(location)!r} cannot be written: {location.protocol}:// is read "
+            "only (inputs may be read over it); write the output to a path or an object store"
+        )
     occupant = what_is_at(location, storage_options)
     if occupant.replaceable:
         if location.is_local:

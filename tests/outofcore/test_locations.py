@@ -292,3 +292,75 @@ def test_object_store_spellings_of_an_input_are_refused(moto_server, s3_bucket):
         11,
     )
     assert zarr.open_array(theirs, mode="r", storage_options=options).shape == (13, 7)
+
+
+# -- http:// inputs, file://localhost ---------------------------------------------------------
+
+
+@pytest.fixture
+def web_server(folder):
+    """A plain HTTP server on loopback serving ``folder`` (read only, directory listings)."""
+    import functools  # noqa: PLC0415
+    import http.server  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_http_input_is_read_from_its_url(folder, web_server):
+    """``http://host/a.zarr`` opened the URL ``http://http:/host/a.zarr`` (fsspec keeps the
+    scheme in an HTTP path); it is read over HTTP, the same array as on disk."""
+    a = zarr.open_array("a.zarr", mode="r")[...]
+    b = zarr.open_array("b.zarr", mode="r")[...]
+    assert locate(f"{web_server}/a.zarr/").target == f"{web_server}/a.zarr"
+    assert locate(f"{web_server}//a.zarr") == locate(f"{web_server}/a.zarr")
+    c = run(f"{web_server}/a.zarr", "b.zarr", "c.zarr")
+    assert_product_close(c[...], a, b)
+    done = cli("matmul", f"{web_server}/a.zarr", "b.zarr", "-o", "d.zarr", "--scheduler", "sync")
+    assert done.returncode == 0, done.stderr
+    assert_product_close(zarr.open_array("d.zarr", mode="r")[...], a, b)
+
+
+def test_an_http_output_is_refused_before_any_request_writes(folder, web_server):
+    before = snapshot(folder)
+    for command in (
+        ("matmul", "a.zarr", "b.zarr", "-o", f"{web_server}/c.zarr", "--scheduler", "sync"),
+        ("random", f"{web_server}/r.zarr", "--shape", "4,4", "--chunks", "2,2"),
+    ):
+        refused = cli(*command)
+        assert refused.returncode == 2, refused.stderr
+        line = f"the output '{web_server}/"
+        assert line in refused.stderr and "http:// is read only" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert snapshot(folder) == before
+
+
+def test_file_urls_name_this_machine_only(folder):
+    """``file://localhost/p`` is ``/p`` (it wrote under ``./localhost/``); another host or a
+    relative path after ``file://`` is refused, naming it, before anything is written."""
+    assert locate(f"file://localhost{folder}/a.zarr") == locate("a.zarr")
+    assert locate(f"file://LocalHost{folder}/a.zarr") == locate("a.zarr")
+    a = zarr.open_array("a.zarr", mode="r")[...]
+    b = zarr.open_array("b.zarr", mode="r")[...]
+    run("a.zarr", "b.zarr", f"file://localhost{folder}/c.zarr")
+    assert_product_close(zarr.open_array(str(folder / "c.zarr"), mode="r")[...], a, b)
+    assert not (folder / "localhost").exists()
+    before = snapshot(folder)
+    for url in ("file://otherhost/tmp/c.zarr", "file://c2.zarr"):
+        with pytest.raises(InputError, match="names an absolute path on this machine"):
+            locate(url)
+        refused = cli("matmul", "a.zarr", "b.zarr", "-o", url, "--scheduler", "sync")
+        assert refused.returncode == 2 and url in refused.stderr, refused.stderr
+    assert snapshot(folder) == before
+
+
+def test_an_http_array_is_located_by_its_url(folder, web_server):
+    opened = zarr.open_array(f"{web_server}/a.zarr", mode="r")
+    assert locate(opened) == locate(f"{web_server}/a.zarr")
+    assert str(locate(opened)) == f"{web_server}/a.zarr"
