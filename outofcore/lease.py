@@ -25,6 +25,7 @@ so it never overwrites a takeover.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -40,6 +41,9 @@ from outofcore.errors import JobFailedError
 from outofcore.journal import Journal, timestamp
 
 LEASE_NAME = "lease.json"
+#: The longest lease timeout, in seconds (a day): a lease read back with a longer one (or
+#: a heartbeat further ahead of this clock than its timeout) cannot block an output for ever.
+MAX_LEASE_TIMEOUT = 86400.0
 #: Where outofcore says what is not the result (the command shows it on stderr).
 logger = logging.getLogger("outofcore")
 
@@ -58,9 +62,12 @@ def lease_timeout(value: float | None = None) -> float:
     The setting is ``$OUTOFCORE_LEASE_TIMEOUT`` (:mod:`outofcore.config`).
     """
     if value is None:
-        return config.number("lease-timeout", positive=True)
-    if not value > 0:
-        raise LeaseError(f"lease timeout = {value}: need a positive number of seconds")
+        value = config.number("lease-timeout", positive=True)
+    if not 0 < value <= MAX_LEASE_TIMEOUT:
+        raise LeaseError(
+            f"lease timeout = {value}: need a positive number of seconds, at most "
+            f"{MAX_LEASE_TIMEOUT:g} (a day)"
+        )
     return float(value)
 
 
@@ -83,19 +90,32 @@ class LeaseInfo:
 
     @classmethod
     def parse(cls, document: dict[str, Any] | None) -> LeaseInfo | None:
+        """The lease in ``document``, or None when it is none or not one outofcore writes
+        (a field missing, a time that is not a finite number, a timeout not above 0).
+
+        A timeout above :data:`MAX_LEASE_TIMEOUT` reads as that maximum.
+        """
         if document is None:
             return None
         try:
+            times = [
+                float(document.get("pid_started", 0.0)),
+                float(document["acquired"]),
+                float(document["heartbeat"]),
+                float(document["timeout"]),
+            ]
+            if not all(map(math.isfinite, times)) or not times[3] > 0:
+                return None
             return cls(
                 job_id=str(document["job_id"]),
                 host=str(document["host"]),
                 pid=int(document["pid"]),
-                pid_started=float(document.get("pid_started", 0.0)),
-                acquired=float(document["acquired"]),
-                heartbeat=float(document["heartbeat"]),
-                timeout=float(document["timeout"]),
+                pid_started=times[0],
+                acquired=times[1],
+                heartbeat=times[2],
+                timeout=min(times[3], MAX_LEASE_TIMEOUT),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             return None
 
     def as_document(self) -> dict[str, Any]:
@@ -115,6 +135,11 @@ class LeaseInfo:
         age = now - self.heartbeat
         if age > self.timeout:
             return f"its last heartbeat was {age:.0f} s ago (timeout {self.timeout:g} s)"
+        if -age > self.timeout:  # a clock far ahead, or an edited lease: it never ages
+            return (
+                f"its last heartbeat is {-age:.0f} s in the future, more than its timeout "
+                f"({self.timeout:g} s): a clock far ahead of this one, or an edited lease"
+            )
         return None
 
     def _process_gone(self) -> str | None:
@@ -134,9 +159,11 @@ class LeaseInfo:
 
     def describe(self, now: float | None = None) -> str:
         now = time.time() if now is None else now
+        age = now - self.heartbeat
+        beat = f"{age:.0f} s ago" if age >= 0 else f"{-age:.0f} s in the future"
         return (
             f"job {self.job_id} (host {self.host}, pid {self.pid}, started "
-            f"{timestamp(self.acquired)}, last heartbeat {now - self.heartbeat:.0f} s ago)"
+            f"{timestamp(self.acquired)}, last heartbeat {beat})"
         )
 
 

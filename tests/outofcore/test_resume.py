@@ -209,6 +209,45 @@ def test_live_lease_refused_stale_lease_taken_over(small, caplog):
     assert_product_close(zarr.open_array(str(folder / "d.zarr"))[...], a, b)
 
 
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"heartbeat": time.time() + 1e9}, "s in the future, more than its timeout (60 s)"),
+        (
+            {"heartbeat": time.time() - 2 * 86400, "timeout": 1e300},
+            "s ago (timeout 86400 s)",
+        ),
+        ({"heartbeat": float("nan")}, None),
+        ({"heartbeat": "tomorrow"}, None),
+        ({"timeout": -5.0}, None),
+    ],
+    ids=["future", "timeout-1e300", "nan", "text", "negative-timeout"],
+)
+def test_an_edited_lease_does_not_block_the_output_for_ever(small, caplog, fields, why):
+    """A lease of another host whose heartbeat lies further ahead than its timeout, with a
+    timeout above a day, or with fields outofcore never writes, is dead: taken over (it
+    blocked the output for ever: it never aged)."""
+    folder, a, b = small
+    caplog.set_level(logging.WARNING, logger="outofcore")
+    c = folder / "c.zarr"
+    write_lease(c, **fields)
+    run(folder)
+    assert_product_close(zarr.open_array(str(c))[...], a, b)
+    assert not (c / JOURNAL_DIR / LEASE_NAME).exists()
+    took = [r.message for r in caplog.records if "took over" in r.message]
+    assert len(took) == (1 if why else 0), took
+    if why:
+        assert why in took[0], took
+
+
+def test_a_lease_timeout_past_a_day_is_refused():
+    from outofcore.lease import MAX_LEASE_TIMEOUT, lease_timeout  # noqa: PLC0415
+
+    assert lease_timeout(MAX_LEASE_TIMEOUT) == MAX_LEASE_TIMEOUT
+    with pytest.raises(LeaseError, match=r"lease timeout = 1e\+06: need a positive number"):
+        lease_timeout(1e6)
+
+
 def test_the_command_says_when_it_takes_over_a_dead_jobs_lease(small):
     """The takeover is a warning line of the command, naming the dead job and why."""
     folder, a, b = small
