@@ -98,10 +98,10 @@ def check_input_dtype(
         return dtype
     if dtype.kind in "iu":
         raise InputError(
-            f"{what} has dtype {dtype}; outofcore multiplies integers exactly only up to "
-            "16 bits (int8, uint8, int16), through float64 BLAS whose partial sums are exact "
-            "below 2**53; products of wider integers are not. Convert to int16 if the values "
-            "fit, or to float64 for a rounded result"
+            f"{what} has dtype {dtype}; outofcore multiplies the integer dtypes int8, uint8 "
+            f"and int16 exactly (through float64 BLAS, whose partial sums are exact below "
+            f"2**53), not {dtype} yet. Convert to int16 if the values fit, or to float64 for "
+            "a rounded result"
         )
     raise InputError(
         f"{what} has dtype {dtype}; outofcore multiplies float16/32/64, complex64/128, "
