@@ -101,7 +101,7 @@ def open_operand(
                 f"{label}: {location!r} is a zarr group, not an array; "
                 "give the path of the array inside it"
             ) from None
-        except (ValueError, KeyError, OSError) as exc:
+        except (ValueError, KeyError, OSError, TypeError) as exc:  # metadata zarr cannot read
             raise InputError(f"{label}: {location!r} is not a zarr array ({exc})") from None
     if array.ndim != 2:
         raise InputError(
