@@ -264,6 +264,12 @@ def _add_job_options(run: argparse.ArgumentParser) -> None:
         metavar="ADDRESS",
         help="Dask scheduler address (default: start a LocalCluster); 'sync' runs in-process",
     )
+    for option, meaning in (
+        ("--tls-ca-file", "CA certificate (PEM) a tls:// --scheduler's certificates are signed by"),
+        ("--tls-cert", "this client's certificate (PEM), signed by that CA"),
+        ("--tls-key", "its private key (PEM), unless in the --tls-cert file"),
+    ):
+        run.add_argument(option, metavar="PATH", help=f"{meaning} (as dask scheduler's)")
     run.add_argument(
         "--workers",
         type=int,
@@ -453,7 +459,8 @@ def _matmul(args: argparse.Namespace) -> int:
     from outofcore.api import run_job  # noqa: PLC0415 (fast --help)
 
     spec = _job_spec(args, _product_options(args))
-    result = run_job(args.a, args.b, args.out, spec, client=args.scheduler)
+    with _tls(args):
+        result = run_job(args.a, args.b, args.out, spec, client=args.scheduler)
     _print(_with_startup(result.summary, args), args.json, _format_summary, args.quiet)
     return 0
 
@@ -462,9 +469,21 @@ def _gram(args: argparse.Namespace) -> int:
     from outofcore.api import run_job  # noqa: PLC0415 (fast --help)
 
     product = {"transpose_a": not args.rows, "transpose_b": args.rows, "alpha": args.alpha}
-    result = run_job(args.x, args.x, args.out, _job_spec(args, product), client=args.scheduler)
+    with _tls(args):
+        result = run_job(args.x, args.x, args.out, _job_spec(args, product), client=args.scheduler)
     _print(_with_startup(result.summary, args), args.json, _format_summary, args.quiet)
     return 0
+
+
+def _tls(args: argparse.Namespace) -> Any:
+    """Dask's TLS settings for the job from ``--tls-ca-file``, ``--tls-cert``, ``--tls-key``
+    (:func:`scheduler.tls.tls_settings`), as a context manager (none given: no change)."""
+    import dask  # noqa: PLC0415
+
+    from scheduler.tls import tls_settings  # noqa: PLC0415
+
+    files = (args.tls_ca_file, args.tls_cert, args.tls_key)
+    return dask.config.set(tls_settings(args.scheduler, *files))
 
 
 def _with_startup(summary: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:

@@ -7,7 +7,8 @@
   as it is; otherwise start a LocalCluster sized to this machine and the
   budget, and close it after the job;
 * ``"sync"``: no Dask at all, the synchronous in-process executor;
-* a scheduler address such as ``"tcp://10.0.0.5:8786"``: connect to it;
+* a scheduler address such as ``"tcp://10.0.0.5:8786"``: connect to it (``tls://``
+  and ``wss://`` with the certificates of Dask's settings: :mod:`scheduler.tls`);
 * a ``distributed.Client``: use it as it is (never closed here).
 """
 
@@ -28,6 +29,7 @@ from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor, Wor
 from scheduler.gpu_cluster import cluster_kind, start_gpu_cluster
 from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST
 from scheduler.memory_cap import gib, memory_cap
+from scheduler.tls import client_security, tls_failure
 
 #: Memory a worker needs besides its task: its interpreter and libraries, its nanny,
 #: and its share of the client and scheduler processes of a LocalCluster.  Measured
@@ -190,9 +192,10 @@ def check_client(client: Any, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
     ------
     ClusterError
         For a web address (the dashboard's, ``http://host:8787``), an address
-        without a port, or an unknown protocol, with the form to use instead; and for
-        an address where no Dask scheduler answers within ``timeout`` seconds
-        (:func:`probe_scheduler`).
+        without a port, or an unknown protocol, with the form to use instead; for a
+        TLS address (``tls://``, ``wss://``) without usable certificates
+        (:func:`scheduler.tls.client_security`); and for an address where no Dask
+        scheduler answers within ``timeout`` seconds (:func:`probe_scheduler`).
     """
     if not isinstance(client, str) or client.lower() in SYNC:
         return
@@ -213,15 +216,41 @@ def check_client(client: Any, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
             raise ValueError(f"unknown protocol {protocol!r}; Dask knows {', '.join(backends)}")
         if protocol in ("tcp", "tls", "ws", "wss"):
             parse_host_port(location)
+        _check_special_protocol(protocol, location, backends[protocol])
     except ValueError as exc:
         raise ClusterError(
             f"--scheduler {client!r} is not a scheduler address ({exc}); give one like "
             f"tcp://{host}:8786, or 'sync' to run in this process"
         ) from None
-    probe_scheduler(address, timeout)
+    probe_scheduler(address, timeout, client_security(address))
 
 
-def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
+def _check_special_protocol(protocol: str, location: str, backend: Any) -> None:
+    """Refuse addresses of protocols no job can reach from here: an ``inproc://`` address
+    of another process (it names a scheduler inside one process only), and ``ucx://``
+    where only distributed's stub is installed (UCX was moved to distributed-ucxx).
+
+    Raises
+    ------
+    ValueError
+        Saying why.
+    """
+    if protocol == "inproc":
+        parts = location.split("/")
+        if len(parts) != 3 or not parts[1].isdigit():
+            raise ValueError("an inproc address is inproc://HOST/PID/N")
+        if int(parts[1]) != os.getpid():
+            raise ValueError(
+                f"inproc:// names a scheduler inside process {parts[1]}; only that process "
+                "can reach it"
+            )
+    if protocol == "ucx" and type(backend).__module__ == "distributed.comm.ucx":
+        raise ValueError("ucx:// needs distributed-ucxx, which is not installed here")
+
+
+def probe_scheduler(
+    address: str, timeout: float = CONNECT_TIMEOUT_SECONDS, security: Any = None
+) -> None:
     """Ask the server at ``address`` who it is, the whole exchange within ``timeout`` s.
 
     A port that accepts connections and then says nothing (an HTTP or SSH server, a
@@ -229,18 +258,31 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> N
     written.  The exchange runs on its own event loop in another thread, so it works
     from code that is itself inside an event loop.
 
+    ``security`` (a ``distributed.security.Security``; None: Dask's settings, checked by
+    :func:`scheduler.tls.client_security`) gives the TLS context, as the job's Client uses
+    it: the TLS handshake is bounded by ``timeout`` too.
+
     Raises
     ------
     ClusterError
-        When nothing answers in time, or what answers is not a Dask scheduler.
+        When nothing answers in time, or what answers is not a Dask scheduler; when the
+        TLS handshake fails (:func:`scheduler.tls.tls_failure` says why).
     """
     import asyncio  # noqa: PLC0415
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     from distributed.comm import connect  # noqa: PLC0415
 
+    if security is None:
+        security = client_security(address)
+    try:
+        connection_args = security.get_connection_args("client")
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"cannot use the TLS certificates for {address!r}: {exc}") from None
+
     async def identity() -> Any:
-        comm = await connect(address, timeout=timeout)  # the handshake is bounded too
+        # The handshake (TLS included) is bounded too.
+        comm = await connect(address, timeout=timeout, **connection_args)
         try:
             await comm.write({"op": "identity", "reply": True})
             return await comm.read()
@@ -254,10 +296,14 @@ def probe_scheduler(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> N
         with ThreadPoolExecutor(1, thread_name_prefix="outofcore-probe") as pool:
             reply = pool.submit(ask).result()
     except Exception as exc:  # refused, timed out, closed, or a protocol it cannot read
+        refused = tls_failure(exc, address)
+        if refused:
+            raise ClusterError(refused) from None
         raise ClusterError(
             f"no Dask scheduler answered at {address!r} within {timeout:g} s "
             f"({type(exc).__name__}{': ' + str(exc)[:120] if str(exc) else ''}); is "
-            "`dask scheduler` running there, and is the address (tcp://HOST:PORT) right?"
+            "`dask scheduler` running there, and is the address right, its protocol the "
+            "scheduler's (tcp://, tls://, ws://)?"
         ) from None
     kind = reply.get("type") if isinstance(reply, dict) else None
     if kind != "Scheduler":
@@ -521,8 +567,16 @@ def open_executor(
     if isinstance(client, str):
         address = client
         try:
-            connected = Client(address, timeout=connect_timeout, set_as_default=False)
+            connected = Client(
+                address,
+                timeout=connect_timeout,
+                set_as_default=False,
+                security=client_security(address),  # as the probe's (check_client)
+            )
         except (OSError, TimeoutError) as exc:
+            refused = tls_failure(exc, address)
+            if refused:
+                raise ClusterError(refused) from None
             raise ClusterError(
                 f"no Dask scheduler answered at {address!r} within "
                 f"{connect_timeout:g} s ({type(exc).__name__}); is `dask scheduler` "
