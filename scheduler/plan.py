@@ -36,8 +36,10 @@ for a budget of ``M`` bytes (Smith et al., arXiv:1702.02017).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from scheduler.errors import BudgetError, InputError
 
@@ -190,6 +192,88 @@ class PartialTask:
         return f"{self.tile.key}-k{self.part}of{self.parts}"
 
 
+class Panels(Sequence[tuple[int, int]]):
+    """The k-panels ``(k0, k1)`` of depth ``tk`` over ``k``, each made when it is asked for.
+
+    A product with k = 10**12 has millions of panels: listing them would cost the
+    planning what it must not (planning time independent of the chunk grid).  Holds
+    positions ``start`` to ``stop`` of the whole list (a slice of it is one, too: the
+    panels of one part of a split tile).  Equal to a tuple of the same panels.
+    """
+
+    __slots__ = ("k", "start", "stop", "tk")
+
+    def __init__(self, k: int, tk: int, start: int = 0, stop: int | None = None) -> None:
+        if k < 1 or tk < 1:
+            raise InputError(f"panels of depth {tk} over k = {k}: both must be >= 1")
+        count = -(-k // tk)
+        stop = count if stop is None else stop
+        if not 0 <= start <= stop <= count:
+            raise InputError(f"panels {start}:{stop} of {count}: out of range")
+        self.k, self.tk, self.start, self.stop = k, tk, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            first, stop, step = index.indices(len(self))
+            if step != 1:
+                return tuple(self[i] for i in range(first, stop, step))
+            return Panels(self.k, self.tk, self.start + first, self.start + max(first, stop))
+        position = operator.index(index)
+        if position < 0:
+            position += len(self)
+        if not 0 <= position < len(self):
+            raise IndexError(f"panel {index} of {len(self)}")
+        k0 = (self.start + position) * self.tk
+        return (k0, min(k0 + self.tk, self.k))
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        for position in range(self.start, self.stop):
+            k0 = position * self.tk
+            yield (k0, min(k0 + self.tk, self.k))
+
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
+        """Position of the panel ``value`` (at ``start`` or after, before ``stop``)."""
+        try:
+            k0, k1 = value
+            found = operator.index(k0) // self.tk - self.start
+        except (TypeError, ValueError):
+            found = -1
+        within = range(len(self))[start:stop]
+        if found in within and self[found] == (k0, k1):
+            return found
+        raise ValueError(f"{value!r} is not one of the panels")
+
+    def __contains__(self, value: object) -> bool:
+        try:
+            self.index(value)
+        except ValueError:
+            return False
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Panels):  # uniform: the count and the ends fix every panel
+            return len(self) == len(other) and (
+                not self or (self[0] == other[0] and self[-1] == other[-1])
+            )
+        if isinstance(other, tuple | list):
+            return len(self) == len(other) and all(
+                mine == tuple(theirs) for mine, theirs in zip(self, other, strict=True)
+            )
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((len(self), self[0] if self else None, self[-1] if self else None))
+
+    def __repr__(self) -> str:
+        return f"Panels(k={self.k}, tk={self.tk}, start={self.start}, stop={self.stop})"
+
+    def __reduce__(self) -> tuple:
+        return (Panels, (self.k, self.tk, self.start, self.stop))
+
+
 @dataclass(frozen=True)
 class Plan:
     """Everything decided before the job runs; see the module docstring."""
@@ -202,7 +286,7 @@ class Plan:
     tk: int
     out_chunks: tuple[int, int]
     io_concurrency: int
-    panels: tuple[tuple[int, int], ...]
+    panels: Panels
     tasks: tuple[TileTask, ...] = field(repr=False)
     #: Parts each tile's k is split into (split-k); 1: every task computes a whole tile.
     splits: int = 1
@@ -295,10 +379,10 @@ class Plan:
         """Predicted bytes of A and B read by all tasks together."""
         p = self.problem
         wa, wb = p.read_sizes
-        a_reads = wa * self.tiles_across * p.m * _touched(self.panels, p.a_chunks[1], p.k)
+        a_reads = wa * self.tiles_across * p.m * _touched(self.panels, p.a_chunks[1])
         if p.symmetric:  # tile (i, j), j > i, reads panels i and j; tile (i, i) one panel
             return a_reads
-        b_reads = wb * self.tiles_down * p.n * _touched(self.panels, p.b_chunks[0], p.k)
+        b_reads = wb * self.tiles_down * p.n * _touched(self.panels, p.b_chunks[0])
         return a_reads + b_reads + p.addend_itemsize * p.m * p.n
 
     @property
@@ -568,7 +652,6 @@ def make_plan(
                 f"({mib(budget_bytes)})"
             )
     out_chunks = p.out_grid or (_output_chunk(tm), _output_chunk(tn))
-    panels = tuple((k0, min(k0 + tk, p.k)) for k0 in range(0, p.k, tk))
     return Plan(
         problem=p,
         budget_bytes=budget_bytes,
@@ -578,7 +661,7 @@ def make_plan(
         tk=tk,
         out_chunks=out_chunks,
         io_concurrency=io_concurrency,
-        panels=panels,
+        panels=Panels(p.k, tk),
         tasks=_tasks_in_locality_order(p, tm, tn),
         splits=splits,
     )
@@ -757,11 +840,11 @@ def _estimate(p: Problem, tm: int, tn: int, tk: int, workers: int, splits: int) 
     a task.  Whole-grid ceilings are counted, so a ragged edge that adds a
     tile row or column costs what it reads.
     """
-    panels = tuple((k0, min(k0 + tk, p.k)) for k0 in range(0, p.k, tk))
+    panels = Panels(p.k, min(tk, p.k))
     rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
-    decoded = cols * p.m * _touched(panels, p.a_chunks[1], p.k)
+    decoded = cols * p.m * _touched(panels, p.a_chunks[1])
     if not p.symmetric:  # a symmetric product reads one panel per tile row and column
-        decoded += rows * p.n * _touched(panels, p.b_chunks[0], p.k)
+        decoded += rows * p.n * _touched(panels, p.b_chunks[0])
     scratch = 2 * splits * p.m * p.n if splits > 1 else 0
     busy = min(workers, tile_count(p, tm, tn) * splits)
     compute = busiest_worker(p, tm, tn, workers, splits) * p.k
@@ -849,14 +932,15 @@ def busiest_worker(p: Problem, tm: int, tn: int, workers: int, splits: int = 1) 
     candidate).  :mod:`scheduler.model` uses it too.
     """
     rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
-    heights = [tm] * (rows - 1) + [p.m - (rows - 1) * tm]
+    last_height = p.m - (rows - 1) * tm
     total = float(p.m * p.n)
     if p.symmetric:  # the upper triangle of tiles, the diagonal ones at half the work
-        total = (total + sum(h * h for h in heights)) / 2
+        total = (total + (rows - 1) * tm * tm + last_height * last_height) / 2
     if workers == 1:
         return total
     if tile_count(p, tm, tn) * splits > 4 * workers:  # fine-grained: the mean, or one task
         return max(total / workers, tm * tn / splits)
+    heights = [tm] * (rows - 1) + [last_height]
     widths = [tn] * (cols - 1) + [p.n - (cols - 1) * tn]
     areas = [
         heights[i] * widths[j] * (0.5 if i == j and p.symmetric else 1.0) / splits
@@ -912,9 +996,46 @@ def chunk_span(start: int, stop: int, chunk: int, extent: int) -> int:
     return min(math.ceil(stop / chunk) * chunk, extent) - (start // chunk) * chunk
 
 
-def _touched(panels: tuple[tuple[int, int], ...], chunk: int, extent: int) -> int:
-    """Elements along k that reading every panel decodes, given chunks of ``chunk``."""
-    return sum(chunk_span(k0, k1, chunk, extent) for k0, k1 in panels)
+def _touched(panels: Panels, chunk: int) -> int:
+    """Elements along k that reading every panel decodes, given chunks of ``chunk``.
+
+    The sum of :func:`chunk_span` over the panels, in closed form (floor sums): time
+    independent of the number of panels and chunks.
+    """
+    k, tk, first, stop = panels.k, panels.tk, panels.start, panels.stop
+    if first == stop:
+        return 0
+    count = -(-k // tk)
+    inner = min(stop, count - 1)  # panels ending at (p + 1) * tk, not at k
+    # Each panel decodes from the start of its first chunk to the end of its last one ...
+    ends = chunk * floor_sum(max(0, inner - first), chunk, tk, tk * first + tk + chunk - 1)
+    starts = chunk * floor_sum(stop - first, chunk, tk, tk * first)
+    # ... where a last chunk is cut short by k, and the last panel ends at k itself.
+    whole = k // chunk * chunk
+    if k % chunk:
+        short = max(0, inner - max(first, whole // tk))
+        ends -= short * (whole + chunk - k)
+    if stop == count:
+        ends += k
+    return ends - starts
+
+
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """``sum(floor((a*i + b) / m) for i in range(n))`` in ``O(log m)`` steps (``a, b >= 0``)."""
+    total = 0
+    while n > 0:
+        if a >= m:
+            total += n * (n - 1) // 2 * (a // m)
+            a %= m
+        if b >= m:
+            total += n * (b // m)
+            b %= m
+        top = a * n + b
+        if top < m:
+            break
+        n, b = divmod(top, m)
+        m, a = a, m
+    return total
 
 
 def _tasks_in_locality_order(p: Problem, tm: int, tn: int) -> tuple[TileTask, ...]:

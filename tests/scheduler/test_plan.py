@@ -463,3 +463,58 @@ def test_panels_are_as_deep_as_the_budget_allows_not_the_thinnest():
     small = Problem(m=256, k=1024, n=1024, itemsize=4, a_chunks=(256, 256), b_chunks=(256, 256))
     kept = make_plan(small, 4 * 2**20)
     assert (kept.tm, kept.tn, kept.tk) == (256, 512, 256)
+
+
+# -- planning cost: independent of the chunk grid (issue 28, item 5) ----------------------
+@given(
+    st.integers(1, 400),
+    st.integers(1, 70),
+    st.integers(1, 90),
+    st.data(),
+)
+def test_panels_and_their_decoded_extent_match_the_listed_panels(k, tk, chunk_size, data):
+    from scheduler.plan import Panels, _touched, chunk_span  # noqa: PLC0415
+
+    listed = tuple((k0, min(k0 + tk, k)) for k0 in range(0, k, tk))
+    panels = Panels(k, tk)
+    assert panels == listed and tuple(panels) == listed and len(panels) == len(listed)
+    first = data.draw(st.integers(0, len(listed)))
+    stop = data.draw(st.integers(first, len(listed)))
+    part = panels[first:stop]
+    assert part == listed[first:stop] and tuple(part) == listed[first:stop]
+    assert _touched(part, chunk_size) == sum(chunk_span(a, b, chunk_size, k) for a, b in part)
+    for position, panel in enumerate(listed):
+        assert panel in panels and panels.index(panel) == position
+    assert (0, 0) not in panels and (1, k + 1) not in panels
+    assert panels[-1] == listed[-1] and panels[::2] == listed[::2]
+
+
+def test_planning_a_huge_gram_lists_no_panel_and_no_chunk(monkeypatch):
+    """Issue 28: planning a 10^10-row Gram took 67-88 s, 10^12 rows past 300 s (panels
+    listed one by one for every candidate tile).  Now nothing is enumerated per panel:
+    the plan of a 10^12-row Gram, its summary and its predictions read a handful of
+    panels (timings: benchmarks/plan_cost.py)."""
+    from scheduler import model  # noqa: PLC0415
+    from scheduler.plan import Panels  # noqa: PLC0415
+
+    made = []
+    real = Panels.__getitem__
+
+    def counted(self, index):
+        made.append(index)
+        return real(self, index)
+
+    monkeypatch.setattr(Panels, "__getitem__", counted)
+    monkeypatch.setattr(Panels, "__iter__", lambda self: pytest.fail("panels listed"))
+    for rows in (10**10, 10**12):
+        x = Problem(
+            m=64, k=rows, n=64, itemsize=8, a_chunks=(64, 100_000), b_chunks=(100_000, 64),
+            symmetric=True,
+        )  # fmt: skip
+        for workers in (1, 4):
+            plan = make_output_plan(x, 2**30, workers)
+            summary = plan.summary()
+            assert summary["panels_per_tile"] == len(plan.panels) >= rows // 100_000
+            assert summary["bytes_read"] == 8 * 64 * rows
+            assert len(model.what_ifs(plan)) == 3
+    assert len(made) < 100, len(made)
