@@ -22,6 +22,8 @@ name                    default  meaning
 ``remote-concurrency``  16       chunk requests in flight per task on object stores
 ``debug``               0        1: the command prints tracebacks (as ``--debug``)
 ``in-process-worker``   1        0: a LocalCluster's CPU workers get processes
+``fingerprint``         stat     ``content``: inputs fingerprinted by their bytes
+``fsync``               1        0: a job's local writes are not flushed to disk
 ======================  =======  ===============================================
 """
 
@@ -44,6 +46,8 @@ DEFAULTS: dict[str, Any] = {
     "remote-concurrency": 16,
     "debug": False,
     "in-process-worker": True,
+    "fingerprint": "stat",
+    "fsync": True,
 }
 
 config = Config("outofcore", defaults=[DEFAULTS], paths=[])

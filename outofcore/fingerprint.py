@@ -3,11 +3,13 @@
 A fingerprint lists every object of an array in its store (metadata, chunk
 files, shards) with a token that changes whenever the object is rewritten:
 
-* a local disk: size, modification time (ns) and inode number.  zarr writes
-  a chunk to a temporary file and renames it over the old one, so a rewritten
-  chunk gets a new inode even within one tick of the file system's clock;
+* a local disk: size, modification and change times (ns) and inode number.
+  zarr writes a chunk to a temporary file and renames it over the old one, so a
+  rewritten chunk gets a new inode; a file rewritten in place, its size and
+  modification time restored by hand (``os.utime``), still gets a new change
+  time, which no call sets back.  Links to files and folders are followed;
 * an fsspec store: size and the store's version marker (ETag, version id,
-  generation or modification time, whichever it reports);
+  generation, inode, modification or change time, whichever it reports);
 * zarr's ``ObjectStore`` (obstore: S3, GCS, Azure, ...): size, ETag, version
   and modification time from obstore's listing;
 * zarr's ``MemoryStore``, and any other store: a hash of each object's bytes
@@ -15,6 +17,9 @@ files, shards) with a token that changes whenever the object is rewritten:
 
 Only listings and ``stat`` calls are made, no chunk is read (but on the last
 kind of store): about a second per 10⁵ local chunk files (docs/cluster.md).
+The setting ``fingerprint: content`` (``$OUTOFCORE_FINGERPRINT=content``) hashes
+every object's bytes on every store instead: edits that keep every version
+marker are caught too, at the cost of reading each input once more, twice a job.
 The job journal stores the summary (object count, bytes, digest) with the job
 and the per-object tokens beside it, so a refused resume can name the objects
 that changed.
@@ -33,11 +38,13 @@ import zarr
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore, MemoryStore, ObjectStore
 
-from outofcore import arrays
-from outofcore.errors import InputChangedError
+from outofcore import arrays, config
+from outofcore.errors import InputChangedError, InputError
 
 #: Folder of outofcore's own journal inside an array made by outofcore: not content.
 SKIPPED_FOLDERS = frozenset({"_outofcore"})
+#: How inputs may be fingerprinted (the setting ``fingerprint``).
+METHODS = ("stat", "content")
 #: Objects a page of an obstore listing asks for (S3 gives at most 1000 a request).
 LISTING_PAGE = 1000
 #: Fields of an fsspec ``info`` record that change when an object is rewritten.
@@ -47,6 +54,7 @@ VERSION_FIELDS = (
     "VersionId",
     "version_id",
     "generation",
+    "ino",
     "mtime",
     "LastModified",
     "last_modified",
@@ -81,11 +89,29 @@ class Fingerprint:
         }
 
 
-def fingerprint(array: zarr.Array) -> Fingerprint:
-    """The fingerprint of ``array``'s objects in its store (see the module docstring)."""
+def fingerprint(array: zarr.Array, method: str | None = None) -> Fingerprint:
+    """The fingerprint of ``array``'s objects in its store (see the module docstring).
+
+    ``method``: ``"stat"`` (version tokens from listings and ``stat``) or ``"content"``
+    (a hash of every object's bytes: reads the whole array); None: the setting
+    ``fingerprint`` (``$OUTOFCORE_FINGERPRINT``, default ``stat``).
+
+    Raises
+    ------
+    InputError
+        For another method.
+    """
+    method = method or str(config.config.get("fingerprint")).strip().lower()
+    if method not in METHODS:
+        raise InputError(
+            f"{config.env_name('fingerprint')}={method!r}: need one of {', '.join(METHODS)}"
+        )
     store = array.store
     if isinstance(store, LocalStore):
-        return _local(os.path.join(os.fspath(store.root), array.path))
+        root = os.path.join(os.fspath(store.root), array.path)
+        return _local(root, content=method == "content")
+    if method == "content":
+        return _through_store(store, array.path)
     if isinstance(store, FsspecStore):
         return _fsspec(store, array.path)
     if isinstance(store, ObjectStore):
@@ -123,16 +149,33 @@ def changes(then: Mapping[str, str], now: Mapping[str, str], limit: int = 3) -> 
     return ", ".join(found[:limit]) + more
 
 
-def _local(root: str) -> Fingerprint:
+def _local(root: str, content: bool = False) -> Fingerprint:
+    """A local array folder: each file's ``stat`` token, or with ``content`` its bytes' hash.
+
+    Symbolic links are followed, to files and folders alike (a read goes through them),
+    each folder once.
+    """
     tokens: dict[str, str] = {}
     nbytes = 0
     folders = [("", root)]
+    seen: set[tuple[int, int]] = set()
     while folders:
         prefix, folder = folders.pop()
+        try:
+            place = os.stat(folder)
+        except OSError:
+            continue
+        if (place.st_dev, place.st_ino) in seen:  # a link back to a folder listed already
+            continue
+        seen.add((place.st_dev, place.st_ino))
         with os.scandir(folder) as entries:
             for entry in entries:
                 key = f"{prefix}{entry.name}"
-                if entry.is_dir(follow_symlinks=False):
+                try:
+                    is_folder = entry.is_dir()  # a link to a folder too: reads go through it
+                except OSError:
+                    is_folder = False
+                if is_folder:
                     if not (prefix == "" and entry.name in SKIPPED_FOLDERS):
                         folders.append((f"{key}/", entry.path))
                     continue
@@ -142,9 +185,29 @@ def _local(root: str) -> Fingerprint:
                     continue
                 except OSError:  # a link that cannot be followed (reads fail on it too)
                     info = entry.stat(follow_symlinks=False)
-                tokens[key] = f"{info.st_size}:{info.st_mtime_ns}:{info.st_ino}"
+                tokens[key] = _content_token(entry.path, info) if content else stat_token(info)
                 nbytes += info.st_size
-    return Fingerprint(tokens=tokens, nbytes=nbytes, method="stat")
+    return Fingerprint(tokens=tokens, nbytes=nbytes, method="content" if content else "stat")
+
+
+def stat_token(info: os.stat_result) -> str:
+    """A local file's token: size, modification and change times (ns), inode.
+
+    The change time (ctime) moves with every write, rename, ``utime`` or ``chmod``
+    and cannot be set back by hand, so a file rewritten in place with its size and
+    modification time restored still gets a new token.
+    """
+    return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ino}:{info.st_ctime_ns}"
+
+
+def _content_token(path: str, info: os.stat_result) -> str:
+    """Size and SHA-256 of the file at ``path`` (the setting ``fingerprint: content``)."""
+    try:
+        with open(path, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:  # unreadable: its stat stands in (reads of it fail too)
+        return stat_token(info)
+    return f"{info.st_size}:{digest}"
 
 
 def _fsspec(store: FsspecStore, path: str) -> Fingerprint:

@@ -86,7 +86,9 @@ def safe_name(value: object, what: str) -> str:
 #: Version of the journal's layout; a journal of another version is not resumed.
 #: 2: inputs carry a content fingerprint.  3: the job names its product (transposes,
 #: scales, addend, dtypes).  4: partial tiles of split-k plans; symmetric products.
-FORMAT = 4
+#: 5: local input tokens carry the change time (a format-4 token never matches one, so
+#: its journal is refused by format rather than called "rewritten").
+FORMAT = 5
 
 
 @dataclass(frozen=True)

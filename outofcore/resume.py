@@ -107,7 +107,12 @@ def differences(
                 was, now_value = _show(then.get(field)), _show(current[field])
                 found.append(f"input {name} {field} was {was}, now {now_value}")
         was, content = then.get("content") or {}, current["content"]
-        if was.get("digest") != content["digest"]:
+        if was.get("method") != content["method"]:  # other tokens: nothing to compare
+            found.append(
+                f"input {name} was fingerprinted by {was.get('method')}, now by "
+                f"{content['method']} (the setting fingerprint)"
+            )
+        elif was.get("digest") != content["digest"]:
             if tokens_then and fingerprints and name in tokens_then:
                 detail = changes(tokens_then[name], fingerprints[name].tokens)
             else:

@@ -1,5 +1,7 @@
 """Test configuration: numba's CUDA simulator, hypothesis profiles (CI runs 'ci'), fixtures.
 
+Damaged reads for ``tests.helpers.break_chunk`` are set up here too (tests/faults).
+
 The CUDA tests (tests/cuda) run on numba's CUDA simulator, which must be chosen
 before anything imports ``numba.cuda``: this file is loaded before any test
 module, so it sets ``NUMBA_ENABLE_CUDASIM=1`` here, for the whole session and
@@ -14,9 +16,22 @@ import os
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before anything imports numba.cuda
 
 import contextlib
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.faults import sitecustomize as damaged_reads
+
+# Damaged reads (tests.helpers.break_chunk): a registry folder for the session, and
+# tests/faults first on PYTHONPATH so every process started here loads its sitecustomize.
+os.environ.setdefault("OUTOFCORE_TEST_DAMAGED_READS", tempfile.mkdtemp(prefix="damaged-reads-"))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(Path(damaged_reads.__file__).parent)]
+    + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+)
+damaged_reads.install()
 
 settings.register_profile(
     "default",

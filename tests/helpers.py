@@ -124,16 +124,25 @@ def overwrite_in_place(path: Path, data: bytes) -> None:
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
-def break_chunk(array: Path, chunk: str) -> tuple[Path, bytes]:
-    """Make one chunk undecodable without changing its stat; restore with restore_chunk."""
+def break_chunk(array: Path, chunk: str) -> Path:
+    """Make every read of one chunk see zeros of its size (no zstd frame), in this
+    process and every process the tests start, leaving the file as it is: as a store
+    that returns a damaged body would (tests/faults/sitecustomize.py).  Its fingerprint
+    does not change, so a job stopped by it resumes once it is mended by
+    :func:`restore_chunk`."""
+    from tests.faults.sitecustomize import entry_name, registry  # noqa: PLC0415
+
     path = array / "c" / chunk
-    saved = path.read_bytes()
-    overwrite_in_place(path, bytes(len(saved)))  # zeros: no zstd frame
-    return path, saved
+    folder = registry()
+    assert folder is not None, "damaged reads need tests/conftest.py's registry"
+    zeros = Path(folder) / entry_name(path)
+    zeros.write_bytes(bytes(path.stat().st_size))
+    return zeros
 
 
-def restore_chunk(broken: tuple[Path, bytes]) -> None:
-    overwrite_in_place(*broken)
+def restore_chunk(broken: Path) -> None:
+    """Mend a chunk :func:`break_chunk` damaged: reads of it see its bytes again."""
+    broken.unlink()
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -21,7 +21,9 @@ from outofcore.errors import BAD_INPUT, JOB_FAILED
 from outofcore.generate import random_array
 from tests.helpers import ROOT, break_chunk, free_port, random_matrix, restore_chunk, write_zarr
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OUTOFCORE_READ_RETRIES": "0"}
+#: This checkout first on the path, then tests/conftest.py's (damaged reads: break_chunk).
+PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+ENV = {**os.environ, "PYTHONPATH": PYTHONPATH, "OUTOFCORE_READ_RETRIES": "0"}
 
 
 def outofcore(*args: str, env: dict | None = None, cwd: Path | None = None, timeout=180):

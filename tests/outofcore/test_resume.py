@@ -1,10 +1,9 @@
 """Resuming after a crash, read retries and the one-job-per-output lease (real files, no mocks).
 
-A crash is made two ways: a chunk of B whose bytes are overwritten in place
-with garbage (same size, inode and modification time, so the input's content
-fingerprint does not change: it looks like a store that returned a damaged
-body), which stops a synchronous job after the tiles before it; and SIGKILL of
-an ``outofcore matmul`` process.
+A crash is made two ways: a chunk of B whose reads see zeros while its file is left
+as it is (tests.helpers.break_chunk: a store that returned a damaged body, so the
+input's fingerprint does not change), which stops a synchronous job after the tiles
+before it; and SIGKILL of an ``outofcore matmul`` process.
 """
 
 from __future__ import annotations
