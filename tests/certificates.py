@@ -1,6 +1,9 @@
 """Certificates made in the test: a cluster CA, its scheduler, worker and client
 certificates, and a stranger signed by another CA (``cryptography``, in the test extra).
 
+The files are named as scripts/make-certificates names them and docker-compose.tls.yml
+reads them: ``ca.pem``, ``scheduler.pem`` and ``scheduler.key``, and so on.
+
 EC P-256 keys (made in milliseconds, unlike RSA), valid for a day, with loopback's
 address and name as subject alternative names.  Dask checks the chain against its CA
 and, like ``Security``, not the host name.
@@ -48,7 +51,7 @@ def make_certificates(folder: Path) -> Certificates:
     """Write a CA, scheduler, worker and client certificates it signs, and a stranger
     signed by another CA, into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    ca_key, ca_cert, ca = _authority(folder, "cluster-ca")
+    ca_key, ca_cert, ca = _authority(folder, "ca")
     other_key, other_cert, other_ca = _authority(folder, "other-ca")
     made = {
         name: _leaf(folder, name, ca_key, ca_cert) for name in ("scheduler", "worker", "client")
@@ -114,7 +117,7 @@ def _leaf(
         .add_extension(x509.ExtendedKeyUsage(purposes), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    credentials = Credentials(cert=folder / f"{name}.crt", key=folder / f"{name}.key")
+    credentials = Credentials(cert=folder / f"{name}.pem", key=folder / f"{name}.key")
     credentials.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     credentials.key.write_bytes(
         key.private_bytes(

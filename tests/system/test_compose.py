@@ -8,11 +8,15 @@ runs the same command lines natively.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 from distributed.cli import dask_scheduler, dask_worker
 
 from outofcore.cli import _parser
+from scheduler.tls import tls_settings
+from tests.certificates import make_certificates
 from tests.helpers import COMPOSE_VARIABLE, ROOT, interpolate
 
 
@@ -87,11 +91,79 @@ def test_job_command_parses_with_the_outofcore_cli(compose):
     assert _parser().parse_args(overridden[1:]).memory == 64 * 2**20
 
 
-def test_every_variable_has_a_default():
-    text = (ROOT / "docker-compose.yml").read_text()
+@pytest.mark.parametrize("name", ["docker-compose.yml", "docker-compose.tls.yml"])
+def test_every_variable_has_a_default(name):
+    text = (ROOT / name).read_text()
     names = COMPOSE_VARIABLE.findall(text)
     assert names, "expected configurable values"
     interpolate(text)  # raises naming a variable without a default
+
+
+@pytest.fixture(scope="module")
+def compose_tls() -> dict:
+    """docker-compose.tls.yml (the TLS variant, an override file), parsed."""
+    return yaml.safe_load((ROOT / "docker-compose.tls.yml").read_text())
+
+
+#: The options of the TLS variant, which the plain file's command lines do not have.
+TLS_OPTIONS = ("--tls-ca-file", "--tls-cert", "--tls-key", "--protocol")
+
+
+def without_tls(line: list[str]) -> list[str]:
+    """A command line without its TLS options, and its tls:// address as tcp://."""
+    kept, skip = [], False
+    for part in line:
+        if skip:
+            skip = False
+        elif part in TLS_OPTIONS:
+            skip = True
+        else:
+            kept.append(part.replace("tls://", "tcp://"))
+    return kept
+
+
+def test_the_tls_variant_changes_only_commands_and_certificates(compose, compose_tls):
+    """Each service of the override exists in the plain file; only its command line and
+    the certificate folder change, and its command line is the plain one plus TLS."""
+    for name, service in compose_tls["services"].items():
+        assert name in compose["services"], name
+        assert set(service) == {"command", "volumes"}, name
+        assert service["volumes"] == ["${TLS_DIR:-./certs}:/certs:ro"]
+        tls_line = [str(part) for part in service["command"]]
+        plain = [str(part) for part in compose["services"][name]["command"]]
+        assert without_tls(tls_line) == plain, name
+        assert "tcp://" not in " ".join(tls_line)
+
+
+def test_the_tls_command_lines_parse_with_dask_and_outofcore(compose_tls, tmp_path):
+    made = make_certificates(tmp_path)  # Dask's parsers check that the files exist
+
+    def line(service: str) -> list[str]:
+        parts = compose_tls["services"][service]["command"]
+        return [interpolate(str(p)).replace("/certs/", f"{tmp_path}/") for p in parts]
+
+    def files(params: dict) -> tuple[Path, ...]:
+        return tuple(Path(params[key]) for key in ("tls_ca_file", "tls_cert", "tls_key"))
+
+    params = dask_scheduler.main.make_context("dask scheduler", line("scheduler")[2:]).params
+    assert params["protocol"] == "tls" and params["port"] == "8786"
+    assert files(params) == (made.ca, made.scheduler.cert, made.scheduler.key)
+
+    params = dask_worker.main.make_context("dask worker", line("worker")[2:]).params
+    assert params["scheduler"] == "tls://scheduler:8786"
+    assert files(params) == (made.ca, made.worker.cert, made.worker.key)
+
+    args = _parser().parse_args(line("job")[1:])
+    assert args.scheduler == "tls://scheduler:8786"
+    assert tuple(map(Path, (args.tls_ca_file, args.tls_cert, args.tls_key))) == (
+        made.ca, made.client.cert, made.client.key,
+    )  # fmt: skip
+    assert tls_settings(args.scheduler, args.tls_ca_file, args.tls_cert, args.tls_key)
+
+    cli = pytest.importorskip("dask_cuda.cli", reason="dask-cuda (the [gpu] extra) parses it")
+    params = cli.worker.make_context("dask cuda worker", line("gpu-worker")[3:]).params
+    assert params["scheduler"] == "tls://scheduler:8786" and params["resources"] == "GPU=1"
+    assert files(params) == (made.ca, made.worker.cert, made.worker.key)
 
 
 def test_image_builds_from_this_repository(compose):

@@ -1,6 +1,10 @@
 """A TLS cluster (issue 28, item 3): `dask scheduler` and `dask worker` with certificates
 made in the test, on loopback, and jobs over ``tls://``.
 
+The scheduler's, the worker's and the first job's command lines are
+docker-compose.tls.yml's, run natively (the address, ports, data and certificate
+folders substituted; servers on loopback), so that file and this test cannot drift apart.
+
 A job given the cluster's CA and a client certificate (the command's ``--tls-*`` flags,
 Dask's settings from the environment, or a Client made with ``security=``) runs and is
 right; one without certificates, with a certificate of another CA, trusting another
@@ -13,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,14 +26,22 @@ import dask
 import numpy as np
 import psutil
 import pytest
+import yaml
 import zarr
-from distributed import Client
+from distributed import Client, LocalCluster
 from distributed.security import Security
 
 import outofcore
 from outofcore.errors import BAD_INPUT
 from tests.certificates import Certificates, make_certificates
-from tests.helpers import ROOT, assert_product_close, free_port, random_matrix, write_zarr
+from tests.helpers import (
+    ROOT,
+    assert_product_close,
+    free_port,
+    interpolate,
+    random_matrix,
+    write_zarr,
+)
 
 BIN = Path(sys.executable).parent
 #: This checkout first on the path; no AWS settings of this machine.
@@ -48,6 +61,25 @@ def client_security(certificates: Certificates) -> Security:
     )
 
 
+def compose_tls_command(service: str, port: int, data: Path, certificates: Path, **env) -> list:
+    """docker-compose.tls.yml's command line of ``service`` for this machine: executables,
+    the scheduler's address and ports on loopback, the data and certificate folders."""
+    parts = yaml.safe_load((ROOT / "docker-compose.tls.yml").read_text())["services"][service]
+    line = []
+    for part in parts["command"]:
+        text = interpolate(str(part), env)
+        text = text.replace("tls://scheduler:8786", f"tls://127.0.0.1:{port}")
+        text = {"8786": str(port), ":8787": "127.0.0.1:0"}.get(text, text)
+        for folder, here in (("/data/", data), ("/certs/", certificates)):
+            if text.startswith(folder):
+                text = str(here / text.removeprefix(folder))
+        line.append(text)
+    if line[0] == "dask":  # containers listen on every interface; this test on loopback
+        return [str(BIN / "dask"), *line[1:], "--host", "127.0.0.1"]
+    assert line[0] == "outofcore", line
+    return [sys.executable, "-m", "outofcore.cli", *line[1:]]
+
+
 @pytest.fixture(scope="module")
 def tls_cluster(tmp_path_factory):
     """A TLS scheduler and one TLS worker on loopback, with certificates made here."""
@@ -55,18 +87,11 @@ def tls_cluster(tmp_path_factory):
     certificates = make_certificates(folder / "certificates")
     port = free_port()
     address = f"tls://127.0.0.1:{port}"
-    ca = certificates.ca
     commands = {
-        "scheduler": [
-            str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-            "--protocol", "tls", "--dashboard-address", "127.0.0.1:0",
-            *certificates.scheduler.flags(ca),
-        ],
-        "worker": [
-            str(BIN / "dask"), "worker", address, "--host", "127.0.0.1", "--nthreads", "1",
-            "--no-dashboard", *certificates.worker.flags(ca),
-        ],
-    }  # fmt: skip
+        name: compose_tls_command(name, port, folder, certificates.ca.parent)
+        for name in ("scheduler", "worker")
+    }
+    commands["worker"] += ["--dashboard-address", "127.0.0.1:0"]
     processes = []
     try:
         for name, command in commands.items():
@@ -136,10 +161,13 @@ def assert_refused(done: subprocess.CompletedProcess, folder: Path, *needles: st
     return errors[0]
 
 
-def test_a_job_over_tls_with_the_certificate_flags(tls_cluster, operands):
+def test_the_compose_job_over_tls_with_the_certificate_flags(tls_cluster, operands):
     folder, a, b = operands
-    flags = tls_cluster["certificates"].client.flags(tls_cluster["certificates"].ca)
-    done = outofcore_command(*matmul_args(folder, tls_cluster["address"], *flags, "--json"))
+    certificates = tls_cluster["certificates"].ca.parent
+    env = {"JOB_MEMORY": "1MiB", "JOB_WORKERS": "1"}
+    job = compose_tls_command("job", tls_cluster["port"], folder, certificates, **env)
+    assert "--tls-cert" in job
+    done = subprocess.run([*job, "--json"], capture_output=True, text=True, timeout=120, env=ENV)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["tiles"] > 1 and summary["tiles_computed"] == summary["tiles"]
@@ -208,3 +236,67 @@ def test_plain_tcp_to_the_tls_port_is_refused_in_time(tls_cluster, operands):
     address = f"tcp://127.0.0.1:{tls_cluster['port']}"
     done = outofcore_command(*matmul_args(folder, address), env={"OUTOFCORE_CONNECT_TIMEOUT": "3"})
     assert_refused(done, folder, "no Dask scheduler answered", "tls://")
+
+
+def test_the_script_s_certificates_make_a_tls_cluster(operands):
+    """scripts/make-certificates (openssl) writes what docker-compose.tls.yml reads, and
+    a cluster and a job run with them (a LocalCluster in this process: the handshakes
+    are the same)."""
+    if not shutil.which("openssl"):
+        pytest.skip("scripts/make-certificates needs openssl")
+    folder, a, b = operands
+    certificates = folder / "certs"
+    subprocess.run(
+        [str(ROOT / "scripts" / "make-certificates"), str(certificates), "2"],
+        check=True,
+        capture_output=True,
+    )
+    read = yaml.safe_load((ROOT / "docker-compose.tls.yml").read_text())
+    wanted = {
+        str(part).removeprefix("/certs/")
+        for service in read["services"].values()
+        for part in service["command"]
+        if str(part).startswith("/certs/")
+    }
+    assert wanted == {path.name for path in certificates.iterdir()}  # no CA key left
+    assert all(oct(certificates.joinpath(name).stat().st_mode)[-3:] == "600"
+               for name in wanted if name.endswith(".key"))  # fmt: skip
+
+    def role(name: str) -> dict[str, str]:
+        return {
+            f"tls_{name}_cert": str(certificates / f"{name}.pem"),
+            f"tls_{name}_key": str(certificates / f"{name}.key"),
+        }
+
+    security = Security(
+        tls_ca_file=str(certificates / "ca.pem"),
+        **role("scheduler"),
+        **role("worker"),
+        **role("client"),
+        require_encryption=True,
+    )
+    settings = {
+        "distributed.comm.tls.ca-file": str(certificates / "ca.pem"),
+        "distributed.comm.tls.client.cert": str(certificates / "client.pem"),
+        "distributed.comm.tls.client.key": str(certificates / "client.key"),
+    }
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=False,
+            protocol="tls://",
+            host="127.0.0.1",
+            security=security,
+            dashboard_address=None,
+        ) as cluster,
+        dask.config.set(settings),
+    ):
+        assert cluster.scheduler_address.startswith("tls://")
+        c = outofcore.matmul(
+            str(folder / "a.zarr"),
+            str(folder / "b.zarr"),
+            str(folder / "c.zarr"),
+            client=cluster.scheduler_address,
+        )
+    assert_product_close(c[...], a, b)
