@@ -201,7 +201,8 @@ def tls_failure(exc: BaseException, address: str) -> str | None:
             "(--tls-ca-file)"
         )
     text = " ".join(str(error) for error in chain).lower()
-    for alert in _REFUSED_CERTIFICATE:
+    alerts = _REFUSED_CERTIFICATE if "ssl" in text else ()  # OpenSSL's alerts only
+    for alert in alerts:
         if alert in text:
             return (
                 f"the scheduler at {address!r} refused this client's certificate (TLS alert: "
