@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from outofcore.progress import progress
 from outofcore.recorded import RecordedJob, TileResult, compute_and_record
 from outofcore.resume import (
     Start,
+    check_output_unchanged,
     check_start_unchanged,
     describe_output,
     inspect_output,
@@ -41,6 +43,7 @@ from outofcore.resume import (
     job_status,
     open_journal,
     output_layout,
+    output_metadata,
 )
 from outofcore.spec import DASHBOARD_AFTER_SECONDS, JobSpec
 from outofcore.splitk import SplitJob, compute_partial, reduce_tile
@@ -48,6 +51,7 @@ from outofcore.stores import read_concurrency
 from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
 from outofcore.tile import TileJob
 from outofcore.worker_context import worker_context
+from outofcore.writing import local_folder, make_durable
 from scheduler import plan as plan_module
 from scheduler.cluster import (
     DEFAULT_BUDGET_BYTES,
@@ -267,9 +271,11 @@ def run_job(
                 plan, results, seconds, spec.backend, output, len(done), lease.job_id
             )
             summary["product"] = operands.product.summary()
+            summary["damaged"] = damaged_found(document, results)
             _finish(operands, plan, document, done, results)
             summary["phases"] = phases.as_dict()  # so far: the stored summary's
             output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
+            make_metadata_durable(output)  # before job.json says complete
             operands.journal.write_job({**document, "complete": True, "completed": time.time()})
         with phases("cluster_stop"):
             held.close()
@@ -562,6 +568,10 @@ def _start_output(
     else:
         output = start.existing
         output.attrs[ATTRIBUTE] = record
+    make_metadata_durable(output)
+    if not start.resuming:  # its own metadata, fingerprinted with the job (checked on resume)
+        document = {**document, "output_metadata": output_metadata(operands.journal)}
+        operands.journal.write_job(document)
     return output, record, document, done
 
 
@@ -629,6 +639,25 @@ def _progress(
     return progress(total, done, show, unit, name)
 
 
+def damaged_found(document: dict[str, Any], results: list[TileResult]) -> list[str]:
+    """Records and partial tiles this run found damaged and computed again: the records
+    dropped when it resumed (``job.json``'s run entry) and the parts its reductions
+    computed again."""
+    dropped = (document.get("runs") or [{}])[-1].get("damaged") or {}
+    return sorted(set(dropped) | {part for r in results for part in r.recomputed})
+
+
+def make_metadata_durable(output: zarr.Array) -> None:
+    """Flush the output's metadata documents (and the folders above, to its parent) to disk
+    on a local store (:func:`outofcore.writing.make_durable`)."""
+    folder = local_folder(output)
+    if folder is None:
+        return
+    names = ("zarr.json", ".zarray", ".zattrs")
+    files = [os.path.join(folder, name) for name in names]
+    make_durable([f for f in files if os.path.exists(f)], os.path.dirname(folder))
+
+
 def _finish(
     operands: Operands,
     plan: Plan,
@@ -645,6 +674,7 @@ def _finish(
             f"record (first: {sorted(missing)[:3]}); the output is not complete, rerun to resume"
         )
     check_unchanged(operands.inputs, operands.fingerprints, operands.where)
+    check_output_unchanged(operands.journal, document, operands.where)
     operands.journal.clear_partials(document["journal_id"])  # every tile is written
 
 

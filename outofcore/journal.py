@@ -25,8 +25,11 @@ whether a job starts afresh or resumes a journal, and the worker entry
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import json
+import logging
 import os
 import re
 import time
@@ -45,9 +48,9 @@ from outofcore import arrays, stores
 from outofcore.fingerprint import Fingerprint
 from outofcore.locations import locate
 from outofcore.targets import JOURNAL_DIR
-from outofcore.writing import naming_full_disk
+from outofcore.writing import naming_full_disk, write_durably
 from scheduler.errors import OutputExistsError
-from scheduler.plan import TileTask
+from scheduler.plan import PartialTask, TileTask
 
 JOB_NAME = "job.json"
 TILES_DIR = "tiles"
@@ -89,6 +92,52 @@ def safe_name(value: object, what: str) -> str:
 #: 5: local input tokens carry the change time (a format-4 token never matches one, so
 #: its journal is refused by format rather than called "rewritten").
 FORMAT = 5
+#: The field of a journal document holding the SHA-256 of the rest of it (:func:`seal`).
+CHECKSUM = "checksum"
+#: Records read at once when a resume checks them (:meth:`Journal.damaged_records`).
+RECORDS_IN_FLIGHT = 32
+logger = logging.getLogger("outofcore")
+
+
+def document_digest(document: dict[str, Any]) -> str:
+    """SHA-256 of ``document`` without its :data:`CHECKSUM` field, as canonical JSON
+    (sorted keys, no spaces): what :func:`seal` writes and :func:`is_sealed` checks."""
+    rest = {key: value for key, value in document.items() if key != CHECKSUM}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def seal(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with its checksum (:func:`document_digest`) in :data:`CHECKSUM`."""
+    return {**document, CHECKSUM: document_digest(document)}
+
+
+def is_sealed(document: Any) -> bool:
+    """Whether ``document`` is a JSON object whose checksum matches the rest of it: no
+    field of a journal document is trusted otherwise."""
+    return isinstance(document, dict) and document.get(CHECKSUM) == document_digest(document)
+
+
+def record_problem(
+    record: dict[str, Any] | None, task: TileTask, part: PartialTask | None = None
+) -> str | None:
+    """Why ``record`` is not a sound record of ``task`` (or of its ``part``), or None.
+
+    Sound: sealed (:func:`is_sealed`), and naming this tile, its rows and columns (and
+    this part and its panels): a record copied over another's name is not.
+    """
+    if record is None:
+        return "missing, or not a JSON object"
+    if not is_sealed(record):
+        return "its checksum does not match its contents"
+    same = (
+        record.get("tile") == task.key
+        and record.get("rows") == [task.row0, task.row1]
+        and record.get("cols") == [task.col0, task.col1]
+    )
+    if part is not None:
+        same = same and record.get("part") == part.key and record.get("panels") == list(part.panels)
+    return None if same else "it is the record of another tile"
 
 
 @dataclass(frozen=True)
@@ -199,9 +248,38 @@ class Journal:
         with naming_full_disk(f"writing {key} of the job journal", self.local_folder):
             if if_version is not None:
                 return sync(stores.put_if_unchanged(self.store, key, data, if_version))
+            if self.local_path(key) is not None:  # flushed to disk before it counts
+                return self.put_bytes(key, data, only_if_absent=only_if_absent)
             if only_if_absent:
                 return sync(stores.put_if_absent(self.store, key, data))
             sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
+        return None
+
+    def put_bytes(self, key: str, data: Any, *, only_if_absent: bool = False) -> bool | None:
+        """Write ``data`` (bytes or a buffer) at ``key``; on a local disk durably
+        (:func:`outofcore.writing.write_durably`: the bytes are on disk before the name
+        is), elsewhere through the store (a PUT is durable once acknowledged).
+
+        Returns whether it was written where that is known (a local disk, a conditional
+        write), else None.
+        """
+        path = self.local_path(key)
+        if path is not None:
+            if self.store.read_only:
+                raise OSError(f"the store {self.store} is read-only")
+            root = os.path.join(os.fspath(self.store.root), self.prefix.strip("/"))
+            return write_durably(path, data, exclusive=only_if_absent, root=root)
+        if only_if_absent:
+            return sync(stores.put_if_absent(self.store, key, bytes(data)))
+        buffer = default_buffer_prototype().buffer
+        value = buffer.from_bytes(data) if isinstance(data, bytes) else buffer.from_array_like(data)
+        sync(self.store.set(key, value))
+        return None
+
+    def local_path(self, key: str) -> str | None:
+        """The file of ``key`` on a local disk, or None for other stores."""
+        if isinstance(self.store, LocalStore):
+            return os.path.join(os.fspath(self.store.root), *key.split("/"))
         return None
 
     @property
@@ -231,8 +309,9 @@ class Journal:
         Raises
         ------
         JournalError
-            When it is there but damaged (not a JSON object), or its journal id is not
-            a :data:`SAFE_NAME` (it becomes part of keys).
+            When it is there but damaged (not a JSON object; of this :data:`FORMAT`
+            but not sealed: :func:`is_sealed`), or its journal id is not a
+            :data:`SAFE_NAME` (it becomes part of keys).
         """
         data = self.get_bytes(self.key(JOB_NAME))
         if data is None:
@@ -251,20 +330,31 @@ class Journal:
             )
         if "journal_id" in document:
             safe_name(document["journal_id"], f"{JOURNAL_DIR}/{JOB_NAME}'s journal id")
+        if document.get("format") == FORMAT and not is_sealed(document):  # older: refused later
+            raise JournalError(
+                f"the output's {JOURNAL_DIR}/{JOB_NAME} does not match its checksum: it was "
+                "edited or damaged since outofcore wrote it, and nothing is resumed or deleted "
+                "by it; pass overwrite=True to start the output over"
+            )
         return document
 
     def write_job(self, document: dict[str, Any]) -> None:
-        self.put_json(self.key(JOB_NAME), document)
+        """Write the job document, sealed (:func:`seal`)."""
+        self.put_json(self.key(JOB_NAME), seal(document))
 
     # -- input fingerprints ----------------------------------------------------------
     def write_input_tokens(self, journal_id: str, fingerprints: dict[str, Fingerprint]) -> None:
         """Keep every input object's version token, to name what changed on a refused resume."""
         document = {name: dict(fp.tokens) for name, fp in fingerprints.items()}
-        self.put_json(self.key(INPUTS_DIR, f"{journal_id}.json"), document)
+        self.put_json(self.key(INPUTS_DIR, f"{journal_id}.json"), seal(document))
 
     def read_input_tokens(self, journal_id: str) -> dict[str, dict[str, str]]:
-        """The tokens :meth:`write_input_tokens` kept (empty when there are none)."""
-        return self.get_json(self.key(INPUTS_DIR, f"{journal_id}.json")) or {}
+        """The tokens :meth:`write_input_tokens` kept (empty when there are none, or they
+        do not match their checksum)."""
+        document = self.get_json(self.key(INPUTS_DIR, f"{journal_id}.json"))
+        if not is_sealed(document):
+            return {}
+        return {name: tokens for name, tokens in document.items() if name != CHECKSUM}
 
     # -- tile records ----------------------------------------------------------------
     def done_tiles(self, journal_id: str) -> set[str]:
@@ -286,11 +376,18 @@ class Journal:
         return {n.removesuffix(".json"): t for n, t in listed.items() if _is_record(n)}
 
     def record_tile(
-        self, journal_id: str, task: TileTask, result: dict[str, Any], key: str | None = None
+        self,
+        journal_id: str,
+        task: TileTask,
+        result: dict[str, Any],
+        key: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
-        """Mark ``task`` done with its figures; call only after every chunk is written.
+        """Mark ``task`` done with its figures; call only after every chunk is written
+        (and flushed: :mod:`outofcore.writing`).  The record is sealed (:func:`seal`).
 
-        ``key``: the record's key when it is not the tile's own (a part of a split tile).
+        ``key``: the record's key when it is not the tile's own (a part of a split tile);
+        ``extra``: more fields (a part's name, panels and its blocks' checksums).
         """
         record = {
             "tile": task.key,
@@ -299,9 +396,62 @@ class Journal:
             "cols": [task.col0, task.col1],
             "finished": time.time(),
             "result": result,
+            **(extra or {}),
         }
         # A rerun of the task (Dask retried it) finds the first record there: it stays.
-        self.put_json(key or self.tile_key(journal_id, task.key), record, only_if_absent=True)
+        self.put_json(key or self.tile_key(journal_id, task.key), seal(record), only_if_absent=True)
+
+    def read_records(self, keys: list[str]) -> dict[str, dict[str, Any] | None]:
+        """The JSON documents at ``keys`` (None: missing or not a JSON object), read
+        :data:`RECORDS_IN_FLIGHT` at a time."""
+        reader = self._reader()
+        limit = asyncio.Semaphore(RECORDS_IN_FLIGHT)
+
+        async def one(key: str) -> dict[str, Any] | None:
+            async with limit:
+                try:
+                    buffer = await reader.get(key, prototype=default_buffer_prototype())
+                except FileNotFoundError:
+                    return None
+            try:
+                document = None if buffer is None else json.loads(buffer.to_bytes())
+            except ValueError:
+                return None
+            return document if isinstance(document, dict) else None
+
+        async def every() -> list[dict[str, Any] | None]:
+            return list(await asyncio.gather(*(one(key) for key in keys)))
+
+        return dict(zip(keys, sync(every()), strict=True)) if keys else {}
+
+    def drop_damaged_records(
+        self,
+        journal_id: str,
+        tiles: list[TileTask],
+        parts: list[PartialTask] = (),
+    ) -> dict[str, str]:
+        """Read the records of ``tiles`` and ``parts`` (recorded done under
+        ``journal_id``); delete each that is not sound (:func:`record_problem`), naming
+        it in a warning, so its task runs again.  Returns ``{tile or part: why}`` of those.
+        """
+        wanted = {self.tile_key(journal_id, t.key): (t, None) for t in tiles}
+        wanted |= {self.partial_key(journal_id, p.key): (p.tile, p) for p in parts}
+        damaged = {}
+        for key, record in self.read_records(list(wanted)).items():
+            task, part = wanted[key]
+            problem = record_problem(record, task, part)
+            if problem is not None:
+                name = part.key if part is not None else task.key
+                damaged[name] = problem
+                logger.warning(
+                    "the journal record of %s %s (%s) is damaged (%s): it is computed again",
+                    "part" if part is not None else "tile",
+                    name,
+                    self.local_path(key) or key,
+                    problem,
+                )
+                self.delete(key)
+        return damaged
 
     # -- partial tiles (split-k) -----------------------------------------------------
     def partial_key(self, journal_id: str, part: str, *rest: str) -> str:

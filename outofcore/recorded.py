@@ -17,6 +17,8 @@ nothing of the journal: :func:`run_recorded` holds it.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import socket
 import time
@@ -25,10 +27,13 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from outofcore import peaks
-from outofcore.journal import Journal
+from outofcore.journal import Journal, is_sealed
 from outofcore.tile import TaskIO, TileJob, compute_tile
 from outofcore.worker_context import worker_context
 from scheduler.plan import TileTask
+
+#: Where outofcore says what is not the result: here, damaged records found by a task.
+logger = logging.getLogger("outofcore")
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,9 @@ class TileResult:
     #: grew its process (the first task of a fresh worker includes what it keeps for the
     #: tasks after it: buffers, its engine; later ones reuse them).
     task_peak_bytes: int = 0
+    #: Parts of split tiles this task found damaged (their kept sums no longer match their
+    #: records' checksums) and computed again before adding them up (a reduction).
+    recomputed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,7 +100,7 @@ def run_recorded(
     the process's peak while it ran, and that peak over the process's size when it
     began), the worker, and what the worker keeps after it.
     """
-    done = recorded_result(job.journal.get_json(record_key))
+    done = sound_result(job.journal, record_key)
     if done is not None:
         return done
     started = time.perf_counter()
@@ -124,8 +132,34 @@ def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:
     )
 
 
+def sound_result(journal: Journal, record_key: str) -> TileResult | None:
+    """The figures of the task recorded at ``record_key``, or None to run it.
+
+    A record that is there but not sealed (:func:`outofcore.journal.is_sealed`: damaged
+    or edited since it was written) is named in a warning and deleted, so the task's
+    new record can be written.
+    """
+    data = journal.get_bytes(record_key)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError:
+        record = None
+    if is_sealed(record):
+        return recorded_result(record)
+    logger.warning(
+        "the journal record %s does not match its checksum (damaged or edited): "
+        "its task is computed again",
+        journal.local_path(record_key) or record_key,
+    )
+    journal.delete(record_key)
+    return None
+
+
 def recorded_result(record: dict[str, Any] | None) -> TileResult | None:
-    """The :class:`TileResult` kept in a task's record, if it has one."""
+    """The :class:`TileResult` kept in a task's record, if it has one (only trust a
+    sealed record's: :func:`sound_result`)."""
     if record is None or not isinstance(record.get("result"), dict):
         return None
     kept = record["result"]
@@ -133,7 +167,7 @@ def recorded_result(record: dict[str, Any] | None) -> TileResult | None:
     if any(value is MISSING for value in values.values()):  # an older record: figures unknown
         return None
     try:
-        return TileResult(**values)
+        return TileResult(**{**values, "recomputed": tuple(values["recomputed"])})
     except TypeError:
         return None
 

@@ -11,6 +11,8 @@ refused, naming the objects that changed.  The records themselves live in
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import socket
 import time
@@ -20,7 +22,7 @@ from typing import Any
 import zarr
 
 from outofcore import arrays
-from outofcore.errors import InputError, OutputExistsError
+from outofcore.errors import InputError, JobFailedError, OutputExistsError
 from outofcore.fingerprint import Fingerprint, changes
 from outofcore.journal import FORMAT, Journal, timestamp
 from outofcore.lease import read_lease
@@ -32,6 +34,66 @@ from scheduler.plan import Plan
 
 class ResumeError(OutputExistsError):
     """The output holds the journal of a different job (other inputs or parameters)."""
+
+
+class OutputChangedError(JobFailedError, RuntimeError):
+    """The output's own metadata changed while the job wrote it: it is not marked complete."""
+
+
+#: The output array's metadata documents, format 3 then format 2 (its attributes, which
+#: outofcore rewrites, are in ``zarr.json``'s ``attributes`` field or in ``.zattrs``).
+METADATA_DOCUMENTS = ("zarr.json", ".zarray")
+
+
+def output_metadata(journal: Journal) -> dict[str, Any] | None:
+    """The output array's own metadata as its job keeps it, or None when it has none.
+
+    Its metadata document read from the store (``zarr.json`` without ``attributes``,
+    or ``.zarray``): shape, dtype, chunk grid, codecs, fill value, chunk key encoding,
+    dimension names, ...; and the SHA-256 of that, canonical.  An edit of any of them
+    (a codec, the chunk grid) changes it.
+    """
+    for name in METADATA_DOCUMENTS:
+        data = journal.get_bytes("/".join(p for p in (journal.prefix.strip("/"), name) if p))
+        if data is None:
+            continue
+        try:
+            fields = json.loads(data)
+        except ValueError:
+            fields = None
+        if not isinstance(fields, dict):  # damaged: stands for itself by its bytes' hash
+            fields = {"unreadable": hashlib.sha256(data).hexdigest()}
+        fields = {key: value for key, value in fields.items() if key != "attributes"}
+        text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+        return {"name": name, "fields": fields, "digest": hashlib.sha256(text.encode()).hexdigest()}
+    return None
+
+
+def metadata_change(then: dict[str, Any] | None, now: dict[str, Any] | None) -> str | None:
+    """What differs between two :func:`output_metadata`, in words, or None when nothing."""
+    if then is not None and now is not None and then.get("digest") == now["digest"]:
+        return None
+    if now is None:
+        return "its metadata document is gone"
+    if then is None or not isinstance(then.get("fields"), dict):
+        return f"its {now['name']} is not the one the job recorded"
+    if then.get("name") != now["name"]:
+        return f"its metadata document was {then.get('name')}, now {now['name']}"
+    was, fields = then["fields"], now["fields"]
+    changed = sorted(key for key in was.keys() | fields.keys() if was.get(key) != fields.get(key))
+    return f"its {now['name']} changed in {', '.join(changed) or 'its bytes'}"
+
+
+def check_output_unchanged(journal: Journal, document: dict[str, Any], where: str) -> None:
+    """Raise :class:`OutputChangedError` when the output's metadata is no longer what the
+    job recorded (``document["output_metadata"]``); called before it is marked complete."""
+    change = metadata_change(document.get("output_metadata"), output_metadata(journal))
+    if change is not None:
+        raise OutputChangedError(
+            f"the output {where!r} was changed while the job wrote it ({change}): its chunks "
+            "were written for the metadata the job started with, so it is left incomplete; "
+            "rerun with overwrite=True to start over"
+        )
 
 
 def describe_input(array: zarr.Array, content: Fingerprint) -> dict[str, Any]:
@@ -251,7 +313,6 @@ def inspect_output(
     if overwrite or occupant.kind in ("nothing", "journal"):
         return Start(existing=None, document=None, clear_output=occupant.kind != "nothing")
     options = zarr_options(location.target, storage_options)
-    existing = zarr.open_array(location.target, mode="r+", **options)
     document = journal.read_job()
     if document is None:
         raise OutputExistsError(
@@ -266,6 +327,7 @@ def inspect_output(
             )
         )
     _check_resumable(document, identity, journal, where, fingerprints)
+    existing = zarr.open_array(location.target, mode="r+", **options)  # metadata checked
     if tuple(existing.shape) != tuple(shape) or str(existing.dtype) != str(dtype):
         raise ResumeError(
             f"the output {where!r} is {existing.shape} {existing.dtype}, but the product is "
@@ -292,6 +354,13 @@ def _check_resumable(
         raise ResumeError(
             f"the output {where!r} holds a job journal of format {document.get('format')!r}, "
             f"this version reads format {FORMAT}; pass overwrite=True to start over"
+        )
+    change = metadata_change(document.get("output_metadata"), output_metadata(journal))
+    if change is not None:  # before the array is opened with it, or anything is written
+        raise ResumeError(
+            f"the output {where!r} was changed since its job started ({change}), so its "
+            "chunks no longer match its metadata and it is not resumed; pass overwrite=True "
+            "to start over"
         )
     found = differences(document, identity)
     if found and fingerprints:  # name the objects of a changed input
@@ -340,15 +409,29 @@ def open_journal(
                 f"{document['tile']} {document['tk']} deep"
             )
         done = journal.done_tiles(document["journal_id"]) & {t.key for t in plan.tasks}
+        damaged = _drop_damaged(journal, document["journal_id"], plan, done)
+        done -= set(damaged)
     else:
         document = new_job_document(
             job_id, identity, plan.summary(), (plan.tm, plan.tn), plan.tk, backend
         )
         journal.write_input_tokens(document["journal_id"], fingerprints)
-        done = set()
+        done, damaged = set(), {}
     document = add_run(document, job_id, len(done))
+    if damaged:  # what this run found damaged and computes again, in job.json
+        document["runs"][-1]["damaged"] = damaged
     journal.write_job(document)
     return document, done
+
+
+def _drop_damaged(journal: Journal, journal_id: str, plan: Plan, done: set[str]) -> dict[str, str]:
+    """Check the records of the tiles ``done`` and of the parts recorded for the other
+    tiles (:meth:`outofcore.journal.Journal.drop_damaged_records`): those not sound are
+    deleted, to be computed again.  Returns ``{tile or part: why}`` of those."""
+    tiles = [task for task in plan.tasks if task.key in done]
+    recorded = journal.done_partials(journal_id) if plan.splits > 1 else set()
+    parts = [p for p in plan.partial_tasks if p.key in recorded and p.tile.key not in done]
+    return journal.drop_damaged_records(journal_id, tiles, parts)
 
 
 def job_status(

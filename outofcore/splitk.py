@@ -16,25 +16,44 @@ tile.  The client deletes the partials when the job completes.
 Every part is idempotent (a rerun writes the same bytes, its record is
 created only if absent), parts live under the journal's id (tied to the
 inputs' fingerprints and the product) and their keys name the split count,
-so a resume with another split never mixes parts.  A part whose data is
-missing or of the wrong shape or dtype stops the reduction with an error:
-the tile is never written from it.
+so a resume with another split never mixes parts.  A part's blocks are
+flushed to disk before its record (:mod:`outofcore.writing`), and its record
+(sealed: :func:`outofcore.journal.seal`) keeps each block's SHA-256.  The
+reduction checks the record and every block it reads against it: a part
+whose record or data is damaged, missing, or of the wrong shape or dtype is
+never added in; it is named in a warning, computed again in the reduction
+(on the CPU engine, which every worker has) and the tile's sum started over.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 
-from outofcore.recorded import RecordedJob, TileResult, run_recorded
+from outofcore.journal import record_problem
+from outofcore.recorded import RecordedJob, TileResult, run_recorded, worker_name
 from outofcore.tile import TaskIO, compute_tile, output_bytes, write_finished_rows, write_mirror
 from outofcore.writing import naming_full_disk
 from scheduler.plan import PartialTask, TileTask, tile_parts, write_block_rows
+
+#: Where outofcore says what is not the result: here, damaged parts computed again.
+logger = logging.getLogger("outofcore")
+
+
+class DamagedPart(Exception):
+    """A part of a split tile whose record or kept sum is not what it should be: the
+    reduction computes it again (never raised out of :func:`reduce_tile`)."""
+
+    def __init__(self, part: PartialTask, why: str) -> None:
+        super().__init__(f"{part.key}: {why}")
+        self.part = part
+        self.why = why
 
 
 @dataclass(frozen=True)
@@ -52,31 +71,59 @@ class SplitJob:
         journal = self.recorded.journal
         return journal.partial_key(self.recorded.journal_id, part.key, f"rows-{r0}.npy")
 
-    def write_block(self, part: PartialTask, r0: int, rows: np.ndarray) -> None:
-        """Keep ``rows`` (from row ``r0`` of the tile) of ``part``'s partial sum."""
+    def write_block(self, part: PartialTask, r0: int, rows: np.ndarray) -> str:
+        """Keep ``rows`` (from row ``r0`` of the tile) of ``part``'s partial sum, durably
+        (:meth:`outofcore.journal.Journal.put_bytes`); return the SHA-256 of its bytes."""
         journal = self.recorded.journal
         key = self._block_key(part, r0)
+        data = npy_bytes(rows)
         with naming_full_disk(f"writing the partial tile {key}", journal.local_folder):
-            data = default_buffer_prototype().buffer.from_array_like(npy_bytes(rows))
-            sync(journal.store.set(key, data))
+            journal.put_bytes(key, data)
+        return hashlib.sha256(data).hexdigest()
 
-    def read_block(self, part: PartialTask, r0: int, shape: tuple[int, int]) -> np.ndarray:
-        """Rows ``r0`` on of ``part``'s partial sum, checked against the shape and dtype due
-        (a read-only view of the bytes the store read)."""
+    def part_record(self, part: PartialTask) -> dict[str, Any]:
+        """``part``'s record, checked (:func:`outofcore.journal.record_problem`).
+
+        Raises
+        ------
+        DamagedPart
+            When it is missing, not sealed, another part's, or lists no block checksums.
+        """
+        journal = self.recorded.journal
+        record = journal.get_json(journal.partial_key(self.recorded.journal_id, part.key))
+        problem = record_problem(record, part.tile, part)
+        if problem is None and not isinstance(record.get("blocks"), dict):
+            problem = "it keeps no checksums of its blocks"
+        if problem is not None:
+            raise DamagedPart(part, f"its record is {problem}" if record is None else problem)
+        return record
+
+    def read_block(
+        self, part: PartialTask, r0: int, shape: tuple[int, int], checksum: Any
+    ) -> np.ndarray:
+        """Rows ``r0`` on of ``part``'s partial sum, checked against the SHA-256 its record
+        keeps (``checksum``) and the shape and dtype due (a read-only view of the bytes
+        the store read).
+
+        Raises
+        ------
+        DamagedPart
+            When the block is missing, its bytes differ from the checksum, or it is not
+            an array of that shape and dtype.
+        """
         key = self._block_key(part, r0)
         data = self.recorded.journal.get_array(key)
         dtype = self.recorded.tile_job.product.types.compute
         if data is None:
-            raise RuntimeError(f"the partial tile {key} is missing although its part is recorded")
+            raise DamagedPart(part, f"{key} is missing although its part is recorded")
+        if hashlib.sha256(data).hexdigest() != checksum:
+            raise DamagedPart(part, f"{key} does not match the checksum its record keeps")
         block = npy_view(data)
         if block is None or block.shape != shape or block.dtype != dtype:
             held = (
                 "bytes that are no .npy array" if block is None else f"{block.shape} {block.dtype}"
             )
-            raise RuntimeError(
-                f"the partial tile {key} holds {held}, expected "
-                f"{shape} {dtype}: it is not this job's; rerun with overwrite to start afresh"
-            )
+            raise DamagedPart(part, f"{key} holds {held}, expected {shape} {dtype}")
         return block
 
 
@@ -117,22 +164,69 @@ def compute_partial(job: SplitJob, part: PartialTask) -> TileResult:
     record it (:func:`outofcore.recorded.run_recorded`)."""
     recorded = job.recorded
     key = recorded.journal.partial_key(recorded.journal_id, part.key)
+    checksums: dict[str, str] = {}
+    return run_recorded(
+        recorded,
+        key,
+        part.key,
+        lambda: _compute_part(job, part, checksums),
+        lambda result: _record_part(job, part, result, checksums),
+    )
 
-    def compute() -> TaskIO:
-        first, stop = part.panels
-        tile_job = replace(recorded.tile_job, panels=recorded.tile_job.panels[first:stop])
-        io = compute_tile(
-            tile_job,
-            part.tile,
-            before_write=recorded.owner_check,
-            sink=lambda r0, rows: job.write_block(part, r0, rows),
-        )
-        return replace(io, scratch_bytes=io.bytes_written, bytes_written=0)  # kept, not output
 
-    def record(result: dict) -> None:
-        recorded.journal.record_tile(recorded.journal_id, part.tile, result, key=key)
+def _compute_part(
+    job: SplitJob, part: PartialTask, checksums: dict[str, str], backend: str | None = None
+) -> TaskIO:
+    """Multiply ``part``'s panels and keep its sum block by block, each block's SHA-256
+    in ``checksums`` (by name, ``rows-R.npy``); ``backend`` overrides the job's."""
+    recorded = job.recorded
+    first, stop = part.panels
+    tile_job = replace(recorded.tile_job, panels=recorded.tile_job.panels[first:stop])
+    if backend is not None:
+        tile_job = replace(tile_job, backend=backend)
 
-    return run_recorded(recorded, key, part.key, compute, record)
+    def keep(r0: int, rows: np.ndarray) -> None:
+        checksums[f"rows-{r0}.npy"] = job.write_block(part, r0, rows)
+
+    io = compute_tile(tile_job, part.tile, before_write=recorded.owner_check, sink=keep)
+    return replace(io, scratch_bytes=io.bytes_written, bytes_written=0)  # kept, not output
+
+
+def _record_part(
+    job: SplitJob, part: PartialTask, result: dict[str, Any], checksums: dict[str, str]
+) -> None:
+    """Record ``part`` done: its figures, panels and its blocks' checksums, sealed."""
+    recorded = job.recorded
+    recorded.journal.record_tile(
+        recorded.journal_id,
+        part.tile,
+        result,
+        key=recorded.journal.partial_key(recorded.journal_id, part.key),
+        extra={"part": part.key, "panels": list(part.panels), "blocks": dict(checksums)},
+    )
+
+
+def _recompute_part(job: SplitJob, damaged: DamagedPart, where: str) -> TaskIO:
+    """Compute a damaged part again inside its tile's reduction (nothing of the sum held),
+    on the CPU engine (reductions run on any worker), and record it anew; return what
+    that measured."""
+    recorded = job.recorded
+    part = damaged.part
+    logger.warning(
+        "the partial tile %s in %s is damaged (%s): it is computed again", part.key, where,
+        damaged.why,
+    )  # fmt: skip
+    recorded.journal.delete(recorded.journal.partial_key(recorded.journal_id, part.key))
+    started = time.perf_counter()
+    checksums: dict[str, str] = {}
+    io = _compute_part(job, part, checksums, backend="cpu")
+    recorded.check_owner()
+    seconds = time.perf_counter() - started
+    result = TileResult(
+        key=part.key, **asdict(io), seconds=seconds, peak_rss_bytes=0, worker=worker_name()
+    )
+    _record_part(job, part, asdict(result), checksums)
+    return io
 
 
 def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
@@ -154,10 +248,38 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
 
 
 def _reduce(job: SplitJob, task: TileTask) -> TaskIO:
-    """Add the parts of ``task``'s tile, row block by row block, and write it."""
+    """Add the parts of ``task``'s tile and write it; a damaged part is computed again
+    and the sum started over (:func:`_add_parts` holds nothing once it raises)."""
+    recomputed: list[str] = []
+    read = 0  # what computing damaged parts again read
+    parts = job.parts_of(task)
+    where = job.recorded.journal.local_folder or job.recorded.journal.key()
+    while True:  # each part is computed again at most once
+        try:
+            io = _add_parts(job, task, parts)
+        except DamagedPart as damaged:
+            if damaged.part.key in recomputed:
+                raise RuntimeError(
+                    f"the partial tile {damaged} in {where} is damaged again after it was "
+                    "computed again: check the disk of the output's journal"
+                ) from None
+            read += _recompute_part(job, damaged, where).bytes_read
+            recomputed.append(damaged.part.key)
+            continue
+        return replace(io, bytes_read=io.bytes_read + read, recomputed=tuple(recomputed))
+
+
+def _add_parts(job: SplitJob, task: TileTask, parts: tuple[PartialTask, ...]) -> TaskIO:
+    """Add the parts of ``task``'s tile, row block by row block, and write it.
+
+    Raises
+    ------
+    DamagedPart
+        For the first part whose record or a block is not sound.
+    """
     recorded = job.recorded
     tile_job = recorded.tile_job
-    parts = job.parts_of(task)
+    checksums = [job.part_record(part)["blocks"] for part in parts]
     rows, cols = task.shape
     block = write_block_rows((tile_job.c.shards or tile_job.c.chunks)[0], rows)
     read = compute = write = 0.0
@@ -171,7 +293,7 @@ def _reduce(job: SplitJob, task: TileTask) -> TaskIO:
         total = None if whole is None else whole[r0 : r0 + shape[0]]
         for index, part in enumerate(parts):
             t0 = time.perf_counter()
-            partial = job.read_block(part, r0, shape)
+            partial = job.read_block(part, r0, shape, checksums[index].get(f"rows-{r0}.npy"))
             t1 = time.perf_counter()
             if index:
                 total += partial  # in the parts' order: the same bits on every run

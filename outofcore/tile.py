@@ -65,6 +65,8 @@ class TaskIO:
     write_seconds: float
     #: Bytes of partial tiles written (a part of a split tile) or read back (its reduction).
     scratch_bytes: int = 0
+    #: Parts of split tiles found damaged and computed again (a reduction).
+    recomputed: tuple[str, ...] = ()
 
 
 #: Where a task's finished rows go: ``sink(r0, rows)``, ``r0`` the first row in the tile.

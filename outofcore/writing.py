@@ -1,4 +1,4 @@
-"""Writing the output: regions of C as whole chunks, and errors that name the full disk.
+"""Writing the output: regions of C as whole chunks, durably, and errors that name the full disk.
 
 :func:`write_region` writes a block of C as chunk files where it can
 (:mod:`outofcore.chunkfiles`) and through zarr otherwise.  A write that fails
@@ -6,6 +6,16 @@ because the output's disk is full (or its quota spent) raises
 :class:`~outofcore.errors.OutputWriteError` naming what was being written,
 where, and the free space left there, instead of a bare ``OSError``; the tile
 is then not recorded done, and a rerun after space is freed resumes.
+
+This module is also the one home of durability on local disks.  A record in the
+job journal says that what it names is in the store; a power loss must not
+leave a record whose data never reached the disk.  So on a local disk the
+chunk files of every block written are flushed (``fsync``, with their folders)
+before :func:`write_region` returns, and journal objects are written by
+:func:`write_durably` (a temporary file, flushed, renamed or linked into place,
+its folder flushed).  Object stores need nothing: a PUT is durable once it is
+acknowledged.  The setting ``fsync`` (``$OUTOFCORE_FSYNC=0``) turns flushing
+off, for scratch disks where a power loss loses the job anyway.
 """
 
 from __future__ import annotations
@@ -14,15 +24,17 @@ import contextlib
 import errno
 import os
 import shutil
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import zarr
 from dask.utils import format_bytes
 from zarr.storage import LocalStore
 
-from outofcore import arrays, chunkfiles
+from outofcore import arrays, chunkfiles, config
 from outofcore.errors import OutputWriteError
+from outofcore.worker_context import worker_context
 
 #: errno values of a full disk or a spent quota.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -46,8 +58,117 @@ def write_region(array: zarr.Array, start: tuple[int, int], values: np.ndarray) 
         layout = chunkfiles.plain_layout(array)
         if layout is not None and chunkfiles.aligned(layout, start, values.shape):
             chunkfiles.write_region(layout, start, values)
-            return
-        array[r0 : r0 + h, c0 : c0 + w] = values
+        else:
+            array[r0 : r0 + h, c0 : c0 + w] = values
+        make_durable(region_files(array, start, values.shape), local_folder(array))
+
+
+def region_files(array: zarr.Array, start: tuple[int, int], shape: tuple[int, int]) -> list[str]:
+    """The files on a local disk of the stored objects (chunks, or shards) holding
+    ``array[start:start + shape]``; empty for other stores."""
+    folder = local_folder(array)
+    if folder is None or 0 in shape:
+        return []
+    grid = array.shards or array.chunks
+    first = [origin // size for origin, size in zip(start, grid, strict=True)]
+    last = [(origin + n - 1) // size for origin, n, size in zip(start, shape, grid, strict=True)]
+    encode = array.metadata.encode_chunk_key
+    return [
+        os.path.join(folder, *encode((i, j)).split("/"))
+        for i in range(first[0], last[0] + 1)
+        for j in range(first[1], last[1] + 1)
+    ]
+
+
+def flushing() -> bool:
+    """Whether local writes are flushed to disk (the setting ``fsync``, default on)."""
+    return config.flag("fsync")
+
+
+def make_durable(files: Iterable[str], root: str | None) -> None:
+    """Flush ``files`` (written and renamed into place) and their folders, up to and
+    including ``root``, to disk: after a power loss they are there, or were never
+    recorded.  Missing files (zarr deletes a chunk equal to the fill value) are
+    skipped; nothing is done where ``root`` is None (not a local disk) or
+    :func:`flushing` is off."""
+    if root is None or not flushing():
+        return
+    files = list(files)
+    folders = {f for path in files for f in _folders_up_to(os.path.dirname(path), root)}
+    flushes = [(path, False) for path in files] + [(folder, True) for folder in folders]
+    # All at once, in the chunk-file threads: the file system commits concurrent flushes
+    # together (32 files: 1.2 ms each one by one, 0.1 ms each four at a time, here).
+    pool = worker_context().chunk_pool()
+    for future in [pool.submit(_fsync_if_there, path, folder) for path, folder in flushes]:
+        future.result()
+
+
+def write_durably(path: str, data: bytes, *, exclusive: bool = False, root: str) -> bool:
+    """Write ``data`` as the file ``path`` atomically and, unless :func:`flushing` is
+    off, durably: a temporary file beside it, flushed, then renamed over ``path``
+    (or with ``exclusive`` hard-linked to it, which fails when ``path`` exists), then
+    the folders made for it, up to ``root``, flushed.
+
+    Returns whether it was written: False only when ``exclusive`` found a file there.
+    """
+    folder = os.path.dirname(path)
+    made = _missing_folders(folder, root)
+    os.makedirs(folder, exist_ok=True)
+    partial = f"{path}.{uuid.uuid4().hex}.partial"
+    try:
+        with open(partial, "wb") as f:
+            f.write(data)
+            f.flush()
+            if flushing():
+                os.fsync(f.fileno())
+        if exclusive:
+            try:
+                os.link(partial, path)
+            except FileExistsError:
+                return False
+        else:
+            os.replace(partial, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
+    if flushing():  # its folder (a new entry), and the folder of each folder made for it
+        for changed in sorted({folder, *map(os.path.dirname, made)}, key=len, reverse=True):
+            _fsync_path(changed, folder=True)
+    return True
+
+
+def _fsync_if_there(path: str, folder: bool) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        _fsync_path(path, folder)
+
+
+def _fsync_path(path: str, folder: bool = False) -> None:
+    """``fsync`` the file or folder at ``path`` (opened read-only: Linux flushes it all)."""
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if folder else 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _folders_up_to(folder: str, root: str) -> list[str]:
+    """``folder`` and each folder above it up to ``root`` (``folder`` alone when it is not
+    inside ``root``)."""
+    found = [folder]
+    stop = os.path.abspath(root)
+    while os.path.abspath(folder) != stop:
+        parent = os.path.dirname(os.path.abspath(folder))
+        if parent == folder or os.path.commonpath([parent, stop]) != stop:
+            break
+        folder = parent
+        found.append(folder)
+    return found
+
+
+def _missing_folders(folder: str, root: str) -> list[str]:
+    """The folders from ``folder`` up that do not exist yet (below ``root``), deepest first."""
+    return [f for f in _folders_up_to(folder, root) if not os.path.isdir(f)]
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -33,6 +34,7 @@ from tests.helpers import (
     assert_gemm_close,
     break_chunk,
     cli,
+    overwrite_in_place,
     random_matrix,
     restore_chunk,
     wait_for,
@@ -232,26 +234,57 @@ def _cut_short(path: Path) -> None:
     path.write_bytes(data[: len(data) - 7])  # a write that stopped part-way
 
 
+def _flipped_in_place(path: Path) -> None:
+    """Bytes of the sum flipped, same size, the file's times restored."""
+    data = bytearray(path.read_bytes())
+    data[-8:] = bytes(b ^ 0x5A for b in data[-8:])  # the last value: still a float32
+    overwrite_in_place(path, bytes(data))
+
+
 @pytest.mark.parametrize(
-    ("damage", "held"),
+    ("damage", "why"),
     [
-        (_wrong_shape, r"\(30, 21\) float32"),
-        (_wrong_dtype, r"\(30, 20\) float64"),
-        (_cut_short, "bytes that are no .npy array"),
+        (_wrong_shape, "does not match the checksum"),
+        (_wrong_dtype, "does not match the checksum"),
+        (_cut_short, "does not match the checksum"),
+        (_flipped_in_place, "does not match the checksum"),
+        (Path.unlink, "is missing although its part is recorded"),
     ],
 )
-def test_a_damaged_partial_tile_stops_the_reduction(tmp_path, outofcore_settings, damage, held):
-    """A part whose kept sum is not what it should be is never added into the output."""
+def test_a_damaged_partial_tile_is_computed_again(
+    tmp_path, outofcore_settings, caplog, damage, why
+):
+    """A part whose kept sum is not what its record's checksum says is never added into
+    the output: the reduction names it, computes it again and the result is right."""
     outofcore_settings(read_retries=0)
-    _, _, c = stopped_between_parts(tmp_path, 7, "9/0", 5)
+    a, b, c = stopped_between_parts(tmp_path, 7, "9/0", 5)
     block = next((c / JOURNAL_DIR / PARTIALS_DIR).glob("*/tile-0-0-k1of5/rows-0.npy"))
     damage(block)
-    expected = r"\(30, 20\) float32"
-    with pytest.raises(RuntimeError, match=rf"tile-0-0-k1of5.* holds {held}, expected {expected}"):
-        run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, splits=5, **SMALL_SPLIT_JOB)
-    assert zarr.open_array(str(c)).attrs["outofcore"]["complete"] is False
-    status = json.loads(cli("status", str(c), "--json").stdout)
-    assert status["complete"] is False and status["tiles_done"] == 0
+    with caplog.at_level(logging.WARNING, logger="outofcore"):
+        rerun = run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, splits=5, **SMALL_SPLIT_JOB)
+    named = [r.getMessage() for r in caplog.records if "tile-0-0-k1of5" in r.getMessage()]
+    assert named and "computed again" in named[0] and why in named[0], named
+    assert rerun.summary["damaged"] == ["tile-0-0-k1of5"]
+    assert rerun.summary["partial_tasks_computed"] == 1  # the part the first run never did
+    assert_gemm_close(zarr.open_array(str(c))[...], a, b, accumulated_in="float32")
+    assert zarr.open_array(str(c)).attrs["outofcore"]["complete"] is True
+
+
+def test_a_damaged_part_record_is_computed_again(tmp_path, outofcore_settings, caplog):
+    """A part's record edited (its checksum no longer matches) is not trusted: the rerun
+    drops it when it resumes, names it and computes the part again."""
+    outofcore_settings(read_retries=0)
+    a, b, c = stopped_between_parts(tmp_path, 7, "9/0", 5)
+    record = next((c / JOURNAL_DIR / PARTIALS_DIR).glob("*/tile-0-0-k2of5.json"))
+    edited = json.loads(record.read_text())
+    edited["panels"] = [0, 10]  # the whole k as this part's
+    record.write_text(json.dumps(edited))
+    with caplog.at_level(logging.WARNING, logger="outofcore"):
+        rerun = run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, splits=5, **SMALL_SPLIT_JOB)
+    assert any("part tile-0-0-k2of5" in r.getMessage() for r in caplog.records)
+    assert rerun.summary["damaged"] == ["tile-0-0-k2of5"]
+    assert rerun.summary["partial_tasks_computed"] == 2  # it and the part never done
+    assert_gemm_close(zarr.open_array(str(c))[...], a, b, accumulated_in="float32")
 
 
 def test_kept_blocks_are_npy_files_read_back_without_a_copy():
