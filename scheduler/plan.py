@@ -274,6 +274,117 @@ class Panels(Sequence[tuple[int, int]]):
         return (Panels, (self.k, self.tk, self.start, self.stop))
 
 
+class Tiles(Sequence[TileTask]):
+    """The tile tasks of ``tm×tn`` tiles over an ``m×n`` output, each made when asked for.
+
+    Row by row, alternating direction, so neighbours share an A or B panel; a
+    symmetric product's tasks are the tiles on and above the diagonal.  Planning
+    an output of millions of tiles lists none of them (:attr:`Plan.flops` and the
+    counts are closed forms); running a job lists those it runs.  Equal to a tuple
+    of the same tasks.
+    """
+
+    __slots__ = ("across", "down", "m", "n", "symmetric", "tm", "tn")
+
+    def __init__(self, m: int, n: int, tm: int, tn: int, symmetric: bool = False) -> None:
+        if min(m, n, tm, tn) < 1:
+            raise InputError(f"tiles of {tm}x{tn} over {m}x{n}: every size must be >= 1")
+        self.m, self.n, self.tm, self.tn, self.symmetric = m, n, tm, tn, symmetric
+        self.down, self.across = -(-m // tm), -(-n // tn)
+
+    def _row_start(self, i: int) -> int:
+        """Position of the first task of tile row ``i``."""
+        if not self.symmetric:
+            return i * self.across
+        return i * self.across - i * (i - 1) // 2
+
+    def __len__(self) -> int:
+        return self._row_start(self.down) if self.symmetric else self.down * self.across
+
+    def _task(self, index: int, i: int, j: int) -> TileTask:
+        return TileTask(
+            index=index,
+            i=i,
+            j=j,
+            row0=i * self.tm,
+            row1=min((i + 1) * self.tm, self.m),
+            col0=j * self.tn,
+            col1=min((j + 1) * self.tn, self.n),
+        )
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return tuple(self[position] for position in range(*index.indices(len(self))))
+        position = operator.index(index)
+        if position < 0:
+            position += len(self)
+        if not 0 <= position < len(self):
+            raise IndexError(f"tile {index} of {len(self)}")
+        low, high = 0, self.down - 1  # the last row starting at or before ``position``
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self._row_start(middle) <= position:
+                low = middle
+            else:
+                high = middle - 1
+        i, offset = low, position - self._row_start(low)
+        first = i if self.symmetric else 0
+        j = first + offset if i % 2 == 0 else self.across - 1 - offset
+        return self._task(position, i, j)
+
+    def __iter__(self) -> Iterator[TileTask]:
+        index = 0
+        for i in range(self.down):
+            first = i if self.symmetric else 0
+            columns = range(first, self.across)
+            for j in columns if i % 2 == 0 else reversed(columns):
+                yield self._task(index, i, j)
+                index += 1
+
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
+        """Position of the task ``value`` (at ``start`` or after, before ``stop``)."""
+        found = -1
+        if isinstance(value, TileTask) and 0 <= value.i < self.down:
+            first = value.i if self.symmetric else 0
+            if first <= value.j < self.across:
+                offset = value.j - first if value.i % 2 == 0 else self.across - 1 - value.j
+                found = self._row_start(value.i) + offset
+        if found in range(len(self))[start:stop] and self[found] == value:
+            return found
+        raise ValueError(f"{value!r} is not one of the tasks")
+
+    def __contains__(self, value: object) -> bool:
+        try:
+            self.index(value)
+        except ValueError:
+            return False
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Tiles):
+            fields = ("m", "n", "tm", "tn", "symmetric")
+            return len(self) == len(other) == 0 or all(
+                getattr(self, name) == getattr(other, name) for name in fields
+            )
+        if isinstance(other, tuple | list):
+            return len(self) == len(other) and all(
+                mine == theirs for mine, theirs in zip(self, other, strict=True)
+            )
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.m, self.n, self.tm, self.tn, self.symmetric))
+
+    def __repr__(self) -> str:
+        return (
+            f"Tiles({self.m}x{self.n} in {self.tm}x{self.tn}"
+            f"{', symmetric' if self.symmetric else ''}: {len(self)} tasks)"
+        )
+
+    def __reduce__(self) -> tuple:
+        return (Tiles, (self.m, self.n, self.tm, self.tn, self.symmetric))
+
+
 @dataclass(frozen=True)
 class Plan:
     """Everything decided before the job runs; see the module docstring."""
@@ -287,7 +398,7 @@ class Plan:
     out_chunks: tuple[int, int]
     io_concurrency: int
     panels: Panels
-    tasks: tuple[TileTask, ...] = field(repr=False)
+    tasks: Tiles = field(repr=False)
     #: Parts each tile's k is split into (split-k); 1: every task computes a whole tile.
     splits: int = 1
 
@@ -346,8 +457,11 @@ class Plan:
 
     @property
     def flops(self) -> int:
-        """Floating-point operations of the whole job (a multiply and an add each)."""
-        return sum(self.task_flops().values())
+        """Floating-point operations of the whole job (a multiply and an add each): the sum
+        of :meth:`task_flops`, in closed form (``2mnk``; ``k·m·(m+1)`` for a symmetric
+        product, whose diagonal tiles count ``syrk``'s work and mirrors none)."""
+        p = self.problem
+        return p.k * p.m * (p.m + 1) if p.symmetric else 2 * p.m * p.n * p.k
 
     @property
     def projections(self) -> dict[str, int]:
@@ -662,7 +776,7 @@ def make_plan(
         out_chunks=out_chunks,
         io_concurrency=io_concurrency,
         panels=Panels(p.k, tk),
-        tasks=_tasks_in_locality_order(p, tm, tn),
+        tasks=Tiles(p.m, p.n, tm, tn, p.symmetric),
         splits=splits,
     )
 
@@ -1036,31 +1150,6 @@ def floor_sum(n: int, m: int, a: int, b: int) -> int:
         n, b = divmod(top, m)
         m, a = a, m
     return total
-
-
-def _tasks_in_locality_order(p: Problem, tm: int, tn: int) -> tuple[TileTask, ...]:
-    """Row by row, alternating direction, so neighbours share an A or B panel.
-
-    A symmetric product's tasks are the tiles on and above the diagonal.
-    """
-    tasks = []
-    down, across = math.ceil(p.m / tm), math.ceil(p.n / tn)
-    for i in range(down):
-        first = i if p.symmetric else 0  # a symmetric product: the upper triangle of tiles
-        columns = range(first, across) if i % 2 == 0 else range(across - 1, first - 1, -1)
-        for j in columns:
-            tasks.append(
-                TileTask(
-                    index=len(tasks),
-                    i=i,
-                    j=j,
-                    row0=i * tm,
-                    row1=min((i + 1) * tm, p.m),
-                    col0=j * tn,
-                    col1=min((j + 1) * tn, p.n),
-                )
-            )
-    return tuple(tasks)
 
 
 def mib(nbytes: int) -> str:

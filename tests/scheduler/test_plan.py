@@ -518,3 +518,60 @@ def test_planning_a_huge_gram_lists_no_panel_and_no_chunk(monkeypatch):
             assert summary["bytes_read"] == 8 * 64 * rows
             assert len(model.what_ifs(plan)) == 3
     assert len(made) < 100, len(made)
+
+
+def listed_tiles(m: int, n: int, tm: int, tn: int, symmetric: bool) -> tuple:
+    """The tile tasks as the planner listed them before issue 28 (the reference)."""
+    from scheduler.plan import TileTask  # noqa: PLC0415
+
+    tasks = []
+    down, across = math.ceil(m / tm), math.ceil(n / tn)
+    for i in range(down):
+        first = i if symmetric else 0
+        columns = range(first, across) if i % 2 == 0 else range(across - 1, first - 1, -1)
+        for j in columns:
+            tasks.append(
+                TileTask(
+                    len(tasks), i, j, i * tm, min((i + 1) * tm, m), j * tn, min((j + 1) * tn, n)
+                )
+            )
+    return tuple(tasks)
+
+
+@given(
+    st.integers(1, 60), st.integers(1, 60), st.integers(1, 25), st.integers(1, 25), st.booleans()
+)
+def test_tiles_are_the_listed_tasks_made_on_demand(m, n, tm, tn, symmetric):
+    from scheduler.plan import Tiles  # noqa: PLC0415
+
+    if symmetric:
+        n, tn = m, tm
+    listed = listed_tiles(m, n, tm, tn, symmetric)
+    tiles = Tiles(m, n, tm, tn, symmetric)
+    assert len(tiles) == len(listed) and tiles == listed and tuple(tiles) == listed
+    assert [tiles[i] for i in range(len(listed))] == list(listed)
+    assert tiles[-1] == listed[-1] and tiles[1::3] == listed[1::3]
+    for task in listed:
+        assert task in tiles and tiles.index(task) == task.index
+    assert replace(listed[0], i=len(listed) + 5) not in tiles
+
+
+@given(problems(), st.integers(min_value=1, max_value=6), st.booleans())
+def test_a_plans_flops_are_the_sum_of_its_tasks_flops(problem, workers, symmetric):
+    if symmetric:
+        problem = replace(problem, n=problem.m, b_chunks=problem.a_chunks[::-1], symmetric=True)
+    try:
+        plan = make_plan(problem, 2**26, workers)
+    except BudgetError:
+        return
+    assert plan.flops == sum(plan.task_flops().values())
+
+
+def test_planning_a_huge_output_lists_no_tile():
+    """A 10^8 x 10^8 product (10^8 tiles): planning it ran past 5 minutes listing tiles."""
+    x = Problem(m=10**8, k=100, n=10**8, itemsize=8, a_chunks=(1000, 100), b_chunks=(100, 1000))
+    plan = make_plan(x, 2**30, 4)
+    assert len(plan.tasks) > 10**7 and plan.summary()["tiles"] == len(plan.tasks)
+    assert plan.flops == 2 * 10**16 * 100
+    last = plan.tasks[-1]
+    assert last.row1 == 10**8 and (last.col1 == 10**8 if last.i % 2 == 0 else last.col0 == 0)
