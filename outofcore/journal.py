@@ -94,7 +94,7 @@ def safe_name(value: object, what: str) -> str:
 FORMAT = 5
 #: The field of a journal document holding the SHA-256 of the rest of it (:func:`seal`).
 CHECKSUM = "checksum"
-#: Records read at once when a resume checks them (:meth:`Journal.damaged_records`).
+#: Records read at once when a resume checks them (:meth:`Journal.drop_damaged_records`).
 RECORDS_IN_FLIGHT = 32
 logger = logging.getLogger("outofcore")
 
@@ -405,9 +405,8 @@ class Journal:
         """The JSON documents at ``keys`` (None: missing or not a JSON object), read
         :data:`RECORDS_IN_FLIGHT` at a time."""
         reader = self._reader()
-        limit = asyncio.Semaphore(RECORDS_IN_FLIGHT)
 
-        async def one(key: str) -> dict[str, Any] | None:
+        async def one(key: str, limit: asyncio.Semaphore) -> dict[str, Any] | None:
             async with limit:
                 try:
                     buffer = await reader.get(key, prototype=default_buffer_prototype())
@@ -420,7 +419,8 @@ class Journal:
             return document if isinstance(document, dict) else None
 
         async def every() -> list[dict[str, Any] | None]:
-            return list(await asyncio.gather(*(one(key) for key in keys)))
+            limit = asyncio.Semaphore(RECORDS_IN_FLIGHT)  # made on the loop that uses it
+            return list(await asyncio.gather(*(one(key, limit) for key in keys)))
 
         return dict(zip(keys, sync(every()), strict=True)) if keys else {}
 
