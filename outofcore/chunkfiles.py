@@ -8,7 +8,9 @@ with the very codec object zarr would call, gives the same files as zarr at
 well under half zarr's CPU cost per GiB here: no per-chunk buffers (page
 faults), no async machinery.  Anything else (other codecs, shards, remote
 stores, zarr v2) returns ``None`` from :func:`plain_layout` and callers go
-through zarr.
+through zarr, reading a twin of the array (:func:`bounded_array`).  Either
+way no chunk decodes to more than its size: a bigger one is a corrupt chunk
+(:func:`outofcore.codecs.decode_bounded`, :mod:`outofcore.bounded`).
 
 Writes are atomic like zarr's: each chunk goes to a temporary file that is
 renamed over the chunk.  They bypass the page cache (``O_DIRECT``) where the
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from outofcore import arrays, config
+from outofcore import arrays, codecs, config
 from outofcore.worker_context import worker_context
 
 #: What codecs raise for bytes they cannot decode (truncated or corrupt chunks).
@@ -100,9 +102,60 @@ def codec_setting(value: Any) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
+@dataclass(frozen=True)
+class ReadPaths:
+    """How an array is read: its chunk files' :class:`PlainLayout` (or None: through
+    zarr), and the twin of the array that zarr reads it through, its decoding bounded
+    by the chunks' size (:func:`outofcore.bounded.bounded_array`)."""
+
+    layout: PlainLayout | None
+    bounded: zarr.Array
+
+
 def plain_layout(array: zarr.Array) -> PlainLayout | None:
     """The array's :class:`PlainLayout`, or None when zarr must read and write it."""
-    return worker_context().layout(array, _layout_of)
+    return worker_context().layout(array, _paths_of).layout
+
+
+def bounded_array(array: zarr.Array) -> zarr.Array:
+    """``array`` to read through zarr: a twin whose chunks never decode to more than
+    their size (:mod:`outofcore.bounded`), or the array itself where none can be made."""
+    return worker_context().layout(array, _paths_of).bounded
+
+
+def _paths_of(array: zarr.Array) -> ReadPaths:
+    try:
+        from outofcore.bounded import bounded_array as make_bounded  # noqa: PLC0415
+
+        bounded = make_bounded(array)
+    except Exception as exc:  # noqa: BLE001 (any surprise in zarr's internals: zarr decodes)
+        _warn_once(
+            array,
+            "decoding %s as zarr does, unbounded by its chunks' size: its codecs could not be "
+            "wrapped (%s: %s)",
+            type(exc).__name__,
+            exc,
+        )
+        bounded = array
+    return ReadPaths(layout=_layout_of(array), bounded=bounded)
+
+
+#: Warnings about an array already given in this process (each at most once per array).
+_WARNED: set[tuple[str, str]] = set()
+#: Most warnings remembered (a worker serving many jobs forgets the oldest at once).
+WARNINGS_KEPT = 1024
+
+
+def _warn_once(array: zarr.Array, message: str, *args: object) -> None:
+    """Log ``message % (array, *args)`` once per array and message in this process:
+    a worker opens an input again for every task, and said it once per tile."""
+    key = (arrays.describe(array), message)
+    if key in _WARNED:
+        return
+    if len(_WARNED) >= WARNINGS_KEPT:
+        _WARNED.clear()
+    _WARNED.add(key)
+    logger.warning(message, key[0], *args)
 
 
 def _layout_of(array: zarr.Array) -> PlainLayout | None:
@@ -111,6 +164,8 @@ def _layout_of(array: zarr.Array) -> PlainLayout | None:
         from zarr.storage import LocalStore  # noqa: PLC0415
 
         meta = array.metadata
+        if meta.zarr_format != 3:  # zarr v2 (C or F order, filters): zarr reads it
+            return None
         codecs = tuple(meta.codecs)
         plain = (
             meta.zarr_format == 3
@@ -135,10 +190,10 @@ def _layout_of(array: zarr.Array) -> PlainLayout | None:
             chunks=tuple(array.chunks),
         )
     except Exception as exc:  # noqa: BLE001 (any surprise in zarr's internals: use zarr itself)
-        logger.warning(
+        _warn_once(
+            array,
             "reading and writing %s through zarr, at about twice the CPU per GiB: its chunk "
             "files' layout could not be read (%s: %s)",
-            arrays.describe(array),
             type(exc).__name__,
             exc,
         )
@@ -227,8 +282,10 @@ def read_region(layout: PlainLayout, selection: tuple[slice, slice], out: np.nda
                 )
             decoded.view(np.uint8).reshape(-1)[...] = stored
         else:
-            try:
-                layout.codec.decode(stored, out=decoded)
+            try:  # never more than the chunk's bytes: a bomb is refused from its header
+                codecs.decode_bounded(layout.codec, stored, chunk_bytes, out=decoded)
+            except codecs.ChunkSizeError as exc:
+                raise ChunkDecodeError(f"{layout.path(i, j)}: {exc}") from exc
             except DECODE_ERRORS as exc:
                 raise ChunkDecodeError(f"{layout.path(i, j)}: cannot decode ({exc})") from exc
         if decoded is not target:

@@ -4,9 +4,11 @@
 zarr's default layout (local store, zarr v3, no shards, bytes + zstd) it reads
 the chunk files and decodes them with the same codec zarr uses
 (:mod:`outofcore.chunkfiles`), at about half zarr's CPU cost per GiB; any
-other layout goes through zarr.  Transient I/O errors and chunks that do not
-decode (truncated or corrupt bytes) are retried; when the retries run out,
-:class:`ReadError` names the array, the region and the failing chunk's key.
+other layout goes through zarr, with every chunk's decoding bounded by its size
+(:mod:`outofcore.bounded`).  Transient I/O errors and chunks that do not
+decode (truncated or corrupt bytes, or bytes that decode to more or less than
+the chunk) are retried; when the retries run out, :class:`ReadError` names the
+array, the region and the failing chunk's key.
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ def read_retry_settings() -> tuple[int, float]:
 
 def _read_into(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:
     buffer = zarr.core.buffer.default_buffer_prototype().nd_buffer.from_numpy_array(out)
+    bounded = chunkfiles.bounded_array(array)  # chunks decode to their size, never more
 
     def read() -> None:
         try:
-            array.get_basic_selection(selection, out=buffer)
+            bounded.get_basic_selection(selection, out=buffer)
         except DECODE_ERRORS as exc:  # zarr's codecs on damaged bytes
             raise ChunkDecodeError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -87,6 +90,7 @@ def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
     """
     rows, cols = selection
     grid = array.shards or array.chunks
+    bounded = chunkfiles.bounded_array(array)  # each block read again, bounded as before
     (r0, r1), (c0, c1) = (
         (part.start // size, max(part.start, part.stop - 1) // size)
         for part, size in zip(selection, grid, strict=True)
@@ -95,7 +99,7 @@ def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
     for i in range(r0, r1 + 1):
         for j in range(c0, c1 + 1):
             try:
-                array.get_block_selection((i, j))
+                bounded.get_block_selection((i, j))
             except (*TRANSIENT_READ_ERRORS, *DECODE_ERRORS) as exc:
                 key = array.metadata.encode_chunk_key((i, j))
                 failing.append(
