@@ -293,6 +293,8 @@ def _empty_product(operands: Operands, start: Start, spec: JobSpec) -> JobResult
     with Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout) as lease:
         if start.clear_output:
             operands.journal.clear_output()
+        elif start.clear_journal:  # an array given as the output, started over
+            operands.journal.clear_journal()
         chunks = (max(1, min(m, 1024)), max(1, min(n, 1024)))
         record = {"complete": False, "product": operands.product.summary(), "job_id": lease.job_id}
         if start.existing is None:

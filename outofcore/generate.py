@@ -46,20 +46,23 @@ def random_array(
     where = locate(path, storage_options)
     workers = threads or os.cpu_count() or 1
     check_room(where, shape, chunks, np_dtype, workers)
-    # Only an array outofcore made is replaced (never a folder, a group or another's array).
-    occupant = check_replaceable(where, storage_options)
+    # Only an array outofcore made is replaced (never a folder, a group or another's array),
+    # and only when nothing inside it is another's: its own keys are deleted, one at a time.
+    occupant = check_replaceable(where, storage_options, deep=overwrite)
     if occupant.kind != "nothing":
         if not overwrite:
             raise OutputExistsError(
                 f"{str(where)!r} already exists; pass overwrite=True to replace it"
             )
-        check_not_held(Journal.for_output(where.target, storage_options), str(where))
+        journal = Journal.for_output(where.target, storage_options)
+        check_not_held(journal, str(where))
+        journal.clear_output()
     array = zarr.create_array(
         where.target,
         shape=shape,
         chunks=chunks,
         dtype=np_dtype,
-        overwrite=overwrite,
+        overwrite=False,
         attributes={
             GENERATED_ATTRIBUTE: {"seed": seed, "shape": list(shape), "chunks": list(chunks)}
         },

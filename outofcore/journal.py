@@ -26,12 +26,10 @@ whether a job starts afresh or resumes a journal, and the worker entry
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,7 +42,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
-from outofcore import arrays, stores
+from outofcore import arrays, manifest, stores
 from outofcore.fingerprint import Fingerprint
 from outofcore.locations import locate
 from outofcore.targets import JOURNAL_DIR
@@ -61,7 +59,8 @@ INPUTS_DIR = "inputs"
 #: letters, digits, "_" and "-", and "." after the first, at most 200 characters. Names
 #: read back from the store (a job document's journal id) are held to it before any key
 #: or path is made of them, so an edited journal cannot point outside its folder.
-SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
+#: (:mod:`outofcore.manifest` keeps it, with every other form of a key outofcore writes.)
+SAFE_NAME = manifest.SAFE_NAME
 
 
 class JournalError(OutputExistsError):
@@ -467,42 +466,79 @@ class Journal:
         return {name.removesuffix(".json") for name in names if _is_record(name)}
 
     def clear_partials(self, journal_id: str) -> None:
-        """Delete the partial tiles and their records kept under ``journal_id``."""
-        sync(self.store.delete_dir(self.key(PARTIALS_DIR, journal_id)))
-        if self.local_folder is not None:
-            with contextlib.suppress(OSError):  # other journals' partials are still there
-                os.rmdir(os.path.join(self.local_folder, PARTIALS_DIR))
+        """Delete the partial tiles and their records kept under ``journal_id``.
+
+        Only keys of the forms outofcore writes there (:mod:`outofcore.manifest`), one
+        at a time; anything else is left, and named in a warning.
+        """
+        folder = "/".join((JOURNAL_DIR, PARTIALS_DIR, safe_name(journal_id, "the journal id")))
+        contents = manifest.output_contents(self.store, self.prefix, folder)
+        manifest.delete_keys(self.store, self.prefix, contents.journal)
+        manifest.remove_folders(
+            self.store, self.prefix, (*contents.folders, folder, f"{JOURNAL_DIR}/{PARTIALS_DIR}")
+        )  # other journals' partials may still be there: only empty folders go
+        left = contents.strangers + contents.links
+        if left:
+            manifest.logger.warning(
+                "left %s in the journal of %s: outofcore did not write them",
+                manifest.show(left),
+                self.where,
+            )
 
     # -- starting over ---------------------------------------------------------------
+    @property
+    def where(self) -> str:
+        """How messages name the output of this journal."""
+        folder = self.local_folder
+        if folder is not None:
+            return os.path.dirname(folder)
+        return "/".join(p for p in (str(self.store), self.prefix.strip("/")) if p)
+
+    def _contents(self, under: str = "") -> manifest.Contents:
+        """What is in the output (``under`` a folder of it), refused when anything there is
+        not outofcore's (:meth:`outofcore.manifest.Contents.refusal`)."""
+        contents = manifest.output_contents(self.store, self.prefix, under)
+        refusal = contents.refusal(self.where)
+        if refusal is not None:
+            raise manifest.StrangersError(refusal)
+        return contents
+
     def clear_journal(self) -> None:
-        """Delete the job document and every tile record (the lease stays)."""
-        sync(self.store.delete_dir(self.key(TILES_DIR)))
-        sync(self.store.delete_dir(self.key(PARTIALS_DIR)))
-        sync(self.store.delete_dir(self.key(INPUTS_DIR)))
-        self.delete(self.key(JOB_NAME))
+        """Delete the job document and every record (the lease stays): only the keys of
+        the forms outofcore writes (:mod:`outofcore.manifest`), one at a time.
+
+        Raises
+        ------
+        outofcore.manifest.StrangersError
+            Before anything is deleted, when the journal folder holds anything else.
+        """
+        contents = self._contents(JOURNAL_DIR)
+        manifest.delete_keys(self.store, self.prefix, manifest.without_lease(contents.journal))
+        manifest.remove_folders(self.store, self.prefix, contents.folders)
 
     def clear_output(self) -> None:
-        """Delete everything at the output's path except the journal folder, then the journal.
+        """Delete the output's chunks and metadata, then its journal (the lease stays).
 
-        Used to start over (``overwrite``) while holding the lease, which a plain
-        ``zarr.create_array(overwrite=True)`` would delete too.
+        Used to start over (``overwrite``) while holding the lease.  Only the keys
+        outofcore writes are deleted, one at a time, found by one listing
+        (:mod:`outofcore.manifest`): chunk keys of the array's own grid, its metadata,
+        the journal's records; never a folder by walking it.
+
+        Raises
+        ------
+        outofcore.manifest.StrangersError
+            Before anything is deleted, when the output holds anything else (a user's
+            file or folder, a symbolic link), naming it.
         """
-
-        async def children() -> list[str]:
-            return [child async for child in self.store.list_dir(self.prefix)]
-
-        try:
-            names = sync(children())
-        except FileNotFoundError:
-            names = []
-        for name in names:
-            if name == JOURNAL_DIR:
-                continue
-            key = f"{self.prefix.strip('/')}/{name}" if self.prefix.strip("/") else name
-            with contextlib.suppress(ValueError, NotADirectoryError):  # a file, not a folder
-                sync(self.store.delete_dir(key))
-            self.delete(key)
-        self.clear_journal()
+        contents = self._contents()
+        journal_folders = tuple(f for f in contents.folders if f.startswith(JOURNAL_DIR + "/"))
+        manifest.delete_keys(self.store, self.prefix, contents.chunks)
+        manifest.remove_folders(  # before the metadata: a kill leaves an array or a journal
+            self.store, self.prefix, [f for f in contents.folders if f not in journal_folders]
+        )
+        manifest.delete_keys(self.store, self.prefix, contents.metadata)
+        manifest.delete_keys(self.store, self.prefix, manifest.without_lease(contents.journal))
+        manifest.remove_folders(self.store, self.prefix, journal_folders)
 
     def remove_empty_folders(self) -> None:
         """On local stores, remove the journal folder (and the output's) when left empty."""

@@ -27,8 +27,9 @@ from outofcore.fingerprint import Fingerprint, changes
 from outofcore.journal import FORMAT, Journal, timestamp
 from outofcore.lease import read_lease
 from outofcore.locations import locate
+from outofcore.manifest import StrangersError, output_contents
 from outofcore.stores import zarr_options
-from outofcore.targets import check_replaceable, what_is_at
+from outofcore.targets import array_made_by_outofcore, check_replaceable, what_is_at
 from scheduler.plan import Plan
 
 
@@ -287,29 +288,53 @@ def inspect_output(
 
     * nothing there (or only a journal folder): a fresh start;
     * an incomplete output whose journal matches ``identity``: resume it;
-    * ``overwrite``: start over;
-    * a ``zarr.Array`` given as the output without a journal, or complete:
-      write into it afresh (as before journals existed).
+    * ``overwrite``: start over, when outofcore made what is there and nothing
+      inside it is another's (:func:`outofcore.targets.check_replaceable` with ``deep``);
+    * a ``zarr.Array`` given as the output: the same, and only when outofcore
+      made it (:func:`outofcore.targets.array_made_by_outofcore`); it keeps its
+      metadata and chunk grid, and its journal is started over.
 
     Raises
     ------
+    InputError
+        For what outofcore did not make, or that holds what outofcore did not write.
     OutputExistsError
-        For an existing path holding a complete output, or no journal.
+        For an existing output holding a complete output, or no journal.
     ResumeError
         When the journal belongs to other inputs or parameters (naming the
         differences) or to another journal format.
     """
     if isinstance(target, zarr.Array):
+        where = arrays.describe(target)
         existing = arrays.open_existing_output(target, shape, dtype)
+        if not array_made_by_outofcore(existing):
+            raise InputError(
+                f"the output {where} is a zarr array that outofcore did not write (it has no "
+                "outofcore record or journal), and outofcore never writes into data it did not "
+                "make, overwrite or not; pass a path or URL where nothing is, and the output "
+                "is created there"
+            )
+        if overwrite:
+            refusal = output_contents(existing.store, existing.path).refusal(where)
+            if refusal is not None:
+                raise StrangersError(refusal)
+            return Start(existing=existing, document=None, clear_journal=True)
         document = journal.read_job()
-        if document is None or document.get("complete") or overwrite:
-            return Start(existing=existing, document=None, clear_journal=document is not None)
-        _check_resumable(document, identity, journal, arrays.describe(target), fingerprints)
+        if document is None or document.get("complete"):
+            why = (
+                "it has no outofcore job journal, so there is nothing to resume"
+                if document is None
+                else "it holds the complete result of an earlier job, finished "
+                f"{timestamp(document.get('completed'))}"
+            )
+            raise OutputExistsError(_exists_message(where, why))
+        _check_resumable(document, identity, journal, where, fingerprints)
         return Start(existing=existing, document=document)
 
     location = locate(target, storage_options)
     where = str(location)
-    occupant = check_replaceable(location, storage_options)  # nothing outofcore did not make
+    # Nothing outofcore did not make; to start over, nothing inside that it did not write.
+    occupant = check_replaceable(location, storage_options, deep=overwrite)
     if overwrite or occupant.kind in ("nothing", "journal"):
         return Start(existing=None, document=None, clear_output=occupant.kind != "nothing")
     options = zarr_options(location.target, storage_options)

@@ -24,7 +24,7 @@ import zarr
 from zarr.core.sync import sync
 
 from outofcore import obstores, stores
-from outofcore.api import job_status, run_job
+from outofcore.api import ATTRIBUTE, job_status, run_job
 from outofcore.fingerprint import changes, fingerprint
 from outofcore.freivalds import verify
 from outofcore.journal import JOURNAL_DIR, Journal
@@ -433,9 +433,16 @@ def test_job_with_inputs_and_output_on_object_stores(object_store, outofcore_set
             store, name=f"{name}.zarr", shape=values.shape, chunks=chunks, dtype=values.dtype
         )
         arrays[name][...] = values
-    out = zarr.create_array(store, name="c.zarr", shape=(70, 38), chunks=(10, 8), dtype="f8")
+    # An array made for a job says so (outofcore's attribute) and is given with overwrite:
+    # outofcore writes into no array it did not make (issue 28).
+    out = zarr.create_array(
+        store, name="c.zarr", shape=(70, 38), chunks=(10, 8), dtype="f8",
+        attributes={ATTRIBUTE: {"complete": False}},
+    )  # fmt: skip
     memory = 16 * stores.REQUEST_BYTES + 64 * 1024  # 16 requests in flight, small tiles
-    result = run_job(arrays["a"], arrays["b"], out, memory=memory, workers=2, progress=False)
+    result = run_job(
+        arrays["a"], arrays["b"], out, memory=memory, workers=2, progress=False, overwrite=True
+    )
     summary = result.summary
     assert summary["tiles"] > 2 and summary["tiles_computed"] == summary["tiles"]
     assert len({r.worker for r in result.results}) == 2

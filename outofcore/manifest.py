@@ -1,0 +1,565 @@
+"""Which keys inside an output are outofcore's: the one manifest checks and deletions read.
+
+outofcore deletes exactly the keys it writes, one at a time, and never a
+folder by walking it.  Inside an output (a job's, or ``outofcore random``'s
+array) those keys are:
+
+* the array's metadata documents: ``zarr.json``, ``.zarray``, ``.zattrs``;
+* its chunk keys, of the form its own metadata gives (format 3: ``c/0/1``
+  with the separator of its ``chunk_key_encoding``; format 2: ``0.1`` or
+  ``0/1``), every index inside the chunk grid (the shard grid when sharded);
+* the job journal's keys (:mod:`outofcore.journal`, :mod:`outofcore.lease`):
+  ``_outofcore/job.json``, ``lease.json``, ``inputs/<id>.json``,
+  ``tiles/<id>/tile-I-J.json``, ``partials/<id>/tile-I-J-kPofS.json`` and
+  ``partials/<id>/tile-I-J-kPofS/rows-R.npy``;
+* the temporary files a killed write leaves of any of these
+  (``<key>.<32 hex digits>.partial``, zarr's ``LocalStore`` and
+  :mod:`outofcore.chunkfiles`).
+
+Anything else found (a user's file or folder, an unknown key, a symbolic link,
+a device or pipe) is a stranger: :func:`output_contents` names it, outofcore
+refuses to start over an output holding one, and deletes nothing of it.  On
+local disks the listing never follows a link and deletions go folder by folder
+with ``O_NOFOLLOW``, so nothing is ever deleted through one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import json
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+from zarr.storage import FsspecStore, LocalStore
+
+from outofcore.errors import InputError
+
+#: Folder of a job's journal inside its output (:mod:`outofcore.journal`).
+JOURNAL_DIR = "_outofcore"
+#: The array's own metadata documents (format 3, format 2 and its attributes).
+METADATA_NAMES = ("zarr.json", ".zarray", ".zattrs")
+#: Every name a journal key is built from (journal ids, file names): letters, digits,
+#: "_" and "-", and "." after the first, at most 200 characters.
+SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
+#: Names of the journal's documents and folders (:mod:`outofcore.journal`, :mod:`outofcore.lease`).
+JOB_NAME, LEASE_NAME = "job.json", "lease.json"
+INPUTS_DIR, TILES_DIR, PARTIALS_DIR = "inputs", "tiles", "partials"
+
+_SAFE = SAFE_NAME.pattern
+_INDEX = r"(?:0|[1-9][0-9]{0,18})"
+_TILE = rf"tile-{_INDEX}-{_INDEX}"
+_PART = rf"{_TILE}-k{_INDEX}of{_INDEX}"
+#: Journal keys, relative to the journal folder.
+_JOURNAL_KEY = re.compile(
+    rf"{re.escape(JOB_NAME)}|{re.escape(LEASE_NAME)}|{INPUTS_DIR}/{_SAFE}\.json"
+    rf"|{TILES_DIR}/{_SAFE}/{_TILE}\.json|{PARTIALS_DIR}/{_SAFE}/{_PART}\.json"
+    rf"|{PARTIALS_DIR}/{_SAFE}/{_PART}/rows-{_INDEX}\.npy"
+)
+#: Journal folders, relative to the journal folder.
+_JOURNAL_FOLDER = re.compile(
+    rf"{INPUTS_DIR}|{TILES_DIR}|{PARTIALS_DIR}|{TILES_DIR}/{_SAFE}"
+    rf"|{PARTIALS_DIR}/{_SAFE}|{PARTIALS_DIR}/{_SAFE}/{_PART}"
+)
+#: A write in flight (or killed): zarr's LocalStore writes ``Path(key).with_suffix(...)``,
+#: outofcore's chunk files ``<key>.<hex>.partial``.
+_TEMPORARY = re.compile(r"(.+)\.[0-9a-f]{32}\.partial")
+_INDEX_ONLY = re.compile(_INDEX)
+#: Largest metadata document read to learn the chunk keys (bigger: no chunk key is known).
+_METADATA_BYTES = 16 << 20
+#: Deletions in flight at once on an object store.
+_DELETES_IN_FLIGHT = 32
+#: Names shown in a message, at most.
+SHOWN = 5
+logger = logging.getLogger("outofcore")
+
+
+class StrangersError(InputError):
+    """An output holds what outofcore did not write (or a symbolic link): nothing is deleted."""
+
+
+@dataclass(frozen=True)
+class ChunkKeys:
+    """The chunk keys an array's metadata allows.
+
+    ``prefix``: ``"c"`` (format 3's default encoding) or ``""``; ``separator``:
+    ``"/"`` or ``"."``; ``grid``: chunks (shards when sharded) along each dimension.
+    """
+
+    prefix: str
+    separator: str
+    grid: tuple[int, ...]
+
+    def _indices(self, key: str) -> list[str] | None:
+        if self.prefix:
+            if key == self.prefix:
+                return []
+            if not key.startswith(self.prefix + self.separator):
+                return None
+            key = key[len(self.prefix) + 1 :]
+        elif not self.grid:
+            return [] if key == "0" else None
+        return key.split(self.separator)
+
+    def _inside(self, indices: Sequence[str]) -> bool:
+        return all(
+            _INDEX_ONLY.fullmatch(index) and int(index) < extent
+            for index, extent in zip(indices, self.grid, strict=False)
+        )
+
+    def is_key(self, key: str) -> bool:
+        """Whether ``key`` (relative to the array) is one of its chunk keys."""
+        indices = self._indices(key)
+        return indices is not None and len(indices) == len(self.grid) and self._inside(indices)
+
+    def is_folder(self, folder: str) -> bool:
+        """Whether ``folder`` holds chunk keys (``c``, ``c/0`` with ``/`` separators)."""
+        if self.separator != "/" or (not self.prefix and not self.grid):
+            return False
+        parts = folder.split("/")
+        if self.prefix:
+            if parts[0] != self.prefix:
+                return False
+            parts = parts[1:]
+        return len(parts) < len(self.grid) and self._inside(parts)
+
+
+def chunk_keys_of(name: str, document: bytes) -> ChunkKeys | None:
+    """The chunk keys the metadata document ``name`` (``zarr.json`` or ``.zarray``)
+    gives, or None when it is not an array's, or damaged (then no key is a chunk's)."""
+    try:
+        meta = json.loads(document)
+    except ValueError:
+        return None
+    if not isinstance(meta, dict) or not _sizes(meta.get("shape"), 0):
+        return None
+    shape = meta["shape"]
+    if name == "zarr.json":
+        grid, encoding = meta.get("chunk_grid"), meta.get("chunk_key_encoding")
+        if meta.get("node_type") != "array" or not isinstance(grid, dict):
+            return None
+        chunks = (grid.get("configuration") or {}).get("chunk_shape")
+        if grid.get("name") != "regular" or not isinstance(encoding, dict):
+            return None
+        kind = encoding.get("name")
+        separator = (encoding.get("configuration") or {}).get(
+            "separator", "/" if kind == "default" else "."
+        )
+        prefix = {"default": "c", "v2": ""}.get(kind)
+    elif name == ".zarray":
+        chunks, separator, prefix = meta.get("chunks"), meta.get("dimension_separator", "."), ""
+        separator = "." if separator is None else separator
+    else:
+        return None
+    if prefix is None or separator not in ("/", ".") or not _sizes(chunks, 1):
+        return None
+    if len(chunks) != len(shape):
+        return None
+    grid = tuple(-(-extent // chunk) for extent, chunk in zip(shape, chunks, strict=True))
+    return ChunkKeys(prefix, separator, grid)
+
+
+def _sizes(value: object, least: int) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= least for v in value
+    )
+
+
+@dataclass(frozen=True)
+class Contents:
+    """What one listing found inside an output, by whose it is.
+
+    Keys are relative to the output; ``folders`` (local stores only) are the
+    folders of outofcore's keys, deepest first; ``strangers`` what outofcore did
+    not write (a folder's name ends in ``/``); ``links`` symbolic links, each as
+    ``name -> target``.
+    """
+
+    chunks: tuple[str, ...] = ()
+    metadata: tuple[str, ...] = ()
+    journal: tuple[str, ...] = ()
+    strangers: tuple[str, ...] = ()
+    links: tuple[str, ...] = ()
+    folders: tuple[str, ...] = ()
+
+    def refusal(self, where: str) -> str | None:
+        """Why outofcore may not delete this output's keys (one line), or None."""
+        if self.links:
+            return (
+                f"the output {where!r} holds symbolic links ({show(self.links)}); outofcore "
+                "never writes or deletes through a link: replace each with what it points to, "
+                "or choose another path"
+            )
+        if self.strangers:
+            return (
+                f"the output {where!r} also holds {show(self.strangers)}, which outofcore did "
+                "not write, and it deletes only what it wrote: move them out, or choose "
+                "another path"
+            )
+        return None
+
+
+def show(names: Sequence[str]) -> str:
+    """The first :data:`SHOWN` of ``names`` and how many more."""
+    if not names:
+        return "nothing"
+    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    return ", ".join(names[:SHOWN]) + more
+
+
+def whose(key: str, forms: Sequence[ChunkKeys]) -> str | None:
+    """``"chunks"``, ``"metadata"`` or ``"journal"`` for a key of outofcore's (relative to the
+    output; a killed write's temporary file counts as its key's), None for a stranger."""
+    for candidate in written_as(key):
+        found = _whose(candidate, forms)
+        if found is not None:
+            return found
+    return None
+
+
+def written_as(name: str) -> tuple[str, ...]:
+    """The keys ``name`` may be a write of: itself, or for a temporary file the keys it
+    was to become (zarr drops the key's last suffix: ``zarr.<hex>.partial``, ``0.<hex>``)."""
+    temporary = _TEMPORARY.fullmatch(name)
+    if temporary is None:
+        return (name,)
+    base = temporary.group(1)
+    return (base, base + ".json", base + ".npy", base + ".0")
+
+
+def _whose(key: str, forms: Sequence[ChunkKeys]) -> str | None:
+    if key in METADATA_NAMES:
+        return "metadata"
+    if key.startswith(JOURNAL_DIR + "/"):
+        return "journal" if _JOURNAL_KEY.fullmatch(key[len(JOURNAL_DIR) + 1 :]) else None
+    return "chunks" if any(form.is_key(key) for form in forms) else None
+
+
+def without_lease(keys: Iterable[str]) -> tuple[str, ...]:
+    """``keys`` but the lease and its writes in flight: the lease is its holder's to delete."""
+    lease = f"{JOURNAL_DIR}/{LEASE_NAME}"
+
+    def of_lease(key: str) -> bool:
+        temporary = _TEMPORARY.fullmatch(key)
+        return key == lease or (temporary is not None and temporary.group(1) + ".json" == lease)
+
+    return tuple(key for key in keys if not of_lease(key))
+
+
+def is_our_folder(folder: str, forms: Sequence[ChunkKeys]) -> bool:
+    """Whether ``folder`` (relative to the output) is one outofcore's keys live in."""
+    if folder == JOURNAL_DIR:
+        return True
+    if folder.startswith(JOURNAL_DIR + "/"):
+        return bool(_JOURNAL_FOLDER.fullmatch(folder[len(JOURNAL_DIR) + 1 :]))
+    return any(form.is_folder(folder) for form in forms)
+
+
+def output_contents(store: Store, prefix: str, under: str = "") -> Contents:
+    """List the output at ``prefix`` in ``store`` once and sort what is there.
+
+    ``under``: only what lies in this folder of the output (``_outofcore``, ...).
+    No object is read but the array's metadata documents.
+
+    Raises
+    ------
+    InputError
+        When a local folder of the output cannot be listed (permissions).
+    """
+    base, top, under = _local_base(store), prefix.strip("/"), under.strip("/")
+    journal_only = under == JOURNAL_DIR or under.startswith(JOURNAL_DIR + "/")
+    forms = () if journal_only else _chunk_forms(store, top, base)
+    if base is not None:
+        entries = _walk_local(base, top, under, forms)
+    else:
+        entries = ((key, "file") for key in _list_store(store, top, under))
+    found: dict[str, list[str]] = {
+        "chunks": [], "metadata": [], "journal": [], "strangers": [], "links": [], "folders": []
+    }  # fmt: skip
+    for name, kind in entries:
+        if kind == "file":
+            found[whose(name, forms) or "strangers"].append(name)
+        else:
+            found[kind].append(name)
+    return Contents(
+        chunks=tuple(sorted(found["chunks"])),
+        metadata=tuple(sorted(found["metadata"], key=_metadata_last)),
+        journal=tuple(sorted(found["journal"], key=_job_last)),
+        strangers=tuple(sorted(found["strangers"])),
+        links=tuple(sorted(found["links"])),
+        folders=tuple(sorted(found["folders"], key=lambda f: (-f.count("/"), f))),
+    )
+
+
+def _metadata_last(key: str) -> tuple[bool, str]:
+    """Deletion order of metadata: attributes, then the array's document, last."""
+    return (key in ("zarr.json", ".zarray"), key)
+
+
+def _job_last(key: str) -> tuple[bool, str]:
+    """Deletion order of the journal: records first, the job document last."""
+    return (key == f"{JOURNAL_DIR}/{JOB_NAME}", key)
+
+
+def _local_base(store: Store) -> str | None:
+    """The folder on this machine that ``store``'s keys are paths in, or None."""
+    if isinstance(store, LocalStore):
+        return os.fspath(store.root)
+    if isinstance(store, FsspecStore) and "file" in _protocols(store.fs):
+        return store.path
+    return None
+
+
+def _protocols(fs: object) -> tuple[str, ...]:
+    protocol = getattr(fs, "protocol", ())
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p for p in parts if p)
+
+
+def _chunk_forms(store: Store, top: str, base: str | None) -> tuple[ChunkKeys, ...]:
+    forms = []
+    for name in ("zarr.json", ".zarray"):
+        document = _read_metadata(store, top, base, name)
+        form = None if document is None else chunk_keys_of(name, document)
+        if form is not None:
+            forms.append(form)
+    return tuple(forms)
+
+
+def _read_metadata(store: Store, top: str, base: str | None, name: str) -> bytes | None:
+    """The document ``name`` at the output's top, when it is a plain file of sane size."""
+    if base is not None:
+        path = os.path.join(base, _join(top, name))
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        try:
+            fd = os.open(path, flags)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size > _METADATA_BYTES:
+                return None
+            return f.read(_METADATA_BYTES)
+    reader = _reader(store)
+    try:
+        buffer = sync(reader.get(_join(top, name), prototype=default_buffer_prototype()))
+    except OSError:
+        return None
+    if buffer is None or len(buffer) > _METADATA_BYTES:
+        return None
+    return buffer.to_bytes()
+
+
+def _reader(store: Store) -> Store:
+    """A read-only twin of ``store`` where it has one (a writable LocalStore creates its
+    folder when opened), else ``store``."""
+    if store.read_only:
+        return store
+    try:
+        return store.with_read_only(True)
+    except NotImplementedError:
+        return store
+
+
+def _walk_local(
+    base: str, top: str, under: str, forms: Sequence[ChunkKeys]
+) -> Iterator[tuple[str, str]]:
+    """``(name, kind)`` of everything below ``base/top/under``, never following a link:
+    kind is ``file``, ``links`` (``name -> target``), ``strangers`` (a folder outofcore
+    does not write, not entered; a device, pipe or socket) or ``folders`` (outofcore's).
+    Names are relative to the output ``base/top``."""
+    path = base
+    for part in [p for p in _join(top, under).split("/") if p]:
+        path = os.path.join(path, part)
+        if os.path.islink(path):  # the output itself, or the folder listed, is a link
+            yield f"{os.path.relpath(path, base)} -> {_link_target(path)}", "links"
+            return
+    output = os.path.join(base, top) if top else base
+    pending = [under]
+    while pending:
+        folder = pending.pop()
+        path = os.path.join(output, folder) if folder else output
+        try:
+            with os.scandir(path) as listing:
+                entries = list(listing)
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            if folder:  # a file where a folder of outofcore's would be
+                yield folder, "file"
+            continue
+        except OSError as exc:
+            raise InputError(f"{path!r} cannot be listed ({exc.strerror or exc})") from exc
+        for entry in entries:
+            name = _join(folder, entry.name)
+            if entry.is_symlink():
+                yield f"{name} -> {_link_target(entry.path)}", "links"
+            elif entry.is_dir(follow_symlinks=False):
+                if is_our_folder(name, forms):
+                    yield name, "folders"
+                    pending.append(name)
+                else:
+                    yield name + "/", "strangers"
+            elif entry.is_file(follow_symlinks=False):
+                yield name, "file"
+            else:
+                yield name, "strangers"
+
+
+def _link_target(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def _list_store(store: Store, top: str, under: str) -> list[str]:
+    """Every key below the output (``under`` it), relative to the output."""
+    start = _join(top, under)
+    reader = _reader(store)
+
+    async def collect() -> list[str]:
+        return [key async for key in reader.list_prefix(start + "/" if start else "")]
+
+    try:
+        keys = sync(collect())
+    except FileNotFoundError:
+        return []
+    skip = len(top) + 1 if top else 0
+    return [key[skip:] for key in keys if not top or key.startswith(top + "/")]
+
+
+# -- deleting ----------------------------------------------------------------------------
+
+
+def delete_keys(store: Store, prefix: str, keys: Iterable[str]) -> None:
+    """Delete each of ``keys`` (relative to the output at ``prefix``), one at a time.
+
+    Never a folder: on local disks a key that has become a folder is left (and
+    named in a warning), and each key's folder is opened component by component
+    without following links (``O_NOFOLLOW``), so nothing is deleted through one.
+
+    Raises
+    ------
+    StrangersError
+        When a folder on the way to a key has become a symbolic link.
+    """
+    top = prefix.strip("/")
+    full = [_join(top, key) for key in keys]
+    if not full:
+        return
+    base = _local_base(store)
+    if base is not None:
+        _unlink_local(base, full)
+        return
+
+    async def delete_all() -> None:
+        gate = asyncio.Semaphore(_DELETES_IN_FLIGHT)
+
+        async def delete(key: str) -> None:
+            async with gate:
+                await store.delete(key)
+
+        await asyncio.gather(*(delete(key) for key in full))
+
+    sync(delete_all())
+
+
+def remove_folders(store: Store, prefix: str, folders: Iterable[str]) -> None:
+    """On local disks, remove each of ``folders`` (relative, deepest first) when empty."""
+    base = _local_base(store)
+    if base is None:
+        return
+    top = prefix.strip("/")
+    with _Folders(base) as opened:
+        for folder in folders:
+            parent, _, name = _join(top, folder).rpartition("/")
+            with contextlib.suppress(OSError):  # not empty, gone, or no longer a folder
+                fd = opened.fd(parent)
+                if _DIR_FD:
+                    os.rmdir(name, dir_fd=fd)
+                else:
+                    os.rmdir(os.path.join(base, parent, name))
+
+
+_DIR_FD = os.unlink in os.supports_dir_fd and os.open in os.supports_dir_fd
+
+
+class _Folders:
+    """Folders below ``base`` opened one component at a time, never through a link."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.fds: dict[str, int] = {}
+
+    def __enter__(self) -> _Folders:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+    def fd(self, folder: str) -> int:
+        """A descriptor of ``base/folder`` (``-1`` where descriptors are not used)."""
+        if not _DIR_FD:
+            path = self.base
+            for part in [p for p in folder.split("/") if p]:
+                path = os.path.join(path, part)
+                if os.path.islink(path):
+                    raise StrangersError(f"{path!r} is a symbolic link: nothing deleted through it")
+            return -1
+        if folder in self.fds:
+            return self.fds[folder]
+        parent, _, name = folder.rpartition("/")
+        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            if not folder:
+                fd = os.open(self.base, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            else:
+                fd = os.open(name, flags, dir_fd=self.fd(parent))
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise StrangersError(
+                    f"{os.path.join(self.base, folder)!r} is no longer a folder (a symbolic "
+                    "link?): nothing is deleted through it"
+                ) from exc
+            raise
+        self.fds[folder] = fd
+        return fd
+
+
+def _unlink_local(base: str, keys: Sequence[str]) -> None:
+    left = []
+    with _Folders(base) as opened:
+        for key in keys:
+            folder, _, name = key.rpartition("/")
+            try:
+                fd = opened.fd(folder)
+                if _DIR_FD:
+                    os.unlink(name, dir_fd=fd)
+                elif os.path.isdir(os.path.join(base, key)):
+                    left.append(key)
+                else:
+                    os.unlink(os.path.join(base, key))
+            except FileNotFoundError:
+                continue
+            except (IsADirectoryError, PermissionError):
+                if not os.path.isdir(os.path.join(base, key)):
+                    raise
+                left.append(key)  # a folder now: never deleted
+    if left:
+        logger.warning(
+            "left %s in %s: folders where outofcore's files were, not deleted", show(left), base
+        )
