@@ -187,8 +187,8 @@ def test_rows_get_the_second_last_panel_while_the_last_one_loads(tmp_path, monke
         "accumulate_rows",
         lambda self, r0, parts: calls.append(len(parts)) or accumulate_rows(self, r0, parts),
     )
-    out = zarr.create_array(tmp_path / "c.zarr", shape=(320, 96), chunks=(32, 96), dtype="float32")
-    result = run_job(a, b, out, memory=2**20, client="sync", progress=False, tk=64)
+    out = random_array(tmp_path / "c.zarr", (320, 96), (32, 96))  # an array outofcore made
+    result = run_job(a, b, out, memory=2**20, client="sync", progress=False, tk=64, overwrite=True)
     assert len(result.plan.tasks) == 1 and len(result.plan.panels) == 4
     # Blocks given the third panel alone while the fourth loaded take the fourth
     # alone after it; the others take both at once: 10 blocks of 32 rows.
