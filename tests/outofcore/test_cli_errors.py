@@ -204,13 +204,14 @@ def test_a_read_failure_in_a_started_job_exits_3_and_the_rerun_resumes(tmp_path)
 
 
 def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
-    """A damaged partial sum stops the reduction with a RuntimeError (not an error
+    """A partial sum that cannot be read (a folder where its block should be: a damaged
+    one is computed again) stops the reduction with an IsADirectoryError (not an error
     outofcore names as an input's): one line, exit 3; --debug adds the traceback."""
     command = split_job_stopped_by_a_bad_chunk(tmp_path)
     block = next((tmp_path / "c.zarr" / "_outofcore" / "partials").glob("*/*-k1of5/rows-0.npy"))
-    with block.open("wb") as file:
-        np.save(file, np.zeros((30, 21), dtype=np.float32))  # a wrong shape
-    line = assert_one_line(outofcore(*command, cwd=tmp_path), JOB_FAILED, "RuntimeError")
+    block.unlink()
+    block.mkdir()
+    line = assert_one_line(outofcore(*command, cwd=tmp_path), JOB_FAILED, "IsADirectoryError")
     assert "--debug" in line and "k1of5" in line
     debug = outofcore("--debug", *command, cwd=tmp_path)
     assert debug.returncode == JOB_FAILED and "Traceback" in debug.stderr
