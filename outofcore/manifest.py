@@ -143,17 +143,15 @@ def chunk_keys_of(name: str, document: bytes) -> ChunkKeys | None:
         return None
     shape = meta["shape"]
     if name == "zarr.json":
-        grid, encoding = meta.get("chunk_grid"), meta.get("chunk_key_encoding")
-        if meta.get("node_type") != "array" or not isinstance(grid, dict):
+        grid, encoding = _mapping(meta.get("chunk_grid")), _mapping(meta.get("chunk_key_encoding"))
+        if meta.get("node_type") != "array" or grid.get("name") != "regular":
             return None
-        chunks = (grid.get("configuration") or {}).get("chunk_shape")
-        if grid.get("name") != "regular" or not isinstance(encoding, dict):
-            return None
+        chunks = _mapping(grid.get("configuration")).get("chunk_shape")
         kind = encoding.get("name")
-        separator = (encoding.get("configuration") or {}).get(
+        prefix = {"default": "c", "v2": ""}.get(kind) if isinstance(kind, str) else None
+        separator = _mapping(encoding.get("configuration")).get(
             "separator", "/" if kind == "default" else "."
         )
-        prefix = {"default": "c", "v2": ""}.get(kind)
     elif name == ".zarray":
         chunks, separator, prefix = meta.get("chunks"), meta.get("dimension_separator", "."), ""
         separator = "." if separator is None else separator
@@ -165,6 +163,10 @@ def chunk_keys_of(name: str, document: bytes) -> ChunkKeys | None:
         return None
     grid = tuple(-(-extent // chunk) for extent, chunk in zip(shape, chunks, strict=True))
     return ChunkKeys(prefix, separator, grid)
+
+
+def _mapping(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def _sizes(value: object, least: int) -> bool:
@@ -307,6 +309,11 @@ def _metadata_last(key: str) -> tuple[bool, str]:
 def _job_last(key: str) -> tuple[bool, str]:
     """Deletion order of the journal: records first, the job document last."""
     return (key == f"{JOURNAL_DIR}/{JOB_NAME}", key)
+
+
+def is_local(store: Store) -> bool:
+    """Whether ``store``'s keys are files on this machine (where links may be)."""
+    return _local_base(store) is not None
 
 
 def _local_base(store: Store) -> str | None:

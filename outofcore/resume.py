@@ -27,7 +27,7 @@ from outofcore.fingerprint import Fingerprint, changes
 from outofcore.journal import FORMAT, Journal, timestamp
 from outofcore.lease import read_lease
 from outofcore.locations import locate
-from outofcore.manifest import StrangersError, output_contents
+from outofcore.manifest import Contents, StrangersError, is_local, output_contents
 from outofcore.stores import zarr_options
 from outofcore.targets import array_made_by_outofcore, check_replaceable, what_is_at
 from scheduler.plan import Plan
@@ -314,10 +314,12 @@ def inspect_output(
                 "make, overwrite or not; pass a path or URL where nothing is, and the output "
                 "is created there"
             )
-        if overwrite:
-            refusal = output_contents(existing.store, existing.path).refusal(where)
+        if overwrite or is_local(existing.store):  # to delete from; a link: never written
+            contents = output_contents(existing.store, existing.path)
+            refusal = (contents if overwrite else Contents(links=contents.links)).refusal(where)
             if refusal is not None:
                 raise StrangersError(refusal)
+        if overwrite:
             return Start(existing=existing, document=None, clear_journal=True)
         document = journal.read_job()
         if document is None or document.get("complete"):

@@ -87,7 +87,9 @@ def what_is_at(location: Location, storage_options: Any = None, deep: bool = Fal
 
     Only its top is listed, unless ``deep`` (where outofcore is to delete it) or only a
     journal is there: then all of it, once, and anything anywhere inside that outofcore
-    does not write makes it ``mixed-array`` (:mod:`outofcore.manifest`).
+    does not write makes it ``mixed-array`` (:mod:`outofcore.manifest`).  A local
+    array outofcore made is listed whole in any case, for symbolic links
+    (``linked-array``): a job writes through none.
 
     Raises
     ------
@@ -98,6 +100,8 @@ def what_is_at(location: Location, storage_options: Any = None, deep: bool = Fal
         occupant = _what_is_at(location, storage_options)
         if occupant.kind == "journal" or (deep and occupant.kind == "array"):
             return _look_inside(location, storage_options, occupant)
+        if occupant.kind == "array" and location.is_local:  # a link anywhere: never written
+            return _look_inside(location, storage_options, occupant, strangers=False)
         return occupant
 
 
@@ -158,9 +162,12 @@ def _links(location: Location, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _look_inside(location: Location, storage_options: Any, occupant: Occupant) -> Occupant:
-    """``occupant`` (an array or a journal outofcore made), or ``mixed-array`` or
-    ``linked-array`` for anything inside it outofcore did not write (one listing)."""
+def _look_inside(
+    location: Location, storage_options: Any, occupant: Occupant, strangers: bool = True
+) -> Occupant:
+    """``occupant`` (an array or a journal outofcore made), or ``linked-array`` for a
+    symbolic link anywhere inside it, or (``strangers``) ``mixed-array`` for anything
+    inside it outofcore did not write (one listing)."""
     if location.is_local:
         store = LocalStore(location.path, read_only=True)
     else:
@@ -168,7 +175,7 @@ def _look_inside(location: Location, storage_options: Any, occupant: Occupant) -
     contents = manifest.output_contents(store, "")
     if contents.links:
         return Occupant("linked-array", contents.links)
-    if contents.strangers:
+    if strangers and contents.strangers:
         return Occupant("mixed-array", contents.strangers)
     return occupant
 

@@ -218,7 +218,9 @@ def test_a_symlinked_chunk_folder_is_refused_and_its_target_untouched(job, victi
 @pytest.mark.parametrize(
     "link", ["c/0", "c/0/0", f"{JOURNAL_DIR}/tiles", JOURNAL_DIR, f"{JOURNAL_DIR}/{JOB_NAME}"]
 )
-def test_a_link_anywhere_inside_is_refused_on_overwrite(job, victim, link):
+def test_a_link_anywhere_inside_is_refused_with_overwrite_or_not(job, victim, link):
+    """Nothing deleted through it, nor written: a rerun (complete: refused anyway) and the
+    output given as an array name the link first."""
     folder, _, _ = job
     c = folder / "c.zarr"
     path = c / link
@@ -231,11 +233,15 @@ def test_a_link_anywhere_inside_is_refused_on_overwrite(job, victim, link):
         path.unlink()
         os.symlink(victim / "0" / "0", path)
     before = snapshot(folder)
-    status, lines = command(
-        "matmul", "a.zarr", "b.zarr", "-o", "c.zarr", "--overwrite", "--scheduler", "sync",
-    )  # fmt: skip
-    assert status == 2 and len(lines) == 1, lines
-    assert f"{link} -> {victim}" in lines[0], lines
+    for extra in (["--overwrite"], []):
+        status, lines = command(
+            "matmul", "a.zarr", "b.zarr", "-o", "c.zarr", "--scheduler", "sync", *extra,
+        )  # fmt: skip
+        assert status == 2 and len(lines) == 1, lines
+        assert f"{link} -> {victim}" in lines[0], lines
+    for overwrite in (True, False):
+        with pytest.raises(InputError, match=f"{link} -> {victim}"):
+            run(zarr.open_array(str(c), mode="r+"), overwrite=overwrite)
     assert snapshot(folder) == before
 
 
@@ -309,6 +315,18 @@ def test_the_manifest_knows_every_form_outofcore_writes():
     assert v2 is not None and v2.is_key("2.2") and not v2.is_key("3.0") and not v2.is_key("c/0/0")
     assert chunk_keys_of("zarr.json", b"not json") is None
     assert chunk_keys_of("zarr.json", b'{"node_type": "group"}') is None
+    for hostile in (  # damaged metadata: no key is a chunk's, nothing raises
+        b"[1]",
+        b'{"node_type": "array", "shape": [3], "chunk_grid": 5}',
+        b'{"node_type": "array", "shape": [3], "chunk_grid": {"name": "regular",'
+        b' "configuration": [1]}, "chunk_key_encoding": {"name": [1]}}',
+        b'{"node_type": "array", "shape": [3.5], "chunk_grid": {"name": "regular",'
+        b' "configuration": {"chunk_shape": [0]}}, "chunk_key_encoding": {"name": "default"}}',
+        b'{"node_type": "array", "shape": [true], "chunk_grid": {"name": "regular",'
+        b' "configuration": {"chunk_shape": [1]}}, "chunk_key_encoding": {"name": "default",'
+        b' "configuration": {"separator": "/.."}}}',
+    ):
+        assert chunk_keys_of("zarr.json", hostile) is None, hostile
     whose = manifest.whose
     for key in (
         f"{JOURNAL_DIR}/{JOB_NAME}", f"{JOURNAL_DIR}/{LEASE_NAME}",
