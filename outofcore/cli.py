@@ -543,8 +543,13 @@ def _random(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from outofcore.api import open_product, plan_job, with_budget  # noqa: PLC0415
+    from scheduler.cluster import is_local  # noqa: PLC0415
+    from scheduler.tls import client_security  # noqa: PLC0415
 
     # The job's own spec, budget and planning function: `plan` shows what `matmul` runs.
+    with _tls(args):  # the job's refusals (certificates, addresses); no cluster is asked
+        if args.scheduler and not is_local(args.scheduler):
+            client_security(args.scheduler)
     spec = with_budget(_job_spec(args, _product_options(args)), args.scheduler)
     product = open_product(args.a, args.b, spec)
     if 0 in (*product.shape, product.k):

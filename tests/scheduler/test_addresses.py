@@ -242,3 +242,36 @@ def test_the_command_refuses_in_one_line_before_any_write(tmp_path, address, say
     assert len(lines) == 1 and lines[0].startswith("outofcore: error:"), done.stderr
     assert says in lines[0], lines[0]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a.zarr", "b.zarr"]
+
+
+def test_plan_refuses_what_the_job_would_refuse(tmp_path, certificates):
+    """``outofcore plan`` took the --tls-* flags and ignored them: it now refuses what the
+    job refuses (missing or unreadable certificates), and plans with good ones."""
+    import numpy as np  # noqa: PLC0415
+
+    rng = np.random.default_rng(5)
+    write_zarr(tmp_path / "a.zarr", random_matrix(rng, (23, 19), "float32"), (6, 5))
+    write_zarr(tmp_path / "b.zarr", random_matrix(rng, (19, 17), "float32"), (5, 6))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DASK_")},
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    plan = [sys.executable, "-m", "outofcore.cli", "plan", "a.zarr", "b.zarr", "--scheduler"]
+    address = f"tls://127.0.0.1:{free_port()}"
+    for extra, says in (
+        ([], "is a TLS address, but no certificates are given"),
+        (["--tls-ca-file", str(tmp_path / "none.pem"), "--tls-cert", "x"], "none.pem"),
+        (["--tls-cert", "x.pem"], "--tls-cert is for a TLS scheduler"),
+    ):
+        target = address if extra[:1] != ["--tls-cert"] or len(extra) > 2 else "sync"
+        done = subprocess.run(
+            [*plan, target, *extra], capture_output=True, text=True, timeout=120, env=env,
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == BAD_INPUT, done.stderr
+        assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    done = subprocess.run(
+        [*plan, address, *certificates.client.flags(certificates.ca)],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0 and "C = A @ B" in done.stdout, done.stderr
