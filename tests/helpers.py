@@ -4,6 +4,7 @@ and ports, and docker-compose.yml's variables.  Import as ``from tests.helpers i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import socket
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import zarr
 
 from outofcore.generate import random_array
@@ -350,3 +352,23 @@ class AzuriteServer:
 
     def stop(self) -> None:
         _S3_LOCAL.stop_process(self.process)
+
+
+def stop_processes(processes: list) -> None:
+    """Stop ``(process, log file)`` pairs a fixture started (last first), close their logs,
+    and kill what they spawned (a nanny's worker processes)."""
+    spawned = []
+    for process, _ in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            spawned += psutil.Process(process.pid).children(recursive=True)
+    for process, log in reversed(processes):
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+    for child in spawned:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()

@@ -9,7 +9,6 @@ resumed plan that keeps its tile sizes on a cluster of another size.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -31,6 +30,7 @@ from tests.helpers import (
     free_port,
     interpolate,
     restore_chunk,
+    stop_processes,
     wait_for,
 )
 
@@ -74,26 +74,7 @@ def cluster(compose, tmp_path_factory):
             client.wait_for_workers(2, timeout=60)
             yield {"address": address, "port": port, "client": client, "logs": logs}
     finally:
-        stop(processes)
-
-
-def stop(processes: list) -> None:
-    """Stop the processes this fixture started, and the worker processes their nannies spawned."""
-    spawned = []
-    for process, _ in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            spawned += psutil.Process(process.pid).children(recursive=True)
-    for process, log in reversed(processes):
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-    for child in spawned:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
+        stop_processes(processes)
 
 
 def job_command(compose, cluster, data: Path, memory: str) -> list[str]:

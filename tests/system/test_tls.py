@@ -14,7 +14,6 @@ anything is written.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -24,7 +23,6 @@ from pathlib import Path
 
 import dask
 import numpy as np
-import psutil
 import pytest
 import yaml
 import zarr
@@ -40,6 +38,7 @@ from tests.helpers import (
     free_port,
     interpolate,
     random_matrix,
+    stop_processes,
     write_zarr,
 )
 
@@ -102,26 +101,7 @@ def tls_cluster(tmp_path_factory):
             client.wait_for_workers(1, timeout=60)
             yield {"address": address, "port": port, "certificates": certificates, "client": client}
     finally:
-        _stop(processes)
-
-
-def _stop(processes: list) -> None:
-    """Stop the processes the fixture started, and any they spawned."""
-    spawned = []
-    for process, _ in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            spawned += psutil.Process(process.pid).children(recursive=True)
-    for process, log in reversed(processes):
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-    for child in spawned:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
+        stop_processes(processes)
 
 
 @pytest.fixture
