@@ -25,7 +25,12 @@ Cases (``--scale S`` divides every dimension and chunk by S, every budget by S²
 * ``staged``: float16 A and B (8192x4096 @ 4096x8192) staged into float32 panels,
   ``+ 0.5 * D`` with D float64 in 2048² chunks, written as float16, 512 MiB;
 * ``s3``: 4096² float32 in 256² chunks on a local S3 server (moto, the test extra),
-  16 requests in flight per task, 256 MiB.
+  16 requests in flight per task, 256 MiB;
+* ``sharded``: the ``tile`` case's 8192³ float32 in 1024² chunks grouped in shards of
+  4x4 chunks (zarr v3 ``shards=``), 512 MiB: outofcore reads the shard files' inner
+  chunks one at a time, as chunk files;
+* ``sharded-zarr``: the same with blosc inner chunks, which zarr's sharding codec reads
+  (as it reads shards on object stores): a read holds a shard's part of a panel.
 
 Writes ``benchmarks/results/task-memory-<date>.json``.
 
@@ -66,6 +71,10 @@ class Operand:
     shape: tuple[int, int]
     chunks: tuple[int, int]
     dtype: str = "float32"
+    #: Shards of ``chunks`` (zarr v3), or None: plain chunks.
+    shards: tuple[int, int] | None = None
+    #: The shards' inner compressor: ``zstd`` (zarr's default) or ``blosc``.
+    codec: str = "zstd"
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,22 @@ CASES: dict[str, Case] = {
         256 * MiB,
         s3=True,
     ),
+    "sharded": Case(
+        "8192^3 float32, 1024^2 chunks in shards of 4x4 chunks",
+        (
+            Operand("a", (8192, 8192), (1024, 1024), shards=(4096, 4096)),
+            Operand("b", (8192, 8192), (1024, 1024), shards=(4096, 4096)),
+        ),
+        512 * MiB,
+    ),
+    "sharded-zarr": Case(
+        "8192^3 float32, blosc 1024^2 chunks in shards of 4x4 chunks, read by zarr",
+        (
+            Operand("a", (8192, 8192), (1024, 1024), shards=(4096, 4096), codec="blosc"),
+            Operand("b", (8192, 8192), (1024, 1024), shards=(4096, 4096), codec="blosc"),
+        ),
+        512 * MiB,
+    ),
 }
 
 
@@ -125,7 +150,10 @@ def scaled(case: Case, scale: int) -> Case:
     def div(pair: tuple[int, int]) -> tuple[int, int]:
         return tuple(max(1, v // scale) for v in pair)
 
-    operands = tuple(Operand(o.name, div(o.shape), div(o.chunks), o.dtype) for o in case.operands)
+    operands = tuple(
+        Operand(o.name, div(o.shape), div(o.chunks), o.dtype, o.shards and div(o.shards), o.codec)
+        for o in case.operands
+    )
     options = dict(case.options)
     if "tk" in options:  # as many panels, so as many parts
         options["tk"] = max(1, options["tk"] // scale)
@@ -168,6 +196,9 @@ def measure(case: Case, data: Path) -> dict[str, Any]:
         paths = {}
         for seed, operand in enumerate(case.operands):
             paths[operand.name] = f"{root}/{operand.name}.zarr"
+            if operand.shards:
+                sharded_random(paths[operand.name], operand, seed)
+                continue
             random_array(
                 paths[operand.name], operand.shape, operand.chunks, operand.dtype, seed=seed,
                 overwrite=True, **options,
@@ -222,6 +253,25 @@ def measure(case: Case, data: Path) -> dict[str, Any]:
         "verified": bool(report.passed),
         "kinds": kinds,
     }
+
+
+def sharded_random(path: str, operand: Operand, seed: int) -> None:
+    """Write ``operand`` as a sharded zarr v3 array of random values, a shard at a time."""
+    import numpy as np  # noqa: PLC0415
+    import zarr  # noqa: PLC0415
+
+    codec = {"zstd": zarr.codecs.ZstdCodec(), "blosc": zarr.codecs.BloscCodec()}[operand.codec]
+    array = zarr.create_array(
+        path, shape=operand.shape, chunks=operand.chunks, shards=operand.shards,
+        dtype=operand.dtype, compressors=codec, overwrite=True,
+    )  # fmt: skip
+    rng = np.random.default_rng(seed)
+    (rows, cols), (shard_rows, shard_cols) = operand.shape, operand.shards
+    for r0 in range(0, rows, shard_rows):
+        for c0 in range(0, cols, shard_cols):
+            r1, c1 = min(r0 + shard_rows, rows), min(c0 + shard_cols, cols)
+            block = rng.standard_normal((r1 - r0, c1 - c0), dtype=np.float32)
+            array[r0:r1, c0:c1] = block.astype(operand.dtype, copy=False)
 
 
 def run_case(name: str, scale: int, data: Path) -> dict[str, Any]:

@@ -63,10 +63,22 @@ class PlainLayout:
     dtype: np.dtype
     shape: tuple[int, int]
     chunks: tuple[int, int]
+    #: Shards of the chunks (zarr v3 sharding: inner chunks in one file a shard), or None.
+    shards: tuple[int, int] | None = None
+    #: Where a shard's index is (``"end"`` or ``"start"``), and whether a crc32c follows it.
+    index_location: str = "end"
+    index_checksum: bool = True
 
     def path(self, i: int, j: int) -> str:
-        """The file of chunk ``(i, j)``."""
+        """The file of chunk ``(i, j)`` (of shard ``(i, j)`` in a sharded layout)."""
         return os.path.join(self.root, *self.encode_key((i, j)).split("/"))
+
+    @property
+    def per_shard(self) -> tuple[int, int]:
+        """Chunks along each side of a shard (1, 1 without shards)."""
+        if self.shards is None:
+            return (1, 1)
+        return (self.shards[0] // self.chunks[0], self.shards[1] // self.chunks[1])
 
     def chunk_grid(self, rows: slice, cols: slice) -> list[tuple[int, int]]:
         """The chunks ``array[rows, cols]`` touches, row by row."""
@@ -113,7 +125,15 @@ class ReadPaths:
 
 
 def plain_layout(array: zarr.Array) -> PlainLayout | None:
-    """The array's :class:`PlainLayout`, or None when zarr must read and write it."""
+    """The array's :class:`PlainLayout`, or None when zarr must read and write it
+    (sharded arrays are written through zarr: see :func:`read_layout` for reads)."""
+    layout = read_layout(array)
+    return layout if layout is None or layout.shards is None else None
+
+
+def read_layout(array: zarr.Array) -> PlainLayout | None:
+    """The layout :func:`read_region` reads the array's chunk files with (shard files
+    too), or None when zarr must read it."""
     return worker_context().layout(array, _paths_of).layout
 
 
@@ -160,17 +180,23 @@ def _warn_once(array: zarr.Array, message: str, *args: object) -> None:
 
 def _layout_of(array: zarr.Array) -> PlainLayout | None:
     try:
-        from zarr.codecs import BytesCodec, ZstdCodec  # noqa: PLC0415
+        from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec  # noqa: PLC0415
         from zarr.storage import LocalStore  # noqa: PLC0415
 
         meta = array.metadata
         if meta.zarr_format != 3:  # zarr v2 (C or F order, filters): zarr reads it
             return None
         codecs = tuple(meta.codecs)
+        sharding = codecs[0] if len(codecs) == 1 and type(codecs[0]) is ShardingCodec else None
+        if sharding is not None:
+            index = _shard_index_layout(sharding)
+            if index is None:
+                return None
+            codecs = tuple(sharding.codecs)
         plain = (
             meta.zarr_format == 3
             and array.ndim == 2
-            and array.shards is None
+            and (sharding is not None or array.shards is None)
             and isinstance(array.store, LocalStore)
             and len(codecs) in (1, 2)
             and type(codecs[0]) is BytesCodec
@@ -188,6 +214,7 @@ def _layout_of(array: zarr.Array) -> PlainLayout | None:
             dtype=np.dtype(array.dtype),
             shape=tuple(array.shape),
             chunks=tuple(array.chunks),
+            **({} if sharding is None else {"shards": tuple(array.shards), **index}),
         )
     except Exception as exc:  # noqa: BLE001 (any surprise in zarr's internals: use zarr itself)
         _warn_once(
@@ -198,6 +225,27 @@ def _layout_of(array: zarr.Array) -> PlainLayout | None:
             exc,
         )
         return None
+
+
+def _shard_index_layout(sharding: Any) -> dict[str, Any] | None:
+    """``index_location`` and ``index_checksum`` of a shard index zarr's default way
+    (little-endian offsets and lengths, then a crc32c or nothing), else None."""
+    from zarr.codecs import BytesCodec, Crc32cCodec  # noqa: PLC0415
+
+    index_codecs = tuple(sharding.index_codecs)
+    plain = (
+        len(index_codecs) in (1, 2)
+        and type(index_codecs[0]) is BytesCodec
+        and codec_setting(index_codecs[0].endian) in (None, "little")
+        and (len(index_codecs) == 1 or type(index_codecs[1]) is Crc32cCodec)
+        and codec_setting(sharding.index_location) in ("start", "end")
+    )
+    if not plain:
+        return None
+    return {
+        "index_location": codec_setting(sharding.index_location),
+        "index_checksum": len(index_codecs) == 2,
+    }
 
 
 def _run_per_chunk(jobs: list[tuple[int, int]], work: Callable[[int, int, dict], None]) -> None:
@@ -259,16 +307,29 @@ def _read_file(path: str, scratch: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def read_region(layout: PlainLayout, selection: tuple[slice, slice], out: np.ndarray) -> None:
-    """Read ``array[selection]`` into ``out`` from the chunk files; missing chunks read as fill."""
+    """Read ``array[selection]`` into ``out`` from the chunk files; missing chunks read as fill.
+
+    In a sharded layout the indexes of the shards touched are read first, then each
+    inner chunk by its byte range, as a chunk file is: one chunk's bytes and its
+    decoding per thread at a time, never the shard's (the plan's codec buffers).
+    """
     rows, cols = selection
     chunk_bytes = layout.chunks[0] * layout.chunks[1] * layout.dtype.itemsize
+    grid = layout.chunk_grid(rows, cols)
+    indexes = _shard_indexes(layout, grid, chunk_bytes) if layout.shards else None
 
     def read_chunk(i: int, j: int, scratch: dict) -> None:
         inside, region = layout.overlap(i, j, rows, cols)
         target = out[region]
-        try:
-            stored = _read_file(layout.path(i, j), scratch)
-        except FileNotFoundError:
+        if indexes is None:
+            where = layout.path(i, j)
+            try:
+                stored = _read_file(where, scratch)
+            except FileNotFoundError:
+                stored = None
+        else:
+            where, stored = _read_inner_chunk(layout, indexes, i, j, scratch)
+        if stored is None:
             target[...] = layout.fill
             return
         if target.shape == layout.chunks and target.flags.c_contiguous:
@@ -277,21 +338,112 @@ def read_region(layout: PlainLayout, selection: tuple[slice, slice], out: np.nda
             decoded = _scratch(scratch, "chunk", chunk_bytes)
         if layout.codec is None:
             if stored.size != chunk_bytes:
-                raise ChunkDecodeError(
-                    f"{layout.path(i, j)}: {stored.size} bytes, expected {chunk_bytes}"
-                )
+                raise ChunkDecodeError(f"{where}: {stored.size} bytes, expected {chunk_bytes}")
             decoded.view(np.uint8).reshape(-1)[...] = stored
         else:
             try:  # never more than the chunk's bytes: a bomb is refused from its header
                 codecs.decode_bounded(layout.codec, stored, chunk_bytes, out=decoded)
             except codecs.ChunkSizeError as exc:
-                raise ChunkDecodeError(f"{layout.path(i, j)}: {exc}") from exc
+                raise ChunkDecodeError(f"{where}: {exc}") from exc
             except DECODE_ERRORS as exc:
-                raise ChunkDecodeError(f"{layout.path(i, j)}: cannot decode ({exc})") from exc
+                raise ChunkDecodeError(f"{where}: cannot decode ({exc})") from exc
         if decoded is not target:
             target[...] = decoded.view(layout.dtype).reshape(layout.chunks)[inside]
 
-    _run_per_chunk(layout.chunk_grid(rows, cols), read_chunk)
+    _run_per_chunk(grid, read_chunk)
+
+
+#: A shard index entry that marks an inner chunk never written (it reads as fill).
+EMPTY_INNER_CHUNK = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """One shard file's index: each inner chunk's byte offset and length."""
+
+    path: str
+    #: ``(rows, cols, 2)`` offsets and lengths, in chunks of the shard.
+    entries: np.ndarray
+    #: Bytes of the shard file.
+    size: int
+
+
+def _shard_indexes(
+    layout: PlainLayout, grid: list[tuple[int, int]], chunk_bytes: int
+) -> dict[tuple[int, int], ShardIndex | None]:
+    """The indexes of the shards holding the chunks of ``grid`` (None: no shard file)."""
+    per_rows, per_cols = layout.per_shard
+    shards = sorted({(i // per_rows, j // per_cols) for i, j in grid})
+    return {shard: _shard_index(layout, *shard) for shard in shards}
+
+
+def _shard_index(layout: PlainLayout, si: int, sj: int) -> ShardIndex | None:
+    """Read and check the index of shard ``(si, sj)``; None when the shard has no file."""
+    import google_crc32c  # noqa: PLC0415 (zarr's own dependency, for its crc32c codec)
+
+    path = layout.path(si, sj)
+    per_rows, per_cols = layout.per_shard
+    table_bytes = 16 * per_rows * per_cols
+    index_bytes = table_bytes + (4 if layout.index_checksum else 0)
+    try:
+        f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below)
+    except FileNotFoundError:
+        return None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size < index_bytes:
+            raise ChunkDecodeError(
+                f"{path}: {size} bytes, shorter than its shard index of {index_bytes}"
+            )
+        raw = os.pread(
+            f.fileno(), index_bytes, 0 if layout.index_location == "start" else size - index_bytes
+        )
+    if len(raw) != index_bytes:
+        raise ChunkDecodeError(f"{path}: the shard index ended after {len(raw)} bytes")
+    table = raw[:table_bytes]
+    if layout.index_checksum and google_crc32c.value(table) != int.from_bytes(raw[-4:], "little"):
+        raise ChunkDecodeError(
+            f"{path}: the shard index's checksum does not match: a corrupt shard"
+        )
+    entries = np.frombuffer(table, dtype="<u8").reshape(per_rows, per_cols, 2)
+    return ShardIndex(path=path, entries=entries, size=size)
+
+
+def _read_inner_chunk(
+    layout: PlainLayout,
+    indexes: dict[tuple[int, int], ShardIndex | None],
+    i: int,
+    j: int,
+    scratch: dict[str, np.ndarray],
+) -> tuple[str, np.ndarray | None]:
+    """Where inner chunk ``(i, j)`` is named in messages, and its bytes (None: fill),
+    read into the file buffer of ``scratch``."""
+    per_rows, per_cols = layout.per_shard
+    index = indexes[(i // per_rows, j // per_cols)]
+    if index is None:
+        return layout.path(i // per_rows, j // per_cols), None
+    a, b = i % per_rows, j % per_cols
+    where = f"{index.path}: inner chunk ({a}, {b})"
+    offset, length = (int(value) for value in index.entries[a, b])
+    if offset == length == EMPTY_INNER_CHUNK:
+        return where, None
+    chunk_bytes = layout.chunks[0] * layout.chunks[1] * layout.dtype.itemsize
+    most = chunk_bytes if layout.codec is None else codecs.loose_limit(chunk_bytes)
+    if offset + length > index.size or length > most:
+        raise ChunkDecodeError(
+            f"{where}: the shard index gives bytes {offset} to {offset + length} of a "
+            f"{index.size}-byte shard for a chunk of {chunk_bytes} bytes: a corrupt shard"
+        )
+    data = _aligned_scratch(scratch, length)[:length]
+    with open(index.path, "rb", buffering=0) as f:
+        f.seek(offset)
+        view, done = memoryview(data), 0
+        while done < length:
+            got = f.readinto(view[done:])
+            if not got:
+                raise ChunkDecodeError(f"{where}: the shard ended after {done} of {length} bytes")
+            done += got
+    return where, data
 
 
 def aligned(layout: PlainLayout, start: tuple[int, int], shape: tuple[int, int]) -> bool:

@@ -175,6 +175,8 @@ def zstd_content_size(data: np.ndarray) -> int | None:
     """The decoded size the zstd frames in ``data`` declare in their headers (summed over
     the frames), or None when a frame declares none.  Damaged frames: ValueError."""
     position, total, size = 0, 0, data.size
+    if not size:
+        raise ValueError("no zstd frame: the chunk's bytes are empty")
     while position < size:
         if size - position < 8:
             raise ValueError("zstd data ends inside a frame header")

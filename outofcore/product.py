@@ -30,7 +30,7 @@ from outofcore.dtypes import (
 )
 from outofcore.engines import check_product
 from outofcore.errors import InputError
-from outofcore.reading import read_converted
+from outofcore.reading import read_converted, zarr_read_shards
 from outofcore.stores import request_bytes
 from scheduler.plan import Problem
 
@@ -200,6 +200,10 @@ class Product:
             else int(np.prod(self.addend.chunks)) * self.addend.dtype.itemsize,
             symmetric=self.symmetric,
             request_bytes=request_bytes(self.inputs.values()),
+            read_shards=(
+                zarr_read_shards(self.a, self.transpose_a),
+                zarr_read_shards(self.b, self.transpose_b),
+            ),
         )
 
     def summary(self) -> dict[str, Any]:

@@ -156,6 +156,16 @@ def read_operand(
         read_converted(array, (rows, cols), out, staging)
 
 
+def zarr_read_shards(array: zarr.Array, transposed: bool = False) -> tuple[int, int] | None:
+    """The shards of ``array`` (of its transpose, ``transposed``) when zarr's sharding codec
+    reads them (:func:`read_panel`), whose reads hold a shard's part of a panel at once
+    (:func:`scheduler.plan.shard_read_bytes`); None when it is read chunk by chunk."""
+    if array.shards is None or chunkfiles.read_layout(array) is not None:
+        return None
+    shards = tuple(array.shards)
+    return (shards[1], shards[0]) if transposed else (shards[0], shards[1])
+
+
 def read_panel(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:
     """Read ``array[selection]`` into ``out``: directly from chunk files where we can.
 
@@ -163,7 +173,7 @@ def read_panel(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarra
     decoded by :mod:`outofcore.chunkfiles` (about half zarr's CPU cost per
     GiB); anything else goes through zarr.  Both retry transient errors.
     """
-    layout = chunkfiles.plain_layout(array)
+    layout = chunkfiles.read_layout(array)  # plain chunk files, or local shard files
     if layout is None:
         _read_into(array, selection, out)
         return

@@ -101,6 +101,11 @@ class Problem:
     #: Bytes a chunk request in flight holds beside the chunk's buffers (an object store
     #: client's request and response objects); 0 for files on a local disk.
     request_bytes: int = 0
+    #: Shards of ``op(A)`` and ``op(B)`` that zarr's sharding codec reads (a remote store,
+    #: codecs outofcore's reader does not decode): a read then holds a shard's part of the
+    #: panel, encoded and decoded, at once (:func:`shard_read_bytes`).  None: read chunk by
+    #: chunk (chunk files, local shard files, unsharded arrays).
+    read_shards: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None)
     #: ``op(A) @ op(B)`` is ``X.T @ X`` or ``X @ X.T`` of one array X: only the tiles on
     #: and above the diagonal are tasks; each writes its mirror tile too.
     symmetric: bool = False
@@ -118,6 +123,9 @@ class Problem:
                 f"{self.a_chunks} and {self.k}x{self.n} in chunks {self.b_chunks}"
             )
         grids = {"a_chunks": self.a_chunks, "b_chunks": self.b_chunks}
+        for name, shards in zip(("a_shards", "b_shards"), self.read_shards, strict=True):
+            if shards is not None:
+                grids[name] = shards
         if self.out_grid is not None:
             grids["out_grid"] = self.out_grid
             if self.shard_tiles:
@@ -578,7 +586,9 @@ def loop_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     multiplied); the staging panels of inputs stored in another dtype; and the
     codec buffers, kept from reads to writes and task to task: a file and a chunk
     buffer for each of the ``c = io_concurrency`` I/O threads, of the largest input
-    chunk, and on object stores each request's own objects (``request_bytes``).
+    chunk, and on object stores each request's own objects (``request_bytes``); or,
+    where zarr reads shards (``read_shards``), what its reads hold at once
+    (:func:`shard_read_bytes`) if that is more.
     """
     p = problem
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
@@ -586,8 +596,43 @@ def loop_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     input_chunk = max(wa * p.a_chunks[0] * p.a_chunks[1], wb * p.b_chunks[0] * p.b_chunks[1])
     panels = p.itemsize * PANELS_IN_FLIGHT * tk * (tm + tn)
     staging = tk * (tm * p.staging[0] + tn * p.staging[1])
-    codec_buffers = io_concurrency * (2 * input_chunk + p.request_bytes)
+    shard_reads = max(
+        shard_read_bytes(p.read_shards[0], p.a_chunks, wa, (tm, tk), io_concurrency),
+        shard_read_bytes(p.read_shards[1], p.b_chunks, wb, (tk, tn), io_concurrency),
+    )
+    codec_buffers = max(2 * io_concurrency * input_chunk, shard_reads)
+    codec_buffers += io_concurrency * p.request_bytes
     return p.itemsize * tm * tn + panels + staging + codec_buffers
+
+
+def shard_read_bytes(
+    shards: tuple[int, int] | None,
+    chunks: tuple[int, int],
+    itemsize: int,
+    panel: tuple[int, int],
+    io_concurrency: int,
+) -> int:
+    """Bytes zarr's sharding codec holds while it reads a ``panel`` (rows, columns) of an
+    input in ``shards`` of ``chunks``; 0 without shards.
+
+    zarr reads up to ``io_concurrency`` shards at once (the shards the panel touches, at
+    most); each holds its part of the panel (in whole inner chunks) three times: its
+    stored bytes, the decoded block it returns, and the previous read's block, which
+    glibc's allocator keeps in a thread's arena after zarr frees it (its mmap threshold
+    grows to the largest block freed: measured 4-11 % over the live bytes without this
+    term, 23 % under them with ``MALLOC_MMAP_THRESHOLD_`` fixed); and it decodes up to
+    ``io_concurrency`` inner chunks at once, each beside its stored bytes.  Measured in
+    benchmarks/task_memory.py (case ``sharded-zarr``).
+    """
+    if shards is None:
+        return 0
+    block, touched = itemsize, 1
+    for extent, shard, chunk in zip(panel, shards, chunks, strict=True):
+        block *= min(shard, round_up(extent, chunk))
+        touched *= math.ceil(extent / shard) + (1 if extent % shard else 0)
+    chunk_bytes = itemsize * chunks[0] * chunks[1]
+    inner = 2 * min(io_concurrency, math.prod(shards) // math.prod(chunks)) * chunk_bytes
+    return min(io_concurrency, touched) * (3 * block + inner)
 
 
 def part_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int) -> int:

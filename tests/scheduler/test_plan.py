@@ -575,3 +575,25 @@ def test_planning_a_huge_output_lists_no_tile():
     assert plan.flops == 2 * 10**16 * 100
     last = plan.tasks[-1]
     assert last.row1 == 10**8 and (last.col1 == 10**8 if last.i % 2 == 0 else last.col0 == 0)
+
+
+def test_shards_zarr_reads_count_their_blocks_and_the_plan_still_fits():
+    """Issue 28: a panel read through zarr's sharding codec holds a shard's part of it,
+    stored and decoded (tests/outofcore/test_memory.py measures it)."""
+    from scheduler.plan import shard_read_bytes  # noqa: PLC0415
+
+    chunks = Problem(m=4096, k=4096, n=4096, itemsize=4, a_chunks=(256, 256), b_chunks=(256, 256))
+    shards = replace(chunks, read_shards=((1024, 1024), (1024, 1024)))
+    assert shard_read_bytes(None, (256, 256), 4, (1024, 1024), 2) == 0
+    # One whole shard a panel: its block three times, two inner chunks and their bytes.
+    assert shard_read_bytes((1024, 1024), (256, 256), 4, (1024, 1024), 2) == (
+        3 * 1024 * 1024 * 4 + 2 * 2 * 256 * 256 * 4
+    )
+    assert task_bytes(shards, 1024, 1024, 1024, 2) > task_bytes(chunks, 1024, 1024, 1024, 2)
+    budget = 64 * 2**20
+    plan = make_plan(shards, budget)
+    assert plan.task_bytes <= budget and plan.projections["tile"] == task_bytes(
+        shards, plan.tm, plan.tn, plan.tk, plan.io_concurrency
+    )
+    with pytest.raises(InputError, match="a_shards"):
+        replace(chunks, read_shards=((0, 1024), None))

@@ -417,6 +417,8 @@ def test_task_memory_benchmark_measures_every_kind_of_task(tmp_path, moto_server
         "gram": {"gram diagonal", "gram off-diagonal"},
         "staged": {"tile"},
         "s3": {"tile"},
+        "sharded": {"tile"},
+        "sharded-zarr": {"tile"},
     }
     for name, figures in cases.items():
         assert figures["verified"], name
