@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the package's version: pyproject.toml reads it from here
 __all__ = ["JobSpec", "gram", "job_status", "matmul", "verify", "__version__"]
 
 
