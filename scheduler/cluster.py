@@ -151,11 +151,28 @@ def local_worker_count(budget_bytes: int, requested: int | None = None, gpu: boo
             f"{workers} worker(s) with a budget of {budget_bytes} bytes each need about "
             f"{needed} bytes ({gib(needed)}) with the {allowance} bytes of "
             f"{_allowance_note(gpu)} each, more than the {cap.describe()}, which holds this "
-            f"process and every process it starts; lower --memory to at most "
-            f"{max(0, cap.nbytes // workers - allowance)} bytes or use fewer "
-            f"{'--gpus' if gpu else '--workers'}"
+            f"process and every process it starts; "
+            + _what_fits(cap.nbytes, workers, budget_bytes, allowance, gpu)
         )
     return workers
+
+
+def _what_fits(cap: int, workers: int, budget_bytes: int, allowance: int, gpu: bool) -> str:
+    """What to change so that workers fit ``cap`` bytes: a lower budget where one is left
+    beside the allowances, else fewer workers (no budget makes their allowances fit)."""
+    option = "--gpus" if gpu else "--workers"
+    budget = cap // workers - allowance
+    if budget > 0:
+        return f"lower --memory to at most {budget} bytes or use fewer {option}"
+    fewer = cap // (budget_bytes + allowance)
+    if fewer >= 1:
+        return (
+            f"use at most {fewer} worker(s) ({option}): the allowances of {workers} alone "
+            "exceed it, whatever the budget"
+        )
+    if cap > allowance:
+        return f"use one worker ({option}) with --memory at most {cap - allowance} bytes"
+    return "run where more memory is allowed: it holds less than one worker's allowance"
 
 
 def default_budget(workers: int | None = None, gpus: tuple[int, ...] | None = None) -> int:
