@@ -603,6 +603,8 @@ def _predictions(
         "cache": str(probed.cache),
         "probed_now": probed.fresh,
         "probed_because": probed.why,
+        "load_per_core": probed.load_per_core,
+        "under_load": probed.under_load,
         "runs_here": elsewhere is None,
         "worker_processes": not here,
         "note": elsewhere,
@@ -876,6 +878,15 @@ def _format_machine(machine: dict[str, Any]) -> list[str]:
         f"uncompressed ({100 * f['overlap']:.0f}% hidden behind BLAS); write "
         f"{f['raw_write_bps'] / 1e6:.0f} MB/s uncompressed, {f['zstd_encode_bps'] / 1e6:.0f} "
         f"zstd; disk {f['disk_read_bps'] / 1e6:.0f} MB/s",
+        *(
+            [
+                f"                 measured under load {f['load']:.1f} "
+                f"({machine['load_per_core']:.2f} per core): the figures may be low and the "
+                "time predicted too long; --reprobe on a quiet machine"
+            ]
+            if machine.get("under_load")
+            else []
+        ),
     ]
 
 

@@ -248,6 +248,26 @@ class Probed:
     #: Why the probe ran (None: the cache was used).
     why: str | None = None
 
+    @property
+    def load_per_core(self) -> float | None:
+        """The load average the probe started under, per usable core (None: unknown)."""
+        if self.figures.load is None:
+            return None
+        cores = self.identity.get("usable_cpus") or self.identity.get("logical_cpus") or 1
+        return self.figures.load / cores
+
+    @property
+    def under_load(self) -> bool:
+        """Whether other work held the cores when the probe started (a load average over
+        :data:`BUSY_LOAD_PER_CORE` per core): its rates are then the share it got, often
+        well below the machine's, and predictions from them too slow."""
+        per_core = self.load_per_core
+        return per_core is not None and per_core > BUSY_LOAD_PER_CORE
+
+
+#: A load average per usable core above which a probe is said to be taken under load.
+BUSY_LOAD_PER_CORE = 0.5
+
 
 def machine_figures(
     threads: int,

@@ -1,4 +1,5 @@
-"""Test configuration: numba's CUDA simulator, hypothesis profiles (CI runs 'ci'), fixtures.
+"""Test configuration: numba's CUDA simulator, hypothesis profiles (CI runs 'ci'), fixtures,
+and a temporary cache folder for the run (the user's probe cache is never written).
 
 Damaged reads for ``tests.helpers.break_chunk`` are set up here too (tests/faults).
 
@@ -15,7 +16,9 @@ import os
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before anything imports numba.cuda
 
+import atexit
 import contextlib
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,6 +35,17 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 )
 damaged_reads.install()
+
+# The user's cache folder is never written: outofcore's probe cache (outofcore/probe.py,
+# machine.json) goes to a temporary XDG_CACHE_HOME for the whole run and the processes it
+# starts, removed at the end (probe.cache_dir reads the variable at each call). Figures
+# probed under the suite's own load would otherwise be what `outofcore plan` predicts from
+# afterwards. The compose smoke (opt-in) keeps its image cache where it was; Azurite is
+# found under HOME, which is left alone.
+_user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+os.environ.setdefault("OUTOFCORE_SMOKE_CACHE", str(_user_cache / "outofcore" / "compose-smoke"))
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="outofcore-test-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 settings.register_profile(
     "default",

@@ -132,6 +132,23 @@ def test_the_text_says_where_the_figures_come_from(folder, capsys):
     assert "ci-2core" not in text  # no preset stands for this machine any more
 
 
+def test_a_probe_taken_under_load_is_said_to_be(folder, capsys):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    inject(replace(FIGURES, load=2.0 * cores))
+    text = plan(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")
+    (said,) = [line for line in text.splitlines() if "measured under load" in line]
+    assert f"measured under load {2.0 * cores:.1f} (2.00 per core)" in said
+    assert "may be low" in said and "--reprobe on a quiet machine" in said
+    machine = plan_json(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")["machine"]
+    assert machine["under_load"] is True and machine["load_per_core"] == pytest.approx(2.0)
+    for quiet in (0.4 * cores, None):  # at most half a core busy elsewhere, or unknown
+        inject(replace(FIGURES, load=quiet))
+        assert "under load" not in plan(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")
+        assert plan_json(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")["machine"][
+            "under_load"
+        ] is False
+
+
 def test_workers_get_their_share_of_the_cores(folder, capsys):
     workers = 2 * (os.cpu_count() or 1)  # more single-threaded workers than cores
     inject(FIGURES, threads=1)

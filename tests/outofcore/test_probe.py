@@ -138,6 +138,18 @@ def test_the_cache_folder_follows_xdg_and_the_home_folder(monkeypatch, tmp_path)
     assert probe.cache_dir().is_relative_to(tmp_path / "home")
 
 
+def test_the_test_run_never_writes_the_users_cache():
+    """tests/conftest.py gives the whole run (and the processes it starts) a temporary
+    cache folder: figures probed under the suite's load never reach the user's cache."""
+    import tempfile  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    cache = Path(os.environ["XDG_CACHE_HOME"])
+    assert cache.name.startswith("outofcore-test-cache-")
+    assert cache.parent == Path(tempfile.gettempdir())
+    assert probe.cache_path().is_relative_to(cache)
+
+
 def test_the_identity_names_this_machine_and_its_blas():
     identity = machine_identity()
     assert identity == machine_identity()  # stable within a process
