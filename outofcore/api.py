@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -230,6 +231,8 @@ def run_job(
             spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
         # Refuse a budget too small for the smallest tile before any cluster starts.
         plan_job(operands.product, spec, existing=start.existing)
+        if start.existing is None:  # and an output its disk cannot hold, before any write
+            check_output_room(operands.out, operands.shape, operands.dtype, spec)
         # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
         check_local_memory(client, spec.memory, spec.workers, spec.gpus)
         dashboard = _wants_dashboard(operands.product, spec, client, start.existing)
@@ -449,6 +452,38 @@ class Operands:
             overwrite,
             self.fingerprints,
             self.storage_options,
+        )
+
+
+def check_output_room(
+    out: arrays.ArrayLike, shape: tuple[int, int], dtype: np.dtype, spec: JobSpec
+) -> None:
+    """Refuse a new output that the free space of its local disk cannot hold
+    uncompressed (``--output-codec none``, the default; products of dense values hardly
+    compress), before anything is written: a metadata-only 10^8 x 10^8 product ran until
+    killed.  Outputs elsewhere, or compressed, are not checked.
+
+    Raises
+    ------
+    InputError
+        Naming the output's bytes and the free bytes.
+    """
+    if spec.output_codec != "none" or isinstance(out, zarr.Array):
+        return
+    where = locate(out, spec.storage_options)
+    if not where.is_local:
+        return
+    from dask.utils import format_bytes  # noqa: PLC0415
+
+    total = shape[0] * shape[1] * np.dtype(dtype).itemsize
+    folder = os.path.abspath(where.path)
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    free = shutil.disk_usage(folder).free
+    if total > free:
+        raise InputError(
+            f"the output is {shape[0]}x{shape[1]} {np.dtype(dtype)}: {format_bytes(total)} "
+            f"uncompressed, and {folder!r} has {format_bytes(free)} free"
         )
 
 

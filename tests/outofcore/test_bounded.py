@@ -9,6 +9,7 @@ must never hold the bomb's decoded size.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import struct
@@ -273,3 +274,32 @@ def test_a_layout_warning_is_given_once_per_array(monkeypatch, tmp_path, caplog)
             assert chunkfiles._layout_of(zarr.open_array(str(tmp_path / "x.zarr"))) is None
     assert caplog.text.count("through zarr") == 1, caplog.text
     assert array.shape == (4, 4)
+
+
+# -- huge metadata-only shapes: sizes checked before any work ---------------------------------
+def test_huge_metadata_only_inputs_are_planned_at_once_and_refused_before_any_write(tmp_path):
+    """A 10^8 x 10^8 product of metadata-only inputs: 'outofcore plan' listed 2.4 * 10^8
+    tiles (minutes), and the job ran until killed; a Gram of a 10^10-row input planned in
+    67-88 s."""
+    import time  # noqa: PLC0415
+
+    from tests.helpers import cli  # noqa: PLC0415
+
+    tall, wide, x = (str(tmp_path / f"{name}.zarr") for name in ("tall", "wide", "x"))
+    zarr.create_array(tall, shape=(10**8, 100), chunks=(1000, 100), dtype="f8")
+    zarr.create_array(wide, shape=(100, 10**8), chunks=(100, 1000), dtype="f8")
+    zarr.create_array(x, shape=(10**10, 64), chunks=(100_000, 64), dtype="f8")
+    started = time.perf_counter()
+    planned = cli("plan", tall, wide, "--scheduler", "sync", "--json", timeout=120)
+    gram = cli("plan", x, x, "--transpose-a", "--scheduler", "sync", "--json", timeout=120)
+    assert time.perf_counter() - started < 60  # both, imports included (minutes before)
+    assert planned.returncode == 0 and gram.returncode == 0, planned.stderr + gram.stderr
+    assert json.loads(planned.stdout)["tiles"] > 10**7
+    assert json.loads(gram.stdout)["panels_per_tile"] == 10**5
+    out = tmp_path / "c.zarr"
+    refused = cli("matmul", tall, wide, "-o", str(out), "--scheduler", "sync", timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the output is 100000000x100000000 float64" in lines[0], lines
+    assert "PiB uncompressed" in lines[0] and "free" in lines[0]
+    assert not out.exists()
