@@ -40,7 +40,10 @@ import numpy as np
 import zarr
 
 from outofcore import arrays
+from outofcore.chunkfiles import bounded_array
+from outofcore.codecs import ChunkSizeError
 from outofcore.product import Product
+from outofcore.reading import ReadError
 from outofcore.targets import JOB_ATTRIBUTE
 
 SAFETY = 16.0
@@ -151,18 +154,28 @@ def verify(
         )
     rng = np.random.default_rng(seed)
     r = rng.choice(np.array([-1, 1]), size=(product.shape[1], rounds))
-    if product.types.exact:
-        return _verify_exact(product, c_arr, r)
-    return _verify_rounded(product, c_arr, r)
+    try:
+        if product.types.exact:
+            return _verify_exact(product, c_arr, r)
+        return _verify_rounded(product, c_arr, r)
+    except ChunkSizeError as exc:  # a decompression bomb, refused from its header
+        read = [arrays.describe(x) for x in (*product.inputs.values(), c_arr)]
+        raise ReadError(f"a chunk of {', '.join(read)} is corrupt: {exc}") from exc
 
 
 def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Array, ...]:
-    """``op(A)``, ``op(B)``, ``C`` and the addend (or None) as Dask arrays of ``dtype``."""
-    a, b = da.from_zarr(product.a), da.from_zarr(product.b)
+    """``op(A)``, ``op(B)``, ``C`` and the addend (or None) as Dask arrays of ``dtype``,
+    read through twins whose chunks never decode to more than their size
+    (:func:`outofcore.chunkfiles.bounded_array`)."""
+
+    def read(array: zarr.Array) -> da.Array:
+        return da.from_zarr(bounded_array(array))
+
+    a, b = read(product.a), read(product.b)
     a = (a.T if product.transpose_a else a).astype(dtype)
     b = (b.T if product.transpose_b else b).astype(dtype)
-    addend = None if product.addend is None else da.from_zarr(product.addend).astype(dtype)
-    return a, b, da.from_zarr(c).astype(dtype), addend
+    addend = None if product.addend is None else read(product.addend).astype(dtype)
+    return a, b, read(c).astype(dtype), addend
 
 
 def _reference(product: Product, a: da.Array, b: da.Array, addend, r: np.ndarray) -> da.Array:

@@ -303,3 +303,21 @@ def test_huge_metadata_only_inputs_are_planned_at_once_and_refused_before_any_wr
     assert len(lines) == 1 and "the output is 100000000x100000000 float64" in lines[0], lines
     assert "PiB uncompressed" in lines[0] and "free" in lines[0]
     assert not out.exists()
+
+
+def test_verify_reads_a_bomb_within_bounded_memory_and_names_it_in_one_line(tmp_path):
+    """verify read its operands through dask and zarr, decoding a bomb whole."""
+    rng = np.random.default_rng(8)
+    for name in ("a", "b", "c"):
+        array = zarr.create_array(
+            str(tmp_path / f"{name}.zarr"), shape=(64, 64), chunks=(32, 32), dtype="float64"
+        )
+        array[...] = random_matrix(rng, (64, 64), "float64")
+    (tmp_path / "a.zarr" / "c" / "1" / "0").write_bytes(zstd_bomb(GiB))
+    paths = [str(tmp_path / f"{name}.zarr") for name in ("a", "b", "c")]
+    code = f"import sys; from outofcore.cli import main; sys.exit(main(['verify', *{paths!r}]))"
+    done, peak = peak_of(code)
+    assert done.returncode == 3, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "is corrupt: declares 1073741824 bytes" in lines[0], lines
+    assert peak < PEAK_LIMIT, peak
