@@ -742,16 +742,24 @@ def _read_ratio(s: dict[str, Any]) -> str:
 
 
 def formula_of(product: dict[str, Any]) -> str:
-    """What a job computes, from its product summary: ``C = 2*A.T @ B - 1*D (D: ...)``."""
+    """What a job computes, from its product summary: ``C = 2*A.T @ B - D (D = ...)``.
+
+    Scales are written as in algebra: none for 1, a sign alone for -1, and a negative
+    real ``beta`` subtracts (``- 0.5*D``, never ``+ -0.5*D``).
+    """
     a = "A.T" if product.get("transpose_a") else "A"
     b = "B.T" if product.get("transpose_b") else "B"
     alpha, beta = product.get("alpha", 1), product.get("beta", 0)
-    scale = "" if alpha == 1 else f"{_number_text(alpha)}*"
+    scale = "" if alpha == 1 else "-" if alpha == -1 else f"{_number_text(alpha)}*"
     if product.get("symmetric"):
         return f"G = {scale}{'X @ X.T' if product.get('transpose_b') else 'X.T @ X'}"
     formula = f"C = {scale}{a} @ {b}"
     if product.get("addend"):
-        formula += f" + {_number_text(beta)}*D (D = {product['addend']})"
+        sign = "+"
+        if isinstance(beta, int | float) and beta < 0:
+            sign, beta = "-", -beta
+        factor = "" if beta == 1 else f"{_number_text(beta)}*"
+        formula += f" {sign} {factor}D (D = {product['addend']})"
     return formula
 
 

@@ -38,7 +38,14 @@ import numpy as np
 
 from outofcore.journal import record_problem
 from outofcore.recorded import RecordedJob, TileResult, run_recorded, worker_name
-from outofcore.tile import TaskIO, compute_tile, output_bytes, write_finished_rows, write_mirror
+from outofcore.tile import (
+    TaskIO,
+    addend_bytes,
+    compute_tile,
+    output_bytes,
+    write_finished_rows,
+    write_mirror,
+)
 from outofcore.writing import naming_full_disk
 from scheduler.plan import PartialTask, TileTask, tile_parts, write_block_rows
 
@@ -313,7 +320,7 @@ def _add_parts(job: SplitJob, task: TileTask, parts: tuple[PartialTask, ...]) ->
         write_mirror(tile_job, task, whole, recorded.owner_check)
         write += time.perf_counter() - t0
     return TaskIO(
-        bytes_read=0,
+        bytes_read=addend_bytes(tile_job, task),  # the parts read A and B
         bytes_written=output_bytes(tile_job, task),
         read_wait_seconds=read,
         compute_seconds=compute,

@@ -103,7 +103,8 @@ def compute_tile(
         tile = run.multiply_and_write()
     panels.keep_for_next_task(job, task)
     return TaskIO(
-        bytes_read=run.bytes_read,
+        # The addend's region is read when the finished tile is written (not by a part).
+        bytes_read=run.bytes_read + (addend_bytes(job, task) if sink is None else 0),
         bytes_written=tile.nbytes if sink is not None else output_bytes(job, task),
         read_wait_seconds=run.read_wait,
         compute_seconds=run.compute,
@@ -365,6 +366,13 @@ def output_bytes(job: TileJob, task: TileTask) -> int:
     tile off the diagonal), in the output's dtype."""
     copies = 2 if job.product.symmetric and task.i != task.j else 1
     return copies * task.shape[0] * task.shape[1] * job.c.dtype.itemsize
+
+
+def addend_bytes(job: TileJob, task: TileTask) -> int:
+    """Bytes of the addend a task reads to finish its tile (its region, in the addend's
+    dtype), as the plan's ``bytes_read`` and the I/O lower bound count them; 0 without one."""
+    addend = job.product.addend
+    return 0 if addend is None else task.shape[0] * task.shape[1] * addend.dtype.itemsize
 
 
 def write_mirror(

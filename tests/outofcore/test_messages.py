@@ -13,6 +13,7 @@ import zarr
 
 import outofcore
 from outofcore.api import job_status, run_job
+from outofcore.cli import formula_of
 from outofcore.errors import InputError
 from scheduler.memory_cap import memory_cap
 from tests.helpers import (
@@ -69,10 +70,43 @@ def test_the_summary_says_what_was_computed(folder):
         "--alpha", "2", "--beta", "-0.5", "--addend", "d.zarr",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"C = 2*A @ B + -0.5*D (D = file://{folder}/d.zarr) written")
+    assert done.stdout.startswith(f"C = 2*A @ B - 0.5*D (D = file://{folder}/d.zarr) written")
     gram = cli("gram", "a.zarr", "-o", "g.zarr", "--scheduler", "sync", "--memory", "24KiB")
     assert gram.returncode == 0 and gram.stdout.startswith("G = X.T @ X written")
     assert "gram:" in gram.stderr and "matmul:" not in gram.stderr  # the progress bar's name
+
+
+@pytest.mark.parametrize(
+    ("scales", "formula"),
+    [
+        ({"alpha": 2, "beta": -1}, "C = 2*A @ B - D (D = d)"),
+        ({"alpha": 1, "beta": 1}, "C = A @ B + D (D = d)"),
+        ({"alpha": -1, "beta": 0.5}, "C = -A @ B + 0.5*D (D = d)"),
+        ({"alpha": -0.5, "beta": -2.5}, "C = -0.5*A @ B - 2.5*D (D = d)"),
+        ({"alpha": [1, 2], "beta": [0, -1]}, "C = (1+2j)*A @ B + (0-1j)*D (D = d)"),
+    ],
+)
+def test_the_formula_is_written_as_algebra(scales, formula):
+    assert formula_of({**scales, "addend": "d"}) == formula
+
+
+@pytest.mark.parametrize(("tile", "splits"), [((12, 12), 1), (None, 3)], ids=["tiles", "split"])
+def test_the_read_counts_the_addend_as_the_bound_does(folder, tile, splits):
+    """The addend is read once (tiles finish with it; a split tile's reduction does), and
+    both the read and the lower bound count it: an addend job reads at least the bound."""
+    result = run_job(
+        "a.zarr", "b.zarr", "c.zarr", alpha=2, beta=-1, addend="d.zarr", client="sync",
+        progress=False, tile=tile, splits=splits,
+    )  # fmt: skip
+    s, addend = result.summary, 29 * 19 * 4
+    assert s["splits"] == splits
+    assert s["bytes_read"] == result.plan.bytes_read  # A, B and the addend, each as planned
+    assert s["io_lower_bound"] >= 29 * 23 * 4 + 23 * 19 * 4 + addend
+    assert s["read_over_lower_bound"] >= 1
+    without = run_job(
+        "a.zarr", "b.zarr", "e.zarr", client="sync", progress=False, tile=tile, splits=splits
+    )
+    assert s["bytes_read"] - without.summary["bytes_read"] == addend
 
 
 def test_a_gram_job_counts_the_mirror_tiles_it_writes(folder):
