@@ -184,8 +184,22 @@ def check_output_target(
             )
 
 
+#: zarr's settings of every array outofcore writes: a chunk equal to the fill value is
+#: written, never deleted.  zarr's default deletes such a chunk, and on fsspec stores
+#: (s3fs, gcsfs, adlfs) its delete expands ``[ ] * ?`` in the key as a pattern: a chunk
+#: of ``run[1].zarr`` would delete that of ``run1.zarr`` (and a chunk reads the same
+#: written or not: outofcore's local chunk files are written either way).
+WRITE_CONFIG: dict[str, Any] = {"write_empty_chunks": True}
+
+
+def for_writing(array: zarr.Array) -> zarr.Array:
+    """``array`` with :data:`WRITE_CONFIG`: what outofcore writes through."""
+    return array.with_config(WRITE_CONFIG)
+
+
 def open_existing_output(target: zarr.Array, shape: tuple[int, int], dtype: np.dtype) -> zarr.Array:
-    """Check a ``zarr.Array`` given as the output: writable, of the product's shape and dtype.
+    """Check a ``zarr.Array`` given as the output: writable, of the product's shape and dtype;
+    returned with :data:`WRITE_CONFIG`.
 
     Outputs named by a path or URL are checked by :func:`outofcore.targets.check_replaceable`
     and created by :func:`create_output`.
@@ -197,7 +211,7 @@ def open_existing_output(target: zarr.Array, shape: tuple[int, int], dtype: np.d
             f"the output {describe(target)} is {target.shape} {target.dtype}, but "
             f"the product is {shape} {dtype}"
         )
-    return target
+    return for_writing(target)
 
 
 def output_grid(array: zarr.Array) -> tuple[int, int]:
@@ -258,4 +272,5 @@ def create_output(
         # the output's record says whether it is complete).
         fill_value=0 if np.dtype(dtype).kind in "iu" else np.nan,
         compressors=zarr_compressors(codec, zarr_format),
+        config=WRITE_CONFIG,
     )

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import zarr
 
+from outofcore.arrays import WRITE_CONFIG
 from outofcore.dtypes import check_input_dtype
 from outofcore.errors import InputError, OutputExistsError
 from outofcore.journal import Journal
@@ -66,6 +67,7 @@ def random_array(
         attributes={
             GENERATED_ATTRIBUTE: {"seed": seed, "shape": list(shape), "chunks": list(chunks)}
         },
+        config=WRITE_CONFIG,  # a chunk of zeros is written, never deleted (by pattern)
         **zarr_options(where.target, storage_options),
     )
     grid = [range(0, extent, step) for extent, step in zip(shape, chunks, strict=True)]

@@ -287,8 +287,9 @@ class Journal:
         return stores.conditional_writes(self.store)
 
     def delete(self, key: str) -> None:
-        """Remove the object at ``key`` if there is one."""
-        sync(self.store.delete(key))
+        """Remove the object at exactly ``key`` if there is one (never a pattern or a
+        folder: :func:`outofcore.manifest.delete_keys`)."""
+        manifest.delete_keys(self.store, "", [key])
 
     def list_keys(self, prefix: str) -> list[str]:
         """Every key under ``prefix`` (a folder), empty when there is none."""

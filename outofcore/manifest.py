@@ -25,7 +25,6 @@ with ``O_NOFOLLOW``, so nothing is ever deleted through one.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import json
@@ -41,6 +40,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
+from outofcore import stores
 from outofcore.errors import InputError
 
 #: Folder of a job's journal inside its output (:mod:`outofcore.journal`).
@@ -75,8 +75,6 @@ _TEMPORARY = re.compile(r"(.+)\.[0-9a-f]{32}\.partial")
 _INDEX_ONLY = re.compile(_INDEX)
 #: Largest metadata document read to learn the chunk keys (bigger: no chunk key is known).
 _METADATA_BYTES = 16 << 20
-#: Deletions in flight at once on an object store.
-_DELETES_IN_FLIGHT = 32
 #: Names shown in a message, at most.
 SHOWN = 5
 logger = logging.getLogger("outofcore")
@@ -117,8 +115,15 @@ class ChunkKeys:
 
     def is_key(self, key: str) -> bool:
         """Whether ``key`` (relative to the array) is one of its chunk keys."""
+        return self.index(key) is not None
+
+    def index(self, key: str) -> tuple[int, ...] | None:
+        """The grid index of the chunk key ``key`` (relative to the array), or None when
+        it is not one of the array's chunk keys."""
         indices = self._indices(key)
-        return indices is not None and len(indices) == len(self.grid) and self._inside(indices)
+        if indices is None or len(indices) != len(self.grid) or not self._inside(indices):
+            return None
+        return tuple(int(index) for index in indices)
 
     def is_folder(self, folder: str) -> bool:
         """Whether ``folder`` holds chunk keys (``c``, ``c/0`` with ``/`` separators)."""
@@ -456,6 +461,8 @@ def delete_keys(store: Store, prefix: str, keys: Iterable[str]) -> None:
     Never a folder: on local disks a key that has become a folder is left (and
     named in a warning), and each key's folder is opened component by component
     without following links (``O_NOFOLLOW``), so nothing is deleted through one.
+    Never a pattern: on object stores each key is deleted literally
+    (:func:`outofcore.stores.delete_exact`).
 
     Raises
     ------
@@ -470,17 +477,7 @@ def delete_keys(store: Store, prefix: str, keys: Iterable[str]) -> None:
     if base is not None:
         _unlink_local(base, full)
         return
-
-    async def delete_all() -> None:
-        gate = asyncio.Semaphore(_DELETES_IN_FLIGHT)
-
-        async def delete(key: str) -> None:
-            async with gate:
-                await store.delete(key)
-
-        await asyncio.gather(*(delete(key) for key in full))
-
-    sync(delete_all())
+    sync(stores.delete_exact(store, full))  # each key literally, never as a pattern
 
 
 def remove_folders(store: Store, prefix: str, folders: Iterable[str]) -> None:

@@ -354,7 +354,7 @@ def inspect_output(
             )
         )
     _check_resumable(document, identity, journal, where, fingerprints)
-    existing = zarr.open_array(location.target, mode="r+", **options)  # metadata checked
+    existing = arrays.for_writing(zarr.open_array(location.target, mode="r+", **options))
     if tuple(existing.shape) != tuple(shape) or str(existing.dtype) != str(dtype):
         raise ResumeError(
             f"the output {where!r} is {existing.shape} {existing.dtype}, but the product is "

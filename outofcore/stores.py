@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import glob
 import json
 import logging
 import os
@@ -53,6 +54,8 @@ from scheduler.plan import DEFAULT_IO_CONCURRENCY
 S3_DEFAULTS: dict[str, Any] = {"max_concurrency": 1}
 #: Listing requests kept in flight at once (one per row of tiles) by :func:`list_times`.
 LISTING_CONCURRENCY = 32
+#: Delete requests kept in flight at once by :func:`delete_exact`.
+DELETES_IN_FLIGHT = 32
 
 logger = logging.getLogger("outofcore")
 
@@ -243,6 +246,7 @@ async def put_if_absent(store: Store, key: str, data: bytes) -> bool | None:
             await obstores.call(put, handle.store, handle.path(key), data, mode="create")
         except AlreadyExistsError:  # also S3's 409: another create of this key in flight
             return False
+        forget_listing(store, key)
         return True
     if obstores.is_s3(store):
         conditional_writes(store)  # warns once
@@ -294,7 +298,80 @@ async def put_if_unchanged(store: Store, key: str, data: bytes, version: Version
         await obstores.call(put, handle.store, handle.path(key), data, mode=version.mode())
     except (PreconditionError, AlreadyExistsError, FileNotFoundError):
         return False
+    forget_listing(store, key)
     return True
+
+
+# -- deleting exact keys -----------------------------------------------------------------
+
+
+async def delete_exact(store: Store, keys: Iterable[str]) -> None:
+    """Delete the objects at exactly ``keys`` (keys of ``store``), one request per key.
+
+    A key is a name, never a pattern or a folder: ``run[1].zarr/zarr.json`` deletes
+    that object and nothing else, on every store.  zarr's ``FsspecStore.delete``
+    calls fsspec's ``rm``, which expands ``[ ] * ?`` as a glob (s3fs, gcsfs, adlfs):
+    it would delete ``run1.zarr/zarr.json`` instead.  So deletes go
+
+    * through obstore where it reaches the objects (``s3://`` with the ``s3`` extra,
+      a zarr ``ObjectStore``): ``delete`` of one path, literal;
+    * else, on an fsspec store, through the filesystem's ``_rm_file`` (s3fs: one
+      ``DeleteObject``), which never expands;
+    * else through the store's own ``delete`` (local disks, memory: literal).
+
+    A key that is not there is no error.  :data:`DELETES_IN_FLIGHT` requests at once.
+
+    Raises
+    ------
+    OSError
+        When ``store`` is read-only, or the store refuses a delete.
+    """
+    keys = list(dict.fromkeys(keys))
+    if not keys:
+        return
+    if store.read_only:
+        raise OSError(f"the store {store} is read-only")
+    handle = await obstores.handle_of(store)
+    gate = asyncio.Semaphore(DELETES_IN_FLIGHT)
+
+    async def delete(key: str) -> None:
+        async with gate:
+            if handle is not None:
+                from obstore import delete as obstore_delete  # noqa: PLC0415 (the s3 extra)
+
+                with contextlib.suppress(FileNotFoundError):  # obstore's NotFoundError is one
+                    await obstores.call(obstore_delete, handle.store, handle.path(key))
+                forget_listing(store, key)
+            elif isinstance(store, FsspecStore):
+                await _fsspec_delete(store, key)
+            else:
+                await store.delete(key)
+
+    await asyncio.gather(*(delete(key) for key in keys))
+
+
+async def _fsspec_delete(store: FsspecStore, key: str) -> None:
+    """Delete the one object at ``key`` through the fsspec filesystem, never by pattern."""
+    path = _fs_path(store, key)
+    try:
+        await store.fs._rm_file(path)
+    except FileNotFoundError:
+        pass
+    except NotImplementedError:  # a filesystem without a one-file delete
+        if glob.has_magic(path):
+            raise OSError(
+                f"{url_of(store, key)}: this filesystem deletes only by pattern, and the key "
+                "holds [ ] * or ?, which would match other objects: nothing deleted"
+            ) from None
+        await store.delete(key)
+    forget_listing(store, key)
+
+
+def forget_listing(store: Store, key: str) -> None:
+    """Drop what an fsspec store's filesystem remembers of listings on the way to ``key``
+    (s3fs keeps them: a write or delete not made through it would leave them stale)."""
+    if isinstance(store, FsspecStore):
+        store.fs.invalidate_cache(_fs_path(store, key))
 
 
 # -- listings ----------------------------------------------------------------------------
