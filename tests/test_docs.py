@@ -1,4 +1,4 @@
-"""The docs' examples run as written (issue 19, items 5 and 6).
+"""The docs' examples run as written (issue 19, items 5 and 6; issue 29, item 6).
 
 Every fenced ``bash`` block of the documents below is read from the markdown, so an
 edited example is what runs: its ``outofcore`` commands run in order in a fresh
@@ -7,8 +7,13 @@ folder (their shapes a hundred times smaller, see :data:`SMALLER`; optional
 them, and any other line must be one :data:`NOT_HERE` explains.  ``s3://data`` is a
 bucket on a real S3 API server on loopback (moto), its credentials and endpoint put
 where the docs write ``...`` and ``http://minio:9000``.  Every ``python`` block runs
-as a script file (so the ``if __name__ == "__main__":`` guard the docs ask for is
-exercised), next to small generated inputs.
+as a script file, its LocalCluster's workers in processes of their own
+(``OUTOFCORE_IN_PROCESS_WORKER=0``), which import the script again: the
+``if __name__ == "__main__":`` guard the docs ask for is exercised.
+
+The README and getting-started.md are run as a reader follows them: every block,
+bash and python, in the order the document has them, in one folder, so an example
+that trips over what an earlier one made (or needs what none made) fails here.
 """
 
 from __future__ import annotations
@@ -38,11 +43,17 @@ NOT_HERE = {
 SMALLER = re.compile(r"--(shape|chunks) (\d+),(\d+)")
 OPTIONAL = re.compile(r"\s*\[[^\]]*\]")
 BLOCK = re.compile(r"^```(bash|python)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+#: Documents a reader follows from the top in one folder: run whole, in order.
+IN_ORDER = ("README.md", "docs/getting-started.md")
+
+
+def examples(document: str) -> list[tuple[str, str]]:
+    """The document's bash and python blocks, ``(language, body)``, in its order."""
+    return BLOCK.findall((ROOT / document).read_text())
 
 
 def blocks(document: str, language: str) -> list[str]:
-    text = (ROOT / document).read_text()
-    return [body for kind, body in BLOCK.findall(text) if kind == language]
+    return [body for kind, body in examples(document) if kind == language]
 
 
 def commands(block: str) -> list[str]:
@@ -103,6 +114,25 @@ def run_block(block: str, folder: Path, env: dict[str, str]) -> int:
     return ran
 
 
+def run_script(script: str, path: Path, env: dict[str, str]) -> str:
+    """Run a python block as the script file ``path`` (its shapes made smaller), its
+    LocalCluster's workers in processes that import it again; its output."""
+    assert 'if __name__ == "__main__":' in script, f"{path.name}: a script needs the guard"
+    path.write_text(
+        script.replace("(3000, 2000)", "(300, 200)")
+        .replace("(2000, 2500)", "(200, 250)")
+        .replace("(1024, 1024)", "(64, 64)")
+    )
+    done = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, cwd=path.parent,
+        env={**env, "OUTOFCORE_IN_PROCESS_WORKER": "0"}, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{path.name}\n{done.stdout}\n{done.stderr}"
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.endswith(("True", "complete")), done.stdout
+    return done.stdout
+
+
 @pytest.fixture
 def env():
     """The environment of the examples: this checkout on the path, no AWS variables."""
@@ -110,10 +140,22 @@ def env():
     return {**base, "PYTHONPATH": str(ROOT)}
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/cli.md", "docs/getting-started.md"])
-def test_the_shell_examples_run(document, tmp_path, env):
-    ran = sum(run_block(block, tmp_path, env) for block in blocks(document, "bash"))
-    assert ran >= 1, f"{document} has no outofcore command to run"
+@pytest.mark.parametrize("document", IN_ORDER)
+def test_the_examples_run_in_order_in_one_folder(document, tmp_path, env):
+    """As a reader follows the document: its blocks in order, in one folder."""
+    ran = scripts = 0
+    for kind, body in examples(document):
+        if kind == "bash":
+            ran += run_block(body, tmp_path, env)
+        else:
+            run_script(body, tmp_path / f"example{scripts}.py", env)
+            scripts += 1
+    assert ran >= 1 and scripts >= 1, f"{document}: {ran} commands and {scripts} scripts"
+
+
+def test_the_shell_examples_run(tmp_path, env):
+    ran = sum(run_block(block, tmp_path, env) for block in blocks("docs/cli.md", "bash"))
+    assert ran >= 1, "docs/cli.md has no outofcore command to run"
 
 
 def test_the_object_store_examples_run(moto_server, s3_bucket, tmp_path, env):
@@ -129,33 +171,24 @@ def test_the_object_store_examples_run(moto_server, s3_bucket, tmp_path, env):
     assert ran == 2  # matmul with the AWS variables, status with --storage-option
 
 
-@pytest.mark.parametrize(
-    "document", ["README.md", "docs/getting-started.md", "docs/object-stores.md"]
-)
-def test_the_python_examples_run_as_scripts(document, request, tmp_path, env):
-    """Each python block as a script file; the default client starts worker processes,
-    which import the script again: without the guard the docs ask for, this fails."""
-    scripts = blocks(document, "python")
-    assert scripts, f"{document} has no python example"
-    if "s3://" in "".join(scripts):
-        server = request.getfixturevalue("moto_server")
-        bucket = request.getfixturevalue("s3_bucket")
-        scripts = [on_moto(script, server, bucket) for script in scripts]
-    else:
-        random_array(tmp_path / "a.zarr", (300, 200), (64, 64), seed=1)
-        random_array(tmp_path / "b.zarr", (200, 250), (64, 64), seed=2)
+def test_the_object_store_python_examples_run_as_scripts(moto_server, s3_bucket, tmp_path, env):
+    """Each python block of object-stores.md as a script file, on the moto server; worker
+    processes import the script again: without the guard the docs ask for, this fails."""
+    scripts = blocks("docs/object-stores.md", "python")
+    assert scripts, "docs/object-stores.md has no python example"
     for number, script in enumerate(scripts):
-        assert 'if __name__ == "__main__":' in script, f"{document}: a script needs the guard"
-        path = tmp_path / f"example{number}.py"
-        path.write_text(
-            script.replace("(3000, 2000)", "(300, 200)")
-            .replace("(2000, 2500)", "(200, 250)")
-            .replace("(1024, 1024)", "(64, 64)")
-        )
-        done = subprocess.run(
-            [sys.executable, str(path)], capture_output=True, text=True, cwd=tmp_path,
-            env=env, timeout=300,
-        )  # fmt: skip
-        assert done.returncode == 0, f"{document} example {number}\n{done.stdout}\n{done.stderr}"
-        last = done.stdout.strip().splitlines()[-1]
-        assert last.endswith(("True", "complete")), done.stdout
+        run_script(on_moto(script, moto_server, s3_bucket), tmp_path / f"example{number}.py", env)
+
+
+def test_the_readme_in_order_is_what_a_reader_meets():
+    """The README's quick start is two commands, and its python example writes an output
+    the command line block before it did not make (issue 29: it wrote c.zarr again)."""
+    kinds = [kind for kind, _ in examples("README.md")]
+    assert kinds[0] == "bash" and "python" in kinds
+    quick_start = commands(blocks("README.md", "bash")[0])
+    assert len(quick_start) == 2 and all(line.startswith("python3 -m venv") for line in quick_start)
+    made = set(re.findall(r"-o (\S+\.zarr)", "".join(blocks("README.md", "bash"))))
+    written = re.findall(
+        r'matmul\("a.zarr", "b.zarr", "(\S+\.zarr)"', blocks("README.md", "python")[0]
+    )
+    assert written and not made & set(written), (made, written)
