@@ -219,7 +219,10 @@ def _zstd(
 ) -> np.ndarray:
     from numcodecs import zstd  # noqa: PLC0415
 
-    declared = zstd_content_size(data)
+    try:
+        declared = zstd_content_size(data)
+    except ValueError:  # not frames as this reads them: the codec refuses them (its error)
+        declared = None
     if declared is None:  # a stream without a declared size: decode into what it may be
         buffer = _buffer(target, nbytes)
         try:
