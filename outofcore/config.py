@@ -11,20 +11,27 @@ Worker processes read their own environment: set the variables where the
 workers start (``dask worker``, the compose file); a LocalCluster's workers
 inherit the environment of the process that starts them.
 
-======================  =======  ===============================================
-name                    default  meaning
-======================  =======  ===============================================
-``connect-timeout``     10       seconds to wait for a scheduler address
-``read-retries``        3        extra attempts of a failed input read
-``read-retry-delay``    0.2      seconds before the first retry, doubling
-``lease-timeout``       60       seconds without heartbeat before a lease is dead
-``direct-writes``       1        0: write output chunk files via the page cache
-``remote-concurrency``  16       chunk requests in flight per task on object stores
-``debug``               0        1: the command prints tracebacks (as ``--debug``)
-``in-process-worker``   1        0: a LocalCluster's CPU workers get processes
-``fingerprint``         stat     ``content``: inputs fingerprinted by their bytes
-``fsync``               1        0: a job's local writes are not flushed to disk
-======================  =======  ===============================================
+=========================  =======  ==================================================
+name                       default  meaning
+=========================  =======  ==================================================
+``connect-timeout``        10       seconds to wait for a scheduler address
+``read-retries``           3        extra attempts of a failed input read
+``read-retry-delay``       0.2      seconds before the first retry, doubling
+``lease-timeout``          60       seconds without heartbeat before a lease is dead
+``direct-writes``          1        0: write output chunk files via the page cache
+``remote-concurrency``     16       chunk requests in flight per task on object stores
+``debug``                  0        1: the command prints tracebacks (as ``--debug``)
+``in-process-worker``      1        0: a LocalCluster's CPU workers get processes
+``fingerprint``            stat     ``content``: inputs fingerprinted by their bytes
+``fsync``                  1        0: a job's local writes are not flushed to disk
+``store-connect-timeout``  5        seconds to open a connection to an object store
+``store-read-timeout``     10       seconds to wait for an object store's next bytes
+``store-attempts``         3        attempts of one object-store request, retries in
+``store-deadline``         30       seconds one object-store request may keep failing
+=========================  =======  ==================================================
+
+The ``store-*`` deadlines apply to every store client outofcore makes
+(:mod:`outofcore.deadlines`); storage options given by the user win over them.
 """
 
 from __future__ import annotations
@@ -48,6 +55,10 @@ DEFAULTS: dict[str, Any] = {
     "in-process-worker": True,
     "fingerprint": "stat",
     "fsync": True,
+    "store-connect-timeout": 5.0,
+    "store-read-timeout": 10.0,
+    "store-attempts": 3,
+    "store-deadline": 30.0,
 }
 
 config = Config("outofcore", defaults=[DEFAULTS], paths=[])

@@ -11,7 +11,8 @@ zarr store, with the key prefix of the zarr store's root inside it, or None:
   ``~/.aws/config``), the credentials given as options or else botocore's
   chain (environment, profile, instance role, refreshed as they expire),
   ``anon``, ``requester_pays`` and the server-side encryption of
-  ``s3_additional_kwargs``.
+  ``s3_additional_kwargs``; with the deadlines of :mod:`outofcore.deadlines` (or the
+  timeouts and attempts of the filesystem's ``config_kwargs``).
 
 obstore is in the ``s3`` extra; where it is not installed, None.  What these
 handles do is in :mod:`outofcore.stores` (conditional writes) and
@@ -33,6 +34,8 @@ from urllib.parse import urlparse
 
 from zarr.abc.store import Store
 from zarr.storage import FsspecStore, ObjectStore
+
+from outofcore import deadlines
 
 #: fsspec protocols whose stores get an obstore ``S3Store``.
 S3_PROTOCOLS = frozenset({"s3", "s3a"})
@@ -165,8 +168,17 @@ async def _s3_store(fs: Any, bucket: str) -> Any:
             config["session_token"] = token
     else:
         provider = _botocore_credentials(fs.kwargs.get("profile"))
-    options = {"allow_http": True} if endpoint.startswith("http://") else None
-    return S3Store(bucket, config=config, client_options=options, credential_provider=provider)
+    limits = deadlines.obstore_options(fs.config_kwargs)  # the same deadlines as s3fs's
+    options = limits["client_options"]
+    if endpoint.startswith("http://"):
+        options["allow_http"] = True
+    return S3Store(
+        bucket,
+        config=config,
+        client_options=options,
+        retry_config=limits["retry_config"],
+        credential_provider=provider,
+    )
 
 
 def _is_aws(endpoint: str) -> bool:

@@ -44,7 +44,7 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import FsspecStore, LocalStore, MemoryStore, ObjectStore
 
-from outofcore import config, obstores
+from outofcore import config, deadlines, obstores
 from outofcore.errors import InputError
 from scheduler.plan import DEFAULT_IO_CONCURRENCY
 
@@ -150,9 +150,12 @@ def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any] | None:
 
 
 def with_defaults(location: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``storage_options`` over this module's defaults for ``location``'s protocol."""
-    defaults = S3_DEFAULTS if location.split("://", 1)[0] in obstores.S3_PROTOCOLS else {}
-    return {**defaults, **(storage_options or {})}
+    """``storage_options`` over this module's defaults for ``location``'s protocol; for
+    ``s3://`` with the deadlines of :mod:`outofcore.deadlines` under the user's
+    ``config_kwargs``."""
+    if location.split("://", 1)[0] not in obstores.S3_PROTOCOLS:
+        return dict(storage_options or {})
+    return deadlines.s3fs_options({**S3_DEFAULTS, **(storage_options or {})})
 
 
 def zarr_options(location: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
