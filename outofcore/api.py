@@ -243,6 +243,7 @@ def run_job(
             held.enter_context(lease)
         with phases("cluster_start"):
             executor = held.enter_context(_open_executor(client, spec, dashboard))
+            lease.on_lost(executor.abort)  # a lost lease stops the tasks: the job fails
         with phases("plan"):
             check_start_unchanged(start, operands.inspect(spec.overwrite))
             workers = executor.worker_shape()
@@ -265,11 +266,12 @@ def run_job(
             tile_job=_tile_job(operands, output, plan, spec, workers, lease.job_id),
             journal=operands.journal,
             journal_id=document["journal_id"],
-            owner_check=OwnerCheck(operands.journal, lease.job_id),
+            owner_check=OwnerCheck(operands.journal, lease.job_id, lease.timeout),
         )
         with phases("tasks"), executor.span(f"outofcore {operands.where}"):  # the dashboard's
             results, seconds = _run_tiles(executor, recorded, plan, done, spec, workers)
         with phases("finish"):
+            lease.check()  # a job that lost its lease never calls the output complete
             summary = summarize(
                 plan, results, seconds, spec.backend, output, len(done), lease.job_id
             )
@@ -325,6 +327,7 @@ def _empty_product(operands: Operands, start: Start, spec: JobSpec) -> JobResult
             "job_id": lease.job_id,
             "product": operands.product.summary(),
         }
+        lease.check()
         output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
     return JobResult(output=output, plan=None, summary=summary, results=())
 

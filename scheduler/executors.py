@@ -65,9 +65,19 @@ class Executor(Protocol):
 
     def span(self, name: str) -> contextlib.AbstractContextManager[None]: ...
 
+    def abort(self, error: BaseException) -> None: ...
+
 
 class SynchronousExecutor:
     """Runs tasks in order in the calling thread (no Dask)."""
+
+    def __init__(self) -> None:
+        self._aborted: BaseException | None = None
+
+    def abort(self, error: BaseException) -> None:
+        """Stop the run in progress after its current task: :meth:`run` raises ``error``
+        (any thread may call it)."""
+        self._aborted = error
 
     def worker_shape(self) -> WorkerShape:
         return WorkerShape(workers=1, threads_per_worker=1, blas_threads=os.cpu_count() or 1)
@@ -84,9 +94,13 @@ class SynchronousExecutor:
         check_kind(kind)
         results = []
         for task in tasks:
+            if self._aborted is not None:
+                raise self._aborted
             result = fn(job, task)
             on_result(result)
             results.append(result)
+        if self._aborted is not None:
+            raise self._aborted
         return results
 
     def span(self, name: str) -> contextlib.AbstractContextManager[None]:
@@ -110,6 +124,19 @@ class DaskExecutor:
     def __init__(self, client: Any, retries: int = 2) -> None:
         self.client = client
         self.retries = retries
+        self._aborted: BaseException | None = None
+        self._running: list[Any] = []  # the futures of the run in progress
+
+    def abort(self, error: BaseException) -> None:
+        """Stop the run in progress: cancel its tasks not finished yet, and :meth:`run`
+        raises ``error`` instead of waiting for them (any thread may call it).
+
+        A task already running on a worker runs on until it ends (Python cannot stop a
+        thread): it stops itself at its next lease check, before writing.
+        """
+        self._aborted = error
+        with contextlib.suppress(Exception):  # a scheduler that is gone cancels nothing
+            self.client.cancel([f for f in list(self._running) if not f.done()])
 
     def worker_shape(self) -> WorkerShape:
         workers = self.client.scheduler_info(n_workers=-1)["workers"]
@@ -181,17 +208,25 @@ class DaskExecutor:
                 resources=resources,
             )
             submitted[future.key] = (future, task, attempt)
+            self._running.append(future)
             return future
 
         results = []
+        self._running = []
+        if self._aborted is not None:
+            raise self._aborted
         try:
             # This client's loop: it need not be the default Client (as_completed's guess).
             pending = as_completed([submit(task, 0) for task in tasks], loop=self.client.loop)
             for future in pending:
+                if self._aborted is not None:
+                    raise self._aborted
                 _, task, attempt = submitted[future.key]
                 try:
                     result = future.result()
                 except Exception as exc:
+                    if self._aborted is not None:
+                        raise self._aborted from None
                     final = isinstance(exc, OutOfCoreError) or _cluster_lost(exc)
                     if final or attempt >= self.retries:
                         raise
@@ -204,6 +239,8 @@ class DaskExecutor:
                 on_result(result)
                 results.append(result)
         except (Exception, asyncio.CancelledError) as exc:
+            if self._aborted is not None and exc is not self._aborted:
+                raise self._aborted from None
             if _cluster_lost(exc):
                 raise ClusterLostError(
                     f"the Dask cluster failed while the job ran ({type(exc).__name__}: {exc}); "

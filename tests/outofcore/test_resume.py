@@ -26,7 +26,7 @@ import zarr
 from outofcore.api import ATTRIBUTE, job_status, run_job
 from outofcore.errors import OutputExistsError
 from outofcore.journal import JOURNAL_DIR, Journal
-from outofcore.lease import LEASE_NAME, Lease, LeaseError
+from outofcore.lease import LEASE_NAME, Lease, LeaseError, LeaseLostError
 from outofcore.reading import ReadError, with_retries
 from outofcore.resume import ResumeError
 from tests.helpers import (
@@ -284,37 +284,84 @@ def test_two_leases_on_one_output(tmp_path):
 
 
 def test_a_heartbeat_that_fails_or_finds_another_holder_says_so(tmp_path, caplog):
-    """The heartbeat's store errors are retried next beat and a lease another job took
-    ends the heartbeat, each said through the `outofcore` logger."""
-    caplog.set_level(logging.WARNING, logger="outofcore")
+    """The heartbeat's store errors are retried with backoff and said once per run of
+    failures (a warning); a lease another job took ends the heartbeat, said at ERROR level,
+    and the job is told (``on_lost``, ``lost``, ``check``)."""
+    caplog.set_level(logging.INFO, logger="outofcore")
     journal = Journal.for_output(tmp_path / "c.zarr")
     lease_path = tmp_path / "c.zarr" / JOURNAL_DIR / LEASE_NAME
 
-    def said(needle: str) -> list[str]:
-        return [r.getMessage() for r in caplog.records if needle in r.getMessage()]
+    def said(needle: str, level: int = logging.INFO) -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if needle in r.getMessage() and r.levelno >= level
+        ]
 
     def replace(make) -> None:  # the lease object swapped at once, as a store does
         swap = lease_path.with_name("swap")
         make(swap)
         os.replace(swap, lease_path)
 
-    with Lease(journal, "c.zarr", "job-one", timeout=0.2) as lease:  # a beat every 0.05 s
+    told = []
+    with Lease(journal, "c.zarr", "job-one", timeout=4) as lease:  # a beat every 1 s
+        lease.on_lost(told.append)
         mine = lease_path.read_text()
         replace(lambda p: p.symlink_to(LEASE_NAME))  # a link to itself: reads fail (ELOOP)
-        wait_for(lambda: said("heartbeat"), 10, "a failed heartbeat said")
-        assert said("heartbeat")[0].startswith(
-            "the lease heartbeat of 'c.zarr' failed (next try in 0.05 s): [Errno 40] Too many"
-        )
-        assert not said("now held by")  # a store error is not a lost lease
+        wait_for(lambda: said("heartbeat of"), 10, "a failed heartbeat said")
+        time.sleep(0.6)  # more failed tries: still one warning
+        failed = said("heartbeat of", logging.WARNING)
+        assert len(failed) == 1, failed
+        assert failed[0].startswith("the lease heartbeat of 'c.zarr' failed (next try in ")
+        assert "[Errno 40] Too many" in failed[0]
+        replace(lambda p: p.write_text(mine))  # the store is back
+        wait_for(lambda: said("works again"), 10, "the heartbeat working again")
+        assert lease.lost is None and not told and not said("now held by")
         replace(lambda p: p.write_text(mine.replace("job-one", "job-two")))  # another job's
         wait_for(lambda: said("now held by"), 10, "the lost lease said")
-        lost = said("now held by")
+        lost = said("now held by", logging.ERROR)
         assert len(lost) == 1, lost
         assert lost[0].startswith("the lease of 'c.zarr' is now held by job job-two (host ")
+        assert told == [lease.lost] and "stops writing" in str(lease.lost)
+        with pytest.raises(LeaseLostError, match="now held by job job-two"):
+            lease.check()
         assert lease._thread is not None
         lease._thread.join(5)
         assert not lease._thread.is_alive()  # no more beats: the lease is not this job's
     assert "job-two" in lease_path.read_text()  # released without deleting the other's
+
+
+def test_a_heartbeat_that_cannot_renew_in_time_stops_the_job(tmp_path, caplog):
+    """Store errors for longer than the lease timeout: the lease is lost (ERROR, once) a
+    margin before it may expire, and the job is told; a lease that disappeared is said as
+    such, not as another job's."""
+    caplog.set_level(logging.WARNING, logger="outofcore")
+    journal = Journal.for_output(tmp_path / "c.zarr")
+    lease_path = tmp_path / "c.zarr" / JOURNAL_DIR / LEASE_NAME
+    told = []
+    with Lease(journal, "c.zarr", "job-one", timeout=2) as lease:
+        lease.on_lost(told.append)
+        beat = json.loads(lease_path.read_text())["heartbeat"]
+        swap = lease_path.with_name("swap")
+        swap.symlink_to(LEASE_NAME)
+        os.replace(swap, lease_path)  # every read fails from now on
+        wait_for(lambda: told, 10, "the lease given up")
+        given_up = time.time()
+        assert given_up < beat + 2, "given up after others may take the lease over"
+        assert str(told[0]).startswith("could not renew the lease of 'c.zarr' for ")
+        assert "timeout 2 s" in str(told[0]) and "Too many levels" in str(told[0])
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert [r.getMessage() for r in errors] == [str(told[0])]
+        lease_path.unlink()
+    assert not lease_path.exists()
+
+    told.clear()
+    with Lease(journal, "c.zarr", "job-two", timeout=2) as lease:
+        lease.on_lost(told.append)
+        lease_path.unlink()  # the journal emptied under the job
+        wait_for(lambda: told, 10, "the lease said gone")
+        assert str(told[0]).startswith("the lease of 'c.zarr' disappeared (the output's journal")
+        assert "held by" not in str(told[0])
 
 
 def test_client_killed_mid_job_then_rerun_skips_done_tiles(tmp_path):
