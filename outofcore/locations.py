@@ -29,6 +29,8 @@ EXTRAS = {"s3": "pip install 'outofcore[s3]' (s3fs)"}
 LOCAL_PROTOCOLS = ("file", "local")
 #: Protocols whose URL is the whole address (read-only, through fsspec's HTTP filesystem).
 WEB_PROTOCOLS = ("http", "https")
+#: Protocols of s3fs, and what it cuts from a key as a version (``key?versionId=...``).
+S3_PROTOCOLS, S3_VERSION = ("s3", "s3a"), "?versionId="
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,14 @@ def locate(target: zarr.Array | str | os.PathLike, storage_options: Any = None) 
     canonical = cls.protocol if isinstance(cls.protocol, str) else cls.protocol[0]
     if canonical in LOCAL_PROTOCOLS:
         return _local(_local_url_path(text))
-    return Location(canonical, _endpoint(storage_options), _clean(cls._strip_protocol(text)))
+    path = _clean(cls._strip_protocol(text))
+    if canonical in S3_PROTOCOLS and S3_VERSION in path:
+        raise InputError(
+            f"{text!r}: s3fs reads {S3_VERSION!r} in a key as an object version and "
+            "drops the rest, so it would read and write other objects: choose a name "
+            "without it"
+        )
+    return Location(canonical, _endpoint(storage_options), path)
 
 
 def _local_url_path(url: str) -> str:
