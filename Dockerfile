@@ -17,7 +17,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-COPY pyproject.toml README.md constraints.txt ./
+COPY pyproject.toml README.md LICENSE constraints.txt ./
 COPY outofcore ./outofcore
 COPY scheduler ./scheduler
 # bokeh serves the scheduler's dashboard on port 8787; the s3 extra (s3fs) opens s3:// arrays.

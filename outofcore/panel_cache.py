@@ -3,7 +3,7 @@
 A Dask worker thread that finishes a tile keeps the tile's last A and B panels
 (and its other panel buffers) for the next task it runs.  The next tile of the
 same row or column starts with the panel it shares instead of reading it
-again (``docs/performance.md``, steps 6 and 8).
+again (``docs/performance.md``, design choices 5 and 14).
 
 Panel *contents* are reused only by a task of the same job: the identity of a
 kept panel is the job's id (fresh for every run of ``run_job``, resumed runs
