@@ -29,6 +29,7 @@ from zarr.core.metadata import ArrayV2Metadata, ArrayV3Metadata
 from zarr.registry import get_pipeline_class
 
 from outofcore.codecs import codec_kind, decode_bounded, loose_limit
+from outofcore.presence import listed_pipeline, presence_of
 
 
 def bounded_array(array: zarr.Array) -> zarr.Array:
@@ -48,7 +49,10 @@ def bounded_array(array: zarr.Array) -> zarr.Array:
     else:
         raise TypeError(f"array metadata of type {type(metadata).__name__}")
     twin = AsyncArray(metadata=metadata, store_path=source.store_path, config=source.config)
-    object.__setattr__(twin, "codec_pipeline", get_pipeline_class().from_codecs(codecs))
+    pipeline = get_pipeline_class().from_codecs(codecs)
+    # a listed input's reads stay checked: a listed chunk the store calls missing raises
+    pipeline = listed_pipeline(pipeline, presence_of(array))
+    object.__setattr__(twin, "codec_pipeline", pipeline)
     return zarr.Array(twin)
 
 
