@@ -138,9 +138,8 @@ class ChunkPresence:
     def missing(self, path: str) -> MissingChunkError:
         """The error of a read that found the listed ``path`` missing."""
         return MissingChunkError(
-            f"the store answers 'not found' for {path!r}, which the listing of {self.where} "
-            "held when the job started (a proxy, a cache or an eventually consistent store "
-            "can answer so); it is not read as the fill value"
+            f"the store answers 'not found' for {path!r} of {self.where}, listed when the "
+            "job started: not read as the fill value"
         )
 
 

@@ -14,6 +14,7 @@ import pickle
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ from outofcore.presence import ChunkPresence, listed_array, presence_of
 from outofcore.reading import ReadError
 from outofcore.resume import job_status
 from tests.faultproxy import Fault, FaultProxy
-from tests.helpers import assert_product_close, random_matrix
+from tests.helpers import assert_product_close, random_matrix, s3_object_store
 
 pytest.importorskip("s3fs", reason="s3fs (the s3 extra) is not installed")
 
@@ -168,6 +169,26 @@ def test_a_404_on_a_listed_shard_of_a_sharded_input(moto_server, s3_bucket):
             )  # fmt: skip
     state = job_status(f"{s3_bucket}/c.zarr", options)
     assert state["state"] != "complete"
+
+
+def test_a_404_on_an_input_on_a_zarr_object_store(moto_server, s3_bucket, tmp_path):
+    """An input on a zarr ``ObjectStore`` (obstore's ``S3Store``) reached through the proxy:
+    a listed chunk answered 404 fails the job naming it, as through s3fs."""
+    pytest.importorskip("obstore", reason="obstore (the s3 extra) is not installed")
+    rng = np.random.default_rng(9)
+    a, b = random_matrix(rng, A_SHAPE, "float32"), random_matrix(rng, B_SHAPE, "float32")
+    put(f"{s3_bucket}/a.zarr", a, A_CHUNKS, moto_server.options)
+    with FaultProxy(moto_server.endpoint) as proxy:
+        server = SimpleNamespace(
+            endpoint=proxy.endpoint, KEY=moto_server.KEY, SECRET=moto_server.SECRET
+        )
+        array = zarr.open_array(s3_object_store(server, s3_bucket, "a.zarr"), mode="r")
+        proxy.add(Fault("status", method="GET", key=r"/a\.zarr/c/1/1$", status=404, times=None))
+        with pytest.raises(ReadError, match=r"c/1/1.*not found"):
+            outofcore.matmul(array, b, tmp_path / "c.zarr", client="sync", progress=False)
+        proxy.clear()
+        c = outofcore.matmul(array, b, tmp_path / "c.zarr", client="sync", progress=False)
+    assert_product_close(c[...], a, b)  # the rerun resumes and is right
 
 
 # -- the listing each task carries ----------------------------------------------------------
