@@ -46,8 +46,9 @@ if TYPE_CHECKING:
 
 #: Kinds of :attr:`ChunkPresence.kind`.
 KINDS = ("all", "bits", "indices", "keys")
-#: Largest grid whose blocks are numbered in int64 (larger ones keep the listed keys).
-_FLAT_LIMIT = 2**62
+#: Largest grid whose blocks are numbered in int64, and largest extent of it whose
+#: indices are parsed as int64 (18 digits); larger ones keep the listed keys.
+_FLAT_LIMIT, _DIGITS_LIMIT = 2**62, 10**18
 
 
 class MissingChunkError(OSError):
@@ -81,7 +82,7 @@ class ChunkPresence:
         form = key_form(array)
         total = math.prod(form.grid)
         root = array.path.strip("/")
-        if total >= _FLAT_LIMIT or not form.grid:  # too large to number: the keys
+        if total >= _FLAT_LIMIT or not form.grid or max(form.grid) > _DIGITS_LIMIT:
             listed = "\n".join(sorted(key for key in keys if form.index(key) is not None))
             return cls(where, root, form, "keys", zlib.compress(listed.encode()))
         flat = _listed_blocks(form, keys)
