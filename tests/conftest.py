@@ -40,11 +40,13 @@ damaged_reads.install()
 # machine.json) goes to a temporary XDG_CACHE_HOME for the whole run and the processes it
 # starts, removed at the end (probe.cache_dir reads the variable at each call). Figures
 # probed under the suite's own load would otherwise be what `outofcore plan` predicts from
-# afterwards. The compose smoke (opt-in) keeps its image cache where it was; Azurite is
-# found under HOME, which is left alone.
+# afterwards. matplotlib's config and cache go there too (it makes ~/.config/matplotlib
+# otherwise), so the run leaves nothing under HOME. The compose smoke (opt-in) keeps its
+# image cache where it was; Azurite is found under HOME, which is left alone.
 _user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 os.environ.setdefault("OUTOFCORE_SMOKE_CACHE", str(_user_cache / "outofcore" / "compose-smoke"))
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="outofcore-test-cache-")
+os.environ.setdefault("MPLCONFIGDIR", os.path.join(os.environ["XDG_CACHE_HOME"], "matplotlib"))
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 settings.register_profile(
