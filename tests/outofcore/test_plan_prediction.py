@@ -144,9 +144,10 @@ def test_a_probe_taken_under_load_is_said_to_be(folder, capsys):
     for quiet in (0.4 * cores, None):  # at most half a core busy elsewhere, or unknown
         inject(replace(FIGURES, load=quiet))
         assert "under load" not in plan(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")
-        assert plan_json(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")["machine"][
-            "under_load"
-        ] is False
+        assert (
+            plan_json(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")["machine"]["under_load"]
+            is False
+        )
 
 
 def test_workers_get_their_share_of_the_cores(folder, capsys):
