@@ -487,7 +487,8 @@ def check_output_room(
     if total > free:
         raise InputError(
             f"the output is {shape[0]}x{shape[1]} {np.dtype(dtype)}: {format_bytes(total)} "
-            f"uncompressed, and {folder!r} has {format_bytes(free)} free"
+            f"uncompressed, and {folder!r} has {format_bytes(free)} free: make room, choose "
+            "another disk, or compress the output (--output-codec zstd, checked as it writes)"
         )
 
 

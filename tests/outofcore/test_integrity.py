@@ -352,7 +352,12 @@ def test_full_disk_stops_the_job_naming_the_output_then_the_rerun_resumes(small_
     filler = small_disk / "filler"
     filler.write_bytes(bytes(1536 * 1024))  # leaves about 0.5 MiB
     command = ["matmul", a, b, "-o", str(c), "--memory", "256KiB", "--scheduler", "sync"]
+    refused = cli(*command)  # the output cannot fit: refused before any write
+    assert refused.returncode == 2, refused.stderr
+    assert "0.92 MiB uncompressed" in refused.stderr and "512.00 kiB free" in refused.stderr
+    assert not c.exists()
 
+    filler.write_bytes(bytes(1024 * 1024))  # about 1 MiB free: the data fits, not its records
     full = cli(*command, "--json")
     assert full.returncode == 3, full.stderr  # a started job failed
     assert f"of the output file://{os.path.realpath(c)} failed: No space left on device" in (
