@@ -107,6 +107,8 @@ def _log_to_stderr(debug: bool) -> None:
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_LineFormatter())
+        if not debug:  # said once, as the command's error line
+            handler.addFilter(lambda record: not getattr(record, "repeated_as_error", False))
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.WARNING)
 

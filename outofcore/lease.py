@@ -508,7 +508,8 @@ class Lease:
         if self.lost is not None:
             return
         self.lost = error
-        logger.error("%s", error)
+        # A job that is told raises it as its error: the command then says it once, as that.
+        logger.error("%s", error, extra={"repeated_as_error": bool(self._on_lost)})
         for callback in self._on_lost:
             try:
                 callback(error)

@@ -171,22 +171,47 @@ def _missing_folders(folder: str, root: str) -> list[str]:
     return [f for f in _folders_up_to(folder, root) if not os.path.isdir(f)]
 
 
+#: Errors of a store's write that say something other than "it failed": left as they are.
+_MEANINGFUL = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError)
+
+
 @contextlib.contextmanager
 def naming_full_disk(what: str, folder: str | None) -> Iterator[None]:
-    """Turn a full-disk ``OSError`` inside the block into :class:`OutputWriteError`.
+    """Turn a full-disk ``OSError`` inside the block into :class:`OutputWriteError`; and,
+    off a local disk (``folder`` None), a write the object store kept failing (an
+    ``OSError`` such as s3fs's 503 "Service Unavailable", an obstore error) too.
 
     ``what`` says what was written ("writing rows 0:10 ... of the output X"),
     ``folder`` where on a local disk (None for other stores); other errors
-    pass through unchanged.
+    pass through unchanged.  A store's client retries a failed request itself, within
+    the deadlines of :mod:`outofcore.deadlines`; the error that is left is final (a
+    :class:`~outofcore.errors.JobFailedError`, so Dask does not run the tile again, one
+    tile after another, while the store keeps failing).
     """
     try:
         yield
     except OSError as exc:
-        if exc.errno not in NO_SPACE or isinstance(exc, OutputWriteError):
+        if isinstance(exc, OutputWriteError):
             raise
-        raise OutputWriteError(
-            f"{what} failed: {os.strerror(exc.errno)} ({free_space(folder)})"
-        ) from exc
+        if exc.errno in NO_SPACE:
+            raise OutputWriteError(
+                f"{what} failed: {os.strerror(exc.errno)} ({free_space(folder)})"
+            ) from exc
+        if folder is None and not isinstance(exc, _MEANINGFUL):
+            raise OutputWriteError(_store_failure(what, exc)) from exc
+        raise
+    except Exception as exc:
+        if folder is None and type(exc).__module__.startswith("obstore"):
+            raise OutputWriteError(_store_failure(what, exc)) from exc
+        raise
+
+
+def _store_failure(what: str, exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:300]
+    return (
+        f"{what} failed after the object store's retries ({type(exc).__name__}: {text}); "
+        "what the job finished is kept: rerun to resume once the store answers"
+    )
 
 
 def free_space(folder: str | None) -> str:

@@ -96,7 +96,12 @@ class SynchronousExecutor:
         for task in tasks:
             if self._aborted is not None:
                 raise self._aborted
-            result = fn(job, task)
+            try:
+                result = fn(job, task)
+            except Exception:
+                if self._aborted is not None:  # the task failed because the run was stopped
+                    raise self._aborted from None
+                raise
             on_result(result)
             results.append(result)
         if self._aborted is not None:
