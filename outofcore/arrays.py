@@ -90,7 +90,7 @@ def open_operand(
         location = os.fspath(source)
         target = locate(location, storage_options).target  # file:// URLs open as local paths
         try:
-            with store_errors(target):
+            with store_errors(target, storage_options):
                 array = zarr.open_array(target, mode="r", **zarr_options(target, storage_options))
         except InputError:
             raise

@@ -40,11 +40,11 @@ import numpy as np
 import zarr
 
 from outofcore import arrays
-from outofcore.chunkfiles import bounded_array
 from outofcore.codecs import ChunkSizeError
 from outofcore.product import Product
-from outofcore.reading import ReadError
+from outofcore.reading import ReadError, read_panel
 from outofcore.targets import JOB_ATTRIBUTE
+from outofcore.worker_context import worker_context
 
 SAFETY = 16.0
 
@@ -161,21 +161,37 @@ def verify(
     except ChunkSizeError as exc:  # a decompression bomb, refused from its header
         read = [arrays.describe(x) for x in (*product.inputs.values(), c_arr)]
         raise ReadError(f"a chunk of {', '.join(read)} is corrupt: {exc}") from exc
+    finally:  # the chunk-file buffers the reads kept (outofcore.reading, as a job's tasks)
+        worker_context().release_in_process()
 
 
 def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Array, ...]:
     """``op(A)``, ``op(B)``, ``C`` and the addend (or None) as Dask arrays of ``dtype``,
-    read through twins whose chunks never decode to more than their size
-    (:func:`outofcore.chunkfiles.bounded_array`)."""
+    each block read as a job's tasks read (:func:`outofcore.reading.read_panel`): chunks
+    never decode to more than their size, transient errors are retried, and a block that
+    cannot be read or decoded is a :class:`~outofcore.reading.ReadError` naming the
+    array, its region and the chunk's key (it was zarr's bare ``ValueError``)."""
 
     def read(array: zarr.Array) -> da.Array:
-        return da.from_zarr(bounded_array(array))
+        return da.from_array(array, chunks=array.chunks, getitem=_read_block, name=False)
 
     a, b = read(product.a), read(product.b)
     a = (a.T if product.transpose_a else a).astype(dtype)
     b = (b.T if product.transpose_b else b).astype(dtype)
     addend = None if product.addend is None else read(product.addend).astype(dtype)
     return a, b, read(c).astype(dtype), addend
+
+
+def _read_block(
+    array: zarr.Array, index: tuple[slice, ...], asarray: bool = True, lock: object = None
+) -> np.ndarray:
+    """One block of ``array`` for Dask (``from_array``'s getitem), read by
+    :func:`outofcore.reading.read_panel`."""
+    bounds = zip(index, array.shape, strict=True)
+    selection = tuple(slice(*part.indices(size)) for part, size in bounds)
+    out = np.empty([part.stop - part.start for part in selection], dtype=array.dtype)
+    read_panel(array, selection, out)
+    return out
 
 
 def _reference(product: Product, a: da.Array, b: da.Array, addend, r: np.ndarray) -> da.Array:

@@ -28,7 +28,7 @@ from outofcore.journal import FORMAT, Journal, timestamp
 from outofcore.lease import read_lease
 from outofcore.locations import locate
 from outofcore.manifest import Contents, StrangersError, is_local, output_contents
-from outofcore.stores import zarr_options
+from outofcore.stores import store_errors, zarr_options
 from outofcore.targets import array_made_by_outofcore, check_replaceable, what_is_at
 from scheduler.plan import Plan
 
@@ -475,10 +475,17 @@ def job_status(
     Raises
     ------
     InputError
-        When there is no job journal at ``out``.
+        When there is no job journal at ``out``, or its object store refuses or does not
+        answer (no credentials, wrong ones, an endpoint that is not S3 or not there: as
+        ``matmul`` and ``verify`` say it, :func:`outofcore.stores.store_errors`).
     """
-    journal = Journal.for_output(out, storage_options)
     where = describe_output(out)
+    with store_errors(where, storage_options):
+        return _job_status(out, where, storage_options)
+
+
+def _job_status(out: arrays.ArrayLike, where: str, storage_options: Any) -> dict[str, Any]:
+    journal = Journal.for_output(out, storage_options)
     document = journal.read_job()
     if document is None:
         raise InputError(_no_journal(out, where, storage_options))

@@ -44,7 +44,7 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import FsspecStore, LocalStore, MemoryStore, ObjectStore
 
-from outofcore import config, deadlines, obstores
+from outofcore import config, deadlines, endpoints, obstores
 from outofcore.errors import InputError
 from scheduler.plan import DEFAULT_IO_CONCURRENCY
 
@@ -65,18 +65,38 @@ def is_remote(location: str) -> bool:
     return "://" in location and not location.startswith("file://")
 
 
+#: ``store_errors``' storage options when none were given (the endpoint is not asked).
+_UNSET: Any = object()
+#: Errors that say the endpoint did not answer: asking it again whether it is S3 would wait.
+_NO_ANSWER = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError")
+
+
 @contextlib.contextmanager
-def store_errors(url: str) -> Iterator[None]:
+def store_errors(url: str, storage_options: Mapping[str, Any] | None = _UNSET) -> Iterator[None]:
     """Turn an object store's refusal while opening ``url`` into an :class:`InputError`
-    naming the URL and what to do: no credentials, an endpoint that does not answer, a
-    bucket that does not exist, access denied.  Other errors pass through."""
+    naming the URL and what to do: no credentials, an endpoint that does not answer (or
+    not within its deadline), a bucket that does not exist, access denied.  Given the
+    ``storage_options`` (None: none), a failure that could mean the endpoint is not an S3
+    API at all (a web server's 404s read as a missing bucket or array) asks the endpoint
+    once (:func:`outofcore.endpoints.not_s3`) and says so.  Other errors pass through."""
     try:
         yield
     except Exception as exc:
-        message = _store_refusal(url, exc)
+        if storage_options is not _UNSET and _could_be_foreign(exc):
+            foreign = endpoints.not_s3(url, storage_options)
+            if foreign is not None:
+                raise InputError(foreign) from None
+        message = None if isinstance(exc, InputError) else _store_refusal(url, exc)
         if message is None:
             raise
         raise InputError(message) from None
+
+
+def _could_be_foreign(exc: BaseException) -> bool:
+    """Whether ``exc`` may come from an endpoint that is not S3 (it answered something)."""
+    if isinstance(exc, deadlines.StoreDeadlineError) or type(exc).__name__ in _NO_ANSWER:
+        return False
+    return not type(exc).__name__.endswith("CredentialsError")
 
 
 def _store_refusal(url: str, exc: BaseException) -> str | None:
@@ -93,6 +113,8 @@ def _store_refusal(url: str, exc: BaseException) -> str | None:
         )
     if name in ("EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError"):
         return f"{url}: the object store does not answer ({text}); check its endpoint_url"
+    if isinstance(exc, deadlines.StoreDeadlineError) or name == "ReadTimeoutError":
+        return f"{url}: the object store does not answer in time: {text}"
     if isinstance(exc, FileNotFoundError) and (
         "bucket does not exist" in text.lower() or "NoSuchBucket" in text
     ):
