@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import zarr
 
 from outofcore.errors import InputError
 from outofcore.freivalds import verify
+from outofcore.reading import ReadError
 from tests.helpers import random_matrix, write_zarr
 
 
@@ -65,3 +67,27 @@ def test_wrong_shape_of_c(tmp_path):
     write_zarr(tmp_path / "c.zarr", random_matrix(rng, (4, 4), "float32"), (2, 2))
     with pytest.raises(InputError, match=r"C is \(4, 4\) but the product \(A @ B\) is \(4, 5\)"):
         verify(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr")
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_a_garbage_chunk_of_c_is_named(tmp_path, codec, outofcore_settings):
+    """A chunk of C replaced by bytes that do not decode (the wrong size uncompressed, not
+    a frame compressed) fails verify with one ReadError naming C, the region and the key
+    (it said 'ValueError: When changing to a larger dtype ...', naming nothing)."""
+    outofcore_settings(read_retries=0)
+    rng = np.random.default_rng(6)
+    a, b = random_matrix(rng, (60, 40), "float32"), random_matrix(rng, (40, 50), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (30, 20))
+    write_zarr(tmp_path / "b.zarr", b, (20, 25))
+    compressors = None if codec == "none" else "auto"
+    c = zarr.create_array(
+        tmp_path / "c.zarr", shape=(60, 50), chunks=(30, 25), dtype="float32",
+        compressors=compressors,
+    )  # fmt: skip
+    c[...] = a @ b
+    assert verify(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr").passed
+    (tmp_path / "c.zarr" / "c" / "1" / "0").write_bytes(b"garbage!x")
+    with pytest.raises(ReadError) as failure:
+        verify(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr")
+    message = str(failure.value)
+    assert "c.zarr" in message and "key c/1/0 (rows 30:60, columns 0:25)" in message, message
