@@ -155,9 +155,11 @@ def started(job: subprocess.Popen, store, tiles: int = 3) -> dict:
 def test_a_run_of_503s_on_the_lease_shorter_than_its_timeout(
     inputs, moto_server, proxy, store, obstore
 ):
-    """503s on every GET and PUT of lease.json for 3 s, the lease timeout 8 s: the job goes
+    """503s on every GET and PUT of lease.json for 3 s, the lease timeout 12 s: the job goes
     on, still holding its lease (renewed after the run), says it once, and completes."""
-    env = {"OUTOFCORE_LEASE_TIMEOUT": "8"}  # a heartbeat every 2 s
+    # A heartbeat every 3 s; s3fs's own backoff inside one renewal can last several
+    # seconds on a loaded machine, so the margin before expiry must outlast it.
+    env = {"OUTOFCORE_LEASE_TIMEOUT": "12"}
     job = start_job(inputs, moto_server, proxy, env, obstore)
     try:
         mine = started(job, store)
@@ -168,8 +170,12 @@ def test_a_run_of_503s_on_the_lease_shorter_than_its_timeout(
         ended = time.time()
         assert fault.hits > 0
         wait_for(
-            lambda: (lease_of(store) or {}).get("heartbeat", 0) > ended, 30, "a heartbeat after"
+            lambda: job.poll() is not None or (lease_of(store) or {}).get("heartbeat", 0) > ended,
+            30,
+            "a heartbeat after",
         )
+        if job.poll() is not None:
+            raise AssertionError(f"the job ended during the fault: {job.communicate()[1]}")
         assert lease_of(store)["job_id"] == mine["job_id"]  # still this job's
         assert job.poll() is None, "the job ended during the fault; make it longer"
         status, stderr = finish(job)
