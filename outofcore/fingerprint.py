@@ -40,9 +40,10 @@ from zarr.storage import FsspecStore, LocalStore, MemoryStore, ObjectStore
 
 from outofcore import arrays, config
 from outofcore.errors import InputChangedError, InputError
+from outofcore.manifest import JOURNAL_DIR
 
 #: Folder of outofcore's own journal inside an array made by outofcore: not content.
-SKIPPED_FOLDERS = frozenset({"_outofcore"})
+SKIPPED_FOLDERS = frozenset({JOURNAL_DIR})
 #: How inputs may be fingerprinted (the setting ``fingerprint``).
 METHODS = ("stat", "content")
 #: Objects a page of an obstore listing asks for (S3 gives at most 1000 a request).
