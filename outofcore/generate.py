@@ -45,11 +45,12 @@ def random_array(
         raise InputError(f"chunks {chunks}: need two chunk sizes >= 1")
     np_dtype = check_input_dtype(dtype, f"random array {os.fspath(path)!r}")
     where = locate(path, storage_options)
-    workers = threads or os.cpu_count() or 1
-    check_room(where, shape, chunks, np_dtype, workers)
     # Only an array outofcore made is replaced (never a folder, a group or another's array),
     # and only when nothing inside it is another's: its own keys are deleted, one at a time.
+    # Checked first: a place no array can be (/proc, an archive) is named as such.
     occupant = check_replaceable(where, storage_options, deep=overwrite)
+    workers = threads or os.cpu_count() or 1
+    check_room(where, shape, chunks, np_dtype, workers)
     if occupant.kind != "nothing":
         if not overwrite:
             raise OutputExistsError(

@@ -458,4 +458,5 @@ def test_an_output_in_a_zip_or_under_proc_is_one_line_exit_2(job):
         assert "unexpected" not in lines[0] and "cannot be" in lines[0], lines
     failed = cli("random", "/proc/self/r.zarr", "--shape", "3,3", "--chunks", "2,2")
     assert failed.returncode == 2 and len(failed.stderr.strip().splitlines()) == 1
+    assert "proc file system, not a disk" in failed.stderr  # not '0 B free'
     assert snapshot(folder) == before
