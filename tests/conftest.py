@@ -29,7 +29,9 @@ from tests.faults import sitecustomize as damaged_reads
 
 # Damaged reads (tests.helpers.break_chunk): a registry folder for the session, and
 # tests/faults first on PYTHONPATH so every process started here loads its sitecustomize.
-os.environ.setdefault("OUTOFCORE_TEST_DAMAGED_READS", tempfile.mkdtemp(prefix="damaged-reads-"))
+if "OUTOFCORE_TEST_DAMAGED_READS" not in os.environ:  # this run's own registry, removed at exit
+    os.environ["OUTOFCORE_TEST_DAMAGED_READS"] = tempfile.mkdtemp(prefix="damaged-reads-")
+    atexit.register(shutil.rmtree, os.environ["OUTOFCORE_TEST_DAMAGED_READS"], True)
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(Path(damaged_reads.__file__).parent)]
     + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
