@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -53,7 +52,7 @@ from outofcore.stores import read_concurrency
 from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
 from outofcore.tile import TileJob
 from outofcore.worker_context import worker_context
-from outofcore.writing import local_folder, make_durable
+from outofcore.writing import disk_usage_of, local_folder, make_durable
 from scheduler import plan as plan_module
 from scheduler.cluster import (
     DEFAULT_BUDGET_BYTES,
@@ -480,10 +479,7 @@ def check_output_room(
     from dask.utils import format_bytes  # noqa: PLC0415
 
     total = shape[0] * shape[1] * np.dtype(dtype).itemsize
-    folder = os.path.abspath(where.path)
-    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
-    free = shutil.disk_usage(folder).free
+    folder, free, _ = disk_usage_of(where.path)
     if total > free:
         raise InputError(
             f"the output is {shape[0]}x{shape[1]} {np.dtype(dtype)}: {format_bytes(total)} "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -18,6 +17,7 @@ from outofcore.lease import check_not_held
 from outofcore.locations import locate
 from outofcore.stores import zarr_options
 from outofcore.targets import GENERATED_ATTRIBUTE, check_replaceable
+from outofcore.writing import disk_usage_of
 
 
 def random_array(
@@ -120,10 +120,7 @@ def check_room(
     if not where.is_local:
         return
     total = shape[0] * shape[1] * itemsize
-    folder = os.path.abspath(where.path)
-    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
-    free = shutil.disk_usage(folder).free
+    folder, free, _ = disk_usage_of(where.path)
     if total > free:
         raise InputError(
             f"a {shape[0]}x{shape[1]} array of {np.dtype(dtype)} is {format_bytes(total)} "

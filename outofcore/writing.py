@@ -218,17 +218,27 @@ def free_space(folder: str | None) -> str:
     """``"12.0 KiB free of 2.0 MiB on the file system of FOLDER"``, or why it is unknown."""
     if folder is None:
         return "free space unknown: not a local disk"
-    existing = os.path.abspath(folder)
-    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
-        existing = os.path.dirname(existing)
     try:
-        usage = shutil.disk_usage(existing)
+        existing, free, total = disk_usage_of(folder)
     except OSError as exc:
         return f"free space of {folder} unknown: {exc}"
-    return (
-        f"{format_bytes(usage.free)} free of {format_bytes(usage.total)} on the file system of "
-        f"{existing}"
-    )
+    return f"{format_bytes(free)} free of {format_bytes(total)} on the file system of {existing}"
+
+
+def disk_usage_of(path: str) -> tuple[str, int, int]:
+    """The nearest existing path at or above ``path`` (what will be created lies under it),
+    and the free and total bytes of its file system.
+
+    Raises
+    ------
+    OSError
+        When the file system cannot say.
+    """
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    usage = shutil.disk_usage(existing)
+    return existing, usage.free, usage.total
 
 
 def local_folder(array: zarr.Array) -> str | None:

@@ -372,3 +372,21 @@ def stop_processes(processes: list) -> None:
     for child in spawned:
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()
+
+
+@contextlib.contextmanager
+def serve_folder(folder: Path):
+    """A plain HTTP server (Python's http.server, not S3) on loopback serving ``folder``
+    read only, with directory listings; yields its URL."""
+    import functools  # noqa: PLC0415
+    import http.server  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -19,7 +19,14 @@ from outofcore.errors import InputError, OutputExistsError
 from outofcore.generate import random_array
 from outofcore.locations import Location, locate
 from outofcore.targets import what_is_at
-from tests.helpers import assert_gemm_close, assert_product_close, cli, random_matrix, write_zarr
+from tests.helpers import (
+    assert_gemm_close,
+    assert_product_close,
+    cli,
+    random_matrix,
+    serve_folder,
+    write_zarr,
+)
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -300,17 +307,8 @@ def test_object_store_spellings_of_an_input_are_refused(moto_server, s3_bucket):
 @pytest.fixture
 def web_server(folder):
     """A plain HTTP server on loopback serving ``folder`` (read only, directory listings)."""
-    import functools  # noqa: PLC0415
-    import http.server  # noqa: PLC0415
-    import threading  # noqa: PLC0415
-
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve_folder(folder) as url:
+        yield url
 
 
 def test_an_http_input_is_read_from_its_url(folder, web_server):

@@ -25,7 +25,7 @@ import zarr
 from outofcore.journal import JOURNAL_DIR
 from outofcore.lease import LEASE_NAME
 from tests.faultproxy import Fault, FaultProxy
-from tests.helpers import assert_product_close, random_matrix, wait_for
+from tests.helpers import assert_product_close, random_matrix, serve_folder, wait_for
 
 pytest.importorskip("obstore", reason="obstore (the s3 extra) is not installed")
 
@@ -354,17 +354,8 @@ def test_status_refusals_exit_as_the_other_commands_do(inputs, moto_server, prox
 @pytest.fixture
 def web_server(tmp_path):
     """A plain HTTP server (not S3) on loopback, serving an empty folder; its URL."""
-    import functools  # noqa: PLC0415
-    import http.server  # noqa: PLC0415
-    import threading  # noqa: PLC0415
-
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve_folder(tmp_path) as url:
+        yield url
 
 
 def test_an_endpoint_that_is_not_s3_is_named_as_such(web_server):
