@@ -43,13 +43,25 @@ damaged_reads.install()
 # starts, removed at the end (probe.cache_dir reads the variable at each call). Figures
 # probed under the suite's own load would otherwise be what `outofcore plan` predicts from
 # afterwards. matplotlib's config and cache go there too (it makes ~/.config/matplotlib
-# otherwise), so the run leaves nothing under HOME. The compose smoke (opt-in) keeps its
-# image cache where it was; Azurite is found under HOME, which is left alone.
+# otherwise). The compose smoke (opt-in) keeps its image cache where it was.
 _user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 os.environ.setdefault("OUTOFCORE_SMOKE_CACHE", str(_user_cache / "outofcore" / "compose-smoke"))
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="outofcore-test-cache-")
 os.environ.setdefault("MPLCONFIGDIR", os.path.join(os.environ["XDG_CACHE_HOME"], "matplotlib"))
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
+
+# HOME itself is a temporary folder for the run and every process it starts, so that nothing
+# a test runs writes the user's home: pip's user agent runs `rustc --version`, whose rustup
+# proxy writes ~/.rustup/settings.toml into an empty HOME. What is installed in the real home
+# stays reachable: Azurite (tests.helpers.AZURITE_PREFIX reads OUTOFCORE_TEST_REAL_HOME) and
+# pyenv's shims (PYENV_ROOT).
+os.environ.setdefault("OUTOFCORE_TEST_REAL_HOME", str(Path.home()))
+if (Path(os.environ["OUTOFCORE_TEST_REAL_HOME"]) / ".pyenv").is_dir():
+    os.environ.setdefault(
+        "PYENV_ROOT", str(Path(os.environ["OUTOFCORE_TEST_REAL_HOME"]) / ".pyenv")
+    )
+os.environ["HOME"] = tempfile.mkdtemp(prefix="outofcore-test-home-")
+atexit.register(shutil.rmtree, os.environ["HOME"], ignore_errors=True)
 
 settings.register_profile(
     "default",

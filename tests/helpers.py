@@ -271,7 +271,12 @@ def s3_object_store(
 
 #: Where ``.ci/run`` installs Azurite (npm's ``azurite``), unless ``$OUTOFCORE_AZURITE``
 #: names an ``azurite-blob`` program.
-AZURITE_PREFIX = Path.home() / ".cache" / "outofcore" / "azurite"
+AZURITE_PREFIX = (
+    Path(os.environ.get("OUTOFCORE_TEST_REAL_HOME") or Path.home())
+    / ".cache"
+    / "outofcore"
+    / "azurite"
+)
 #: The Azurite release ``.ci/run`` installs.
 AZURITE_VERSION = "3.35.0"
 
