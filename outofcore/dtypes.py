@@ -235,3 +235,54 @@ def _with_output(types: ProductTypes, out_dtype: Any, dtypes: dict[str, np.dtype
             f"{kinds[natural.kind]}"
         )
     return ProductTypes(types.compute, wanted, types.exact, types.bound)
+
+
+def check_product(
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    names: tuple[str, str, str] = ("a", "b", "c"),
+    one_dtype: bool = True,
+) -> tuple[int, int, int]:
+    """Check that ``a @ b`` (into ``c``, if given) is defined; return ``(m, n, k)``.
+
+    Takes anything with ``shape`` and ``dtype``: numpy, CUDA device or zarr arrays.
+    ``names`` are how messages call the operands.  With ``one_dtype`` (a kernel
+    or BLAS call) all must share one of :data:`COMPUTE_DTYPES`;
+    without, dtypes are left to :func:`product_types`.
+
+    Raises
+    ------
+    InputError
+        Naming the shapes or dtypes that do not fit.
+    """
+    operands = [(name, x) for name, x in zip(names, (a, b, c), strict=True) if x is not None]
+    for name, x in operands:
+        if len(x.shape) != 2:
+            raise InputError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise InputError(
+            f"inner dimensions differ: {names[0]} is {m}x{k} and {names[1]} is {k2}x{n} "
+            f"({k} != {k2})"
+        )
+    if c is not None and tuple(c.shape) != (m, n):
+        raise InputError(
+            f"{names[2]} has shape {tuple(c.shape)}; {names[0]} @ {names[1]} needs ({m}, {n})"
+        )
+    if not one_dtype:
+        return m, n, k
+    dtypes = {name: np.dtype(x.dtype) for name, x in operands}
+    if len(set(dtypes.values())) != 1:
+        said = [f"{name} is {dtype}" for name, dtype in dtypes.items()]
+        described = ", ".join(said[:-1]) + f" and {said[-1]}"
+        raise InputError(
+            f"mixed dtypes: {described}; convert so that all share one of {_COMPUTE_NAMES}"
+        )
+    if dtypes[names[0]] not in COMPUTE_DTYPES:
+        raise InputError(f"unsupported dtype {dtypes[names[0]]}; use one of {_COMPUTE_NAMES}")
+    return m, n, k
+
+
+_COMPUTE_NAMES = ", ".join(str(d) for d in COMPUTE_DTYPES)

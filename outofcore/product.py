@@ -14,8 +14,9 @@ converted to the output dtype.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
@@ -25,14 +26,18 @@ from outofcore.dtypes import (
     ADDEND_DTYPES,
     ProductTypes,
     check_flag,
+    check_product,
     check_scale,
     product_types,
 )
-from outofcore.engines import check_product
 from outofcore.errors import InputError
+from outofcore.presence import listed_array
 from outofcore.reading import read_converted, zarr_read_shards
 from outofcore.stores import request_bytes
-from scheduler.plan import Problem
+from scheduler.problem import Problem
+
+if TYPE_CHECKING:
+    from outofcore.fingerprint import Fingerprint
 
 #: Appended to the column dimension's name when it is the row dimension's name too.
 REPEATED_SUFFIX = "_2"
@@ -237,6 +242,22 @@ class Product:
         if self.types.output == rows.dtype:
             return rows
         return rows.astype(self.types.output)
+
+
+def listed_product(product: Product, fingerprints: Mapping[str, Fingerprint]) -> Product:
+    """``product`` whose inputs are read as :func:`~outofcore.presence.listed_array` twins,
+    each checked against the keys of its fingerprint (``fingerprints``, by the names of
+    ``product.inputs``).  An array given twice (a Gram product's A and B) stays one array."""
+    twins: dict[int, zarr.Array] = {}
+
+    def twin(name: str, array: zarr.Array) -> zarr.Array:
+        if id(array) not in twins:
+            where = f"input {name} ({arrays.describe(array)})"
+            twins[id(array)] = listed_array(array, fingerprints[name].tokens, where)
+        return twins[id(array)]
+
+    named = {name: twin(name, array) for name, array in product.inputs.items()}
+    return replace(product, a=named["A"], b=named["B"], addend=named.get("addend", product.addend))
 
 
 def output_names(

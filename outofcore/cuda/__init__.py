@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from outofcore.cuda.probe import numba_cuda_installed, require_numba_cuda, simulator_enabled
-from outofcore.dtypes import COMPUTE_DTYPES  # noqa: F401 (re-exported)
-from outofcore.engines import check_product
+from outofcore.dtypes import check_product
 from outofcore.errors import BackendError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,7 +89,7 @@ def check_operands(a: Any, b: Any, c: Any) -> tuple[int, int, int]:
     """Check that ``c += a @ b`` is well formed for the kernel; return ``(m, n, k)``.
 
     The shapes and dtypes as every engine checks them
-    (:func:`outofcore.engines.check_product`), and the kernel's 32-bit index limit.
+    (:func:`outofcore.dtypes.check_product`), and the kernel's 32-bit index limit.
 
     Raises
     ------

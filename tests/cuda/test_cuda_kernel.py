@@ -15,6 +15,7 @@ from numba import cuda
 import outofcore.cuda as ooc_cuda
 from outofcore.cuda import kernels
 from outofcore.cuda.kernels import PRODUCTION, TileParams
+from outofcore.dtypes import COMPUTE_DTYPES
 from outofcore.errors import InputError
 
 # tests/conftest.py turns numba's CUDA simulator on unless NUMBA_ENABLE_CUDASIM is set.
@@ -349,7 +350,7 @@ def test_bad_tile_parameters(params, message):
 
 
 def test_production_parameters_are_valid():
-    assert set(PRODUCTION) == set(ooc_cuda.COMPUTE_DTYPES)
+    assert set(PRODUCTION) == set(COMPUTE_DTYPES)
     for params in PRODUCTION.values():
         params.check()
         assert params.threads == (16, 16)
