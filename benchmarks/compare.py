@@ -40,7 +40,7 @@ Bytes read: ``read_chars`` of the process tree during the timed region
 (compressed bytes as stored, page cache included), and that figure scaled by
 the inputs' compression ratio to decoded bytes, against the plan's lower bound
 ``max(|A| + |B|, 2mnk·w/√(M/w) − 2M)`` for a per-worker budget ``M``
-(``scheduler.plan.io_lower_bound``).
+(``scheduler.io_model.io_lower_bound``).
 
 Usage::
 
@@ -567,7 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from outofcore.config import parse_size  # noqa: PLC0415
-    from scheduler.plan import Problem, io_lower_bound  # noqa: PLC0415
+    from scheduler.io_model import io_lower_bound  # noqa: PLC0415
+    from scheduler.problem import Problem  # noqa: PLC0415
 
     if args.quick:
         args.size, args.chunk, args.repeats = 2048, 512, 1

@@ -5,7 +5,7 @@ Issue 28, item 5: planning a 10^10-row Gram took 67-88 s and 10^12 rows ran past
 ``rows`` x 64 float64 in 100000x64 chunks (10^3 to 10^7 chunks) this times, in this
 process:
 
-* ``plan``: :func:`scheduler.plan.make_output_plan` with the default 1 GiB budget;
+* ``plan``: :func:`scheduler.tiling.make_output_plan` with the default 1 GiB budget;
 * ``summary``: the plan's summary (bytes read, flops, ...) and the what-if predictions
   (:func:`scheduler.model.what_ifs`, one plan per assumed machine): what
   ``outofcore plan`` prints;
@@ -40,7 +40,8 @@ CHUNK_ROWS = 100_000
 def time_case(rows: int, command: bool, folder: Path) -> dict:
     """Seconds to plan, summarise and (optionally) run ``outofcore plan`` for ``rows``."""
     from scheduler import model  # noqa: PLC0415
-    from scheduler.plan import Problem, make_output_plan  # noqa: PLC0415
+    from scheduler.problem import Problem  # noqa: PLC0415
+    from scheduler.tiling import make_output_plan  # noqa: PLC0415
 
     problem = Problem(
         m=COLUMNS,

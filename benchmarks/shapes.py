@@ -39,7 +39,7 @@ flat      32768x256 @ 256x32768           8192x256    writing C
 Every dask.array and outofcore output is compared with numpy's, element by
 element, within a float32 tolerance that grows with k (:func:`tolerance`);
 a wrong result fails the run.  Prints, per shape, time / numpy, dask.array /
-outofcore, bytes read / the lower bound (``scheduler.plan.io_lower_bound``;
+outofcore, bytes read / the lower bound (``scheduler.io_model.io_lower_bound``;
 outofcore's exact decoded bytes, the others' ``read_chars`` scaled to decoded
 bytes), time / floor for the I/O-bound shapes, each worker's tasks and busy
 fraction, and the plan, with the issue's targets beside each figure.  Writes
@@ -454,7 +454,7 @@ def compare_outputs(path: str, reference: str, k: int) -> dict:
 
 def run_shape(shape: Shape, args: argparse.Namespace, systems: list[str]) -> dict:
     """Every system on ``shape`` over ``args.repeats`` rounds; its JSON entry."""
-    from scheduler.plan import io_lower_bound  # noqa: PLC0415
+    from scheduler.io_model import io_lower_bound  # noqa: PLC0415
 
     paths = ensure_shape_inputs(args.data_dir, shape)
     per_worker = args.memory_bytes // args.workers

@@ -53,7 +53,7 @@ from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
 from outofcore.tile import TileJob
 from outofcore.worker_context import worker_context
 from outofcore.writing import disk_usage_of, local_folder, make_durable
-from scheduler import plan as plan_module
+from scheduler import tiling
 from scheduler.cluster import (
     DEFAULT_BUDGET_BYTES,
     SYNC,
@@ -69,7 +69,8 @@ from scheduler.cluster import (
 )
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE, check_gpus_usable
-from scheduler.plan import Plan, is_large_output, make_output_plan
+from scheduler.plan import Plan
+from scheduler.tiling import is_large_output, make_output_plan
 
 __all__ = [
     "ATTRIBUTE",
@@ -520,7 +521,7 @@ def _warn_unsharded(plan: Plan, spec: JobSpec, start: Start) -> None:
     if created_v2 and is_large_output(plan):
         warnings.warn(
             f"the output has {plan.out_chunk_count} chunks of {plan.out_chunks[0]}x"
-            f"{plan.out_chunks[1]}, more than {plan_module.SHARD_OVER_CHUNKS}; zarr format 2 "
+            f"{plan.out_chunks[1]}, more than {tiling.SHARD_OVER_CHUNKS}; zarr format 2 "
             "has no shards, so each is written as its own object (format 3 would group them "
             "one shard per tile)",
             OutputLayoutWarning,

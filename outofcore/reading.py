@@ -159,7 +159,7 @@ def read_operand(
 def zarr_read_shards(array: zarr.Array, transposed: bool = False) -> tuple[int, int] | None:
     """The shards of ``array`` (of its transpose, ``transposed``) when zarr's sharding codec
     reads them (:func:`read_panel`), whose reads hold a shard's part of a panel at once
-    (:func:`scheduler.plan.shard_read_bytes`); None when it is read chunk by chunk."""
+    (:func:`scheduler.memory.shard_read_bytes`); None when it is read chunk by chunk."""
     if array.shards is None or chunkfiles.read_layout(array) is not None:
         return None
     shards = tuple(array.shards)

@@ -65,7 +65,7 @@ class JobSpec:
         Replace an existing output (and its journal).
     shards
         Create a large output sharded (default True): one with more than
-        :data:`scheduler.plan.SHARD_OVER_CHUNKS` chunks gets one zarr shard per
+        :data:`scheduler.tiling.SHARD_OVER_CHUNKS` chunks gets one zarr shard per
         tile, so each tile writes one whole object.  False: plain chunks always.
     zarr_format
         Format of an output the job creates: 3 (default) or 2, for readers

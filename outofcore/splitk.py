@@ -47,7 +47,8 @@ from outofcore.tile import (
     write_mirror,
 )
 from outofcore.writing import naming_full_disk
-from scheduler.plan import PartialTask, TileTask, tile_parts, write_block_rows
+from scheduler.memory import write_block_rows
+from scheduler.plan import PartialTask, TileTask, tile_parts
 
 #: Where outofcore says what is not the result: here, damaged parts computed again.
 logger = logging.getLogger("outofcore")

@@ -27,7 +27,9 @@ from outofcore.product import Product
 from outofcore.reading import read_operand
 from outofcore.worker_context import worker_context
 from outofcore.writing import write_region
-from scheduler.plan import PANELS_IN_FLIGHT, TileTask, chunk_span, write_block_rows
+from scheduler.io_model import chunk_span
+from scheduler.memory import PANELS_IN_FLIGHT, write_block_rows
+from scheduler.plan import TileTask
 
 
 @dataclass(frozen=True)

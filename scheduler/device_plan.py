@@ -39,7 +39,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler.errors import BudgetError, InputError
-from scheduler.plan import mib, round_up, widest
+from scheduler.memory import mib, round_up
+from scheduler.tiling import widest
 
 #: Kernel block tile ``(bm, bn, bk)`` per element size: the one table of them;
 #: ``outofcore.cuda.kernels.PRODUCTION`` builds the production kernels from it.

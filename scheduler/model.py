@@ -44,7 +44,7 @@ partial tiles of a split-k plan (written once and read back once, raw),
 
 The busiest worker's flops come from the plan's tasks (tiles, or parts of
 tiles when k is split) handed out largest first to the least loaded worker
-(:func:`scheduler.plan.busiest_worker`, the planner's own estimate).  Rates
+(:func:`scheduler.tiling.busiest_worker`, the planner's own estimate).  Rates
 are inputs: ``outofcore plan`` builds this machine's from a short probe
 (:mod:`outofcore.probe`); the presets below are stated assumptions (the GPU
 node and the CPU cluster, :func:`what_ifs`) to be replaced by measurements,
@@ -56,7 +56,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from scheduler.plan import Plan, busiest_worker, make_plan
+from scheduler.plan import Plan
+from scheduler.tiling import busiest_worker, make_plan
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ def what_ifs(plan: Plan, nodes: tuple[int, ...] = (4, 16)) -> list[Prediction]:
     Their rates are assumptions (:data:`GPU_NODE`, :data:`CPU_CLUSTER_NODE`), not
     measurements: what the plan would take there, not what it takes here.  Each
     machine gets the plan made for its number of workers, with the same per-worker
-    budget (:func:`~scheduler.plan.make_plan` is pure and fast).
+    budget (:func:`~scheduler.tiling.make_plan` is pure and fast).
     """
     machines = [GPU_NODE] + [CPU_CLUSTER_NODE.scaled(n) for n in nodes]
     predictions = []

@@ -1,6 +1,6 @@
 """The layout of a created output: sharded when large, plain on request, zarr format 2.
 
-The shard threshold (``scheduler.plan.SHARD_OVER_CHUNKS``, 10⁵ chunks) and the
+The shard threshold (``scheduler.tiling.SHARD_OVER_CHUNKS``, 10⁵ chunks) and the
 largest output chunk are lowered here so a small job counts as large.
 """
 
@@ -19,7 +19,7 @@ from outofcore.api import ATTRIBUTE, OutputLayoutWarning, job_status, run_job
 from outofcore.freivalds import verify
 from outofcore.reading import ReadError
 from outofcore.resume import ResumeError
-from scheduler import plan as plan_module
+from scheduler import memory, tiling
 from tests.helpers import break_chunk, cli, random_matrix, restore_chunk, write_zarr
 
 #: 24 KiB makes tiles of about 20x10 on the 10x10 chunks below.
@@ -40,8 +40,8 @@ def ragged(tmp_path):
 @pytest.fixture
 def large_is_small(monkeypatch):
     """More than 10 output chunks count as a large output; output chunks at most 5x5."""
-    monkeypatch.setattr(plan_module, "SHARD_OVER_CHUNKS", 10)
-    monkeypatch.setattr(plan_module, "MAX_OUTPUT_CHUNK", 5)
+    monkeypatch.setattr(tiling, "SHARD_OVER_CHUNKS", 10)
+    monkeypatch.setattr(memory, "MAX_OUTPUT_CHUNK", 5)
 
 
 def paths(folder: Path, out: str = "c.zarr") -> tuple[str, str, str]:

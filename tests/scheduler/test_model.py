@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from scheduler.model import CI_2CORE, CPU_CLUSTER_NODE, GPU_NODE, predict, what_ifs
-from scheduler.plan import Problem, make_plan
+from scheduler.problem import Problem
+from scheduler.tiling import make_plan
 
 
 def square(size: int, chunk: int) -> Problem:

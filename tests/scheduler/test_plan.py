@@ -12,14 +12,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from outofcore.errors import BudgetError, InputError
-from scheduler.plan import (
-    Problem,
-    _k_unit,
-    io_lower_bound,
-    make_output_plan,
-    make_plan,
-    task_bytes,
-)
+from scheduler.io_model import io_lower_bound
+from scheduler.memory import task_bytes
+from scheduler.problem import Problem
+from scheduler.tiling import _k_unit, make_output_plan, make_plan
 from tests.helpers import ROOT
 
 dims = st.integers(min_value=1, max_value=3000)
@@ -39,7 +35,18 @@ def problems(draw: st.DrawFn) -> Problem:
     )
 
 
-@pytest.mark.parametrize("module", ["scheduler.plan", "scheduler.model", "scheduler.device_plan"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "scheduler.plan",
+        "scheduler.problem",
+        "scheduler.memory",
+        "scheduler.io_model",
+        "scheduler.tiling",
+        "scheduler.model",
+        "scheduler.device_plan",
+    ],
+)
 def test_pure_modules_import_neither_dask_nor_numba_nor_zarr(module):
     code = (
         f"import sys, {module}; "
@@ -389,6 +396,7 @@ def test_symmetric_plans_cover_the_upper_triangle_once_with_square_tiles(
         workers,
         tile=(plan.tm, plan.tn),
         tk=plan.tk,
+        splits=plan.splits,  # the same tasks: a split's parts are not the tile's task
     )
     assert 2 * plan.bytes_read == general.bytes_read  # one panel per tile row and column
     assert plan.task_bytes >= general.task_bytes  # plus the mirror's transposed block
@@ -404,14 +412,14 @@ def test_a_symmetric_problem_needs_one_array_times_its_transpose():
 
 
 def test_a_large_created_output_is_planned_in_shards_of_one_tile(monkeypatch):
-    from scheduler import plan as plan_module  # noqa: PLC0415
+    from scheduler import tiling  # noqa: PLC0415
 
     problem = Problem(
         m=9000, k=4096, n=7000, itemsize=4, a_chunks=(1000, 512), b_chunks=(512, 1000)
     )
     budget = 600 * 2**20
     plain = make_plan(problem, budget)
-    monkeypatch.setattr(plan_module, "SHARD_OVER_CHUNKS", plain.out_chunk_count - 1)
+    monkeypatch.setattr(tiling, "SHARD_OVER_CHUNKS", plain.out_chunk_count - 1)
     sharded = make_output_plan(problem, budget)
     assert sharded.out_shards == (sharded.tm, sharded.tn) != sharded.out_chunks
     assert sharded.tm % sharded.out_chunks[0] == 0 and sharded.tn % sharded.out_chunks[1] == 0
@@ -427,9 +435,9 @@ def test_a_large_created_output_is_planned_in_shards_of_one_tile(monkeypatch):
     assert sharded.summary()["out_shards"] == [sharded.tm, sharded.tn]
     # Not asked, or not large, or an existing output's grid: plain chunks.
     assert make_output_plan(problem, budget, shards=False).out_shards is None
-    monkeypatch.setattr(plan_module, "SHARD_OVER_CHUNKS", plain.out_chunk_count)
+    monkeypatch.setattr(tiling, "SHARD_OVER_CHUNKS", plain.out_chunk_count)
     assert make_output_plan(problem, budget).out_shards is None
-    monkeypatch.setattr(plan_module, "SHARD_OVER_CHUNKS", 1)
+    monkeypatch.setattr(tiling, "SHARD_OVER_CHUNKS", 1)
     existing = Problem(**{**vars(problem), "out_grid": (1000, 1000)})
     assert make_output_plan(existing, budget).out_shards is None
     with pytest.raises(InputError, match=r"out_grid = \(1000, 1000\).*cannot go with shard_tiles"):
@@ -437,9 +445,9 @@ def test_a_large_created_output_is_planned_in_shards_of_one_tile(monkeypatch):
 
 
 def test_a_shard_of_one_chunk_is_not_made(monkeypatch):
-    from scheduler import plan as plan_module  # noqa: PLC0415
+    from scheduler import tiling  # noqa: PLC0415
 
-    monkeypatch.setattr(plan_module, "SHARD_OVER_CHUNKS", 1)
+    monkeypatch.setattr(tiling, "SHARD_OVER_CHUNKS", 1)
     problem = Problem(m=3000, k=512, n=3000, itemsize=4, a_chunks=(100, 512), b_chunks=(512, 100))
     small = make_output_plan(problem, 2 * 2**20)  # tiles of a few hundred: one chunk each
     assert small.out_chunks == (small.tm, small.tn) and small.out_shards is None
@@ -473,7 +481,8 @@ def test_panels_are_as_deep_as_the_budget_allows_not_the_thinnest():
     st.data(),
 )
 def test_panels_and_their_decoded_extent_match_the_listed_panels(k, tk, chunk_size, data):
-    from scheduler.plan import Panels, _touched, chunk_span  # noqa: PLC0415
+    from scheduler.io_model import chunk_span, touched  # noqa: PLC0415
+    from scheduler.plan import Panels  # noqa: PLC0415
 
     listed = tuple((k0, min(k0 + tk, k)) for k0 in range(0, k, tk))
     panels = Panels(k, tk)
@@ -482,7 +491,7 @@ def test_panels_and_their_decoded_extent_match_the_listed_panels(k, tk, chunk_si
     stop = data.draw(st.integers(first, len(listed)))
     part = panels[first:stop]
     assert part == listed[first:stop] and tuple(part) == listed[first:stop]
-    assert _touched(part, chunk_size) == sum(chunk_span(a, b, chunk_size, k) for a, b in part)
+    assert touched(part, chunk_size) == sum(chunk_span(a, b, chunk_size, k) for a, b in part)
     for position, panel in enumerate(listed):
         assert panel in panels and panels.index(panel) == position
     assert (0, 0) not in panels and (1, k + 1) not in panels
@@ -580,7 +589,7 @@ def test_planning_a_huge_output_lists_no_tile():
 def test_shards_zarr_reads_count_their_blocks_and_the_plan_still_fits():
     """Issue 28: a panel read through zarr's sharding codec holds a shard's part of it,
     stored and decoded (tests/outofcore/test_memory.py measures it)."""
-    from scheduler.plan import shard_read_bytes  # noqa: PLC0415
+    from scheduler.memory import shard_read_bytes  # noqa: PLC0415
 
     chunks = Problem(m=4096, k=4096, n=4096, itemsize=4, a_chunks=(256, 256), b_chunks=(256, 256))
     shards = replace(chunks, read_shards=((1024, 1024), (1024, 1024)))

@@ -13,7 +13,8 @@ import pytest
 
 from outofcore.engines import CpuEngine, gemm_accumulate
 from scheduler.cluster import WORKER_OVERHEAD_BYTES
-from scheduler.plan import Problem, io_lower_bound
+from scheduler.io_model import io_lower_bound
+from scheduler.problem import Problem
 from tests.helpers import ROOT, load_benchmark
 
 
@@ -165,13 +166,13 @@ def test_rows_get_the_second_last_panel_while_the_last_one_loads(tmp_path, monke
     import zarr
 
     import outofcore.reading
-    import scheduler.plan
+    import scheduler.memory
     from outofcore.api import run_job
     from outofcore.generate import random_array
 
     a = random_array(tmp_path / "a.zarr", (320, 256), (32, 64), seed=5)
     b = random_array(tmp_path / "b.zarr", (256, 96), (64, 96), seed=6)
-    monkeypatch.setattr(scheduler.plan, "WRITE_BLOCK_ROWS", 1)  # blocks of one chunk row
+    monkeypatch.setattr(scheduler.memory, "WRITE_BLOCK_ROWS", 1)  # blocks of one chunk row
     read = outofcore.reading.read_panel
 
     def slow_last_panel(array, selection, out):

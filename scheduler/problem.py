@@ -1,0 +1,93 @@
+"""The problem a plan is made for: the shapes, chunk grids and element sizes of one product.
+
+Pure data, like :mod:`scheduler.plan`: nothing here imports Dask, numba or zarr.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.errors import InputError
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The shapes and chunkings of one product ``C (m×n) = op(A) (m×k) @ op(B) (k×n)``.
+
+    Chunk grids are those of ``op(A)`` and ``op(B)``: a transposed operand's
+    stored chunks, swapped.  Element sizes are bytes.
+    """
+
+    m: int
+    k: int
+    n: int
+    #: Size of the accumulation dtype (panels in memory and the tile).
+    itemsize: int
+    a_chunks: tuple[int, int]
+    b_chunks: tuple[int, int]
+    #: The grid an existing output must be written in (its shards, else chunks).
+    out_grid: tuple[int, int] | None = None
+    #: Stored element sizes of A and B (bytes read); None: ``itemsize``.
+    read_itemsizes: tuple[int, int] | None = None
+    #: Bytes per element of A's and B's staging panels (0: decoded straight into the panel).
+    staging: tuple[int, int] = (0, 0)
+    #: Element size of the output; None: ``itemsize``.
+    out_itemsize: int | None = None
+    #: Bytes per output element of a write block's buffers (converted output, addend).
+    block_extra: int = 0
+    #: Stored element size of the addend (read once); 0: no addend.
+    addend_itemsize: int = 0
+    #: Decoded bytes of one chunk of the addend (its reads' buffers); 0: no addend.
+    addend_chunk_bytes: int = 0
+    #: Bytes a chunk request in flight holds beside the chunk's buffers (an object store
+    #: client's request and response objects); 0 for files on a local disk.
+    request_bytes: int = 0
+    #: Shards of ``op(A)`` and ``op(B)`` that zarr's sharding codec reads (a remote store,
+    #: codecs outofcore's reader does not decode): a read then holds a shard's part of the
+    #: panel, encoded and decoded, at once (:func:`shard_read_bytes`).  None: read chunk by
+    #: chunk (chunk files, local shard files, unsharded arrays).
+    read_shards: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None)
+    #: ``op(A) @ op(B)`` is ``X.T @ X`` or ``X @ X.T`` of one array X: only the tiles on
+    #: and above the diagonal are tasks; each writes its mirror tile too.
+    symmetric: bool = False
+    #: The output is created with one shard per tile: a tile is written, and
+    #: encoded, as one object (:func:`make_output_plan`).
+    shard_tiles: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("m", "k", "n"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} = {getattr(self, name)}: every dimension must be >= 1")
+        if self.symmetric and (self.m != self.n or self.a_chunks[::-1] != self.b_chunks):
+            raise InputError(
+                f"a symmetric product needs op(A) = op(B).T: got {self.m}x{self.k} in chunks "
+                f"{self.a_chunks} and {self.k}x{self.n} in chunks {self.b_chunks}"
+            )
+        grids = {"a_chunks": self.a_chunks, "b_chunks": self.b_chunks}
+        for name, shards in zip(("a_shards", "b_shards"), self.read_shards, strict=True):
+            if shards is not None:
+                grids[name] = shards
+        if self.out_grid is not None:
+            grids["out_grid"] = self.out_grid
+            if self.shard_tiles:
+                raise InputError(
+                    f"out_grid = {self.out_grid} (an existing output) cannot go with "
+                    "shard_tiles (shards of an output the job creates)"
+                )
+        for name, grid in grids.items():
+            if len(grid) != 2 or min(grid) < 1:
+                raise InputError(f"{name} = {grid}: need two chunk sizes >= 1")
+        sizes = [self.itemsize, *self.read_sizes, self.written_itemsize]
+        extras = (*self.staging, self.block_extra, self.addend_itemsize, self.request_bytes)
+        if min(sizes) < 1 or min(extras) < 0:
+            raise InputError(f"element sizes must be >= 1 (staging >= 0), got {self}")
+
+    @property
+    def read_sizes(self) -> tuple[int, int]:
+        """Stored element sizes of A and B."""
+        return self.read_itemsizes or (self.itemsize, self.itemsize)
+
+    @property
+    def written_itemsize(self) -> int:
+        """Element size of the output."""
+        return self.out_itemsize or self.itemsize
