@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from outofcore import arrays, config, interop, probe
+from outofcore import arrays, config, interop, prediction
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
@@ -545,7 +545,7 @@ def _wants_dashboard(
     workers = local_worker_count(spec.memory, spec.workers)
     plan = plan_job(product, spec, workers, existing=existing)
     processes = not runs_in_process(spec.gpus, config.flag("in-process-worker"))
-    seconds = probe.predicted_seconds(plan, product, spec.output_codec, processes)
+    seconds = prediction.predicted_seconds(plan, product, spec.output_codec, processes)
     return seconds >= DASHBOARD_AFTER_SECONDS
 
 

@@ -581,7 +581,7 @@ def _predictions(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """This machine's figures (probed or cached) and the predictions: this machine's
     first (``basis`` "measured"), then the model's assumed machines ("assumed")."""
-    from outofcore import probe  # noqa: PLC0415
+    from outofcore import prediction, probe_cache  # noqa: PLC0415
     from scheduler.cluster import SYNC, is_local, local_blas_threads, runs_in_process  # noqa: PLC0415
     from scheduler.model import predict, what_ifs  # noqa: PLC0415
 
@@ -592,8 +592,8 @@ def _predictions(
         args.scheduler is None and runs_in_process(spec.gpus, flag("in-process-worker"))
     )
 
-    probed = probe.machine_figures(local_blas_threads(plan.workers), reprobe=args.reprobe)
-    local = probe.plan_machine(probed.figures, plan, product, spec.output_codec, not here)
+    probed = probe_cache.machine_figures(local_blas_threads(plan.workers), reprobe=args.reprobe)
+    local = prediction.plan_machine(probed.figures, plan, product, spec.output_codec, not here)
     elsewhere = None
     if not is_local(args.scheduler):
         elsewhere = f"the job runs on the workers of {args.scheduler}, not here"

@@ -90,7 +90,7 @@ class JobSpec:
     dashboard
         Serve Dask's dashboard from the LocalCluster the job starts: True, False, or
         None (the default): when the job is predicted to take at least
-        :data:`DASHBOARD_AFTER_SECONDS` here (:func:`outofcore.probe.predicted_seconds`).
+        :data:`DASHBOARD_AFTER_SECONDS` here (:func:`outofcore.prediction.predicted_seconds`).
         A shorter job is over before the page loads, and the dashboard's import (bokeh)
         costs 0.5 to 1 s of the cluster's start.  A cluster the job does not start
         keeps its own.

@@ -14,7 +14,7 @@ import pytest
 import zarr
 
 import outofcore
-from outofcore import api, cli, probe
+from outofcore import api, cli, prediction, probe_cache
 from outofcore.errors import InputError
 from outofcore.spec import DASHBOARD_AFTER_SECONDS, JobSpec
 from scheduler.cluster import DASHBOARD_EXTRA, serves_dashboard
@@ -34,7 +34,7 @@ def operands(tmp_path, m: int, k: int, n: int, chunks: tuple[int, int]):
 def no_probe_cache(tmp_path, monkeypatch):
     """No cached figures of this machine: the prediction uses the assumed slow machine."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    assert probe.cached_figures(1) is None
+    assert probe_cache.cached_figures(1) is None
 
 
 def test_a_short_job_starts_its_cluster_without_the_dashboard_unless_asked(tmp_path, capsys):
@@ -83,10 +83,10 @@ def test_the_prediction_decides_between_a_short_and_a_long_job(tmp_path, no_prob
     small = api.open_product(*operands(tmp_path, 97, 89, 83, (50, 40)), spec)
     # 8.8 TFLOP: over 10 s on any CPU of the assumed machine's kind (and far more).
     plan = api.plan_job(big, spec)
-    assert probe.predicted_seconds(plan, big, "none", False) >= DASHBOARD_AFTER_SECONDS
+    assert prediction.predicted_seconds(plan, big, "none", False) >= DASHBOARD_AFTER_SECONDS
     assert api._wants_dashboard(big, spec, None, None) is True
     plan = api.plan_job(small, spec)
-    assert probe.predicted_seconds(plan, small, "none", False) < DASHBOARD_AFTER_SECONDS
+    assert prediction.predicted_seconds(plan, small, "none", False) < DASHBOARD_AFTER_SECONDS
     assert api._wants_dashboard(small, spec, None, None) is False
     # As asked, whatever the prediction; a cluster the job does not start keeps its own.
     assert api._wants_dashboard(big, JobSpec(memory="256MiB", dashboard=False), None, None) is False
@@ -96,14 +96,14 @@ def test_the_prediction_decides_between_a_short_and_a_long_job(tmp_path, no_prob
 
 def test_cached_figures_never_measure(tmp_path):
     path = tmp_path / "machine.json"
-    assert probe.cached_figures(2, path=path, identity={"cpu": "A"}) is None
+    assert probe_cache.cached_figures(2, path=path, identity={"cpu": "A"}) is None
     assert not path.exists()  # nothing probed, nothing written
-    measured = probe.machine_figures(
-        2, path=path, identity={"cpu": "A"}, measure=lambda t: probe.ASSUMED_FIGURES
+    measured = probe_cache.machine_figures(
+        2, path=path, identity={"cpu": "A"}, measure=lambda t: prediction.ASSUMED_FIGURES
     ).figures
-    assert probe.cached_figures(2, path=path, identity={"cpu": "A"}) == measured
-    assert probe.cached_figures(1, path=path, identity={"cpu": "A"}) is None
-    assert probe.cached_figures(2, path=path, identity={"cpu": "B"}) is None
+    assert probe_cache.cached_figures(2, path=path, identity={"cpu": "A"}) == measured
+    assert probe_cache.cached_figures(1, path=path, identity={"cpu": "A"}) is None
+    assert probe_cache.cached_figures(2, path=path, identity={"cpu": "B"}) is None
 
 
 def test_the_option_is_a_flag_or_none_and_the_command_passes_it():

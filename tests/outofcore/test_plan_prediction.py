@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from outofcore import cli, probe
+from outofcore import cli, prediction, probe, probe_cache
 from outofcore.generate import random_array
 from scheduler.cluster import local_blas_threads
 from tests.outofcore.test_probe import FIGURES
@@ -33,7 +33,9 @@ def folder(tmp_path, monkeypatch):
 def inject(figures, threads=None):
     """Cache ``figures`` for this machine's identity (for a worker's threads)."""
     threads = threads or local_blas_threads(1)
-    probe.machine_figures(threads, reprobe=True, measure=lambda t: replace(figures, threads=t))
+    probe_cache.machine_figures(
+        threads, reprobe=True, measure=lambda t: replace(figures, threads=t)
+    )
 
 
 def plan(capsys, *args):
@@ -58,8 +60,8 @@ def expected_seconds(p, figures, kernel, encode=None, worker_processes=False):
     per_byte = figures.compression / figures.disk_read_bps
     per_byte += figures.overlap / figures.zstd_decode_bps
     fill = tasks * first * per_byte
-    start = probe.JOB_START_CPU_SECONDS + tasks * probe.TASK_CPU_SECONDS
-    start += probe.WORKER_START_CPU_SECONDS if worker_processes else 0
+    start = prediction.JOB_START_CPU_SECONDS + tasks * prediction.TASK_CPU_SECONDS
+    start += prediction.WORKER_START_CPU_SECONDS if worker_processes else 0
     return max(cores, disk) + fill + start / figures.cpu_share
 
 
@@ -108,7 +110,7 @@ def test_plan_json_carries_the_figures_and_the_cache(folder, capsys):
     machine = p["machine"]
     threads = local_blas_threads(1)
     assert machine["figures"] == replace(FIGURES, threads=threads).as_dict()
-    assert machine["identity"] == probe.machine_identity()
+    assert machine["identity"] == probe_cache.machine_identity()
     assert machine["cache"] == str(folder / "cache" / "outofcore" / "machine.json")
     assert machine["probed_now"] is False and machine["probed_because"] is None
     assert machine["runs_here"] is True and machine["note"] is None
@@ -161,7 +163,8 @@ def test_workers_get_their_share_of_the_cores(folder, capsys):
     assert local["busy_workers"] == busy
     assert local["decode"] == pytest.approx(p["bytes_read"] / busy / (FIGURES.zstd_decode_bps / 2))
     tasks = math.ceil(p["tiles"] / busy)
-    start = probe.JOB_START_CPU_SECONDS + tasks * probe.TASK_CPU_SECONDS  # in this process
+    # In this process: no worker process starts.
+    start = prediction.JOB_START_CPU_SECONDS + tasks * prediction.TASK_CPU_SECONDS
     assert p["machine"]["worker_processes"] is False
     assert local["start"] == pytest.approx(start / FIGURES.cpu_share, rel=1e-12)
 
@@ -179,7 +182,7 @@ def test_worker_processes_pay_their_imports_first(folder, capsys, outofcore_sett
     outofcore_settings(in_process_worker=False)  # OUTOFCORE_IN_PROCESS_WORKER=0
     apart = plan_json(capsys, *options)
     assert apart["machine"]["worker_processes"] is True
-    extra = probe.WORKER_START_CPU_SECONDS / FIGURES.cpu_share
+    extra = prediction.WORKER_START_CPU_SECONDS / FIGURES.cpu_share
     assert apart["predicted"][0]["start"] == pytest.approx(here["predicted"][0]["start"] + extra)
     expected = expected_seconds(apart, FIGURES, 1e9, worker_processes=True)
     assert apart["predicted"][0]["seconds"] == pytest.approx(expected, rel=1e-12)
