@@ -30,8 +30,7 @@ from outofcore.journal import Journal
 from outofcore.lease import Lease, OwnerCheck, check_not_held, new_job_id
 from outofcore.locations import locate
 from outofcore.phases import Phases
-from outofcore.presence import listed_product
-from outofcore.product import Product
+from outofcore.product import Product, listed_product
 from outofcore.progress import progress
 from outofcore.recorded import RecordedJob, TileResult, compute_and_record
 from outofcore.resume import (

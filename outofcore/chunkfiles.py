@@ -10,7 +10,9 @@ faults), no async machinery.  Anything else (other codecs, shards, remote
 stores, zarr v2) returns ``None`` from :func:`plain_layout` and callers go
 through zarr, reading a twin of the array (:func:`bounded_array`).  Either
 way no chunk decodes to more than its size: a bigger one is a corrupt chunk
-(:func:`outofcore.codecs.decode_bounded`, :mod:`outofcore.bounded`).
+(:func:`outofcore.codecs.decode_bounded`, :mod:`outofcore.bounded`).  The
+layout is found by :mod:`outofcore.chunk_layout`; the threads and the reusable
+buffers the files are read and written with are :mod:`outofcore.chunk_io`'s.
 
 Writes are atomic like zarr's: each chunk goes to a temporary file that is
 renamed over the chunk.  They bypass the page cache (``O_DIRECT``) where the
@@ -21,26 +23,19 @@ written rather than skipped; it reads back the same.
 from __future__ import annotations
 
 import errno
-import logging
 import os
-import sys
 import uuid
-from collections.abc import Callable
-from concurrent.futures import wait
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any
 
 import numpy as np
 import zarr
 
-from outofcore import arrays, codecs, config
-from outofcore.worker_context import worker_context
+from outofcore import bounded, codecs, config
+from outofcore.chunk_io import BufferSet, chunk_io
+from outofcore.chunk_layout import PlainLayout, layout_of, warn_once
 
 #: What codecs raise for bytes they cannot decode (truncated or corrupt chunks).
 DECODE_ERRORS = (RuntimeError, ValueError)
-#: Where outofcore says what is not the result: here, the chunk-file path turning itself off.
-logger = logging.getLogger("outofcore")
 
 
 class ChunkDecodeError(OSError):
@@ -49,69 +44,6 @@ class ChunkDecodeError(OSError):
     An ``OSError``, so readers retry it: an object store may return a short
     or damaged body once and the right one the next time.
     """
-
-
-@dataclass(frozen=True)
-class PlainLayout:
-    """Where the chunk files of an array are and how their bytes are encoded."""
-
-    root: str
-    encode_key: Callable[[tuple[int, ...]], str]
-    #: numcodecs codec (zarr's own object), or None for uncompressed chunks.
-    codec: Any
-    fill: Any
-    dtype: np.dtype
-    shape: tuple[int, int]
-    chunks: tuple[int, int]
-    #: Shards of the chunks (zarr v3 sharding: inner chunks in one file a shard), or None.
-    shards: tuple[int, int] | None = None
-    #: Where a shard's index is (``"end"`` or ``"start"``), and whether a crc32c follows it.
-    index_location: str = "end"
-    index_checksum: bool = True
-
-    def path(self, i: int, j: int) -> str:
-        """The file of chunk ``(i, j)`` (of shard ``(i, j)`` in a sharded layout)."""
-        return os.path.join(self.root, *self.encode_key((i, j)).split("/"))
-
-    @property
-    def per_shard(self) -> tuple[int, int]:
-        """Chunks along each side of a shard (1, 1 without shards)."""
-        if self.shards is None:
-            return (1, 1)
-        return (self.shards[0] // self.chunks[0], self.shards[1] // self.chunks[1])
-
-    def chunk_grid(self, rows: slice, cols: slice) -> list[tuple[int, int]]:
-        """The chunks ``array[rows, cols]`` touches, row by row."""
-        chunk_rows, chunk_cols = self.chunks
-        return [
-            (i, j)
-            for i in range(rows.start // chunk_rows, -(-rows.stop // chunk_rows))
-            for j in range(cols.start // chunk_cols, -(-cols.stop // chunk_cols))
-        ]
-
-    def overlap(self, i: int, j: int, rows: slice, cols: slice) -> tuple[tuple, tuple]:
-        """Where chunk ``(i, j)`` and ``[rows, cols]`` overlap: (in the chunk, in the region)."""
-        chunk_rows, chunk_cols = self.chunks
-        r0, c0 = i * chunk_rows, j * chunk_cols
-        inside = (
-            slice(max(rows.start, r0) - r0, min(rows.stop, r0 + chunk_rows) - r0),
-            slice(max(cols.start, c0) - c0, min(cols.stop, c0 + chunk_cols) - c0),
-        )
-        region = (
-            slice(r0 + inside[0].start - rows.start, r0 + inside[0].stop - rows.start),
-            slice(c0 + inside[1].start - cols.start, c0 + inside[1].stop - cols.start),
-        )
-        return inside, region
-
-
-def codec_setting(value: Any) -> Any:
-    """A zarr codec's setting as its plain value: ``"little"`` for ``Endian.little``.
-
-    zarr 3.1 keeps settings such as ``BytesCodec.endian`` as Enum members; newer zarr
-    (3.4.2 at least) as the plain strings, which have no ``.value`` (its ``Endian`` is
-    no longer an Enum).  Anything that is not an Enum (a str, None) comes back as is.
-    """
-    return value.value if isinstance(value, Enum) else value
 
 
 @dataclass(frozen=True)
@@ -134,147 +66,28 @@ def plain_layout(array: zarr.Array) -> PlainLayout | None:
 def read_layout(array: zarr.Array) -> PlainLayout | None:
     """The layout :func:`read_region` reads the array's chunk files with (shard files
     too), or None when zarr must read it."""
-    return worker_context().layout(array, _paths_of).layout
+    return chunk_io().layout(array, _paths_of).layout
 
 
 def bounded_array(array: zarr.Array) -> zarr.Array:
     """``array`` to read through zarr: a twin whose chunks never decode to more than
     their size (:mod:`outofcore.bounded`), or the array itself where none can be made."""
-    return worker_context().layout(array, _paths_of).bounded
+    return chunk_io().layout(array, _paths_of).bounded
 
 
 def _paths_of(array: zarr.Array) -> ReadPaths:
     try:
-        from outofcore.bounded import bounded_array as make_bounded  # noqa: PLC0415
-
-        bounded = make_bounded(array)
+        twin = bounded.bounded_array(array)
     except Exception as exc:  # noqa: BLE001 (any surprise in zarr's internals: zarr decodes)
-        _warn_once(
+        warn_once(
             array,
             "decoding %s as zarr does, unbounded by its chunks' size: its codecs could not be "
             "wrapped (%s: %s)",
             type(exc).__name__,
             exc,
         )
-        bounded = array
-    return ReadPaths(layout=_layout_of(array), bounded=bounded)
-
-
-#: Warnings about an array already given in this process (each at most once per array).
-_WARNED: set[tuple[str, str]] = set()
-#: Most warnings remembered (a worker serving many jobs forgets the oldest at once).
-WARNINGS_KEPT = 1024
-
-
-def _warn_once(array: zarr.Array, message: str, *args: object) -> None:
-    """Log ``message % (array, *args)`` once per array and message in this process:
-    a worker opens an input again for every task, and said it once per tile."""
-    key = (arrays.describe(array), message)
-    if key in _WARNED:
-        return
-    if len(_WARNED) >= WARNINGS_KEPT:
-        _WARNED.clear()
-    _WARNED.add(key)
-    logger.warning(message, key[0], *args)
-
-
-def _layout_of(array: zarr.Array) -> PlainLayout | None:
-    try:
-        from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec  # noqa: PLC0415
-        from zarr.storage import LocalStore  # noqa: PLC0415
-
-        meta = array.metadata
-        if meta.zarr_format != 3:  # zarr v2 (C or F order, filters): zarr reads it
-            return None
-        codecs = tuple(meta.codecs)
-        sharding = codecs[0] if len(codecs) == 1 and type(codecs[0]) is ShardingCodec else None
-        if sharding is not None:
-            index = _shard_index_layout(sharding)
-            if index is None:
-                return None
-            codecs = tuple(sharding.codecs)
-        plain = (
-            meta.zarr_format == 3
-            and array.ndim == 2
-            and (sharding is not None or array.shards is None)
-            and isinstance(array.store, LocalStore)
-            and len(codecs) in (1, 2)
-            and type(codecs[0]) is BytesCodec
-            and codec_setting(codecs[0].endian) in (None, sys.byteorder)
-            and (len(codecs) == 1 or type(codecs[1]) is ZstdCodec)
-            and np.dtype(array.dtype).isnative
-        )
-        if not plain:
-            return None
-        return PlainLayout(
-            root=os.path.join(os.fspath(array.store.root), array.path),
-            encode_key=meta.encode_chunk_key,
-            codec=codecs[1]._zstd_codec if len(codecs) == 2 else None,
-            fill=meta.fill_value,
-            dtype=np.dtype(array.dtype),
-            shape=tuple(array.shape),
-            chunks=tuple(array.chunks),
-            **({} if sharding is None else {"shards": tuple(array.shards), **index}),
-        )
-    except Exception as exc:  # noqa: BLE001 (any surprise in zarr's internals: use zarr itself)
-        _warn_once(
-            array,
-            "reading and writing %s through zarr, at about twice the CPU per GiB: its chunk "
-            "files' layout could not be read (%s: %s)",
-            type(exc).__name__,
-            exc,
-        )
-        return None
-
-
-def _shard_index_layout(sharding: Any) -> dict[str, Any] | None:
-    """``index_location`` and ``index_checksum`` of a shard index zarr's default way
-    (little-endian offsets and lengths, then a crc32c or nothing), else None."""
-    from zarr.codecs import BytesCodec, Crc32cCodec  # noqa: PLC0415
-
-    index_codecs = tuple(sharding.index_codecs)
-    plain = (
-        len(index_codecs) in (1, 2)
-        and type(index_codecs[0]) is BytesCodec
-        and codec_setting(index_codecs[0].endian) in (None, "little")
-        and (len(index_codecs) == 1 or type(index_codecs[1]) is Crc32cCodec)
-        and codec_setting(sharding.index_location) in ("start", "end")
-    )
-    if not plain:
-        return None
-    return {
-        "index_location": codec_setting(sharding.index_location),
-        "index_checksum": len(index_codecs) == 2,
-    }
-
-
-def _run_per_chunk(jobs: list[tuple[int, int]], work: Callable[[int, int, dict], None]) -> None:
-    """``work(i, j, scratch)`` for every chunk, in the process's chunk-file threads.
-
-    Each running call gets a ``scratch`` set of buffers kept by the worker context
-    (one set per chunk read or written at once: at most the pool's thread count, each
-    an aligned file buffer and a chunk buffer) that later chunks, reads and writes
-    alike, reuse: fresh buffers per chunk or per panel would cost page faults (Dask
-    workers return freed memory to the system at once).
-    """
-    context = worker_context()
-    pool = context.chunk_pool()
-
-    def run(i: int, j: int) -> None:
-        scratch = context.take_buffers()
-        try:
-            work(i, j, scratch)
-        finally:
-            context.return_buffers(scratch)
-
-    futures = [pool.submit(run, i, j) for i, j in jobs]
-    try:
-        for future in futures:
-            future.result()
-    finally:  # a failed chunk: the others end (or are cancelled) before the caller goes on
-        for future in futures:
-            future.cancel()
-        wait(futures)
+        twin = array
+    return ReadPaths(layout=layout_of(array), bounded=twin)
 
 
 def buffer_limit(chunk_bytes: int) -> int:
@@ -283,7 +96,7 @@ def buffer_limit(chunk_bytes: int) -> int:
     return chunk_bytes + 2 * DIRECT_ALIGNMENT
 
 
-def _scratch(buffers: dict[str, np.ndarray], name: str, nbytes: int) -> np.ndarray:
+def _scratch(buffers: BufferSet, name: str, nbytes: int) -> np.ndarray:
     """The first ``nbytes`` of the uint8 buffer ``name`` in ``buffers``, grown when too small."""
     buffer = buffers.get(name)
     if buffer is None or buffer.size < nbytes:
@@ -291,7 +104,7 @@ def _scratch(buffers: dict[str, np.ndarray], name: str, nbytes: int) -> np.ndarr
     return buffer[:nbytes]
 
 
-def _read_file(path: str, scratch: dict[str, np.ndarray]) -> np.ndarray:
+def _read_file(path: str, scratch: BufferSet) -> np.ndarray:
     """The whole file at ``path``, read into the reusable file buffer of ``scratch``."""
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
@@ -318,7 +131,7 @@ def read_region(layout: PlainLayout, selection: tuple[slice, slice], out: np.nda
     grid = layout.chunk_grid(rows, cols)
     indexes = _shard_indexes(layout, grid, chunk_bytes) if layout.shards else None
 
-    def read_chunk(i: int, j: int, scratch: dict) -> None:
+    def read_chunk(i: int, j: int, scratch: BufferSet) -> None:
         inside, region = layout.overlap(i, j, rows, cols)
         target = out[region]
         if indexes is None:
@@ -350,7 +163,7 @@ def read_region(layout: PlainLayout, selection: tuple[slice, slice], out: np.nda
         if decoded is not target:
             target[...] = decoded.view(layout.dtype).reshape(layout.chunks)[inside]
 
-    _run_per_chunk(grid, read_chunk)
+    chunk_io().run_per_chunk(grid, read_chunk)
 
 
 #: A shard index entry that marks an inner chunk never written (it reads as fill).
@@ -414,7 +227,7 @@ def _read_inner_chunk(
     indexes: dict[tuple[int, int], ShardIndex | None],
     i: int,
     j: int,
-    scratch: dict[str, np.ndarray],
+    scratch: BufferSet,
 ) -> tuple[str, np.ndarray | None]:
     """Where inner chunk ``(i, j)`` is named in messages, and its bytes (None: fill),
     read into the file buffer of ``scratch``."""
@@ -459,7 +272,7 @@ def aligned(layout: PlainLayout, start: tuple[int, int], shape: tuple[int, int])
 DIRECT_ALIGNMENT = 4096
 
 
-def _aligned_scratch(scratch: dict[str, np.ndarray], nbytes: int) -> np.ndarray:
+def _aligned_scratch(scratch: BufferSet, nbytes: int) -> np.ndarray:
     """A uint8 buffer of ``nbytes`` rounded up to :data:`DIRECT_ALIGNMENT`, aligned to it."""
     padded = -(-nbytes // DIRECT_ALIGNMENT) * DIRECT_ALIGNMENT
     raw = _scratch(scratch, "file", padded + DIRECT_ALIGNMENT)
@@ -533,7 +346,7 @@ def write_region(layout: PlainLayout, start: tuple[int, int], values: np.ndarray
 
     chunk_bytes = layout.chunks[0] * layout.chunks[1] * layout.dtype.itemsize
 
-    def write_chunk(i: int, j: int, scratch: dict) -> None:
+    def write_chunk(i: int, j: int, scratch: BufferSet) -> None:
         _, region = layout.overlap(i, j, rows, cols)
         part = values[region]
         if layout.codec is None:  # the chunk is the file: assemble it in the aligned buffer
@@ -556,4 +369,4 @@ def write_region(layout: PlainLayout, start: tuple[int, int], values: np.ndarray
             out[:size] = encoded
         _write_file(layout.path(i, j), out, size)
 
-    _run_per_chunk(layout.chunk_grid(rows, cols), write_chunk)
+    chunk_io().run_per_chunk(layout.chunk_grid(rows, cols), write_chunk)

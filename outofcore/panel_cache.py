@@ -15,8 +15,9 @@ rest are dropped before the task allocates its own, so a thread holds at most
 the memory of the task it runs or ran last.
 
 Each thread's kept panels sit in its state in the process's
-:class:`~outofcore.worker_context.WorkerContext`, which also adds up what a whole
-worker keeps and lets it go.
+:class:`~outofcore.worker_context.WorkerContext` (taken and kept with its
+``take_panels`` and ``keep_panels``), which also adds up what a whole worker
+keeps and lets it go.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
-
-from outofcore.worker_context import worker_context
 
 
 @dataclass(frozen=True)
@@ -80,18 +79,6 @@ class Reuse:
             if buffer.size == size:
                 return self.spares.pop(position)
         return None
-
-
-def take_kept() -> KeptPanels | None:
-    """Remove and return what this thread's last task kept (None if nothing)."""
-    state = worker_context().thread()
-    kept, state.panels = state.panels, None
-    return kept
-
-
-def keep(kept: KeptPanels) -> None:
-    """Keep ``kept`` for this thread's next task."""
-    worker_context().thread().panels = kept
 
 
 def plan_reuse(

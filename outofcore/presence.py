@@ -28,21 +28,16 @@ import dataclasses
 import math
 import re
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import zarr
 from zarr.core.array import AsyncArray
 from zarr.core.codec_pipeline import BatchedCodecPipeline
 
-from outofcore import arrays
 from outofcore.manifest import ChunkKeys
-
-if TYPE_CHECKING:
-    from outofcore.fingerprint import Fingerprint
-    from outofcore.product import Product
 
 #: Kinds of :attr:`ChunkPresence.kind`.
 KINDS = ("all", "bits", "indices", "keys")
@@ -231,24 +226,6 @@ def presence_of(array: zarr.Array) -> ChunkPresence | None:
     """The presence ``array``'s reads are checked against (:func:`listed_array`), or None."""
     pipeline = array._async_array.codec_pipeline
     return pipeline.presence if isinstance(pipeline, ListedPipeline) else None
-
-
-def listed_product(product: Product, fingerprints: Mapping[str, Fingerprint]) -> Product:
-    """``product`` whose inputs are read as :func:`listed_array` twins, each checked against
-    the keys of its fingerprint (``fingerprints``, by the names of ``product.inputs``).
-    An array given twice (a Gram product's A and B) stays one array."""
-    twins: dict[int, zarr.Array] = {}
-
-    def twin(name: str, array: zarr.Array) -> zarr.Array:
-        if id(array) not in twins:
-            where = f"input {name} ({arrays.describe(array)})"
-            twins[id(array)] = listed_array(array, fingerprints[name].tokens, where)
-        return twins[id(array)]
-
-    named = {name: twin(name, array) for name, array in product.inputs.items()}
-    return dataclasses.replace(
-        product, a=named["A"], b=named["B"], addend=named.get("addend", product.addend)
-    )
 
 
 def listed_array(array: zarr.Array, keys: Iterable[str], where: str) -> zarr.Array:

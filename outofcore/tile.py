@@ -142,7 +142,7 @@ class TilePanels:
         tm, tn = task.shape
         dtype = job.product.types.compute
         reuse = panel_cache.plan_reuse(
-            panel_cache.take_kept(),
+            worker_context().take_panels(),
             job_id=job.job_id,
             dtype=dtype,
             backend=job.backend,
@@ -218,7 +218,7 @@ class TilePanels:
                 rows=(task.row0, task.row1),
                 cols=(task.col0, task.col1),
             )
-            panel_cache.keep(
+            worker_context().keep_panels(
                 panel_cache.KeptPanels(identity, job.backend, last_a, last_b, tuple(others))
             )
         elif not in_worker:  # an in-process run frees everything when it returns

@@ -6,9 +6,10 @@ outlive a task because making them again costs more than keeping them:
 * each thread's **engines** (one per backend; a GPU engine holds device buffers and
   pinned host memory) and the **panels** its last task kept for the next tile of the
   same row or column (:mod:`outofcore.panel_cache` decides what a task may reuse);
-* the **chunk-file threads** (one pool per thread count, none shut down under a
-  running task) and their **buffer sets** (:mod:`outofcore.chunkfiles`);
-* the **layouts** of arrays read or written as chunk files;
+* the **buffer sets** of the chunk-file threads, kept by :mod:`outofcore.chunk_io`
+  (with the threads and the arrays' read paths, below the storage modules that use
+  them): a task drops those too large for its job, and they count in what a worker
+  keeps;
 * zarr's **I/O settings** (requests in flight, decoding threads): zarr's own
   process-wide configuration, set by every task to its job's values
   (:meth:`WorkerContext.start_task`), compared with zarr's current values and never
@@ -31,27 +32,16 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 import zarr
 
 from outofcore import blas
+from outofcore.chunk_io import chunk_io
 from outofcore.engines import TileEngine, make_engine
-
-if TYPE_CHECKING:
-    from outofcore.panel_cache import KeptPanels
-
-#: Threads for chunk files when zarr's configuration does not say.
-CHUNK_FILE_THREADS = 2
-#: Layouts remembered before the oldest are forgotten (arrays of earlier jobs).
-LAYOUTS_KEPT = 64
-
-#: A chunk file's reusable buffers by name (a file buffer, a chunk buffer).
-BufferSet = dict[str, np.ndarray]
+from outofcore.panel_cache import KeptPanels
 
 
 @dataclass
@@ -76,9 +66,6 @@ class WorkerContext:
         self._threads: weakref.WeakKeyDictionary[threading.Thread, ThreadState] = (
             weakref.WeakKeyDictionary()
         )
-        self._pools: dict[int, ThreadPoolExecutor] = {}
-        self._buffer_sets: list[BufferSet] = []
-        self._layouts: dict[int, tuple[Any, Any]] = {}
         self._blas_requests: list[int] = []  # the BLAS threads of every running task
         self._blas_limits: Any = None  # threadpoolctl's limits while tasks run
         self._blas_applied: int | None = None  # None: as before the first task
@@ -95,12 +82,7 @@ class WorkerContext:
         budget.
         """
         self.configure_io(io_concurrency)
-        with self._lock:
-            self._buffer_sets[:] = [
-                buffers
-                for buffers in self._buffer_sets
-                if all(b.nbytes <= largest_buffer for b in buffers.values())
-            ]
+        chunk_io().drop_buffers_over(largest_buffer)
 
     @contextlib.contextmanager
     def blas_threads(self, threads: int) -> Iterator[None]:
@@ -183,58 +165,24 @@ class WorkerContext:
             engine = engines[backend] = make_engine(backend)
         return engine
 
-    # -- chunk files: threads, buffers, layouts -------------------------------------
+    def take_panels(self) -> KeptPanels | None:
+        """Remove and return what this thread's last task kept (None if nothing)."""
+        state = self.thread()
+        kept, state.panels = state.panels, None
+        return kept
 
-    def chunk_pool(self) -> ThreadPoolExecutor:
-        """This process's threads for chunk files: as many as zarr's ``threading.max_workers``
-        (set per task by :meth:`start_task`), never the count an earlier job set."""
-        threads = zarr.config.get("threading.max_workers") or CHUNK_FILE_THREADS
-        with self._lock:
-            pool = self._pools.get(threads)
-            if pool is None:
-                pool = self._pools[threads] = ThreadPoolExecutor(
-                    max_workers=threads, thread_name_prefix="outofcore-chunks"
-                )
-            return pool
-
-    def take_buffers(self) -> BufferSet:
-        """A kept buffer set for one chunk being read or written (an empty one if none)."""
-        with self._lock:
-            return self._buffer_sets.pop() if self._buffer_sets else {}
-
-    def return_buffers(self, buffers: BufferSet) -> None:
-        """Keep ``buffers`` for the next chunk, panel or task."""
-        with self._lock:
-            self._buffer_sets.append(buffers)
-
-    def layout(self, array: Any, make: Callable[[Any], Any]) -> Any:
-        """``make(array)``, remembered for ``array`` (the very object) while it is in use."""
-        key: Hashable = id(array)
-        with self._lock:
-            entry = self._layouts.get(key)
-            if entry is not None and entry[0] is array:
-                return entry[1]
-        layout = make(array)
-        with self._lock:
-            if len(self._layouts) >= LAYOUTS_KEPT:
-                self._layouts.clear()
-            self._layouts[key] = (array, layout)
-        return layout
+    def keep_panels(self, kept: KeptPanels) -> None:
+        """Keep ``kept`` for this thread's next task."""
+        self.thread().panels = kept
 
     # -- what is kept, and letting it go --------------------------------------------
-
-    def buffer_bytes(self) -> int:
-        """Bytes of the chunk-file buffer sets kept for the next chunk (those not in use)."""
-        with self._lock:
-            sets = list(self._buffer_sets)
-        return sum(buffer.nbytes for buffers in sets for buffer in buffers.values())
 
     def kept_bytes(self) -> int:
         """Host bytes this process keeps between tasks: every thread's panels and engine
         accumulators, and the chunk-file buffer sets."""
         with self._lock:
             states = list(self._threads.values())
-        return sum(state.kept_bytes for state in states) + self.buffer_bytes()
+        return sum(state.kept_bytes for state in states) + chunk_io().buffer_bytes()
 
     def release_in_process(self) -> None:
         """Free what a job whose tasks ran in this process left: the calling thread's share
@@ -256,8 +204,7 @@ class WorkerContext:
         state.panels = None
         for engine in state.engines.values():
             engine.release()
-        with self._lock:
-            self._buffer_sets.clear()
+        chunk_io().clear_buffers()
 
 
 _CONTEXT = WorkerContext()

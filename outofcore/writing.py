@@ -33,8 +33,8 @@ from dask.utils import format_bytes
 from zarr.storage import LocalStore
 
 from outofcore import arrays, chunkfiles, config
+from outofcore.chunk_io import chunk_io
 from outofcore.errors import OutputWriteError
-from outofcore.worker_context import worker_context
 
 #: errno values of a full disk or a spent quota.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -98,7 +98,7 @@ def make_durable(files: Iterable[str], root: str | None) -> None:
     flushes = [(path, False) for path in files] + [(folder, True) for folder in folders]
     # All at once, in the chunk-file threads: the file system commits concurrent flushes
     # together (32 files: 1.2 ms each one by one, 0.1 ms each four at a time, here).
-    pool = worker_context().chunk_pool()
+    pool = chunk_io().chunk_pool()
     for future in [pool.submit(_fsync_if_there, path, folder) for path, folder in flushes]:
         future.result()
 

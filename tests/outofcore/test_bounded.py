@@ -259,10 +259,10 @@ def test_zarr_v2_inputs_are_read_without_an_internal_error_in_the_log(tmp_path, 
 
 
 def test_a_layout_warning_is_given_once_per_array(monkeypatch, tmp_path, caplog):
-    from outofcore import chunkfiles  # noqa: PLC0415
+    from outofcore import chunk_layout  # noqa: PLC0415
 
     array = zarr.create_array(str(tmp_path / "x.zarr"), shape=(4, 4), chunks=(2, 2), dtype="f8")
-    monkeypatch.setattr(chunkfiles, "_WARNED", set())
+    monkeypatch.setattr(chunk_layout, "_WARNED", set())
 
     class Odd:
         def __getattr__(self, name):
@@ -271,7 +271,7 @@ def test_a_layout_warning_is_given_once_per_array(monkeypatch, tmp_path, caplog)
     monkeypatch.setattr(zarr.Array, "metadata", property(lambda self: Odd()))
     with caplog.at_level(logging.WARNING, logger="outofcore"):
         for _ in range(3):  # a worker opens the array again for every task
-            assert chunkfiles._layout_of(zarr.open_array(str(tmp_path / "x.zarr"))) is None
+            assert chunk_layout.layout_of(zarr.open_array(str(tmp_path / "x.zarr"))) is None
     assert caplog.text.count("through zarr") == 1, caplog.text
     assert array.shape == (4, 4)
 

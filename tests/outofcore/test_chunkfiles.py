@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import zarr
 
-from outofcore import chunkfiles
+from outofcore import chunk_layout, chunkfiles
+from outofcore.chunk_io import chunk_io
 from outofcore.reading import read_panel
 from outofcore.worker_context import worker_context
 from outofcore.writing import write_region
@@ -120,7 +121,7 @@ def test_codec_settings_read_the_same_as_enums_and_as_plain_strings():
         big = "big"
         little = "little"
 
-    assert [chunkfiles.codec_setting(v) for v in (Endian.little, "little", Endian.big, None)] == [
+    assert [chunk_layout.codec_setting(v) for v in (Endian.little, "little", Endian.big, None)] == [
         "little",
         "little",
         "big",
@@ -158,7 +159,7 @@ def test_the_bytes_codecs_byte_order_as_any_zarr_keeps_it(tmp_path, caplog, comp
     np.testing.assert_array_equal(out, values[30:130, 10:80])
     if form != "none":
         keep("big" if sys.byteorder == "little" else "little")
-        assert chunkfiles._layout_of(array) is None and caplog.records == []
+        assert chunk_layout.layout_of(array) is None and caplog.records == []
 
 
 def test_a_fast_path_that_turns_itself_off_says_so(tmp_path, monkeypatch, caplog):
@@ -177,7 +178,7 @@ def test_a_fast_path_that_turns_itself_off_says_so(tmp_path, monkeypatch, caplog
     def renamed(*args, **kwargs):
         raise TypeError("PlainLayout.__init__() got an unexpected keyword argument 'fill'")
 
-    monkeypatch.setattr(chunkfiles, "PlainLayout", renamed)
+    monkeypatch.setattr(chunk_layout, "PlainLayout", renamed)
     array = zarr.open_array(tmp_path / "x.zarr", mode="r")
     out = np.empty((100, 70), dtype=np.float32)
     for _ in range(2):
@@ -200,13 +201,13 @@ def test_kept_buffers_larger_than_a_task_needs_are_freed(tmp_path):
     out = np.empty((256, 128), np.float32)
     chunkfiles.read_region(layout, (slice(0, 256), slice(0, 128)), out)  # not in place: 2 buffers
     np.testing.assert_array_equal(out, values[:, :128])
-    kept = context.buffer_bytes()
+    kept = chunk_io().buffer_bytes()
     assert kept >= 256 * 256 * 4  # kept for the next chunk, panel or task
     # A task with chunks this large keeps them; one with smaller chunks frees them first.
     context.start_task(2, chunkfiles.buffer_limit(256 * 256 * 4))
-    assert context.buffer_bytes() == kept
+    assert chunk_io().buffer_bytes() == kept
     context.start_task(2, chunkfiles.buffer_limit(64 * 64 * 4))
-    assert context.buffer_bytes() == 0
+    assert chunk_io().buffer_bytes() == 0
 
 
 def test_io_settings_follow_each_job_not_the_first_one(tmp_path):
@@ -218,7 +219,7 @@ def test_io_settings_follow_each_job_not_the_first_one(tmp_path):
         seen = []
         for requests in (16, 2, 16, 1):
             worker_context().start_task(requests, 2**20)
-            pool = worker_context().chunk_pool()
+            pool = chunk_io().chunk_pool()
             seen.append(
                 (zarr.config.get("async.concurrency"), zarr.config.get("threading.max_workers"))
             )

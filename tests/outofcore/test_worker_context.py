@@ -13,6 +13,7 @@ import zarr
 
 from outofcore import panel_cache, recorded, splitk
 from outofcore.api import run_job
+from outofcore.chunk_io import chunk_io
 from outofcore.engines import CpuEngine
 from outofcore.worker_context import worker_context
 from tests.helpers import assert_product_close, random_matrix, write_zarr
@@ -83,7 +84,7 @@ def test_the_context_owns_engines_panels_and_buffers_and_lets_them_go(tmp_path, 
         state = context.thread()
         engine = state.engines["cpu"]
         panels = state.panels
-        seen.append((type(engine), engine.kept_bytes(), panels, context.buffer_bytes()))
+        seen.append((type(engine), engine.kept_bytes(), panels, chunk_io().buffer_bytes()))
         assert context.kept_bytes() >= before + engine.kept_bytes() + panels.nbytes
         return io
 
@@ -105,7 +106,7 @@ def test_the_context_owns_engines_panels_and_buffers_and_lets_them_go(tmp_path, 
     # The job ended: this thread's share is let go.
     assert context.thread().panels is None
     assert context.thread().engines["cpu"].kept_bytes() == 0
-    assert context.buffer_bytes() == 0
+    assert chunk_io().buffer_bytes() == 0
     assert_product_close(zarr.open_array(str(tmp_path / "c.zarr"))[...], a, b)
 
 
