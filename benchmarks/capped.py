@@ -163,7 +163,7 @@ def _run(args: argparse.Namespace, cap: int, a: Path, b: Path, scratch: Path) ->
                 "tile",
                 "tk",
                 "tiles",
-                "budget_bytes",
+                "task_budget_bytes",
                 "task_bytes_projected",
                 "peak_worker_bytes",
                 "bytes_read",

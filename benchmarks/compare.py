@@ -290,7 +290,7 @@ def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
                 "io_lower_bound",
                 "read_over_lower_bound",
                 "task_bytes_projected",
-                "budget_bytes",
+                "task_budget_bytes",
                 "peak_worker_bytes",
                 "read_wait_seconds",
                 "compute_seconds",

@@ -180,12 +180,16 @@ def ensure_shape_inputs(data_dir: Path, shape: Shape) -> tuple[Path, Path]:
 
 def outofcore_plan(a_path: str, b_path: str, shape: Shape, per_worker: int, workers: int) -> Any:
     """The plan ``outofcore.matmul`` makes for ``shape`` on ``workers`` workers (the job's
-    own planning function, :func:`outofcore.api.plan_job`)."""
-    from outofcore.api import open_product, plan_job  # noqa: PLC0415
+    own planning function, :func:`outofcore.planning.plan_job`, for single-threaded
+    workers as the LocalCluster's)."""
+    from outofcore.api import open_product  # noqa: PLC0415
+    from outofcore.planning import plan_job  # noqa: PLC0415
     from outofcore.spec import JobSpec  # noqa: PLC0415
+    from scheduler.executors import WorkerShape  # noqa: PLC0415
 
     spec = JobSpec(transpose_a=shape.gram, memory=per_worker, backend="cpu")
-    return plan_job(open_product(a_path, b_path, spec), spec, workers)
+    shape_of_workers = WorkerShape(workers, threads_per_worker=1, blas_threads=1)
+    return plan_job(open_product(a_path, b_path, spec), spec, shape_of_workers).plan
 
 
 # --------------------------------------------------------------------------- systems
@@ -361,13 +365,14 @@ def _write_floor(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
     import numpy as np  # noqa: PLC0415
 
     from outofcore.arrays import create_output  # noqa: PLC0415
+    from outofcore.locations import locate  # noqa: PLC0415
     from outofcore.writing import write_region  # noqa: PLC0415
 
     shape = _shape(cfg)
     per_worker = cfg["memory"] // cfg["workers"]
     chunks = outofcore_plan(a_path, b_path, shape, per_worker, cfg["workers"]).out_chunks
     c = create_output(
-        out, (shape.m, shape.n), np.dtype(np.float32), chunks, True, {}, cfg["output_codec"]
+        locate(out), (shape.m, shape.n), np.dtype(np.float32), chunks, True, {}, cfg["output_codec"]
     )
     rows = chunks[0]
     # Values like a product's (random floats, so zstd sees what it would), made untimed.

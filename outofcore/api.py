@@ -11,10 +11,8 @@ marks the output complete only when every tile has its record.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,7 +20,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from outofcore import arrays, config, interop, prediction
+from outofcore import arrays, config, interop
 from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
@@ -30,7 +28,16 @@ from outofcore.journal import Journal
 from outofcore.lease import Lease, OwnerCheck, check_not_held, new_job_id
 from outofcore.locations import locate
 from outofcore.phases import Phases
-from outofcore.product import Product, listed_product
+from outofcore.planning import (
+    ONE_TASK,
+    job_workers,
+    plan_job,
+    wants_dashboard,
+    warn_unsharded,
+    with_budget,
+)
+from outofcore.presence import listed_product
+from outofcore.product import Product
 from outofcore.progress import progress
 from outofcore.recorded import RecordedJob, TileResult, compute_and_record
 from outofcore.resume import (
@@ -45,52 +52,39 @@ from outofcore.resume import (
     output_layout,
     output_metadata,
 )
-from outofcore.spec import DASHBOARD_AFTER_SECONDS, JobSpec
+from outofcore.spec import JobSpec
 from outofcore.splitk import SplitJob, compute_partial, reduce_tile
-from outofcore.stores import read_concurrency
 from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
 from outofcore.tile import TileJob
 from outofcore.worker_context import worker_context
 from outofcore.writing import disk_usage_of, local_folder, make_durable
-from scheduler import tiling
 from scheduler.cluster import (
-    DEFAULT_BUDGET_BYTES,
     SYNC,
     check_client,
     check_local_memory,
     check_worker_memory,
-    default_budget,
     is_local,
-    local_worker_count,
     open_executor,
     resolve_client,
-    runs_in_process,
 )
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE, check_gpus_usable
 from scheduler.plan import Plan
-from scheduler.tiling import is_large_output, make_output_plan
 
 __all__ = [
     "ATTRIBUTE",
     "JobResult",
     "JobSpec",
-    "OutputLayoutWarning",
     "gram",
     "job_status",
     "matmul",
     "open_product",
-    "plan_job",
     "run_job",
     "summarize",
 ]
 
 #: Key of the job record in the output array's attributes.
 ATTRIBUTE = JOB_ATTRIBUTE
-
-
-class OutputLayoutWarning(UserWarning):
-    """The output is created in a layout other than the one outofcore would choose."""
 
 
 @dataclass(frozen=True)
@@ -212,7 +206,7 @@ def run_job(
         client = resolve_client(client, spec.gpus)  # None: the default Client when one is open
         if spec.gpus and client is None:  # GPU workers on this node: refuse them without a GPU
             check_local_gpus(spec.gpus)
-        spec = with_budget(spec, client)
+        spec = with_budget(spec, client)  # the budget of one worker (--memory)
         # A scheduler address that names no scheduler, or where none answers: before anything.
         check_client(client, config.number("connect-timeout", positive=True))
         if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
@@ -229,13 +223,16 @@ def run_job(
     with phases("open"):
         if start.resuming:  # the plan must be the one the journal's tiles belong to
             spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
-        # Refuse a budget too small for the smallest tile before any cluster starts.
-        plan_job(operands.product, spec, existing=start.existing)
+        # Refuse a budget too small for the smallest tile before any cluster starts: with
+        # the workers of the LocalCluster or process the job starts (a scheduler elsewhere
+        # is asked once its workers have joined: one task at a time until then).
+        workers = job_workers(spec, client) if is_local(client) else ONE_TASK
+        job_plan = plan_job(operands.product, spec, workers, start.existing)
         if start.existing is None:  # and an output its disk cannot hold, before any write
             check_output_room(operands.out, operands.shape, operands.dtype, spec)
         # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
         check_local_memory(client, spec.memory, spec.workers, spec.gpus)
-        dashboard = _wants_dashboard(operands.product, spec, client, start.existing)
+        dashboard = wants_dashboard(job_plan, operands.product, spec, client)
 
     lease = Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout)
     with contextlib.ExitStack() as held:
@@ -251,10 +248,9 @@ def run_job(
                 where = getattr(getattr(client, "scheduler", None), "address", client)
                 backend = resolve_backend(spec.backend, workers.gpu_workers, where)
                 spec = replace(spec, backend=backend)
-            plan = plan_job(
-                operands.product, spec, workers.workers, workers.threads_per_worker, start.existing
-            )
-            _warn_unsharded(plan, spec, start)
+            job_plan = plan_job(operands.product, spec, workers, start.existing)
+            plan = job_plan.plan
+            warn_unsharded(plan, spec, start.existing)
             if not isinstance(executor, SynchronousExecutor):
                 interop.check_shareable({**operands.product.inputs, "the output": start.existing})
                 check_worker_memory(workers, plan.task_bytes)
@@ -276,6 +272,7 @@ def run_job(
                 plan, results, seconds, spec.backend, output, len(done), lease.job_id
             )
             summary["product"] = operands.product.summary()
+            summary["worker_budget_bytes"] = job_plan.worker_budget_bytes
             summary["damaged"] = damaged_found(document, results)
             _finish(operands, plan, document, done, results)
             summary["phases"] = phases.as_dict()  # so far: the stored summary's
@@ -348,22 +345,6 @@ def check_local_gpus(gpus: tuple[int, ...]) -> None:
 
     simulator = cuda_probe.simulator_enabled()
     check_gpus_usable(gpus, 0 if simulator else cuda_probe.device_count(), simulator)
-
-
-def with_budget(spec: JobSpec, client: Any) -> JobSpec:
-    """``spec`` with its memory budget chosen when it names none.
-
-    On this machine (``client`` None or ``"sync"``) the budget fits its memory
-    cap (:func:`scheduler.cluster.default_budget`); on a scheduler elsewhere it
-    is :data:`~scheduler.cluster.DEFAULT_BUDGET_BYTES` (its workers' limits are
-    checked when the job has them).
-    """
-    if spec.memory is not None:
-        return spec
-    if not is_local(client):
-        return dataclasses.replace(spec, memory=DEFAULT_BUDGET_BYTES)
-    workers, gpus = (spec.workers, spec.gpus) if client is None else (1, None)
-    return dataclasses.replace(spec, memory=default_budget(workers, gpus))
 
 
 def open_product(a: arrays.ArrayLike, b: arrays.ArrayLike, spec: JobSpec) -> Product:
@@ -486,66 +467,6 @@ def check_output_room(
             f"uncompressed, and {folder!r} has {format_bytes(free)} free: make room, choose "
             "another disk, or compress the output (--output-codec zstd, checked as it writes)"
         )
-
-
-def plan_job(
-    product: Product,
-    spec: JobSpec,
-    workers: int = 1,
-    threads_per_worker: int = 1,
-    existing: zarr.Array | None = None,
-) -> Plan:
-    """The plan of a job: what :func:`run_job` runs and ``outofcore plan`` prints.
-
-    ``spec.memory`` is shared by a worker's threads (one task each); chunk requests in
-    flight per task (many on object stores) are in the memory contract; an output the
-    job creates in format 3 is sharded when large (``spec.shards``); ``existing``, an
-    output written into, imposes its own chunk grid.
-    """
-    return make_output_plan(
-        product.problem(existing),
-        spec.memory // max(1, threads_per_worker),
-        max(1, workers),
-        tile=spec.tile,
-        tk=spec.tk,
-        io_concurrency=read_concurrency(product.inputs.values()),
-        splits=spec.splits,
-        shards=spec.shards and spec.zarr_format == 3,
-    )
-
-
-def _warn_unsharded(plan: Plan, spec: JobSpec, start: Start) -> None:
-    """Warn when a created format-2 output has more chunks than a sharded one would."""
-    created_v2 = start.existing is None and spec.zarr_format == 2 and spec.shards
-    if created_v2 and is_large_output(plan):
-        warnings.warn(
-            f"the output has {plan.out_chunk_count} chunks of {plan.out_chunks[0]}x"
-            f"{plan.out_chunks[1]}, more than {tiling.SHARD_OVER_CHUNKS}; zarr format 2 "
-            "has no shards, so each is written as its own object (format 3 would group them "
-            "one shard per tile)",
-            OutputLayoutWarning,
-            stacklevel=3,
-        )
-
-
-def _wants_dashboard(
-    product: Product, spec: JobSpec, client: Any, existing: zarr.Array | None
-) -> bool:
-    """Whether the LocalCluster the job starts serves Dask's dashboard: as
-    ``spec.dashboard`` asks, else when its plan for the cluster's workers is predicted to
-    take :data:`~outofcore.spec.DASHBOARD_AFTER_SECONDS` or more here (a GPU cluster
-    keeps its dashboard: the prediction is the CPUs')."""
-    if spec.dashboard is not None:
-        return spec.dashboard
-    if client is not None:  # no LocalCluster to start
-        return False
-    if spec.gpus:
-        return True
-    workers = local_worker_count(spec.memory, spec.workers)
-    plan = plan_job(product, spec, workers, existing=existing)
-    processes = not runs_in_process(spec.gpus, config.flag("in-process-worker"))
-    seconds = prediction.predicted_seconds(plan, product, spec.output_codec, processes)
-    return seconds >= DASHBOARD_AFTER_SECONDS
 
 
 def _open_executor(
@@ -758,7 +679,7 @@ def summarize(
         "io_lower_bound": plan.io_lower_bound,
         # A resumed job read for some tiles only: no bound of a whole job applies to it.
         "read_over_lower_bound": None if skipped else bytes_read / plan.io_lower_bound,
-        "budget_bytes": plan.budget_bytes,
+        "task_budget_bytes": plan.task_budget_bytes,
         "task_bytes_projected": plan.task_bytes,
         # While this job's tasks ran (outofcore.peaks), never an earlier job's peak.
         "peak_worker_bytes": max((r.peak_rss_bytes for r in results), default=0),

@@ -544,12 +544,14 @@ def _random(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from outofcore.api import open_product, plan_job, with_budget  # noqa: PLC0415
+    from outofcore.api import open_product  # noqa: PLC0415
+    from outofcore.planning import job_workers, plan_job, with_budget  # noqa: PLC0415
     from scheduler.cluster import is_local  # noqa: PLC0415
     from scheduler.tls import client_security  # noqa: PLC0415
 
-    # The job's own spec, budget and planning function: `plan` shows what `matmul` runs.
-    with _tls(args):  # the job's refusals (certificates, addresses); no cluster is asked
+    # The job's own spec, budget, workers and planning function: `plan` shows what
+    # `matmul` runs.  A scheduler elsewhere is asked for its workers, as the job would.
+    with _tls(args):  # the job's refusals (certificates, addresses)
         if args.scheduler and not is_local(args.scheduler):
             client_security(args.scheduler)
     spec = with_budget(_job_spec(args, _product_options(args)), args.scheduler)
@@ -561,59 +563,19 @@ def _plan(args: argparse.Namespace) -> int:
             f"{'an empty output' if 0 in (m, n) else 'beta * the addend, or zeros'}, no tile"
         )
         return 0
-    plan = plan_job(product, spec, spec.workers or 1)
-    machine, predicted = _predictions(args, spec, product, plan)
-    summary = {
-        **plan.summary(),
-        "product": product.summary(),
-        "machine": machine,
-        "predicted": predicted,
-    }
-    if args.device_memory is not None:
-        transposed = bool(spec.transpose_a or spec.transpose_b)
-        summary["device"] = _device_summary(plan, args.device_memory, transposed)
-    _print(summary, args.json, _format_plan)
-    return 0
-
-
-def _predictions(
-    args: argparse.Namespace, spec: Any, product: Any, plan: Any
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """This machine's figures (probed or cached) and the predictions: this machine's
-    first (``basis`` "measured"), then the model's assumed machines ("assumed")."""
-    from outofcore import prediction, probe_cache  # noqa: PLC0415
-    from scheduler.cluster import SYNC, is_local, local_blas_threads, runs_in_process  # noqa: PLC0415
-    from scheduler.model import predict, what_ifs  # noqa: PLC0415
-
-    # The tasks run in this process ("sync", or a LocalCluster's CPU workers) or in
-    # worker processes, which import the task's modules first.
-    sync = isinstance(args.scheduler, str) and args.scheduler.lower() in SYNC
-    here = sync or (
-        args.scheduler is None and runs_in_process(spec.gpus, flag("in-process-worker"))
+    with _tls(args):
+        workers = job_workers(spec, args.scheduler)
+    job_plan = plan_job(
+        product,
+        spec,
+        workers,
+        client=args.scheduler,
+        predictions=True,
+        reprobe=args.reprobe,
+        device_memory=args.device_memory,
     )
-
-    probed = probe_cache.machine_figures(local_blas_threads(plan.workers), reprobe=args.reprobe)
-    local = prediction.plan_machine(probed.figures, plan, product, spec.output_codec, not here)
-    elsewhere = None
-    if not is_local(args.scheduler):
-        elsewhere = f"the job runs on the workers of {args.scheduler}, not here"
-    elif spec.gpus or spec.backend in ("cuda", "cupy"):
-        elsewhere = "the job runs on GPUs; the probe measured this machine's CPUs"
-    machine = {
-        "figures": probed.figures.as_dict(),
-        "identity": probed.identity,
-        "cache": str(probed.cache),
-        "probed_now": probed.fresh,
-        "probed_because": probed.why,
-        "load_per_core": probed.load_per_core,
-        "under_load": probed.under_load,
-        "runs_here": elsewhere is None,
-        "worker_processes": not here,
-        "note": elsewhere,
-    }
-    predicted = [{**predict(plan, local).as_dict(), "basis": "measured"}]
-    predicted += [{**p.as_dict(), "basis": "assumed"} for p in what_ifs(plan)]
-    return machine, predicted
+    _print({**job_plan.summary(), "product": product.summary()}, args.json, _format_plan)
+    return 0
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -715,7 +677,7 @@ def _format_summary(s: dict[str, Any]) -> str:
             f"  memory         peak worker RSS {format_bytes(s['peak_worker_bytes'])} during "
             f"the tasks (a task grew it by at most {format_bytes(s.get('peak_task_bytes', 0))}); "
             f"task projected {format_bytes(s['task_bytes_projected'])} of a "
-            f"{format_bytes(s['budget_bytes'])} budget",
+            f"{format_bytes(s['task_budget_bytes'])} budget per task",
             f"  task time      compute {s['compute_seconds']:.2f} s, waiting for reads "
             f"{s['read_wait_seconds']:.2f} s, writing {s['write_seconds']:.2f} s (summed)",
             *_format_phases(s.get("phases")),
@@ -786,8 +748,9 @@ def _format_plan(p: dict[str, Any]) -> str:
             f"{b} {p['k']}x{p['n']} (chunks {p['b_chunks'][0]}x{p['b_chunks'][1]}), "
             f"accumulated in {product['compute']}"
             f"{' (exact)' if product['exact'] else ''}, written as {product['output']}",
-            f"  budget         {format_bytes(p['budget_bytes'])} per worker, "
-            f"{p['workers']} worker(s)",
+            f"  budget         {format_bytes(p['task_budget_bytes'])} per task, "
+            f"{format_bytes(p['worker_budget_bytes'])} per worker of "
+            f"{p['threads_per_worker']} thread(s), {p['workers']} worker(s)",
             f"  tiles          {p['tiles']} ({p['tiles_grid'][0]}x{p['tiles_grid'][1]}"
             f"{', on and above the diagonal' if p['symmetric'] else ''}) of "
             f"{p['tile'][0]}x{p['tile'][1]}, {p['panels_per_tile']} panel(s) of {p['tk']}",
@@ -914,22 +877,6 @@ def _streams(p: dict[str, Any]) -> str:
 
 def _load(load: float | None) -> str:
     return "unknown" if load is None else f"{load:.1f}"
-
-
-def _device_summary(plan: Any, device_memory: int, transposed: bool) -> dict[str, Any]:
-    """The device tiling of the plan's (largest) host tile and the job's predicted PCIe bytes.
-
-    ``transposed``: an operand's panels reach the engine transposed (``--transpose-a/b``,
-    a Gram product), so its device plan keeps a scratch slice for them.
-    """
-    from scheduler.device_plan import job_pcie_bytes, plan_device  # noqa: PLC0415
-
-    p = plan.problem
-    options = {"k": p.k, "transposed": transposed}
-    device = plan_device(plan.tm, plan.tn, plan.tk, p.itemsize, device_memory, **options)
-    shapes = (t.shape for t in plan.tasks)
-    pcie = job_pcie_bytes(shapes, plan.tk, p.k, p.itemsize, device_memory, transposed=transposed)
-    return {**device.summary(), "pcie_bytes": pcie}
 
 
 def _format_device(d: dict[str, Any] | None) -> list[str]:

@@ -25,7 +25,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from scheduler.errors import ClusterError
-from scheduler.executors import DaskExecutor, Executor, SynchronousExecutor, WorkerShape
+from scheduler.executors import (
+    DaskExecutor,
+    Executor,
+    SynchronousExecutor,
+    WorkerShape,
+    client_worker_shape,
+)
 from scheduler.gpu_cluster import cluster_kind, start_gpu_cluster
 from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST
 from scheduler.memory_cap import gib, memory_cap
@@ -583,23 +589,7 @@ def open_executor(
         return
     if isinstance(client, str):
         address = client
-        try:
-            connected = Client(
-                address,
-                timeout=connect_timeout,
-                set_as_default=False,
-                security=client_security(address),  # as the probe's (check_client)
-            )
-        except (OSError, TimeoutError) as exc:
-            refused = tls_failure(exc, address)
-            if refused:
-                raise ClusterError(refused) from None
-            raise ClusterError(
-                f"no Dask scheduler answered at {address!r} within "
-                f"{connect_timeout:g} s ({type(exc).__name__}); is `dask scheduler` "
-                "running there, and is the address (tcp://HOST:PORT) right?"
-            ) from None
-        with connected:
+        with _connect(address, connect_timeout) as connected:
             _wait_for_workers(connected, address, workers, connect_timeout)
             _forward_warnings(connected)
             yield DaskExecutor(connected)
@@ -612,6 +602,72 @@ def open_executor(
             file=sys.stderr,
         )
     yield DaskExecutor(client)
+
+
+def _connect(address: str, connect_timeout: float) -> Any:
+    """A ``distributed.Client`` of the scheduler at ``address`` (not the default one).
+
+    Raises
+    ------
+    ClusterError
+        When no scheduler answers within ``connect_timeout``, or TLS refuses.
+    """
+    from distributed import Client  # noqa: PLC0415
+
+    try:
+        return Client(
+            address,
+            timeout=connect_timeout,
+            set_as_default=False,
+            security=client_security(address),  # as the probe's (check_client)
+        )
+    except (OSError, TimeoutError) as exc:
+        refused = tls_failure(exc, address)
+        if refused:
+            raise ClusterError(refused) from None
+        raise ClusterError(
+            f"no Dask scheduler answered at {address!r} within "
+            f"{connect_timeout:g} s ({type(exc).__name__}); is `dask scheduler` "
+            "running there, and is the address (tcp://HOST:PORT) right?"
+        ) from None
+
+
+def worker_shape_of(
+    client: Any,
+    *,
+    budget_bytes: int,
+    workers: int | None = None,
+    gpus: tuple[int, ...] | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+) -> WorkerShape:
+    """The workers :func:`open_executor` would give a job, told before any cluster starts.
+
+    ``"sync"``: this process, one task at a time.  None: the LocalCluster
+    :func:`start_local_cluster` would start (one single-threaded worker per
+    :func:`local_worker_count`, or one per GPU), with :func:`local_blas_threads` each.
+    A scheduler address or a ``distributed.Client``: asked of its scheduler (once
+    ``workers`` have joined, as the job waits for them), the connection closed after.
+
+    Raises
+    ------
+    ClusterError
+        As :func:`open_executor` does: no scheduler, too few workers, a memory cap.
+    """
+    if isinstance(client, str) and client.lower() in SYNC:
+        return SynchronousExecutor().worker_shape()
+    if client is None:
+        if gpus:
+            count = len(gpus)  # start_gpu_cluster: one single-threaded worker per GPU
+            return WorkerShape(count, 1, local_blas_threads(count), gpu_workers=count)
+        count = local_worker_count(budget_bytes, workers)
+        return WorkerShape(count, 1, local_blas_threads(count))
+    check_client(client, connect_timeout)
+    if isinstance(client, str):
+        with _connect(client, connect_timeout) as connected:
+            _wait_for_workers(connected, client, workers, connect_timeout)
+            return client_worker_shape(connected)
+    _wait_for_workers(client, _address(client), workers, connect_timeout)
+    return client_worker_shape(client)
 
 
 def _forward_warnings(client: Any) -> None:

@@ -48,6 +48,34 @@ class WorkerShape:
     memory_limits: tuple[tuple[str, int, int], ...] = ()
 
 
+def client_worker_shape(client: Any) -> WorkerShape:
+    """The workers of a connected ``distributed.Client`` as its scheduler reports them, and
+    the BLAS threads each task gets: an equal share of its host's cores."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers:
+        return WorkerShape(workers=0, threads_per_worker=1, blas_threads=1)
+    per_host = Counter(info["host"] for info in workers.values())
+    cores = client.run(os.cpu_count)
+    # Each task running at once on a host gets an equal share of its cores.
+    blas = min(
+        max(1, (cores.get(address) or 1) // (per_host[info["host"]] * info["nthreads"]))
+        for address, info in workers.items()
+    )
+    threads = max(info["nthreads"] for info in workers.values())
+    gpu_workers = sum(1 for info in workers.values() if info.get("resources", {}).get("GPU"))
+    limits = tuple(
+        (address, int(info.get("memory_limit") or 0), int(info["nthreads"]))
+        for address, info in sorted(workers.items())
+    )
+    return WorkerShape(
+        workers=len(workers),
+        threads_per_worker=threads,
+        blas_threads=blas,
+        gpu_workers=gpu_workers,
+        memory_limits=limits,
+    )
+
+
 class Executor(Protocol):
     """Runs ``fn(job, task)`` for every task and reports each result as it lands."""
 
@@ -144,29 +172,7 @@ class DaskExecutor:
             self.client.cancel([f for f in list(self._running) if not f.done()])
 
     def worker_shape(self) -> WorkerShape:
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
-        if not workers:
-            return WorkerShape(workers=0, threads_per_worker=1, blas_threads=1)
-        per_host = Counter(info["host"] for info in workers.values())
-        cores = self.client.run(os.cpu_count)
-        # Each task running at once on a host gets an equal share of its cores.
-        blas = min(
-            max(1, (cores.get(address) or 1) // (per_host[info["host"]] * info["nthreads"]))
-            for address, info in workers.items()
-        )
-        threads = max(info["nthreads"] for info in workers.values())
-        gpu_workers = sum(1 for info in workers.values() if info.get("resources", {}).get("GPU"))
-        limits = tuple(
-            (address, int(info.get("memory_limit") or 0), int(info["nthreads"]))
-            for address, info in sorted(workers.items())
-        )
-        return WorkerShape(
-            workers=len(workers),
-            threads_per_worker=threads,
-            blas_threads=blas,
-            gpu_workers=gpu_workers,
-            memory_limits=limits,
-        )
+        return client_worker_shape(self.client)
 
     @contextlib.contextmanager
     def span(self, name: str) -> Iterator[None]:

@@ -57,7 +57,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from scheduler.plan import Plan
-from scheduler.tiling import busiest_worker, make_plan
+from scheduler.tiling import busiest_worker, make_output_plan
 
 
 @dataclass(frozen=True)
@@ -244,24 +244,54 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
     )
 
 
-def what_ifs(plan: Plan, nodes: tuple[int, ...] = (4, 16)) -> list[Prediction]:
+def what_ifs(
+    plan: Plan,
+    nodes: tuple[int, ...] = (4, 16),
+    *,
+    tile: tuple[int, int] | None = None,
+    tk: int | None = None,
+    splits: int | None = None,
+    shards: bool | None = None,
+) -> list[Prediction]:
     """Predictions on assumed machines: a GPU node and CPU clusters of ``nodes`` nodes.
 
     Their rates are assumptions (:data:`GPU_NODE`, :data:`CPU_CLUSTER_NODE`), not
     measurements: what the plan would take there, not what it takes here.  Each
-    machine gets the plan made for its number of workers, with the same per-worker
-    budget (:func:`~scheduler.tiling.make_plan` is pure and fast).
+    machine gets its own plan (:func:`assumed_plans`, with the job's options).
     """
+    options = {"tile": tile, "tk": tk, "splits": splits, "shards": shards}
+    return [
+        predict(replanned, machine) for machine, replanned in assumed_plans(plan, nodes, **options)
+    ]
+
+
+def assumed_plans(
+    plan: Plan,
+    nodes: tuple[int, ...] = (4, 16),
+    *,
+    tile: tuple[int, int] | None = None,
+    tk: int | None = None,
+    splits: int | None = None,
+    shards: bool | None = None,
+) -> list[tuple[Machine, Plan]]:
+    """The assumed machines of :func:`what_ifs` and the plan each gets: made for its number
+    of workers, with the same budget per task and the options the job was planned with
+    (``tile``, ``tk``, ``splits`` forced; ``shards`` for an output it creates, None: as
+    ``plan`` is sharded): :func:`~scheduler.tiling.make_output_plan`, pure and fast."""
     machines = [GPU_NODE] + [CPU_CLUSTER_NODE.scaled(n) for n in nodes]
-    predictions = []
+    if shards is None:
+        shards = plan.problem.shard_tiles
+    options = {"tile": tile, "tk": tk, "splits": splits, "shards": shards}
+    plans = []
     for machine in machines:
         replanned = plan
         if machine.workers != plan.workers:
-            replanned = make_plan(
-                plan.problem,
-                plan.budget_bytes,
+            replanned = make_output_plan(
+                replace(plan.problem, shard_tiles=False),  # the sharding is decided again
+                plan.task_budget_bytes,
                 machine.workers,
                 io_concurrency=plan.io_concurrency,
+                **options,
             )
-        predictions.append(predict(replanned, machine))
-    return predictions
+        plans.append((machine, replanned))
+    return plans

@@ -230,7 +230,8 @@ class Plan:
     """Everything decided before the job runs; see the module docstring."""
 
     problem: Problem
-    budget_bytes: int
+    #: Memory one task may use (a worker's budget shared by its threads, one task each).
+    task_budget_bytes: int
     workers: int
     tm: int
     tn: int
@@ -347,7 +348,7 @@ class Plan:
     @property
     def io_lower_bound(self) -> int:
         """No schedule with this budget reads fewer bytes (see the module docstring)."""
-        return io_lower_bound(self.problem, self.budget_bytes)
+        return io_lower_bound(self.problem, self.task_budget_bytes)
 
     def summary(self) -> dict:
         """Return the plan as plain JSON-ready values (without the task list)."""
@@ -360,7 +361,7 @@ class Plan:
             "out_itemsize": self.problem.written_itemsize,
             "a_chunks": list(self.problem.a_chunks),
             "b_chunks": list(self.problem.b_chunks),
-            "budget_bytes": self.budget_bytes,
+            "task_budget_bytes": self.task_budget_bytes,
             "workers": self.workers,
             "tile": [self.tm, self.tn],
             "tk": self.tk,

@@ -37,7 +37,7 @@ SCRATCH_COST_FMAS = 50
 
 def make_plan(
     problem: Problem,
-    budget_bytes: int,
+    task_budget_bytes: int,
     workers: int = 1,
     *,
     tile: tuple[int, int] | None = None,
@@ -45,7 +45,7 @@ def make_plan(
     io_concurrency: int = DEFAULT_IO_CONCURRENCY,
     splits: int | None = None,
 ) -> Plan:
-    """Choose tile sizes for ``problem`` within ``budget_bytes`` per worker.
+    """Choose tile sizes for ``problem`` within ``task_budget_bytes`` per task.
 
     The tile shape and the split of k minimise the estimated time of the
     busiest worker, compute plus decoding plus partial tiles moved
@@ -62,8 +62,8 @@ def make_plan(
     ----------
     problem
         Shapes, element size and chunk grids.
-    budget_bytes
-        Memory one task may use on a worker.
+    task_budget_bytes
+        Memory one task may use: a worker's budget shared by its threads (one task each).
     workers
         Workers that will run tasks; the plan makes at least this many tiles
         when the shapes allow.
@@ -94,7 +94,7 @@ def make_plan(
 
     if tk is None:
         tk = _choose_tk(
-            p, k_unit, row_unit, col_unit, budget_bytes, io_concurrency, workers, splits
+            p, k_unit, row_unit, col_unit, task_budget_bytes, io_concurrency, workers, splits
         )
     _check_multiple("tk", tk, k_unit, p.k)
     panel_count = math.ceil(p.k / min(tk, p.k))
@@ -105,7 +105,7 @@ def make_plan(
         )
     if tile is None:
         tm, tn, best_splits = _best_tile(
-            p, row_unit, col_unit, tk, budget_bytes, io_concurrency, workers, splits
+            p, row_unit, col_unit, tk, task_budget_bytes, io_concurrency, workers, splits
         )
         if best_splits == 1:
             tm, tn = _split_for_workers(p, tm, tn, row_unit, col_unit, workers)
@@ -117,12 +117,12 @@ def make_plan(
             raise InputError(f"tile = {tile}: a symmetric product needs square tiles")
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
     if splits is None:
-        splits = _best_splits(p, tm, tn, tk, workers, budget_bytes, io_concurrency)
-    check_fits(p, tm, tn, tk, budget_bytes, io_concurrency, splits)
+        splits = _best_splits(p, tm, tn, tk, workers, task_budget_bytes, io_concurrency)
+    check_fits(p, tm, tn, tk, task_budget_bytes, io_concurrency, splits)
     out_chunks = p.out_grid or (output_chunk(tm), output_chunk(tn))
     return Plan(
         problem=p,
-        budget_bytes=budget_bytes,
+        task_budget_bytes=task_budget_bytes,
         workers=workers,
         tm=tm,
         tn=tn,
@@ -137,7 +137,7 @@ def make_plan(
 
 def make_output_plan(
     problem: Problem,
-    budget_bytes: int,
+    task_budget_bytes: int,
     workers: int = 1,
     *,
     tile: tuple[int, int] | None = None,
@@ -156,10 +156,10 @@ def make_output_plan(
     output) is planned as it is.
     """
     options = {"tile": tile, "tk": tk, "io_concurrency": io_concurrency, "splits": splits}
-    plan = make_plan(problem, budget_bytes, workers, **options)
+    plan = make_plan(problem, task_budget_bytes, workers, **options)
     if not shards or problem.out_grid is not None or not is_large_output(plan):
         return plan
-    sharded = make_plan(replace(problem, shard_tiles=True), budget_bytes, workers, **options)
+    sharded = make_plan(replace(problem, shard_tiles=True), task_budget_bytes, workers, **options)
     if sharded.out_shards == sharded.out_chunks:
         return plan
     return sharded

@@ -116,7 +116,7 @@ def test_demo_runs_and_verifies(tmp_path):
     assert summary["verify"]["passed"] is True
     assert summary["tiles"] > 1
     # The inputs are larger than the budget the demo uses.
-    assert summary["budget_bytes"] < 2 * 640 * 640 * 4
+    assert summary["task_budget_bytes"] < 2 * 640 * 640 * 4
 
 
 def test_errors_are_one_line_with_status_two(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import zarr
 
 import outofcore
-from outofcore import api, cli, prediction, probe_cache
+from outofcore import api, cli, planning, prediction, probe_cache
 from outofcore.errors import InputError
 from outofcore.spec import DASHBOARD_AFTER_SECONDS, JobSpec
 from scheduler.cluster import DASHBOARD_EXTRA, serves_dashboard
@@ -82,16 +82,18 @@ def test_the_prediction_decides_between_a_short_and_a_long_job(tmp_path, no_prob
     big = api.open_product(*operands(tmp_path / "big", 16384, 16384, 16384, (1024, 1024)), spec)
     small = api.open_product(*operands(tmp_path, 97, 89, 83, (50, 40)), spec)
     # 8.8 TFLOP: over 10 s on any CPU of the assumed machine's kind (and far more).
-    plan = api.plan_job(big, spec)
-    assert prediction.predicted_seconds(plan, big, "none", False) >= DASHBOARD_AFTER_SECONDS
-    assert api._wants_dashboard(big, spec, None, None) is True
-    plan = api.plan_job(small, spec)
-    assert prediction.predicted_seconds(plan, small, "none", False) < DASHBOARD_AFTER_SECONDS
-    assert api._wants_dashboard(small, spec, None, None) is False
+    workers = planning.job_workers(spec, None)  # the LocalCluster the job would start
+    large = planning.plan_job(big, spec, workers)
+    assert prediction.predicted_seconds(large.plan, big, "none", False) >= DASHBOARD_AFTER_SECONDS
+    assert planning.wants_dashboard(large, big, spec, None) is True
+    short = planning.plan_job(small, spec, workers)
+    assert prediction.predicted_seconds(short.plan, small, "none", False) < DASHBOARD_AFTER_SECONDS
+    assert planning.wants_dashboard(short, small, spec, None) is False
     # As asked, whatever the prediction; a cluster the job does not start keeps its own.
-    assert api._wants_dashboard(big, JobSpec(memory="256MiB", dashboard=False), None, None) is False
-    assert api._wants_dashboard(small, JobSpec(memory="256MiB", dashboard=True), None, None)
-    assert api._wants_dashboard(big, spec, "sync", None) is False
+    unasked = JobSpec(memory="256MiB", dashboard=False)
+    assert planning.wants_dashboard(large, big, unasked, None) is False
+    assert planning.wants_dashboard(short, small, JobSpec(memory="256MiB", dashboard=True), None)
+    assert planning.wants_dashboard(large, big, spec, "sync") is False
 
 
 def test_cached_figures_never_measure(tmp_path):

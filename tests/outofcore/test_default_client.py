@@ -101,7 +101,7 @@ def test_a_job_without_client_runs_on_the_default_client_and_leaves_it_open(
     assert "2 worker(s)" in stderr
     assert "Started a LocalCluster" not in stderr
     # Budget and checks are those of a cluster elsewhere, not this machine's memory cap.
-    assert result.summary["budget_bytes"] == DEFAULT_BUDGET_BYTES
+    assert result.summary["task_budget_bytes"] == DEFAULT_BUDGET_BYTES
     assert result.summary["workers"] == 2
     c = zarr.open_array(str(tmp_path / "c.zarr"), mode="r")
     assert_gemm_close(c[...], inputs["a"], inputs["b"], accumulated_in="f4")

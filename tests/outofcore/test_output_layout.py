@@ -15,8 +15,9 @@ import pytest
 import zarr
 
 import outofcore
-from outofcore.api import ATTRIBUTE, OutputLayoutWarning, job_status, run_job
+from outofcore.api import ATTRIBUTE, job_status, run_job
 from outofcore.freivalds import verify
+from outofcore.planning import OutputLayoutWarning
 from outofcore.reading import ReadError
 from outofcore.resume import ResumeError
 from scheduler import memory, tiling

@@ -47,7 +47,8 @@ def test_plan_and_the_jobs_summary_agree(folder, command, args):
     assert planned["splits"] == summary["splits"]
     assert planned["scratch_bytes"] == summary["scratch_bytes"]  # partial tiles written
     assert planned["task_bytes"] == summary["task_bytes_projected"]
-    assert planned["budget_bytes"] == summary["budget_bytes"]
+    assert planned["task_budget_bytes"] == summary["task_budget_bytes"]
+    assert planned["worker_budget_bytes"] == summary["worker_budget_bytes"]
     assert planned["product"] == summary["product"]
     flops = summary["gflops"] * summary["seconds"] * 1e9
     assert planned["flops"] == pytest.approx(flops, rel=1e-6)

@@ -90,4 +90,4 @@ def test_the_api_and_the_cli_run_the_same_spec(tmp_path, monkeypatch):
     assert seen == [dataclasses.replace(spec, progress=False)]
     c, d = (zarr.open_array(str(tmp_path / n)) for n in ("c.zarr", "d.zarr"))
     assert np.array_equal(c[...], d[...]) and c.chunks == d.chunks
-    assert result.plan.budget_bytes == 64 * 1024
+    assert result.plan.task_budget_bytes == 64 * 1024

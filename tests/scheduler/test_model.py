@@ -7,9 +7,16 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.model import CI_2CORE, CPU_CLUSTER_NODE, GPU_NODE, predict, what_ifs
+from scheduler.model import (
+    CI_2CORE,
+    CPU_CLUSTER_NODE,
+    GPU_NODE,
+    assumed_plans,
+    predict,
+    what_ifs,
+)
 from scheduler.problem import Problem
-from scheduler.tiling import make_plan
+from scheduler.tiling import make_output_plan, make_plan
 
 
 def square(size: int, chunk: int) -> Problem:
@@ -148,3 +155,22 @@ def test_partial_tiles_are_written_and_read_back_on_the_cores():
     rates = 1 / CI_2CORE.encode_bps + 1 / CI_2CORE.decode_bps
     assert assumed.scratch == pytest.approx(plan.scratch_bytes * rates)
     assert predict(make_plan(problem, 160 * 2**20, splits=1), machine).scratch == 0
+
+
+def test_what_ifs_keep_the_jobs_forced_tile_depth_and_split():
+    """The assumed machines get the job's options: a forced tile, panel depth and split
+    of k stay forced on every machine (issue 29: they were dropped)."""
+    problem = square(8192, 512)
+    forced = {"tile": (1024, 2048), "tk": 1024, "splits": 2}
+    plan = make_output_plan(problem, 2**30, 1, **forced)
+    replans = assumed_plans(plan, **forced)
+    assert [machine.workers for machine, _ in replans] != [plan.workers] * len(replans)
+    for machine, replanned in replans:
+        assert (replanned.tm, replanned.tn, replanned.tk) == (1024, 2048, 1024), machine.name
+        assert replanned.splits == 2
+        assert replanned.workers == machine.workers
+        assert replanned.task_budget_bytes == plan.task_budget_bytes
+    assert len(what_ifs(plan, **forced)) == len(replans)
+    # Without the options each machine's own search chooses (its split differs here).
+    free = assumed_plans(plan)
+    assert any((p.tm, p.tn, p.tk, p.splits) != (1024, 2048, 1024, 2) for _, p in free)

@@ -45,6 +45,7 @@ def problems(draw: st.DrawFn) -> Problem:
         "scheduler.tiling",
         "scheduler.model",
         "scheduler.device_plan",
+        "outofcore.planning",
     ],
 )
 def test_pure_modules_import_neither_dask_nor_numba_nor_zarr(module):

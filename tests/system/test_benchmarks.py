@@ -328,7 +328,7 @@ def test_capped_benchmark_runs_every_system_inside_the_cgroup(tmp_path):
     ours = report["outofcore"]
     assert ours["returncode"] == 0 and ours["verified"] and ours["oom_kill"] == 0
     assert 0 < ours["max_usage_bytes"] <= 2**30 and ours["sampled_peak_rss_bytes"] > 0
-    assert ours["summary"]["budget_bytes"] == 2**30 - WORKER_OVERHEAD_BYTES  # within the cap
+    assert ours["summary"]["task_budget_bytes"] == 2**30 - WORKER_OVERHEAD_BYTES  # within the cap
     assert report["dask_array"]["outcome"] == "finished"
     assert report["numpy"]["seconds"] > 0 and ours["ratio_to_numpy"] > 0
     assert "dask.array" in capped.format_table(report)

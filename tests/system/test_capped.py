@@ -82,10 +82,10 @@ def test_a_job_naming_no_budget_fits_the_cgroup_cap(inputs):
             [*CLI, "matmul", *paths, "-o", str(folder / "c.zarr"), "--json"], timeout=300, env=ENV
         )
     assert plan["returncode"] == 0, plan["stderr"]
-    assert json.loads(plan["stdout"])["budget_bytes"] == CAP - WORKER_OVERHEAD_BYTES
+    assert json.loads(plan["stdout"])["task_budget_bytes"] == CAP - WORKER_OVERHEAD_BYTES
     assert job["returncode"] == 0, job["stderr"]
     summary = json.loads(job["stdout"])
-    assert summary["budget_bytes"] == CAP - WORKER_OVERHEAD_BYTES
+    assert summary["task_budget_bytes"] == CAP - WORKER_OVERHEAD_BYTES
     assert job["oom_kill"] == 0 and job["max_usage_bytes"] <= CAP
     got = zarr.open_array(str(folder / "c.zarr"), mode="r")[...]
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)

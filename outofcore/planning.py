@@ -1,0 +1,267 @@
+"""One planning home: the plan of a job, for the workers it runs on, and what it predicts.
+
+:func:`plan_job` is the only function that plans a job: :func:`outofcore.api.run_job`
+calls it before any cluster starts (to refuse a budget too small, and to decide on
+the dashboard) and again with the cluster's real workers; ``outofcore plan`` calls it
+with the workers the job would get (:func:`job_workers`: a scheduler elsewhere is
+asked), so that it shows what ``outofcore matmul`` runs; the benchmarks call it too.
+
+Two budgets, one meaning each: the user's ``--memory`` (:attr:`JobSpec.memory
+<outofcore.spec.JobSpec.memory>`) is per worker, :attr:`JobPlan.worker_budget_bytes`;
+a worker runs one task per thread, so the plan's budget is per task,
+:attr:`scheduler.plan.Plan.task_budget_bytes` (the worker's divided by its threads).
+
+No Dask or numba is imported here at module level (zarr and the probe are imported
+where a function needs them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scheduler import tiling
+from scheduler.cluster import (
+    DEFAULT_BUDGET_BYTES,
+    SYNC,
+    default_budget,
+    is_local,
+    local_blas_threads,
+    runs_in_process,
+    worker_shape_of,
+)
+from scheduler.executors import WorkerShape
+from scheduler.model import predict, what_ifs
+from scheduler.plan import Plan
+from scheduler.tiling import is_large_output, make_output_plan
+
+if TYPE_CHECKING:
+    import zarr
+
+    from outofcore.product import Product
+    from outofcore.spec import JobSpec
+
+#: The workers a budget is checked for before the job knows its own: one task at a time.
+ONE_TASK = WorkerShape(workers=1, threads_per_worker=1, blas_threads=1)
+
+
+class OutputLayoutWarning(UserWarning):
+    """The output is created in a layout other than the one outofcore would choose."""
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A job's plan, the workers it was made for and what was predicted of it."""
+
+    plan: Plan
+    #: The workers the plan was made for (each runs ``threads_per_worker`` tasks at once).
+    workers: WorkerShape
+    #: The user's budget of one worker (``--memory``); the plan's is per task.
+    worker_budget_bytes: int
+    #: This machine's figures (:func:`machine_prediction`), when predictions were asked for.
+    machine: dict[str, Any] | None = None
+    #: This machine's prediction first (``basis`` "measured"), then the assumed machines'.
+    predicted: tuple[dict[str, Any], ...] = ()
+    #: The device tiling and PCIe bytes (:func:`device_summary`), with a device budget.
+    device: dict[str, Any] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The plan's summary (:meth:`scheduler.plan.Plan.summary`) with both budgets, the
+        worker shape, and the predictions and device tiling when there are any."""
+        summary = {
+            **self.plan.summary(),
+            "worker_budget_bytes": self.worker_budget_bytes,
+            "threads_per_worker": self.workers.threads_per_worker,
+        }
+        if self.machine is not None:
+            summary["machine"] = self.machine
+            summary["predicted"] = list(self.predicted)
+        if self.device is not None:
+            summary["device"] = self.device
+        return summary
+
+
+def with_budget(spec: JobSpec, client: Any) -> JobSpec:
+    """``spec`` with its memory budget per worker chosen when it names none.
+
+    On this machine (``client`` None or ``"sync"``) the budget fits its memory
+    cap (:func:`scheduler.cluster.default_budget`); on a scheduler elsewhere it
+    is :data:`~scheduler.cluster.DEFAULT_BUDGET_BYTES` (its workers' limits are
+    checked when the job has them).
+    """
+    if spec.memory is not None:
+        return spec
+    if not is_local(client):
+        return dataclasses.replace(spec, memory=DEFAULT_BUDGET_BYTES)
+    workers, gpus = (spec.workers, spec.gpus) if client is None else (1, None)
+    return dataclasses.replace(spec, memory=default_budget(workers, gpus))
+
+
+def job_workers(spec: JobSpec, client: Any) -> WorkerShape:
+    """The workers a job with ``spec`` on ``client`` would get, before any cluster starts:
+    this process for ``"sync"``, the LocalCluster the job would start, or the workers a
+    scheduler elsewhere reports (asked now: :func:`scheduler.cluster.worker_shape_of`)."""
+    from outofcore import config  # noqa: PLC0415 (imports dask)
+
+    return worker_shape_of(
+        client,
+        budget_bytes=spec.memory,
+        workers=spec.workers,
+        gpus=spec.gpus,
+        connect_timeout=config.number("connect-timeout", positive=True),
+    )
+
+
+def plan_options(spec: JobSpec) -> dict[str, Any]:
+    """What ``spec`` forces or allows of the tiling: the tile, panel depth and split of k,
+    and the sharding of an output it creates (format 3 only)."""
+    return {
+        "tile": spec.tile,
+        "tk": spec.tk,
+        "splits": spec.splits,
+        "shards": spec.shards and spec.zarr_format == 3,
+    }
+
+
+def plan_job(
+    product: Product,
+    spec: JobSpec,
+    workers: WorkerShape,
+    existing: zarr.Array | None = None,
+    *,
+    client: Any = None,
+    predictions: bool = False,
+    reprobe: bool = False,
+    device_memory: int | None = None,
+) -> JobPlan:
+    """The plan of a job: what :func:`~outofcore.api.run_job` runs and ``outofcore plan``
+    prints, for ``workers``.
+
+    ``spec.memory`` is one worker's, shared by its threads (one task each); chunk requests
+    in flight per task (many on object stores) are in the memory contract; an output the
+    job creates in format 3 is sharded when large (``spec.shards``); ``existing``, an
+    output written into, imposes its own chunk grid.  ``predictions``: this machine's
+    figures and the model's predictions, here and on assumed machines re-planned with the
+    same options (``client`` says where the tasks run; ``reprobe`` measures again);
+    ``device_memory``: the device tiling of the plan's host tiles.
+
+    Raises
+    ------
+    BudgetError
+        When no tile fits the budget per task.
+    """
+    from outofcore.stores import read_concurrency  # noqa: PLC0415 (imports zarr)
+
+    options = plan_options(spec)
+    plan = make_output_plan(
+        product.problem(existing),
+        spec.memory // max(1, workers.threads_per_worker),
+        max(1, workers.workers),
+        io_concurrency=read_concurrency(product.inputs.values()),
+        **options,
+    )
+    machine, predicted = None, ()
+    if predictions:
+        machine, measured = machine_prediction(product, spec, plan, client, reprobe)
+        assumed = what_ifs(plan, **options)
+        predicted = (measured, *({**p.as_dict(), "basis": "assumed"} for p in assumed))
+    device = None
+    if device_memory is not None:
+        device = device_summary(plan, device_memory, bool(spec.transpose_a or spec.transpose_b))
+    return JobPlan(
+        plan=plan,
+        workers=workers,
+        worker_budget_bytes=spec.memory,
+        machine=machine,
+        predicted=predicted,
+        device=device,
+    )
+
+
+def machine_prediction(
+    product: Product, spec: JobSpec, plan: Plan, client: Any, reprobe: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """This machine's figures (probed or cached) and its prediction of ``plan``
+    (``basis`` "measured"), with a note where the job runs elsewhere."""
+    from outofcore import prediction, probe_cache  # noqa: PLC0415 (the probe imports zarr)
+    from outofcore.config import flag  # noqa: PLC0415 (imports dask)
+
+    # The tasks run in this process ("sync", or a LocalCluster's CPU workers) or in
+    # worker processes, which import the task's modules first.
+    sync = isinstance(client, str) and client.lower() in SYNC
+    here = sync or (client is None and runs_in_process(spec.gpus, flag("in-process-worker")))
+
+    probed = probe_cache.machine_figures(local_blas_threads(plan.workers), reprobe=reprobe)
+    local = prediction.plan_machine(probed.figures, plan, product, spec.output_codec, not here)
+    elsewhere = None
+    if not is_local(client):
+        elsewhere = f"the job runs on the workers of {client}, not here"
+    elif spec.gpus or spec.backend in ("cuda", "cupy"):
+        elsewhere = "the job runs on GPUs; the probe measured this machine's CPUs"
+    machine = {
+        "figures": probed.figures.as_dict(),
+        "identity": probed.identity,
+        "cache": str(probed.cache),
+        "probed_now": probed.fresh,
+        "probed_because": probed.why,
+        "load_per_core": probed.load_per_core,
+        "under_load": probed.under_load,
+        "runs_here": elsewhere is None,
+        "worker_processes": not here,
+        "note": elsewhere,
+    }
+    return machine, {**predict(plan, local).as_dict(), "basis": "measured"}
+
+
+def device_summary(plan: Plan, device_memory: int, transposed: bool) -> dict[str, Any]:
+    """The device tiling of the plan's (largest) host tile and the job's predicted PCIe bytes.
+
+    ``transposed``: an operand's panels reach the engine transposed (``--transpose-a/b``,
+    a Gram product), so its device plan keeps a scratch slice for them.
+    """
+    from scheduler.device_plan import job_pcie_bytes, plan_device  # noqa: PLC0415
+
+    p = plan.problem
+    options = {"k": p.k, "transposed": transposed}
+    device = plan_device(plan.tm, plan.tn, plan.tk, p.itemsize, device_memory, **options)
+    shapes = (t.shape for t in plan.tasks)
+    pcie = job_pcie_bytes(shapes, plan.tk, p.k, p.itemsize, device_memory, transposed=transposed)
+    return {**device.summary(), "pcie_bytes": pcie}
+
+
+def wants_dashboard(job_plan: JobPlan, product: Product, spec: JobSpec, client: Any) -> bool:
+    """Whether the LocalCluster the job starts serves Dask's dashboard: as
+    ``spec.dashboard`` asks, else when ``job_plan`` (made for the cluster's workers,
+    :func:`job_workers`) is predicted to take
+    :data:`~outofcore.spec.DASHBOARD_AFTER_SECONDS` or more here (a GPU cluster keeps
+    its dashboard: the prediction is the CPUs')."""
+    from outofcore import prediction  # noqa: PLC0415 (the probe imports zarr)
+    from outofcore.config import flag  # noqa: PLC0415 (imports dask)
+    from outofcore.spec import DASHBOARD_AFTER_SECONDS  # noqa: PLC0415 (imports zarr)
+
+    if spec.dashboard is not None:
+        return spec.dashboard
+    if client is not None:  # no LocalCluster to start
+        return False
+    if spec.gpus:
+        return True
+    processes = not runs_in_process(spec.gpus, flag("in-process-worker"))
+    plan = job_plan.plan
+    seconds = prediction.predicted_seconds(plan, product, spec.output_codec, processes)
+    return seconds >= DASHBOARD_AFTER_SECONDS
+
+
+def warn_unsharded(plan: Plan, spec: JobSpec, existing: zarr.Array | None) -> None:
+    """Warn when a created format-2 output has more chunks than a sharded one would."""
+    created_v2 = existing is None and spec.zarr_format == 2 and spec.shards
+    if created_v2 and is_large_output(plan):
+        warnings.warn(
+            f"the output has {plan.out_chunk_count} chunks of {plan.out_chunks[0]}x"
+            f"{plan.out_chunks[1]}, more than {tiling.SHARD_OVER_CHUNKS}; zarr format 2 "
+            "has no shards, so each is written as its own object (format 3 would group them "
+            "one shard per tile)",
+            OutputLayoutWarning,
+            stacklevel=3,
+        )
