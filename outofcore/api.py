@@ -36,8 +36,7 @@ from outofcore.planning import (
     warn_unsharded,
     with_budget,
 )
-from outofcore.presence import listed_product
-from outofcore.product import Product
+from outofcore.product import Product, listed_product
 from outofcore.progress import progress
 from outofcore.recorded import RecordedJob, TileResult, compute_and_record
 from outofcore.resume import (
