@@ -14,12 +14,19 @@ for a budget of ``M`` bytes per task (Smith et al., arXiv:1702.02017).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from scheduler.problem import Problem
 
-if TYPE_CHECKING:  # the plan uses this module: its panels, for the type only
-    from scheduler.plan import Panels
+
+class PanelRange(Protocol):
+    """Positions ``start`` to ``stop`` of the ``tk``-deep panels over ``k``
+    (:class:`scheduler.plan.Panels`)."""
+
+    k: int
+    tk: int
+    start: int
+    stop: int
 
 
 def io_lower_bound(problem: Problem, budget_bytes: int) -> int:
@@ -44,7 +51,7 @@ def chunk_span(start: int, stop: int, chunk: int, extent: int) -> int:
     return min(math.ceil(stop / chunk) * chunk, extent) - (start // chunk) * chunk
 
 
-def touched(panels: Panels, chunk: int) -> int:
+def touched(panels: PanelRange, chunk: int) -> int:
     """Elements along k that reading every panel decodes, given chunks of ``chunk``.
 
     The sum of :func:`chunk_span` over the panels, in closed form (floor sums): time
