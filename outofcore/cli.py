@@ -202,7 +202,8 @@ def _parser() -> argparse.ArgumentParser:
     plan = commands.add_parser(
         "plan",
         help="print the plan of a matmul job without running it: it takes every option "
-        "of matmul and plans as the job would (--workers: the workers it is made for)",
+        "of matmul and plans as the job would, for the workers it would get (a --scheduler "
+        "is asked for its workers)",
     )
     plan.add_argument("a")
     plan.add_argument("b")
