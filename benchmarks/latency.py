@@ -194,11 +194,12 @@ def _dask(a: str, b: str, out: str, options: dict, chunk: int) -> tuple[float, d
     import dask.array as da  # noqa: PLC0415
     import zarr  # noqa: PLC0415
 
+    from outofcore.locations import locate  # noqa: PLC0415
     from outofcore.stores import zarr_options  # noqa: PLC0415
 
     started = time.perf_counter()
-    x = da.from_zarr(zarr.open_array(a, mode="r", **zarr_options(a, options)))
-    y = da.from_zarr(zarr.open_array(b, mode="r", **zarr_options(b, options)))
+    x = da.from_zarr(zarr.open_array(a, mode="r", **zarr_options(locate(a, options))))
+    y = da.from_zarr(zarr.open_array(b, mode="r", **zarr_options(locate(b, options))))
     product = x @ y
     # C made with dask's own chunks (dask#12583: to_zarr onto other chunks can corrupt).
     c = zarr.create_array(
@@ -207,7 +208,7 @@ def _dask(a: str, b: str, out: str, options: dict, chunk: int) -> tuple[float, d
         chunks=(chunk, chunk),
         dtype=product.dtype,
         overwrite=True,
-        **zarr_options(out, options),
+        **zarr_options(locate(out, options)),
     )
     with dask.config.set(scheduler="threads"):
         da.store(product.rechunk((chunk, chunk)), c, lock=False)

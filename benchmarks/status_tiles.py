@@ -57,9 +57,10 @@ def _run(args: argparse.Namespace, server) -> dict:
     from moto.s3.models import s3_backends  # noqa: PLC0415
     from zarr.core.sync import sync  # noqa: PLC0415
 
-    from outofcore import stores  # noqa: PLC0415
+    from outofcore import storeops  # noqa: PLC0415
     from outofcore.api import job_status  # noqa: PLC0415
     from outofcore.journal import JOURNAL_DIR, Journal  # noqa: PLC0415
+    from outofcore.locations import locate  # noqa: PLC0415
 
     port = server._server.server_port
     endpoint = f"http://127.0.0.1:{port}"
@@ -96,7 +97,7 @@ def _run(args: argparse.Namespace, server) -> dict:
         state = job_status(out, options)
         report["status"] = _took(t0, proxy, before, tiles_done=state["tiles_done"])
 
-        journal = Journal.for_output(out, options)
+        journal = Journal.for_output(locate(out, options))
         before, t0 = proxy.counts.requests, time.perf_counter()
         done = journal.done_tiles("j")
         report["one_listing"] = _took(t0, proxy, before, tiles_done=len(done))
@@ -104,7 +105,7 @@ def _run(args: argparse.Namespace, server) -> dict:
         keys = [journal.tile_key("j", f"tile-{i}-{j}") for i, j in tiles[: args.read_sample]]
 
         async def read_all() -> list:
-            return await asyncio.gather(*(stores.get_versioned(journal.store, k) for k in keys))
+            return await asyncio.gather(*(storeops.get_versioned(journal.store, k) for k in keys))
 
         before, t0 = proxy.counts.requests, time.perf_counter()
         sync(read_all())

@@ -27,7 +27,7 @@ def __getattr__(name: str) -> Any:
 
         return gram
     if name == "job_status":
-        from outofcore.resume import job_status
+        from outofcore.status import job_status
 
         return job_status
     if name == "JobSpec":

@@ -14,7 +14,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,8 +25,9 @@ from outofcore.engines import resolve_backend
 from outofcore.errors import InputError
 from outofcore.fingerprint import Fingerprint, check_unchanged, fingerprint
 from outofcore.journal import Journal
-from outofcore.lease import Lease, OwnerCheck, check_not_held, new_job_id
-from outofcore.locations import locate
+from outofcore.lease import OwnerCheck, check_not_held, new_job_id
+from outofcore.leasing import Lease
+from outofcore.locations import Location, locate
 from outofcore.phases import Phases
 from outofcore.planning import (
     ONE_TASK,
@@ -43,16 +44,15 @@ from outofcore.resume import (
     Start,
     check_output_unchanged,
     check_start_unchanged,
-    describe_output,
     inspect_output,
     job_identity,
-    job_status,
     open_journal,
     output_layout,
     output_metadata,
 )
 from outofcore.spec import JobSpec
 from outofcore.splitk import SplitJob, compute_partial, reduce_tile
+from outofcore.status import describe_output, job_status
 from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
 from outofcore.tile import TileJob
 from outofcore.worker_context import worker_context
@@ -301,7 +301,7 @@ def _empty_product(operands: Operands, start: Start, spec: JobSpec) -> JobResult
         if start.existing is None:
             output = arrays.create_output(
                 operands.out, (m, n), operands.dtype, chunks, False, {ATTRIBUTE: record},
-                spec.output_codec, spec.storage_options, zarr_format=spec.zarr_format,
+                spec.output_codec, zarr_format=spec.zarr_format,
                 dimension_names=operands.product.dimension_names,
             )  # fmt: skip
         else:
@@ -348,6 +348,11 @@ def check_local_gpus(gpus: tuple[int, ...]) -> None:
 
 def open_product(a: arrays.ArrayLike, b: arrays.ArrayLike, spec: JobSpec) -> Product:
     """The product a job with ``spec`` computes, opened and checked (nothing is written)."""
+    # Each array named by a path or URL is located once, with the options that open it.
+    a, b, addend = (
+        locate(x, spec.storage_options) if isinstance(x, str | os.PathLike) else x
+        for x in (a, b, spec.addend)
+    )
     return Product.open(
         a,
         b,
@@ -355,9 +360,8 @@ def open_product(a: arrays.ArrayLike, b: arrays.ArrayLike, spec: JobSpec) -> Pro
         transpose_b=spec.transpose_b,
         alpha=spec.alpha,
         beta=spec.beta,
-        addend=spec.addend,
+        addend=addend,
         out_dtype=spec.out_dtype,
-        storage_options=spec.storage_options,
     )
 
 
@@ -366,7 +370,9 @@ class Operands:
     """A job's inputs and output as checked in the client, before anything is written."""
 
     product: Product
-    out: arrays.ArrayLike
+    #: The output: a ``zarr.Array``, or the location of a path or URL (located once, with
+    #: the options that open it: every step below takes it).
+    out: zarr.Array | Location
     shape: tuple[int, int]
     dtype: np.dtype
     journal: Journal
@@ -375,8 +381,6 @@ class Operands:
     fingerprints: dict[str, Fingerprint]
     #: What must match for a rerun to resume (:func:`outofcore.resume.job_identity`).
     identity: dict[str, Any]
-    #: fsspec options of the output's URL (never written to the journal).
-    storage_options: arrays.StorageOptions = field(default=None, repr=False)
 
     @classmethod
     def open(
@@ -391,11 +395,11 @@ class Operands:
         (timed as the phase ``fingerprints`` of ``phases``)."""
         product = open_product(a, b, spec)
         inputs = product.inputs
-        arrays.check_output_target(out, inputs, spec.storage_options)
-        if not isinstance(out, zarr.Array):  # resolved once; nothing outofcore did not make
-            location = locate(out, spec.storage_options)
-            check_replaceable(location, spec.storage_options)
-            out = location.target
+        if not isinstance(out, zarr.Array):  # located once, with the options that open it
+            out = locate(out, spec.storage_options)
+        arrays.check_output_target(out, inputs)
+        if isinstance(out, Location):  # nothing outofcore did not make
+            check_replaceable(out)
         with (phases or Phases())("fingerprints"):
             fingerprints = {name: fingerprint(array) for name, array in inputs.items()}
         identity = job_identity(
@@ -412,11 +416,10 @@ class Operands:
             out=out,
             shape=product.shape,
             dtype=product.types.output,
-            journal=Journal.for_output(out, spec.storage_options),
+            journal=Journal.for_output(out),
             where=describe_output(out),
             fingerprints=fingerprints,
             identity=identity,
-            storage_options=spec.storage_options,
         )
 
     @property
@@ -434,12 +437,11 @@ class Operands:
             self.identity,
             overwrite,
             self.fingerprints,
-            self.storage_options,
         )
 
 
 def check_output_room(
-    out: arrays.ArrayLike, shape: tuple[int, int], dtype: np.dtype, spec: JobSpec
+    out: zarr.Array | Location, shape: tuple[int, int], dtype: np.dtype, spec: JobSpec
 ) -> None:
     """Refuse a new output that the free space of its local disk cannot hold
     uncompressed (``--output-codec none``, the default; products of dense values hardly
@@ -451,15 +453,12 @@ def check_output_room(
     InputError
         Naming the output's bytes and the free bytes.
     """
-    if spec.output_codec != "none" or isinstance(out, zarr.Array):
-        return
-    where = locate(out, spec.storage_options)
-    if not where.is_local:
+    if spec.output_codec != "none" or isinstance(out, zarr.Array) or not out.is_local:
         return
     from dask.utils import format_bytes  # noqa: PLC0415
 
     total = shape[0] * shape[1] * np.dtype(dtype).itemsize
-    folder, free, _ = disk_usage_of(where.path)
+    folder, free, _ = disk_usage_of(out.path)
     if total > free:
         raise InputError(
             f"the output is {shape[0]}x{shape[1]} {np.dtype(dtype)}: {format_bytes(total)} "
@@ -518,7 +517,6 @@ def _start_output(
             False,
             {ATTRIBUTE: record},
             spec.output_codec,
-            spec.storage_options,
             shards=plan.out_shards,
             zarr_format=spec.zarr_format,
             dimension_names=operands.product.dimension_names,

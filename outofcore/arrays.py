@@ -19,14 +19,12 @@ from outofcore import interop
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
 from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.errors import InputError
-from outofcore.locations import locate
+from outofcore.locations import Location, locate
 from outofcore.stores import store_errors, url_of, zarr_options
 
 #: An array argument: a ``zarr.Array``, a path or fsspec URL of one, a numpy array, or a
 #: dask array made by ``da.from_zarr`` (its ``.T`` too) (:mod:`outofcore.interop`).
 ArrayLike = zarr.Array | str | os.PathLike | np.ndarray
-#: fsspec options of URLs (credentials, endpoint), or None.
-StorageOptions = dict[str, Any] | None
 #: zarr formats of the outputs a job can create (3: zarr's default; 2: older readers).
 ZARR_FORMATS = (2, 3)
 #: The attribute in which xarray keeps a format-2 array's dimension names.
@@ -34,28 +32,26 @@ XARRAY_DIMENSIONS = "_ARRAY_DIMENSIONS"
 #: A name per dimension of a 2-D array (None: unnamed).
 DimensionNames = tuple[str | None, str | None]
 
-__all__ = ["ArrayLike", "DimensionNames", "StorageOptions"]
+__all__ = ["ArrayLike", "DimensionNames"]
 
 
 def open_input(
-    source: ArrayLike,
+    source: ArrayLike | Location,
     name: str,
     dtypes: tuple[np.dtype, ...] | None = INPUT_DTYPES,
-    storage_options: StorageOptions = None,
 ) -> zarr.Array:
     """Open input ``name`` (``"A"``, ``"B"``, ...) read-only and check it is 2-D.
 
     Parameters
     ----------
     source
-        A ``zarr.Array``, a path or fsspec URL of one, a numpy array (copied into
-        memory) or a dask array reading a zarr array (:mod:`outofcore.interop`).
+        A ``zarr.Array``, a path or fsspec URL of one (or its location, opened with the
+        options it carries: :func:`outofcore.locations.locate`), a numpy array (copied
+        into memory) or a dask array reading a zarr array (:mod:`outofcore.interop`).
     name
         How error messages call this operand.
     dtypes
         The dtypes it may have (:func:`outofcore.dtypes.check_input_dtype`); None: any.
-    storage_options
-        fsspec options (credentials, endpoint) for a URL (:mod:`outofcore.stores`).
 
     Raises
     ------
@@ -63,7 +59,7 @@ def open_input(
         Also for a transposed dask array (``x.T``): only A and B have a transpose
         flag (:func:`open_operand`).
     """
-    array, transposed = open_operand(source, name, dtypes, storage_options)
+    array, transposed = open_operand(source, name, dtypes)
     if transposed:
         raise InputError(
             f"{_label(name)} is the transpose of the zarr array {describe(array)} (a dask "
@@ -74,24 +70,27 @@ def open_input(
 
 
 def open_operand(
-    source: ArrayLike,
+    source: ArrayLike | Location,
     name: str,
     dtypes: tuple[np.dtype, ...] | None = INPUT_DTYPES,
-    storage_options: StorageOptions = None,
 ) -> tuple[zarr.Array, bool]:
     """Open operand ``name`` as :func:`open_input` does; return the zarr array and whether
     ``source`` is its transpose (a dask array ``da.from_zarr(...).T``), which the
     product turns into its transpose flag."""
     label = _label(name)
-    source, transposed = interop.resolve(source, label, dtypes)
+    if not isinstance(source, Location):
+        source, transposed = interop.resolve(source, label, dtypes)
+    else:
+        transposed = False
     if isinstance(source, zarr.Array):
         array = source
     else:
-        location = os.fspath(source)
-        target = locate(location, storage_options).target  # file:// URLs open as local paths
+        where = source if isinstance(source, Location) else locate(source)
+        location = where.name or str(where)
+        target = where.target  # file:// URLs open as local paths
         try:
-            with store_errors(target, storage_options):
-                array = zarr.open_array(target, mode="r", **zarr_options(target, storage_options))
+            with store_errors(target, where):
+                array = zarr.open_array(target, mode="r", **zarr_options(where))
         except InputError:
             raise
         except FileNotFoundError:
@@ -167,12 +166,10 @@ def check_distinct(array: zarr.Array, others: dict[str, zarr.Array], what: str) 
             raise InputError(f"{what} ({describe(array)}) is the same array as input {name}")
 
 
-def check_output_target(
-    target: ArrayLike, inputs: dict[str, zarr.Array], storage_options: StorageOptions = None
-) -> None:
+def check_output_target(target: zarr.Array | Location, inputs: dict[str, zarr.Array]) -> None:
     """Refuse an output that is, contains or lies inside an input array (the addend too),
     however either is spelled (path, relative path, ``file://``, symbolic link)."""
-    out = locate(target, storage_options)
+    out = target if isinstance(target, Location) else locate(target)
     for name, array in inputs.items():
         location = locate(array)
         if out == location:
@@ -220,24 +217,23 @@ def output_grid(array: zarr.Array) -> tuple[int, int]:
 
 
 def create_output(
-    target: str | os.PathLike,
+    location: Location,
     shape: tuple[int, int],
     dtype: np.dtype,
     chunks: tuple[int, int],
     overwrite: bool,
     attributes: dict[str, Any],
     codec: str = DEFAULT_OUTPUT_CODEC,
-    storage_options: StorageOptions = None,
     shards: tuple[int, int] | None = None,
     zarr_format: int = 3,
     dimension_names: DimensionNames = (None, None),
 ) -> zarr.Array:
-    """Create the output array (replacing an old one only when ``overwrite``).
+    """Create the output array at ``location`` (opened with its options), replacing an
+    old one only when ``overwrite``.
 
-    ``codec`` is one of :data:`outofcore.codecs.OUTPUT_CODECS`; ``storage_options``
-    open a URL (:mod:`outofcore.stores`); ``shards`` (a multiple of ``chunks``,
-    zarr format 3 only) groups chunks into shards: the plan makes them its tiles
-    (:func:`scheduler.plan.make_output_plan`).  ``zarr_format`` 2 writes an
+    ``codec`` is one of :data:`outofcore.codecs.OUTPUT_CODECS`; ``shards`` (a multiple
+    of ``chunks``, zarr format 3 only) groups chunks into shards: the plan makes them
+    its tiles (:func:`scheduler.plan.make_output_plan`).  ``zarr_format`` 2 writes an
     array older readers open.  ``dimension_names`` (the product's,
     :attr:`outofcore.product.Product.dimension_names`) are format 3's
     ``dimension_names`` (None for an unnamed one; none at all when both are);
@@ -253,13 +249,12 @@ def create_output(
         raise InputError(f"zarr_format = {zarr_format!r}: choose 2 or 3")
     if shards is not None and zarr_format == 2:
         raise InputError(f"zarr format 2 has no shards (asked for shards {shards})")
-    location = locate(target, storage_options).target  # file:// URLs as local paths
     named = any(name is not None for name in dimension_names)
     if zarr_format == 2 and all(name is not None for name in dimension_names):
         attributes = {**attributes, XARRAY_DIMENSIONS: list(dimension_names)}
     return zarr.create_array(
-        location,
-        **zarr_options(location, storage_options),
+        location.target,  # file:// URLs as local paths
+        **zarr_options(location),
         shape=shape,
         chunks=chunks,
         shards=shards,

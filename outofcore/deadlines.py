@@ -12,8 +12,9 @@ setting                    default  what it bounds
 ``store-deadline``         30 s     a request that keeps failing, its retries included
 =========================  =======  ===================================================
 
-They are applied where stores are made (:func:`outofcore.stores.with_defaults`, used
-by every fsspec store and zarr array outofcore opens, and :mod:`outofcore.obstores`):
+They are applied where stores are made (:func:`outofcore.stores.with_defaults` and its
+:func:`outofcore.stores.s3fs_options`, used by every fsspec store and zarr array
+outofcore opens, and :mod:`outofcore.obstores`):
 
 * s3fs: botocore's ``connect_timeout``, ``read_timeout`` and ``retries``
   (``max_attempts``, standard mode) as ``config_kwargs``, and an HTTP session
@@ -79,26 +80,6 @@ class Deadlines:
             f"connect {self.connect:g} s, read {self.read:g} s, {self.attempts} attempt(s), "
             f"deadline {self.deadline:g} s"
         )
-
-
-def s3fs_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
-    """``storage_options`` for s3fs with this process's deadlines under the user's
-    ``config_kwargs`` (each key the user gave wins)."""
-    limits = Deadlines.from_config()
-    ours: dict[str, Any] = {
-        "connect_timeout": limits.connect,
-        "read_timeout": limits.read,
-        "retries": {"max_attempts": limits.attempts, "mode": "standard"},
-    }
-    try:
-        from outofcore.s3session import DeadlineSession  # noqa: PLC0415 (aiobotocore: s3 extra)
-    except ImportError:  # no aiobotocore: s3fs cannot be used either
-        pass
-    else:
-        ours["http_session_cls"] = DeadlineSession
-    given = storage_options.get("config_kwargs")
-    mine = {**ours, **given} if isinstance(given, Mapping) else ours
-    return {**storage_options, "config_kwargs": mine}
 
 
 def obstore_options(config_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:

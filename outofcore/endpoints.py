@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from outofcore.deadlines import Deadlines
+from outofcore.locations import Location
 
 #: What marks an S3 API's answer: its XML documents, or its own headers.
 S3_BODIES = (b"<Error", b"<ListBucketResult", b"<ListAllMyBucketsResult")
@@ -25,11 +26,11 @@ S3_BODIES = (b"<Error", b"<ListBucketResult", b"<ListAllMyBucketsResult")
 BODY_BYTES = 4096
 
 
-def endpoint_of(storage_options: Mapping[str, Any] | None) -> str | None:
-    """The S3 endpoint that s3fs would use with ``storage_options``: the option
+def endpoint_of(options: Mapping[str, Any] | None) -> str | None:
+    """The S3 endpoint that s3fs would use with the fsspec ``options``: the option
     ``endpoint_url`` (or ``client_kwargs.endpoint_url``), else ``$AWS_ENDPOINT_URL_S3`` or
     ``$AWS_ENDPOINT_URL``; None for AWS itself."""
-    options = dict(storage_options or {})
+    options = dict(options or {})
     client = options.get("client_kwargs")
     client = client if isinstance(client, Mapping) else {}
     for value in (
@@ -43,10 +44,11 @@ def endpoint_of(storage_options: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def not_s3(url: str, storage_options: Mapping[str, Any] | None) -> str | None:
-    """Why the endpoint of the ``s3://`` URL ``url`` is not an S3 API, or None when it
-    is one, is AWS, or does not answer (then the store's own error says more)."""
-    endpoint = endpoint_of(storage_options)
+def not_s3(url: str, location: Location) -> str | None:
+    """Why the endpoint of the ``s3://`` URL ``url`` (at ``location``, whose options name
+    the endpoint) is not an S3 API, or None when it is one, is AWS, or does not answer
+    (then the store's own error says more)."""
+    endpoint = endpoint_of(location.options)
     if endpoint is None or not url.startswith(("s3://", "s3a://")):
         return None
     bucket = url.split("://", 1)[1].split("/", 1)[0]

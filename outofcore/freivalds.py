@@ -32,7 +32,9 @@ most 1/2; the tolerance is 0.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import dask
 import dask.array as da
@@ -41,6 +43,7 @@ import zarr
 
 from outofcore import arrays
 from outofcore.codecs import ChunkSizeError
+from outofcore.locations import locate
 from outofcore.product import Product
 from outofcore.reading import ReadError, read_panel
 from outofcore.targets import JOB_ATTRIBUTE
@@ -105,7 +108,7 @@ def verify(
     alpha: float | complex = 1.0,
     beta: float | complex = 0.0,
     addend: arrays.ArrayLike | None = None,
-    storage_options: arrays.StorageOptions = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> VerifyReport:
     """Check that ``c`` holds ``alpha * op(a) @ op(b) + beta * addend``, reading each once.
 
@@ -133,7 +136,12 @@ def verify(
         isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
     ):
         raise arrays.InputError(f"seed = {seed!r}: need None or a whole number from 0 to 2**63-1")
-    c_arr = arrays.open_input(c, "C", dtypes=None, storage_options=storage_options)
+    # Each array named by a path or URL is located once, with the options that open it.
+    a, b, c, addend = (
+        locate(x, storage_options) if isinstance(x, str | os.PathLike) else x
+        for x in (a, b, c, addend)
+    )
+    c_arr = arrays.open_input(c, "C", dtypes=None)
     _check_complete(c_arr)
     product = Product.open(
         a,
@@ -144,7 +152,6 @@ def verify(
         beta=beta,
         addend=addend,
         out_dtype=c_arr.dtype,
-        storage_options=storage_options,
     )
     if tuple(c_arr.shape) != product.shape:
         raise arrays.InputError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import zarr
@@ -28,7 +29,7 @@ def random_array(
     seed: int = 0,
     overwrite: bool = False,
     threads: int | None = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> zarr.Array:
     """Write a ``shape`` array of random values to a new zarr array.
 
@@ -44,11 +45,11 @@ def random_array(
     if len(chunks) != 2 or min(chunks) < 1:
         raise InputError(f"chunks {chunks}: need two chunk sizes >= 1")
     np_dtype = check_input_dtype(dtype, f"random array {os.fspath(path)!r}")
-    where = locate(path, storage_options)
+    where = locate(path, storage_options)  # with the options that open it, once
     # Only an array outofcore made is replaced (never a folder, a group or another's array),
     # and only when nothing inside it is another's: its own keys are deleted, one at a time.
     # Checked first: a place no array can be (/proc, an archive) is named as such.
-    occupant = check_replaceable(where, storage_options, deep=overwrite)
+    occupant = check_replaceable(where, deep=overwrite)
     workers = threads or os.cpu_count() or 1
     check_room(where, shape, chunks, np_dtype, workers)
     if occupant.kind != "nothing":
@@ -56,7 +57,7 @@ def random_array(
             raise OutputExistsError(
                 f"{str(where)!r} already exists; pass overwrite=True to replace it"
             )
-        journal = Journal.for_output(where.target, storage_options)
+        journal = Journal.for_output(where)
         check_not_held(journal, str(where))
         journal.clear_output()
     array = zarr.create_array(
@@ -69,7 +70,7 @@ def random_array(
             GENERATED_ATTRIBUTE: {"seed": seed, "shape": list(shape), "chunks": list(chunks)}
         },
         config=WRITE_CONFIG,  # a chunk of zeros is written, never deleted (by pattern)
-        **zarr_options(where.target, storage_options),
+        **zarr_options(where),
     )
     grid = [range(0, extent, step) for extent, step in zip(shape, chunks, strict=True)]
 

@@ -12,20 +12,20 @@ Layout, under the output array's own path in its store (next to ``zarr.json``)::
 Everything goes through the zarr store API (``get``, ``set``, ``list_prefix``,
 ``delete``), so any zarr store works; local paths, S3 (a moto server) and
 Azure (Azurite) are tested.  Writes that must have one winner (the lease, a tile's record) are
-conditional where the store offers it (:mod:`outofcore.stores`).  Only the
+conditional where the store offers it (:mod:`outofcore.storeops`).  Only the
 client writes ``job.json``; each task writes its own tile record, after all
 the tile's chunks are written, so concurrent tasks never rewrite a shared
 object.  Records live under the journal's id: a fresh start (``overwrite``)
 gets a new id, so a late record of an earlier job is never counted.
 
-This module is the store of records only: :mod:`outofcore.resume` decides
+This module is the store of records only (their keys and raw access:
+:mod:`outofcore.journalstore`): :mod:`outofcore.resume` decides
 whether a job starts afresh or resumes a journal, and the worker entry
 (:func:`outofcore.recorded.run_recorded`) writes the task records.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -35,19 +35,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
-import zarr
-from zarr.abc.store import Store
-from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
-from zarr.storage import LocalStore
 
-from outofcore import arrays, manifest, stores
+from outofcore import deleting, manifest, storeops
 from outofcore.fingerprint import Fingerprint
-from outofcore.locations import locate
-from outofcore.targets import JOURNAL_DIR
-from outofcore.writing import naming_full_disk, write_durably
-from scheduler.errors import OutputExistsError
+from outofcore.journalstore import JournalError, JournalStore, safe_name
+from outofcore.manifest import JOURNAL_DIR
 from scheduler.plan import PartialTask, TileTask
 
 JOB_NAME = "job.json"
@@ -55,36 +48,6 @@ TILES_DIR = "tiles"
 #: Partial tiles of split-k plans and their records (:mod:`outofcore.splitk`).
 PARTIALS_DIR = "partials"
 INPUTS_DIR = "inputs"
-#: Every name a journal key is built from (journal ids, tile and part names, file names):
-#: letters, digits, "_" and "-", and "." after the first, at most 200 characters. Names
-#: read back from the store (a job document's journal id) are held to it before any key
-#: or path is made of them, so an edited journal cannot point outside its folder.
-#: (:mod:`outofcore.manifest` keeps it, with every other form of a key outofcore writes.)
-SAFE_NAME = manifest.SAFE_NAME
-
-
-class JournalError(OutputExistsError):
-    """The output's journal holds what outofcore never writes (edited or damaged)."""
-
-
-def safe_name(value: object, what: str) -> str:
-    """Return ``value`` when it is a name journal keys may be built from (:data:`SAFE_NAME`).
-
-    Raises
-    ------
-    JournalError
-        Naming ``what`` and the value, for anything else (``..``, a ``/``, not a str).
-    """
-    if isinstance(value, str) and SAFE_NAME.fullmatch(value):
-        return value
-    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-    raise JournalError(
-        f"{what} {shown} is not a name outofcore writes (letters, digits, '_', '-', '.'): "
-        "the output's journal was edited or damaged, and nothing is read or written by it; "
-        "pass overwrite=True to start the output over"
-    )
-
-
 #: Version of the journal's layout; a journal of another version is not resumed.
 #: 2: inputs carry a content fingerprint.  3: the job names its product (transposes,
 #: scales, addend, dtypes).  4: partial tiles of split-k plans; symmetric products.
@@ -93,8 +56,6 @@ def safe_name(value: object, what: str) -> str:
 FORMAT = 5
 #: The field of a journal document holding the SHA-256 of the rest of it (:func:`seal`).
 CHECKSUM = "checksum"
-#: Records read at once when a resume checks them (:meth:`Journal.drop_damaged_records`).
-RECORDS_IN_FLIGHT = 32
 logger = logging.getLogger("outofcore")
 
 
@@ -140,167 +101,13 @@ def record_problem(
 
 
 @dataclass(frozen=True)
-class Journal:
-    """The journal of the output at ``prefix`` in ``store`` (see the module docstring)."""
-
-    store: Store
-    prefix: str
-
-    @classmethod
-    def for_output(
-        cls, target: arrays.ArrayLike, storage_options: arrays.StorageOptions = None
-    ) -> Journal:
-        """The journal of an output given as a ``zarr.Array``, a local path or a URL
-        (opened with fsspec ``storage_options``).
-
-        Nothing is read or written here.
-        """
-        if isinstance(target, zarr.Array):
-            return cls(store=target.store, prefix=target.path)
-        location = locate(target, storage_options)
-        if location.is_local:
-            return cls(store=LocalStore(location.path), prefix="")
-        return cls(store=stores.fsspec_store(location.target, storage_options), prefix="")
+class Journal(JournalStore):
+    """The journal of the output at ``prefix`` in ``store`` (see the module docstring);
+    its keys and raw access are :class:`outofcore.journalstore.JournalStore`'s."""
 
     # -- keys -------------------------------------------------------------------------
-    def key(self, *parts: str) -> str:
-        """Store key of ``parts`` inside the journal folder.
-
-        Raises
-        ------
-        JournalError
-            For a part that is not a :data:`SAFE_NAME` (``..``, ``a/b``, ...): no key
-            leaves the journal folder, whatever a journal read back says.
-        """
-        for part in parts:
-            safe_name(part, "the journal key part")
-        return "/".join(p for p in (self.prefix.strip("/"), JOURNAL_DIR, *parts) if p)
-
     def tile_key(self, journal_id: str, tile: str) -> str:
         return self.key(TILES_DIR, journal_id, f"{tile}.json")
-
-    @property
-    def local_folder(self) -> str | None:
-        """The journal's folder on disk for local stores, else None (for messages)."""
-        if isinstance(self.store, LocalStore):
-            return os.path.join(os.fspath(self.store.root), self.key())
-        return None
-
-    # -- raw access -------------------------------------------------------------------
-    def _reader(self) -> Store:
-        # A read-only twin: opening a writable LocalStore would create its folder.
-        return self.store if self.store.read_only else self.store.with_read_only(True)
-
-    def get_array(self, key: str) -> np.ndarray | None:
-        """The object at ``key`` as bytes in a read-only numpy array (as the store read
-        it, not copied), or None when there is none."""
-        try:
-            buffer = sync(self._reader().get(key, prototype=default_buffer_prototype()))
-        except FileNotFoundError:
-            return None
-        return None if buffer is None else buffer.as_numpy_array()
-
-    def get_bytes(self, key: str) -> bytes | None:
-        """The object at ``key``, or None when there is none."""
-        data = self.get_array(key)
-        return None if data is None else data.tobytes()
-
-    def get_json(self, key: str) -> dict[str, Any] | None:
-        """The JSON document at ``key``, or None when there is none or it is unreadable."""
-        data = self.get_bytes(key)
-        if data is None:
-            return None
-        try:
-            document = json.loads(data)
-        except ValueError:
-            return None
-        return document if isinstance(document, dict) else None
-
-    def get_versioned(
-        self, key: str
-    ) -> tuple[dict[str, Any] | None, bytes | None, stores.Version | None]:
-        """The JSON document at ``key``, its bytes, and its version for
-        :meth:`put_json`'s ``if_version`` (None where the store has no compare-and-swap)."""
-        data, version = sync(stores.get_versioned(self._reader(), key))
-        try:
-            document = None if data is None else json.loads(data)
-        except ValueError:
-            document = None
-        return (document if isinstance(document, dict) else None), data, version
-
-    def put_json(
-        self,
-        key: str,
-        document: dict[str, Any],
-        *,
-        only_if_absent: bool = False,
-        if_version: stores.Version | None = None,
-    ) -> bool | None:
-        """Write ``document`` at ``key`` (atomically on local stores).
-
-        ``only_if_absent``: only when nothing is there; ``if_version``: only
-        when the object is still the version :meth:`get_versioned` returned.
-        Returns whether it was written when the store knows (a conditional
-        write), else None.
-        """
-        data = json.dumps(document, indent=1, sort_keys=True).encode()
-        with naming_full_disk(f"writing {key} of the job journal", self.local_folder):
-            if if_version is not None:
-                return sync(stores.put_if_unchanged(self.store, key, data, if_version))
-            if self.local_path(key) is not None:  # flushed to disk before it counts
-                return self.put_bytes(key, data, only_if_absent=only_if_absent)
-            if only_if_absent:
-                return sync(stores.put_if_absent(self.store, key, data))
-            sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(data)))
-        return None
-
-    def put_bytes(self, key: str, data: Any, *, only_if_absent: bool = False) -> bool | None:
-        """Write ``data`` (bytes or a buffer) at ``key``; on a local disk durably
-        (:func:`outofcore.writing.write_durably`: the bytes are on disk before the name
-        is), elsewhere through the store (a PUT is durable once acknowledged).
-
-        Returns whether it was written where that is known (a local disk, a conditional
-        write), else None.
-        """
-        path = self.local_path(key)
-        if path is not None:
-            if self.store.read_only:
-                raise OSError(f"the store {self.store} is read-only")
-            root = os.path.join(os.fspath(self.store.root), self.prefix.strip("/"))
-            return write_durably(path, data, exclusive=only_if_absent, root=root)
-        if only_if_absent:
-            return sync(stores.put_if_absent(self.store, key, bytes(data)))
-        buffer = default_buffer_prototype().buffer
-        value = buffer.from_bytes(data) if isinstance(data, bytes) else buffer.from_array_like(data)
-        sync(self.store.set(key, value))
-        return None
-
-    def local_path(self, key: str) -> str | None:
-        """The file of ``key`` on a local disk, or None for other stores."""
-        if isinstance(self.store, LocalStore):
-            return os.path.join(os.fspath(self.store.root), *key.split("/"))
-        return None
-
-    @property
-    def conditional_writes(self) -> str | None:
-        """How this journal's store creates an object only if absent atomically, or None."""
-        return stores.conditional_writes(self.store)
-
-    def delete(self, key: str) -> None:
-        """Remove the object at exactly ``key`` if there is one (never a pattern or a
-        folder: :func:`outofcore.manifest.delete_keys`)."""
-        manifest.delete_keys(self.store, "", [key])
-
-    def list_keys(self, prefix: str) -> list[str]:
-        """Every key under ``prefix`` (a folder), empty when there is none."""
-
-        async def collect() -> list[str]:
-            return [key async for key in self._reader().list_prefix(prefix)]
-
-        try:
-            return sync(collect())
-        except FileNotFoundError:
-            return []
 
     # -- the job document ------------------------------------------------------------
     def read_job(self) -> dict[str, Any] | None:
@@ -366,13 +173,13 @@ class Journal:
     def tile_times(self, journal_id: str, tile_rows: int | None = None) -> dict[str, float]:
         """When each tile recorded under ``journal_id`` was recorded (NaN: unknown).
 
-        From listings only, no record is read (:func:`outofcore.stores.list_times`);
+        From listings only, no record is read (:func:`outofcore.storeops.list_times`);
         with ``tile_rows`` (the plan's tiles down) one listing per row of tiles,
         many in flight.
         """
         prefixes = [f"tile-{i}-" for i in range(tile_rows)] if tile_rows else [""]
         folder = self.key(TILES_DIR, journal_id)
-        listed = sync(stores.list_times(self._reader(), folder, prefixes))
+        listed = sync(storeops.list_times(self._reader(), folder, prefixes))
         return {n.removesuffix(".json"): t for n, t in listed.items() if _is_record(n)}
 
     def record_tile(
@@ -400,29 +207,6 @@ class Journal:
         }
         # A rerun of the task (Dask retried it) finds the first record there: it stays.
         self.put_json(key or self.tile_key(journal_id, task.key), seal(record), only_if_absent=True)
-
-    def read_records(self, keys: list[str]) -> dict[str, dict[str, Any] | None]:
-        """The JSON documents at ``keys`` (None: missing or not a JSON object), read
-        :data:`RECORDS_IN_FLIGHT` at a time."""
-        reader = self._reader()
-
-        async def one(key: str, limit: asyncio.Semaphore) -> dict[str, Any] | None:
-            async with limit:
-                try:
-                    buffer = await reader.get(key, prototype=default_buffer_prototype())
-                except FileNotFoundError:
-                    return None
-            try:
-                document = None if buffer is None else json.loads(buffer.to_bytes())
-            except ValueError:
-                return None
-            return document if isinstance(document, dict) else None
-
-        async def every() -> list[dict[str, Any] | None]:
-            limit = asyncio.Semaphore(RECORDS_IN_FLIGHT)  # made on the loop that uses it
-            return list(await asyncio.gather(*(one(key, limit) for key in keys)))
-
-        return dict(zip(keys, sync(every()), strict=True)) if keys else {}
 
     def drop_damaged_records(
         self,
@@ -474,8 +258,8 @@ class Journal:
         """
         folder = "/".join((JOURNAL_DIR, PARTIALS_DIR, safe_name(journal_id, "the journal id")))
         contents = manifest.output_contents(self.store, self.prefix, folder)
-        manifest.delete_keys(self.store, self.prefix, contents.journal)
-        manifest.remove_folders(
+        deleting.delete_keys(self.store, self.prefix, contents.journal)
+        deleting.remove_folders(
             self.store, self.prefix, (*contents.folders, folder, f"{JOURNAL_DIR}/{PARTIALS_DIR}")
         )  # other journals' partials may still be there: only empty folders go
         left = contents.strangers + contents.links
@@ -487,14 +271,6 @@ class Journal:
             )
 
     # -- starting over ---------------------------------------------------------------
-    @property
-    def where(self) -> str:
-        """How messages name the output of this journal."""
-        folder = self.local_folder
-        if folder is not None:
-            return os.path.dirname(folder)
-        return "/".join(p for p in (str(self.store), self.prefix.strip("/")) if p)
-
     def _contents(self, under: str = "") -> manifest.Contents:
         """What is in the output (``under`` a folder of it), refused when anything there is
         not outofcore's (:meth:`outofcore.manifest.Contents.refusal`)."""
@@ -514,8 +290,8 @@ class Journal:
             Before anything is deleted, when the journal folder holds anything else.
         """
         contents = self._contents(JOURNAL_DIR)
-        manifest.delete_keys(self.store, self.prefix, manifest.without_lease(contents.journal))
-        manifest.remove_folders(self.store, self.prefix, contents.folders)
+        deleting.delete_keys(self.store, self.prefix, manifest.without_lease(contents.journal))
+        deleting.remove_folders(self.store, self.prefix, contents.folders)
 
     def clear_output(self) -> None:
         """Delete the output's chunks and metadata, then its journal (the lease stays).
@@ -533,13 +309,13 @@ class Journal:
         """
         contents = self._contents()
         journal_folders = tuple(f for f in contents.folders if f.startswith(JOURNAL_DIR + "/"))
-        manifest.delete_keys(self.store, self.prefix, contents.chunks)
-        manifest.remove_folders(  # before the metadata: a kill leaves an array or a journal
+        deleting.delete_keys(self.store, self.prefix, contents.chunks)
+        deleting.remove_folders(  # before the metadata: a kill leaves an array or a journal
             self.store, self.prefix, [f for f in contents.folders if f not in journal_folders]
         )
-        manifest.delete_keys(self.store, self.prefix, contents.metadata)
-        manifest.delete_keys(self.store, self.prefix, manifest.without_lease(contents.journal))
-        manifest.remove_folders(self.store, self.prefix, journal_folders)
+        deleting.delete_keys(self.store, self.prefix, contents.metadata)
+        deleting.delete_keys(self.store, self.prefix, manifest.without_lease(contents.journal))
+        deleting.remove_folders(self.store, self.prefix, journal_folders)
 
     def remove_empty_folders(self) -> None:
         """On local stores, remove the journal folder (and the output's) when left empty."""

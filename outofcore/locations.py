@@ -8,13 +8,21 @@ are one location on the same endpoint.  Identity checks (an output that is an
 input, an addend that is an input) compare locations, and a location is what
 zarr is given to open (:attr:`Location.target`): a ``file://`` URL is opened as
 the local path it names, so local outputs always get zarr's ``LocalStore``.
+
+A location carries what it was resolved with: the fsspec options of its URL
+(:attr:`Location.options`: credentials, endpoint), which open its store
+(:mod:`outofcore.stores`), and the spelling it was given (:attr:`Location.name`,
+for messages).  Neither is compared; the options are never shown (no ``repr``,
+message, log or journal holds them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
@@ -39,11 +47,14 @@ class Location:
     for an in-process store, else fsspec's canonical name, e.g. ``s3``), ``root`` (the
     endpoint of an object store, the store's identity in memory, ``""`` on disk) and
     ``path`` (absolute with symbolic links resolved on disk; ``bucket/key`` elsewhere;
-    never a trailing slash)."""
+    never a trailing slash); ``options``: the fsspec options that open it (never shown,
+    compared or written); ``name``: how it was given (for messages; ``""``: not given)."""
 
     protocol: str
     root: str
     path: str
+    options: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    name: str = field(default="", compare=False)
 
     @property
     def is_local(self) -> bool:
@@ -80,7 +91,9 @@ class Location:
 def locate(target: zarr.Array | str | os.PathLike, storage_options: Any = None) -> Location:
     """The canonical location of an array, or of a path or URL naming one.
 
-    ``storage_options`` (fsspec options of a URL) give an object store's endpoint.
+    ``storage_options`` (fsspec options of a URL: credentials, endpoint) give an object
+    store's endpoint, and the location keeps them to open its store with
+    (:attr:`Location.options`).
 
     Raises
     ------
@@ -91,6 +104,14 @@ def locate(target: zarr.Array | str | os.PathLike, storage_options: Any = None) 
     if isinstance(target, zarr.Array):
         return _of_array(target)
     text = os.fspath(target)
+    options = dict(storage_options) if storage_options else None
+    where = _resolve(text, _endpoint(options))
+    return dataclasses.replace(where, options=options, name=text)
+
+
+def _resolve(text: str, endpoint: str) -> Location:
+    """The location of the path or URL ``text`` (:func:`locate`) on ``endpoint`` (an
+    object store's), without its options."""
     protocol, _ = fsspec.core.split_protocol(text)
     if protocol is None:
         return _local(fsspec.get_filesystem_class("file")._strip_protocol(text))
@@ -108,7 +129,7 @@ def locate(target: zarr.Array | str | os.PathLike, storage_options: Any = None) 
             "drops the rest, so it would read and write other objects: choose a name "
             "without it"
         )
-    return Location(canonical, _endpoint(storage_options), path)
+    return Location(canonical, endpoint, path)
 
 
 def _local_url_path(url: str) -> str:
@@ -158,9 +179,9 @@ def _clean(path: str) -> str:
     return "" if not path else posixpath.normpath(path).lstrip("/")
 
 
-def _endpoint(storage_options: Any) -> str:
-    """The endpoint named by fsspec options or the environment ("" for the default)."""
-    options = storage_options or {}
+def _endpoint(options: Mapping[str, Any] | None) -> str:
+    """The endpoint named by fsspec ``options`` or the environment ("" for the default)."""
+    options = options or {}
     client = options.get("client_kwargs") or {}
     endpoint = options.get("endpoint_url") or client.get("endpoint_url")
     return str(endpoint or os.environ.get("AWS_ENDPOINT_URL", "")).rstrip("/")

@@ -19,14 +19,12 @@ array) those keys are:
 Anything else found (a user's file or folder, an unknown key, a symbolic link,
 a device or pipe) is a stranger: :func:`output_contents` names it, outofcore
 refuses to start over an output holding one, and deletes nothing of it.  On
-local disks the listing never follows a link and deletions go folder by folder
-with ``O_NOFOLLOW``, so nothing is ever deleted through one.
+local disks the listing never follows a link and deletions (:mod:`outofcore.deleting`)
+go folder by folder with ``O_NOFOLLOW``, so nothing is ever deleted through one.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import logging
 import os
@@ -40,7 +38,6 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
-from outofcore import stores
 from outofcore.errors import InputError
 
 #: Folder of a job's journal inside its output (:mod:`outofcore.journal`).
@@ -281,7 +278,7 @@ def output_contents(store: Store, prefix: str, under: str = "") -> Contents:
     InputError
         When a local folder of the output cannot be listed (permissions).
     """
-    base, top, under = _local_base(store), prefix.strip("/"), under.strip("/")
+    base, top, under = local_base(store), prefix.strip("/"), under.strip("/")
     journal_only = under == JOURNAL_DIR or under.startswith(JOURNAL_DIR + "/")
     forms = () if journal_only else _chunk_forms(store, top, base)
     if base is not None:
@@ -318,10 +315,10 @@ def _job_last(key: str) -> tuple[bool, str]:
 
 def is_local(store: Store) -> bool:
     """Whether ``store``'s keys are files on this machine (where links may be)."""
-    return _local_base(store) is not None
+    return local_base(store) is not None
 
 
-def _local_base(store: Store) -> str | None:
+def local_base(store: Store) -> str | None:
     """The folder on this machine that ``store``'s keys are paths in, or None."""
     if isinstance(store, LocalStore):
         return os.fspath(store.root)
@@ -335,7 +332,8 @@ def _protocols(fs: object) -> tuple[str, ...]:
     return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
-def _join(*parts: str) -> str:
+def join_key(*parts: str) -> str:
+    """``parts`` joined into one key (empty parts left out)."""
     return "/".join(p for p in parts if p)
 
 
@@ -352,7 +350,7 @@ def _chunk_forms(store: Store, top: str, base: str | None) -> tuple[ChunkKeys, .
 def _read_metadata(store: Store, top: str, base: str | None, name: str) -> bytes | None:
     """The document ``name`` at the output's top, when it is a plain file of sane size."""
     if base is not None:
-        path = os.path.join(base, _join(top, name))
+        path = os.path.join(base, join_key(top, name))
         flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
             fd = os.open(path, flags)
@@ -365,7 +363,7 @@ def _read_metadata(store: Store, top: str, base: str | None, name: str) -> bytes
             return f.read(_METADATA_BYTES)
     reader = _reader(store)
     try:
-        buffer = sync(reader.get(_join(top, name), prototype=default_buffer_prototype()))
+        buffer = sync(reader.get(join_key(top, name), prototype=default_buffer_prototype()))
     except OSError:
         return None
     if buffer is None or len(buffer) > _METADATA_BYTES:
@@ -392,7 +390,7 @@ def _walk_local(
     does not write, not entered; a device, pipe or socket) or ``folders`` (outofcore's).
     Names are relative to the output ``base/top``."""
     path = base
-    for part in [p for p in _join(top, under).split("/") if p]:
+    for part in [p for p in join_key(top, under).split("/") if p]:
         path = os.path.join(path, part)
         if os.path.islink(path):  # the output itself, or the folder listed, is a link
             yield f"{os.path.relpath(path, base)} -> {_link_target(path)}", "links"
@@ -414,7 +412,7 @@ def _walk_local(
         except OSError as exc:
             raise InputError(f"{path!r} cannot be listed ({exc.strerror or exc})") from exc
         for entry in entries:
-            name = _join(folder, entry.name)
+            name = join_key(folder, entry.name)
             if entry.is_symlink():
                 yield f"{name} -> {_link_target(entry.path)}", "links"
             elif entry.is_dir(follow_symlinks=False):
@@ -438,7 +436,7 @@ def _link_target(path: str) -> str:
 
 def _list_store(store: Store, top: str, under: str) -> list[str]:
     """Every key below the output (``under`` it), relative to the output."""
-    start = _join(top, under)
+    start = join_key(top, under)
     reader = _reader(store)
 
     async def collect() -> list[str]:
@@ -450,120 +448,3 @@ def _list_store(store: Store, top: str, under: str) -> list[str]:
         return []
     skip = len(top) + 1 if top else 0
     return [key[skip:] for key in keys if not top or key.startswith(top + "/")]
-
-
-# -- deleting ----------------------------------------------------------------------------
-
-
-def delete_keys(store: Store, prefix: str, keys: Iterable[str]) -> None:
-    """Delete each of ``keys`` (relative to the output at ``prefix``), one at a time.
-
-    Never a folder: on local disks a key that has become a folder is left (and
-    named in a warning), and each key's folder is opened component by component
-    without following links (``O_NOFOLLOW``), so nothing is deleted through one.
-    Never a pattern: on object stores each key is deleted literally
-    (:func:`outofcore.stores.delete_exact`).
-
-    Raises
-    ------
-    StrangersError
-        When a folder on the way to a key has become a symbolic link.
-    """
-    top = prefix.strip("/")
-    full = [_join(top, key) for key in keys]
-    if not full:
-        return
-    base = _local_base(store)
-    if base is not None:
-        _unlink_local(base, full)
-        return
-    sync(stores.delete_exact(store, full))  # each key literally, never as a pattern
-
-
-def remove_folders(store: Store, prefix: str, folders: Iterable[str]) -> None:
-    """On local disks, remove each of ``folders`` (relative, deepest first) when empty."""
-    base = _local_base(store)
-    if base is None:
-        return
-    top = prefix.strip("/")
-    with _Folders(base) as opened:
-        for folder in folders:
-            parent, _, name = _join(top, folder).rpartition("/")
-            with contextlib.suppress(OSError):  # not empty, gone, or no longer a folder
-                fd = opened.fd(parent)
-                if _DIR_FD:
-                    os.rmdir(name, dir_fd=fd)
-                else:
-                    os.rmdir(os.path.join(base, parent, name))
-
-
-_DIR_FD = os.unlink in os.supports_dir_fd and os.open in os.supports_dir_fd
-
-
-class _Folders:
-    """Folders below ``base`` opened one component at a time, never through a link."""
-
-    def __init__(self, base: str) -> None:
-        self.base = base
-        self.fds: dict[str, int] = {}
-
-    def __enter__(self) -> _Folders:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
-        self.fds.clear()
-
-    def fd(self, folder: str) -> int:
-        """A descriptor of ``base/folder`` (``-1`` where descriptors are not used)."""
-        if not _DIR_FD:
-            path = self.base
-            for part in [p for p in folder.split("/") if p]:
-                path = os.path.join(path, part)
-                if os.path.islink(path):
-                    raise StrangersError(f"{path!r} is a symbolic link: nothing deleted through it")
-            return -1
-        if folder in self.fds:
-            return self.fds[folder]
-        parent, _, name = folder.rpartition("/")
-        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
-        try:
-            if not folder:
-                fd = os.open(self.base, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-            else:
-                fd = os.open(name, flags, dir_fd=self.fd(parent))
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise StrangersError(
-                    f"{os.path.join(self.base, folder)!r} is no longer a folder (a symbolic "
-                    "link?): nothing is deleted through it"
-                ) from exc
-            raise
-        self.fds[folder] = fd
-        return fd
-
-
-def _unlink_local(base: str, keys: Sequence[str]) -> None:
-    left = []
-    with _Folders(base) as opened:
-        for key in keys:
-            folder, _, name = key.rpartition("/")
-            try:
-                fd = opened.fd(folder)
-                if _DIR_FD:
-                    os.unlink(name, dir_fd=fd)
-                elif os.path.isdir(os.path.join(base, key)):
-                    left.append(key)
-                else:
-                    os.unlink(os.path.join(base, key))
-            except FileNotFoundError:
-                continue
-            except (IsADirectoryError, PermissionError):
-                if not os.path.isdir(os.path.join(base, key)):
-                    raise
-                left.append(key)  # a folder now: never deleted
-    if left:
-        logger.warning(
-            "left %s in %s: folders where outofcore's files were, not deleted", show(left), base
-        )

@@ -31,6 +31,7 @@ from outofcore.dtypes import (
     product_types,
 )
 from outofcore.errors import InputError
+from outofcore.locations import Location
 from outofcore.presence import listed_array
 from outofcore.reading import read_converted, zarr_read_shards
 from outofcore.stores import request_bytes
@@ -76,18 +77,18 @@ class Product:
     @classmethod
     def open(
         cls,
-        a: arrays.ArrayLike,
-        b: arrays.ArrayLike,
+        a: arrays.ArrayLike | Location,
+        b: arrays.ArrayLike | Location,
         *,
         transpose_a: bool = False,
         transpose_b: bool = False,
         alpha: float | complex = 1.0,
         beta: float | complex = 0.0,
-        addend: arrays.ArrayLike | None = None,
+        addend: arrays.ArrayLike | Location | None = None,
         out_dtype: Any = None,
-        storage_options: arrays.StorageOptions = None,
     ) -> Product:
-        """Open and check the operands (URLs with fsspec ``storage_options``); nothing is written.
+        """Open and check the operands (a URL by its location, with the fsspec options it
+        carries: :func:`outofcore.locations.locate`); nothing is written.
 
         An operand given as a transposed dask array (``da.from_zarr(...).T``) is its
         zarr array with the transpose flag flipped (:mod:`outofcore.interop`).
@@ -102,15 +103,15 @@ class Product:
         """
         transpose_a = check_flag(transpose_a, "transpose_a")
         transpose_b = check_flag(transpose_b, "transpose_b")
-        a_array, a_flipped = arrays.open_operand(a, "A", storage_options=storage_options)
-        b_array, b_flipped = arrays.open_operand(b, "B", storage_options=storage_options)
+        a_array, a_flipped = arrays.open_operand(a, "A")
+        b_array, b_flipped = arrays.open_operand(b, "B")
         transpose_a, transpose_b = transpose_a != a_flipped, transpose_b != b_flipped
         op_a = _op(a_array, transpose_a)
         op_b = _op(b_array, transpose_b)
         m, n, k = check_product(op_a, op_b, names=_names(transpose_a, transpose_b), one_dtype=False)
         addend_array = None
         if addend is not None:
-            addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES, storage_options)
+            addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)
             arrays.check_distinct(addend_array, {"A": a_array, "B": b_array}, "the addend")
             if tuple(addend_array.shape) != (m, n):
                 raise InputError(

@@ -1,4 +1,4 @@
-"""Whether a job starts afresh or resumes its output's journal, and the state of a job.
+"""Whether a job starts afresh or resumes its output's journal (its state: :mod:`outofcore.status`).
 
 A rerun of the same job (same inputs, shapes, dtypes, chunkings, memory
 budget and tile sizes) into an incomplete output resumes: the tiles with a
@@ -25,11 +25,10 @@ from outofcore import arrays
 from outofcore.errors import InputError, JobFailedError, OutputExistsError
 from outofcore.fingerprint import Fingerprint, changes
 from outofcore.journal import FORMAT, Journal, timestamp
-from outofcore.lease import read_lease
-from outofcore.locations import locate
+from outofcore.locations import Location
 from outofcore.manifest import Contents, StrangersError, is_local, output_contents
-from outofcore.stores import store_errors, zarr_options
-from outofcore.targets import array_made_by_outofcore, check_replaceable, what_is_at
+from outofcore.stores import zarr_options
+from outofcore.targets import array_made_by_outofcore, check_replaceable
 from scheduler.plan import Plan
 
 
@@ -273,18 +272,16 @@ class Start:
 
 
 def inspect_output(
-    target: arrays.ArrayLike,
+    target: zarr.Array | Location,
     journal: Journal,
     shape: tuple[int, int],
     dtype: Any,
     identity: dict[str, Any],
     overwrite: bool,
     fingerprints: dict[str, Fingerprint] | None = None,
-    storage_options: arrays.StorageOptions = None,
 ) -> Start:
-    """Decide how to start on the output ``target``; reads, never writes.
-
-    ``storage_options`` open a URL ``target`` (:mod:`outofcore.stores`).
+    """Decide how to start on the output ``target`` (a ``zarr.Array``, or the location
+    of a path or URL, opened with its options); reads, never writes.
 
     * nothing there (or only a journal folder): a fresh start;
     * an incomplete output whose journal matches ``identity``: resume it;
@@ -321,40 +318,19 @@ def inspect_output(
                 raise StrangersError(refusal)
         if overwrite:
             return Start(existing=existing, document=None, clear_journal=True)
-        document = journal.read_job()
-        if document is None or document.get("complete"):
-            why = (
-                "it has no outofcore job journal, so there is nothing to resume"
-                if document is None
-                else "it holds the complete result of an earlier job, finished "
-                f"{timestamp(document.get('completed'))}"
-            )
-            raise OutputExistsError(_exists_message(where, why))
+        document = _unfinished_job(journal, where)
         _check_resumable(document, identity, journal, where, fingerprints)
         return Start(existing=existing, document=document)
 
-    location = locate(target, storage_options)
-    where = str(location)
+    where = str(target)
     # Nothing outofcore did not make; to start over, nothing inside that it did not write.
-    occupant = check_replaceable(location, storage_options, deep=overwrite)
+    occupant = check_replaceable(target, deep=overwrite)
     if overwrite or occupant.kind in ("nothing", "journal"):
         return Start(existing=None, document=None, clear_output=occupant.kind != "nothing")
-    options = zarr_options(location.target, storage_options)
-    document = journal.read_job()
-    if document is None:
-        raise OutputExistsError(
-            _exists_message(where, "it has no outofcore job journal, so there is nothing to resume")
-        )
-    if document.get("complete"):
-        raise OutputExistsError(
-            _exists_message(
-                where,
-                f"it holds the complete result of an earlier job, finished "
-                f"{timestamp(document.get('completed'))}",
-            )
-        )
+    document = _unfinished_job(journal, where)
     _check_resumable(document, identity, journal, where, fingerprints)
-    existing = arrays.for_writing(zarr.open_array(location.target, mode="r+", **options))
+    opened = zarr.open_array(target.target, mode="r+", **zarr_options(target))
+    existing = arrays.for_writing(opened)
     if tuple(existing.shape) != tuple(shape) or str(existing.dtype) != str(dtype):
         raise ResumeError(
             f"the output {where!r} is {existing.shape} {existing.dtype}, but the product is "
@@ -363,11 +339,22 @@ def inspect_output(
     return Start(existing=existing, document=document)
 
 
-def _exists_message(where: str, why: str) -> str:
-    return (
-        f"the output {where!r} already exists ({why}); pass overwrite=True to replace it, "
-        "or choose another path"
-    )
+def _unfinished_job(journal: Journal, where: str) -> dict[str, Any]:
+    """The job document of an output to resume; :class:`OutputExistsError` when it has
+    none, or holds a complete result."""
+    document = journal.read_job()
+    if document is None or document.get("complete"):
+        why = (
+            "it has no outofcore job journal, so there is nothing to resume"
+            if document is None
+            else "it holds the complete result of an earlier job, finished "
+            f"{timestamp(document.get('completed'))}"
+        )
+        raise OutputExistsError(
+            f"the output {where!r} already exists ({why}); pass overwrite=True to replace it, "
+            "or choose another path"
+        )
+    return document
 
 
 def _check_resumable(
@@ -459,96 +446,3 @@ def _drop_damaged(journal: Journal, journal_id: str, plan: Plan, done: set[str])
     recorded = journal.done_partials(journal_id) if plan.splits > 1 else set()
     parts = [p for p in plan.partial_tasks if p.key in recorded and p.tile.key not in done]
     return journal.drop_damaged_records(journal_id, tiles, parts)
-
-
-def job_status(
-    out: arrays.ArrayLike, storage_options: arrays.StorageOptions = None
-) -> dict[str, Any]:
-    """The state of the job writing (or that wrote) the output ``out``, from its journal.
-
-    The tile records are listed, not read (:meth:`outofcore.journal.Journal.tile_times`):
-    a paged listing per row of tiles, many in flight, on an object store.
-
-    Returns the tiles done and in total, when the job started and last made
-    progress, whether it is complete, and who holds the lease (alive or not).
-
-    Raises
-    ------
-    InputError
-        When there is no job journal at ``out``, or its object store refuses or does not
-        answer (no credentials, wrong ones, an endpoint that is not S3 or not there: as
-        ``matmul`` and ``verify`` say it, :func:`outofcore.stores.store_errors`).
-    """
-    where = describe_output(out)
-    with store_errors(where, storage_options):
-        return _job_status(out, where, storage_options)
-
-
-def _job_status(out: arrays.ArrayLike, where: str, storage_options: Any) -> dict[str, Any]:
-    journal = Journal.for_output(out, storage_options)
-    document = journal.read_job()
-    if document is None:
-        raise InputError(_no_journal(out, where, storage_options))
-    if "journal_id" not in document:
-        raise InputError(
-            f"the job journal at {where!r} was written by an older version of outofcore, "
-            "which this one does not read"
-        )
-    grid = (document.get("plan") or {}).get("tiles_grid")
-    finished = journal.tile_times(document["journal_id"], grid[0] if grid else None)
-    last = max((t for t in finished.values() if t == t), default=None)  # NaN: unknown
-    holder = read_lease(journal)
-    now = time.time()
-    dead = holder.dead_because(now) if holder else None
-    complete = bool(document.get("complete"))
-    runs = document.get("runs", [])
-    if complete:
-        state = "complete"
-    elif holder is not None and dead is None:
-        state = "running"
-    else:
-        state = "stopped"
-    return {
-        "output": where,
-        "state": state,
-        "complete": complete,
-        "tiles_done": len(finished),
-        "tiles_total": document.get("tiles_total"),
-        # Parts of split tiles (split-k) recorded and not yet reduced (deleted once complete).
-        "partials_done": 0 if complete else len(journal.done_partials(document["journal_id"])),
-        "tile": document.get("tile"),
-        "tk": document.get("tk"),
-        "journal_id": document["journal_id"],
-        "runs": len(runs),
-        "started": timestamp(document.get("created")),
-        "last_run_started": runs[-1].get("started_text") if runs else None,
-        "last_progress": timestamp(last),
-        "last_progress_seconds_ago": now - last if last else None,
-        "completed": timestamp(document.get("completed")),
-        "lease": None
-        if holder is None
-        else {
-            **holder.as_document(),
-            "heartbeat_seconds_ago": now - holder.heartbeat,
-            "alive": dead is None,
-            "dead_because": dead,
-        },
-    }
-
-
-def _no_journal(out: arrays.ArrayLike, where: str, storage_options: Any) -> str:
-    """Why there is no job to show at ``out``: what is there instead."""
-    if isinstance(out, zarr.Array):
-        return f"{where!r} has no outofcore job journal: no job has written into it"
-    kind = what_is_at(locate(out, storage_options), storage_options).kind
-    return {
-        "nothing": f"there is nothing at {where!r}: no job has written there",
-        "file": f"{where!r} is a file, not the output of an outofcore job",
-        "folder": f"{where!r} is a folder, not the output of an outofcore job",
-        "group": f"{where!r} is a zarr group, not the output of an outofcore job",
-    }.get(kind, f"{where!r} is a zarr array with no outofcore job journal: no job wrote it")
-
-
-def describe_output(out: arrays.ArrayLike) -> str:
-    """How messages name the output."""
-    return arrays.describe(out) if isinstance(out, zarr.Array) else str(out)

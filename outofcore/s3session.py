@@ -7,7 +7,7 @@ s3fs loop around the first.  Each layer starts its count afresh, so an endpoint 
 accepts connections and never answers was waited on for minutes.
 
 :class:`DeadlineSession` (``config_kwargs={"http_session_cls": ...}``, set by
-:func:`outofcore.deadlines.s3fs_options`) sees every attempt of every layer.  It
+:func:`outofcore.stores.s3fs_options`) sees every attempt of every layer.  It
 remembers when a request (its method and URL) first failed (an error, or a 5xx or
 429 reply) and forgets it when the request succeeds; once a request has kept failing
 for ``store-deadline`` seconds, the next attempt is not sent: it raises

@@ -34,7 +34,6 @@ import psutil
 import zarr
 from zarr.core.sync import sync
 from zarr.errors import NodeTypeValidationError
-from zarr.storage import LocalStore
 
 from outofcore import manifest, stores
 from outofcore.errors import InputError
@@ -82,8 +81,8 @@ class Occupant:
         return self.kind in ("nothing", "journal", "array")
 
 
-def what_is_at(location: Location, storage_options: Any = None, deep: bool = False) -> Occupant:
-    """Look at ``location`` (read only) and say what occupies it.
+def what_is_at(location: Location, deep: bool = False) -> Occupant:
+    """Look at ``location`` (read only, opened with its options) and say what occupies it.
 
     Only its top is listed, unless ``deep`` (where outofcore is to delete it) or only a
     journal is there: then all of it, once, and anything anywhere inside that outofcore
@@ -97,16 +96,16 @@ def what_is_at(location: Location, storage_options: Any = None, deep: bool = Fal
         When an object store refuses to say (credentials, endpoint, a missing bucket).
     """
     with stores.store_errors(location.target):
-        occupant = _what_is_at(location, storage_options)
+        occupant = _what_is_at(location)
         if occupant.kind == "journal" or (deep and occupant.kind == "array"):
-            return _look_inside(location, storage_options, occupant)
+            return _look_inside(location, occupant)
         if occupant.kind == "array" and location.is_local:  # a link anywhere: never written
-            return _look_inside(location, storage_options, occupant, strangers=False)
+            return _look_inside(location, occupant, strangers=False)
         return occupant
 
 
-def _what_is_at(location: Location, storage_options: Any) -> Occupant:
-    names = _children(location, storage_options)
+def _what_is_at(location: Location) -> Occupant:
+    names = _children(location)
     if names is None:
         return Occupant("file")
     if not names:
@@ -114,9 +113,8 @@ def _what_is_at(location: Location, storage_options: Any) -> Occupant:
     links = _links(location, names)
     if set(names) == {JOURNAL_DIR}:
         return Occupant("linked-array", links) if links else Occupant("journal", names)
-    options = stores.zarr_options(location.target, storage_options)
     try:
-        node = zarr.open(location.target, mode="r", **options)
+        node = zarr.open(location.target, mode="r", **stores.zarr_options(location))
     except (FileNotFoundError, KeyError, ValueError, OSError, NodeTypeValidationError):
         return Occupant("folder", names)
     if isinstance(node, zarr.Group):
@@ -162,17 +160,11 @@ def _links(location: Location, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _look_inside(
-    location: Location, storage_options: Any, occupant: Occupant, strangers: bool = True
-) -> Occupant:
+def _look_inside(location: Location, occupant: Occupant, strangers: bool = True) -> Occupant:
     """``occupant`` (an array or a journal outofcore made), or ``linked-array`` for a
     symbolic link anywhere inside it, or (``strangers``) ``mixed-array`` for anything
     inside it outofcore did not write (one listing)."""
-    if location.is_local:
-        store = LocalStore(location.path, read_only=True)
-    else:
-        store = stores.fsspec_store(location.target, storage_options, read_only=True)
-    contents = manifest.output_contents(store, "")
+    contents = manifest.output_contents(stores.open_store(location, read_only=True), "")
     if contents.links:
         return Occupant("linked-array", contents.links)
     if strangers and contents.strangers:
@@ -180,10 +172,9 @@ def _look_inside(
     return occupant
 
 
-def check_replaceable(
-    location: Location, storage_options: Any = None, deep: bool = False
-) -> Occupant:
-    """What is at the output ``location``, when outofcore may replace it.
+def check_replaceable(location: Location, deep: bool = False) -> Occupant:
+    """What is at the output ``location`` (opened with its options), when outofcore may
+    replace it.
 
     ``deep``: outofcore is to delete what is there (``overwrite``), so all of it is
     listed, and anything inside that outofcore does not write is refused
@@ -209,7 +200,7 @@ def check_replaceable(
         )
     if location.is_local:
         _check_real_file_system(location.path)
-    occupant = what_is_at(location, storage_options, deep)
+    occupant = what_is_at(location, deep)
     if occupant.replaceable:
         if location.is_local:
             _check_writable(location.path)
@@ -277,7 +268,7 @@ def _check_writable(path: str) -> None:
         )
 
 
-def _children(location: Location, storage_options: Any) -> tuple[str, ...] | None:
+def _children(location: Location) -> tuple[str, ...] | None:
     """The names at the top of ``location`` (empty: nothing there); None for a file."""
     if location.is_local:
         if not os.path.lexists(location.path):
@@ -285,7 +276,7 @@ def _children(location: Location, storage_options: Any) -> tuple[str, ...] | Non
         if not os.path.isdir(location.path):
             return None
         return tuple(sorted(os.listdir(location.path)))
-    store = stores.fsspec_store(location.target, storage_options, read_only=True)
+    store = stores.fsspec_store(location, read_only=True)
 
     async def listing() -> list[str]:
         return [name async for name in store.list_dir("")]

@@ -254,9 +254,11 @@ def test_a_file_url_output_resumes_from_a_path_spelling(folder):
     from outofcore.journal import Journal  # noqa: PLC0415
 
     run("a.zarr", "b.zarr", f"file://{folder}/c.zarr")
-    journal = Journal.for_output("c.zarr/")
+    journal = Journal.for_output(locate("c.zarr/"))
     assert journal.read_job()["complete"] is True
-    assert Journal.for_output(f"file://{folder}/c.zarr").local_folder == journal.local_folder
+    assert (
+        Journal.for_output(locate(f"file://{folder}/c.zarr")).local_folder == journal.local_folder
+    )
 
 
 # -- object stores ----------------------------------------------------------------------------
@@ -302,6 +304,57 @@ def test_object_store_spellings_of_an_input_are_refused(moto_server, s3_bucket):
 
 
 # -- http:// inputs, file://localhost ---------------------------------------------------------
+
+
+def test_the_options_a_location_carries_are_never_written_shown_or_told(
+    moto_server, s3_bucket, tmp_path, caplog
+):
+    """A location carries the storage options it was resolved with, to open its store;
+    a secret among them is in no repr, no object or file written under an output (its
+    array, journal, lease) and no error message or log line of outofcore."""
+    import fsspec  # noqa: PLC0415
+
+    secret = "never-written-5ec7e7"
+    options = {**moto_server.options, "secret": secret}
+    where = locate(f"{s3_bucket}/c.zarr", options)
+    assert where.options == options  # carried, to open its store
+    assert where == locate(f"{s3_bucket}/c.zarr", moto_server.options)  # never compared
+    for shown in (repr(where), str(where), repr(outofcore.JobSpec(storage_options=options))):
+        assert secret not in shown
+    caplog.set_level("DEBUG", logger="outofcore")
+    for name, shape in (("a", (13, 11)), ("b", (11, 7))):
+        random_array(f"{s3_bucket}/{name}.zarr", shape, (5, 5), storage_options=options)
+
+    def job(out: str) -> None:
+        a, b = f"{s3_bucket}/a.zarr", f"{s3_bucket}/b.zarr"
+        outofcore.matmul(a, b, out, client="sync", progress=False, storage_options=options)
+
+    job(f"{s3_bucket}/c.zarr")
+    job(str(tmp_path / "c.zarr"))  # a local output of remote inputs
+    state = outofcore.job_status(f"{s3_bucket}/c.zarr", options)
+    assert state["state"] == "complete" and secret not in repr(state)
+    refusals = []
+    for attempt in (
+        lambda: job(f"{s3_bucket}/c.zarr"),  # complete already
+        lambda: job(f"{s3_bucket}/a.zarr"),  # an input
+        lambda: job(f"{s3_bucket}/nothing?versionId=1.zarr"),  # a name s3fs misreads
+        lambda: outofcore.job_status(f"{s3_bucket}/nothing.zarr", options),
+        lambda: outofcore.verify(
+            f"{s3_bucket}/a.zarr", f"{s3_bucket}/b.zarr", f"{s3_bucket}/no.zarr",
+            storage_options=options,
+        ),
+    ):  # fmt: skip
+        with pytest.raises((InputError, OutputExistsError)) as refused:
+            attempt()
+        refusals.append(f"{refused.value!s} {refused.value!r}")
+    assert all(secret not in text for text in refusals), refusals
+    assert not [r for r in caplog.records if secret in r.getMessage()]
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, **moto_server.options)
+    written = fs.find(s3_bucket)
+    assert any("_outofcore/job.json" in key for key in written), written
+    assert all(secret.encode() not in fs.cat_file(key) for key in written)
+    files = [path for path in (tmp_path / "c.zarr").rglob("*") if path.is_file()]
+    assert files and all(secret.encode() not in path.read_bytes() for path in files)
 
 
 @pytest.fixture

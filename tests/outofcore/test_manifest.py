@@ -22,14 +22,15 @@ import pytest
 import zarr
 
 import outofcore
-from outofcore import manifest
+from outofcore import deleting, manifest
 from outofcore.errors import InputError, OutputExistsError
 from outofcore.generate import random_array
 from outofcore.journal import INPUTS_DIR, JOB_NAME, PARTIALS_DIR, TILES_DIR, Journal
 from outofcore.lease import LEASE_NAME
+from outofcore.locations import locate
 from outofcore.manifest import JOURNAL_DIR, StrangersError, chunk_keys_of, output_contents
 from outofcore.reading import ReadError
-from outofcore.resume import job_status
+from outofcore.status import job_status
 from tests.helpers import (
     assert_gemm_close,
     assert_product_close,
@@ -258,7 +259,7 @@ def test_deletion_never_goes_through_a_link_made_after_the_listing(job, victim):
     os.symlink(victim, c / "c" / "0")
     before = snapshot(victim)
     with pytest.raises(StrangersError, match="no longer a folder"):
-        manifest.delete_keys(store, "", contents.chunks)
+        deleting.delete_keys(store, "", contents.chunks)
     assert snapshot(victim) == before
 
 
@@ -355,7 +356,7 @@ def test_the_manifest_knows_every_form_outofcore_writes():
 
 
 def test_finished_partials_go_by_the_manifest_and_strangers_stay_named(tmp_path, caplog):
-    journal = Journal.for_output(tmp_path / "c.zarr")
+    journal = Journal.for_output(locate(tmp_path / "c.zarr"))
     part = tmp_path / "c.zarr" / JOURNAL_DIR / PARTIALS_DIR / "j1"
     (part / "tile-0-0-k0of2").mkdir(parents=True)
     (part / "tile-0-0-k0of2.json").write_text("{}")

@@ -25,7 +25,7 @@ from outofcore.journal import JOURNAL_DIR
 from outofcore.manifest import ChunkKeys
 from outofcore.presence import ChunkPresence, listed_array, presence_of
 from outofcore.reading import ReadError
-from outofcore.resume import job_status
+from outofcore.status import job_status
 from tests.faultproxy import Fault, FaultProxy
 from tests.helpers import assert_product_close, random_matrix, s3_object_store
 

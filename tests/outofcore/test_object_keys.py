@@ -22,7 +22,7 @@ import zarr
 from zarr.core.sync import sync
 
 import outofcore
-from outofcore import obstores, stores
+from outofcore import obstores, storeops, stores
 from outofcore.errors import InputError
 from outofcore.fingerprint import fingerprint
 from outofcore.generate import random_array, random_values
@@ -178,7 +178,7 @@ def test_jobs_on_hostile_names_change_nothing_else(
         assert f"{hostile}/{JOURNAL_DIR}/{LEASE_NAME}" not in after  # released
         got = zarr.open_array(url, mode="r", storage_options=options)[...]
         assert_product_close(got, a, b)
-        store = stores.fsspec_store(url, options)
+        store = stores.fsspec_store(locate(url, options))
         contents = output_contents(store, "")
         assert contents.strangers == () and contents.chunks, contents
         assert f"{JOURNAL_DIR}/job.json" in contents.journal
@@ -218,25 +218,25 @@ LITERAL = ["x[1]/k", "x1/k", "x*/k", "xa/k", "x?/k", "xb/k", "s p[ü]/k", "s pü
 
 @pytest.mark.parametrize("kind", ["s3fs+obstore", "s3fs-alone", "ObjectStore"])
 def test_deletes_and_listings_take_keys_literally(moto_server, s3_bucket, kind, monkeypatch):
-    """:func:`outofcore.stores.delete_exact`, the listings of status and fingerprints and
+    """:func:`outofcore.storeops.delete_exact`, the listings of status and fingerprints and
     the journal's delete each touch exactly the key or folder named, on every store."""
     if kind == "s3fs-alone":
         monkeypatch.setattr(obstores, "installed", lambda: False)
     store = (
         s3_object_store(moto_server, s3_bucket)
         if kind == "ObjectStore"
-        else stores.fsspec_store(s3_bucket, moto_server.options)
+        else stores.fsspec_store(locate(s3_bucket, moto_server.options))
     )
     assert (sync(obstores.handle_of(store)) is None) == (kind == "s3fs-alone")
     for key in LITERAL:
         sync(store.set(key, zarr.core.buffer.default_buffer_prototype().buffer.from_bytes(b"v")))
     for folder in ("x[1]", "x*", "x?", "s p[ü]"):
-        times = sync(stores.list_times(store, folder, ("k", "")))
+        times = sync(storeops.list_times(store, folder, ("k", "")))
         assert list(times) == ["k"], (folder, times)
         listed = fingerprint(SimpleNamespace(store=store, path=folder))  # lists, reads not
         assert set(listed.tokens) == {"k"}, (folder, listed.tokens)
     started = time.perf_counter()
-    sync(stores.delete_exact(store, ["x[1]/k", "x*/k", "x?/k", "s p[ü]/k", "nothing[0]/k"]))
+    sync(storeops.delete_exact(store, ["x[1]/k", "x*/k", "x?/k", "s p[ü]/k", "nothing[0]/k"]))
     assert time.perf_counter() - started < 30
 
     async def listing() -> list[str]:

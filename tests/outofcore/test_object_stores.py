@@ -23,12 +23,14 @@ import s3fs
 import zarr
 from zarr.core.sync import sync
 
-from outofcore import obstores, stores
+from outofcore import obstores, storeops, stores
 from outofcore.api import ATTRIBUTE, job_status, run_job
 from outofcore.fingerprint import changes, fingerprint
 from outofcore.freivalds import verify
 from outofcore.journal import JOURNAL_DIR, Journal
-from outofcore.lease import LEASE_NAME, Lease, LeaseError
+from outofcore.lease import LEASE_NAME, LeaseError
+from outofcore.leasing import Lease
+from outofcore.locations import locate
 from tests.helpers import (
     MotoServer,
     assert_product_close,
@@ -111,7 +113,7 @@ def journal_on(kind: str, request, bucket: str | None = None) -> Journal:
     server = request.getfixturevalue("moto_server")
     bucket = f"s3://{bucket}" if bucket else request.getfixturevalue("s3_bucket")
     if kind == "s3-url":
-        return Journal.for_output(f"{bucket}/c.zarr", server.options)
+        return Journal.for_output(locate(f"{bucket}/c.zarr", server.options))
     return Journal(store=s3_object_store(server, bucket), prefix="c.zarr")
 
 
@@ -148,12 +150,14 @@ def test_conditional_writes(journal):
 def test_conditional_writes_on_every_kind_of_store(moto_server, s3_bucket, tmp_path):
     """Which stores create atomically: obstore (s3:// URLs, ObjectStore), local disks,
     zarr's memory store; other fsspec stores check, then write."""
-    assert "S3Store" in stores.conditional_writes(stores.fsspec_store(f"{s3_bucket}/c.zarr"))
-    assert "S3Store" in stores.conditional_writes(s3_object_store(moto_server, s3_bucket))
-    assert stores.conditional_writes(zarr.storage.LocalStore(tmp_path)) == "exclusive hard link"
-    assert stores.conditional_writes(zarr.storage.MemoryStore()) is not None
-    memory = stores.fsspec_store("memory://outofcore-probe/c.zarr")
-    assert stores.conditional_writes(memory) is None
+    assert "S3Store" in storeops.conditional_writes(
+        stores.fsspec_store(locate(f"{s3_bucket}/c.zarr"))
+    )
+    assert "S3Store" in storeops.conditional_writes(s3_object_store(moto_server, s3_bucket))
+    assert storeops.conditional_writes(zarr.storage.LocalStore(tmp_path)) == "exclusive hard link"
+    assert storeops.conditional_writes(zarr.storage.MemoryStore()) is not None
+    memory = stores.fsspec_store(locate("memory://outofcore-probe/c.zarr"))
+    assert storeops.conditional_writes(memory) is None
     assert sync(obstores.handle_of(memory)) is None
 
 
@@ -161,7 +165,7 @@ def test_lease_taken_over_on_an_obstore_local_store(tmp_path):
     """obstore's LocalStore creates atomically but has no compare-and-swap put: a dead
     lease is taken over the check-then-write way there, and a heartbeat does not fail."""
     store = zarr.storage.ObjectStore(obstore.store.LocalStore(tmp_path))
-    assert "check, then write" in stores.conditional_writes(store)
+    assert "check, then write" in storeops.conditional_writes(store)
     journal = Journal(store=store, prefix="c.zarr")
     old = Lease(journal, "c", "old-job", timeout=30)
     old.acquire()
@@ -186,7 +190,8 @@ import logging, sys
 sys.modules["obstore"] = None  # as if it were not installed
 logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 from outofcore.journal import Journal
-journal = Journal.for_output("{s3_bucket}/c.zarr", {moto_server.options!r})
+from outofcore.locations import locate
+journal = Journal.for_output(locate("{s3_bucket}/c.zarr", {moto_server.options!r}))
 print(journal.conditional_writes)
 key = journal.key("probe.json")
 print(journal.put_json(key, {{"n": 1}}, only_if_absent=True))
@@ -359,7 +364,7 @@ def test_obstore_calls_complete_on_python_threads(moto_server, s3_bucket):
     still doing so at exit aborts the interpreter (the racing jobs' loser above died of
     SIGABRT after its error line, about one run in fifteen): every conditional write and
     versioned read hands its result to the event loop from a Python thread."""
-    store = stores.fsspec_store(f"{s3_bucket}/c.zarr", moto_server.options)
+    store = stores.fsspec_store(locate(f"{s3_bucket}/c.zarr", moto_server.options))
     callers: list[threading.Thread] = []
 
     class RecordingLoop(asyncio.SelectorEventLoop):
@@ -368,14 +373,14 @@ def test_obstore_calls_complete_on_python_threads(moto_server, s3_bucket):
             return super().call_soon_threadsafe(*args, **kwargs)
 
     async def exercise() -> None:
-        assert await stores.put_if_absent(store, "x.json", b"1") is True
-        assert await stores.put_if_absent(store, "x.json", b"2") is False
-        data, version = await stores.get_versioned(store, "x.json")
+        assert await storeops.put_if_absent(store, "x.json", b"1") is True
+        assert await storeops.put_if_absent(store, "x.json", b"2") is False
+        data, version = await storeops.get_versioned(store, "x.json")
         assert data == b"1" and version is not None
-        assert await stores.put_if_unchanged(store, "x.json", b"3", version) is True
-        assert await stores.put_if_unchanged(store, "x.json", b"4", version) is False
-        assert (await stores.get_versioned(store, "x.json"))[0] == b"3"
-        assert await stores.get_versioned(store, "missing.json") == (None, None)
+        assert await storeops.put_if_unchanged(store, "x.json", b"3", version) is True
+        assert await storeops.put_if_unchanged(store, "x.json", b"4", version) is False
+        assert (await storeops.get_versioned(store, "x.json"))[0] == b"3"
+        assert await storeops.get_versioned(store, "missing.json") == (None, None)
 
     loop = RecordingLoop()
     try:
@@ -389,7 +394,7 @@ def test_obstore_calls_complete_on_python_threads(moto_server, s3_bucket):
 def test_status_lists_records_instead_of_reading_them(moto_server, s3_bucket):
     """1500 tile records over 30 rows of tiles: status counts them from listings."""
     options = moto_server.options
-    journal = Journal.for_output(f"{s3_bucket}/c.zarr", options)
+    journal = Journal.for_output(locate(f"{s3_bucket}/c.zarr", options))
     fs = fs_of(moto_server)
     root = s3_bucket.removeprefix("s3://") + f"/c.zarr/{JOURNAL_DIR}"
     document = {"journal_id": "j1", "tiles_total": 1800, "plan": {"tiles_grid": [30, 60]}}
@@ -406,7 +411,7 @@ def test_status_lists_records_instead_of_reading_them(moto_server, s3_bucket):
     times = journal.tile_times("j1", 30)
     assert len(times) == 1500 and "tile-29-49" in times
     assert seconds < 20, seconds
-    listed = sync(stores.list_times(journal.store, journal.key("tiles", "j1")))  # one listing
+    listed = sync(storeops.list_times(journal.store, journal.key("tiles", "j1")))  # one listing
     assert len(listed) == 1501 and {f"{tile}.json" for tile in times} <= listed.keys()
 
 

@@ -26,7 +26,9 @@ import zarr
 from outofcore.api import ATTRIBUTE, job_status, run_job
 from outofcore.errors import OutputExistsError
 from outofcore.journal import JOURNAL_DIR, Journal
-from outofcore.lease import LEASE_NAME, Lease, LeaseError, LeaseLostError
+from outofcore.lease import LEASE_NAME, LeaseError, LeaseLostError
+from outofcore.leasing import Lease
+from outofcore.locations import locate
 from outofcore.reading import ReadError, with_retries
 from outofcore.resume import ResumeError
 from tests.helpers import (
@@ -270,7 +272,7 @@ def test_the_command_says_when_it_takes_over_a_dead_jobs_lease(small):
 
 
 def test_two_leases_on_one_output(tmp_path):
-    journal = Journal.for_output(tmp_path / "c.zarr")
+    journal = Journal.for_output(locate(tmp_path / "c.zarr"))
     first = Lease(journal, "c.zarr", "job-one", timeout=30)
     second = Lease(journal, "c.zarr", "job-two", timeout=30)
     with first, pytest.raises(LeaseError, match="job job-one"):
@@ -288,7 +290,7 @@ def test_a_heartbeat_that_fails_or_finds_another_holder_says_so(tmp_path, caplog
     failures (a warning); a lease another job took ends the heartbeat, said at ERROR level,
     and the job is told (``on_lost``, ``lost``, ``check``)."""
     caplog.set_level(logging.INFO, logger="outofcore")
-    journal = Journal.for_output(tmp_path / "c.zarr")
+    journal = Journal.for_output(locate(tmp_path / "c.zarr"))
     lease_path = tmp_path / "c.zarr" / JOURNAL_DIR / LEASE_NAME
 
     def said(needle: str, level: int = logging.INFO) -> list[str]:
@@ -336,7 +338,7 @@ def test_a_heartbeat_that_cannot_renew_in_time_stops_the_job(tmp_path, caplog):
     margin before it may expire, and the job is told; a lease that disappeared is said as
     such, not as another job's."""
     caplog.set_level(logging.WARNING, logger="outofcore")
-    journal = Journal.for_output(tmp_path / "c.zarr")
+    journal = Journal.for_output(locate(tmp_path / "c.zarr"))
     lease_path = tmp_path / "c.zarr" / JOURNAL_DIR / LEASE_NAME
     told = []
     with Lease(journal, "c.zarr", "job-one", timeout=2) as lease:
@@ -477,7 +479,7 @@ def test_a_journal_id_edited_to_a_path_is_refused_and_nothing_outside_is_touched
 
 
 def test_journal_keys_never_leave_the_journal_folder(tmp_path):
-    journal = Journal.for_output(str(tmp_path / "c.zarr"))
+    journal = Journal.for_output(locate(str(tmp_path / "c.zarr")))
     assert (
         journal.key("tiles", "abc123", "tile-0-1.json") == "_outofcore/tiles/abc123/tile-0-1.json"
     )
