@@ -12,7 +12,7 @@ them).  Every task measures the process's peak while it ran
 (:mod:`outofcore.peaks`); a kind's figure is the largest of its tasks' peaks over the
 baseline: the task's own memory plus what earlier tasks left for it (kept buffers,
 which its projection counts too).  The job must fit its projection plus the allowance
-beside the task, ``scheduler.cluster.WORKER_OVERHEAD_BYTES``; a case over it, or whose
+beside the task, ``scheduler.worker_sizing.WORKER_OVERHEAD_BYTES``; a case over it, or whose
 output fails :func:`outofcore.verify`, fails the run (exit status 1).
 
 Cases (``--scale S`` divides every dimension and chunk by S, every budget by S²):
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(figures))
         return 0
 
-    from scheduler.cluster import WORKER_OVERHEAD_BYTES  # noqa: PLC0415
+    from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES  # noqa: PLC0415
 
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="task-memory-"))
     results, problems = {}, []

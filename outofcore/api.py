@@ -57,18 +57,12 @@ from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
 from outofcore.tile import TileJob
 from outofcore.worker_context import worker_context
 from outofcore.writing import disk_usage_of, local_folder, make_durable
-from scheduler.cluster import (
-    SYNC,
-    check_client,
-    check_local_memory,
-    check_worker_memory,
-    is_local,
-    open_executor,
-    resolve_client,
-)
+from scheduler.addresses import SYNC, check_client
+from scheduler.cluster import check_local_memory, is_local, open_executor, resolve_client
 from scheduler.executors import Executor, SynchronousExecutor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE, check_gpus_usable
 from scheduler.plan import Plan
+from scheduler.worker_sizing import check_worker_memory
 
 __all__ = [
     "ATTRIBUTE",

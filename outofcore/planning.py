@@ -23,19 +23,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scheduler import tiling
-from scheduler.cluster import (
-    DEFAULT_BUDGET_BYTES,
-    SYNC,
-    default_budget,
-    is_local,
-    local_blas_threads,
-    runs_in_process,
-    worker_shape_of,
-)
+from scheduler.addresses import SYNC
+from scheduler.cluster import is_local, runs_in_process, worker_shape_of
 from scheduler.executors import WorkerShape
 from scheduler.model import predict, what_ifs
 from scheduler.plan import Plan
 from scheduler.tiling import is_large_output, make_output_plan
+from scheduler.worker_sizing import DEFAULT_BUDGET_BYTES, default_budget, local_blas_threads
 
 if TYPE_CHECKING:
     import zarr
@@ -87,8 +81,8 @@ def with_budget(spec: JobSpec, client: Any) -> JobSpec:
     """``spec`` with its memory budget per worker chosen when it names none.
 
     On this machine (``client`` None or ``"sync"``) the budget fits its memory
-    cap (:func:`scheduler.cluster.default_budget`); on a scheduler elsewhere it
-    is :data:`~scheduler.cluster.DEFAULT_BUDGET_BYTES` (its workers' limits are
+    cap (:func:`scheduler.worker_sizing.default_budget`); on a scheduler elsewhere it
+    is :data:`~scheduler.worker_sizing.DEFAULT_BUDGET_BYTES` (its workers' limits are
     checked when the job has them).
     """
     if spec.memory is not None:

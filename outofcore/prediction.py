@@ -16,8 +16,8 @@ import numpy as np
 
 from outofcore.probe import GEMM_LARGE, GEMM_SMALL, Figures
 from outofcore.probe_cache import cached_figures
-from scheduler.cluster import local_blas_threads
 from scheduler.model import Machine, predict
+from scheduler.worker_sizing import local_blas_threads
 
 if TYPE_CHECKING:
     from outofcore.product import Product
@@ -81,7 +81,7 @@ def local_machine(
     """The :class:`~scheduler.model.Machine` of ``workers`` LocalCluster workers here.
 
     Each worker gets ``figures.threads`` threads (measure with
-    :func:`scheduler.cluster.local_blas_threads`); where the workers' threads outnumber
+    :func:`scheduler.worker_sizing.local_blas_threads`); where the workers' threads outnumber
     the cores, each worker's rates are its share.
     The kernel rate is :func:`kernel_flops` for the plan's ``product_size`` (the
     geometric mean of its tiles' sides and panel depth).  Decoding is zstd's or the uncompressed

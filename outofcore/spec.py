@@ -49,7 +49,7 @@ class JobSpec:
     memory
         Memory budget of one worker; tiles are sized to it.  None (the default):
         1 GiB, or less on this machine where its memory cap (a cgroup's limit)
-        leaves less per worker (:func:`scheduler.cluster.default_budget`);
+        leaves less per worker (:func:`scheduler.worker_sizing.default_budget`);
         chosen by :func:`outofcore.api.run_job`, which knows where the job runs.
     device_memory
         Cap on each GPU engine's device memory (default: its own budget, a

@@ -239,8 +239,8 @@ def test_a_gpu_worker_with_its_engine_stays_below_the_pause_threshold():
     import dask  # noqa: PLC0415
     from distributed import Client, Scheduler, SpecCluster  # noqa: PLC0415
 
-    from scheduler.cluster import local_worker_limit  # noqa: PLC0415
     from scheduler.gpu_cluster import gpu_worker_specs  # noqa: PLC0415
+    from scheduler.worker_sizing import local_worker_limit  # noqa: PLC0415
 
     def engine_rss(dask_worker) -> dict[str, int]:  # client.run passes the worker
         import numpy  # noqa: PLC0415

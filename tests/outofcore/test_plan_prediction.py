@@ -13,7 +13,7 @@ import pytest
 
 from outofcore import cli, prediction, probe, probe_cache
 from outofcore.generate import random_array
-from scheduler.cluster import local_blas_threads
+from scheduler.worker_sizing import local_blas_threads
 from tests.outofcore.test_probe import FIGURES
 
 

@@ -19,7 +19,7 @@ from distributed.comm.core import FatalCommClosedError
 
 from outofcore.cli import _parser
 from outofcore.errors import BAD_INPUT
-from scheduler.cluster import check_client
+from scheduler.addresses import check_client
 from scheduler.errors import ClusterError
 from scheduler.tls import client_security, protocol_of, tls_failure, tls_settings
 from tests.certificates import make_certificates

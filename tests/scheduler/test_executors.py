@@ -17,16 +17,12 @@ import threading
 import pytest
 from distributed.utils_test import gen_cluster
 
-from scheduler.cluster import (
-    WORKER_OVERHEAD_BYTES,
-    check_worker_memory,
-    open_executor,
-    resolve_client,
-)
+from scheduler.cluster import open_executor, resolve_client
 from scheduler.errors import ClusterError, JobFailedError
 from scheduler.executors import DaskExecutor, SynchronousExecutor, WorkerShape, check_kind
 from scheduler.gpu_cluster import GPU_RESOURCE
 from scheduler.plan import TileTask
+from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES, check_worker_memory
 from tests.helpers import with_sync_client
 
 GIB = 2**30

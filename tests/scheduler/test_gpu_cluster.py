@@ -18,16 +18,7 @@ from distributed import LocalCluster, SpecCluster, get_worker
 from distributed.utils_test import gen_cluster
 
 from outofcore.errors import ClusterError
-from scheduler.cluster import (
-    GPU_WORKER_OVERHEAD_BYTES,
-    PAUSE_HEADROOM,
-    WORKER_OVERHEAD_BYTES,
-    check_worker_memory,
-    local_worker_count,
-    local_worker_limit,
-    open_executor,
-    worker_allowance,
-)
+from scheduler.cluster import open_executor
 from scheduler.executors import DaskExecutor, WorkerShape
 from scheduler.gpu_cluster import (
     DASK_CUDA_KIND,
@@ -46,6 +37,15 @@ from scheduler.gpu_cluster import (
 )
 from scheduler.memory_cap import memory_cap
 from scheduler.plan import TileTask
+from scheduler.worker_sizing import (
+    GPU_WORKER_OVERHEAD_BYTES,
+    PAUSE_HEADROOM,
+    WORKER_OVERHEAD_BYTES,
+    check_worker_memory,
+    local_worker_count,
+    local_worker_limit,
+    worker_allowance,
+)
 from tests.helpers import with_sync_client
 
 #: Where dask-cuda is installed and NVML shows a GPU, ``gpus`` start a LocalCUDACluster.

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from outofcore.engines import CpuEngine, gemm_accumulate
-from scheduler.cluster import WORKER_OVERHEAD_BYTES
 from scheduler.io_model import io_lower_bound
 from scheduler.problem import Problem
+from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES
 from tests.helpers import ROOT, load_benchmark
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import zarr
 
-from scheduler.cluster import WORKER_OVERHEAD_BYTES
+from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES
 from tests.helpers import ROOT, load_benchmark, write_zarr
 
 cgroup = load_benchmark("cgroup")

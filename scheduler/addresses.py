@@ -1,0 +1,144 @@
+"""A ``client`` given as text, checked before a job starts: ``"sync"`` (:data:`SYNC`: no
+Dask, this process) or a scheduler address, its form and protocol (:func:`check_client`)
+and whether a scheduler answers there (:func:`probe_scheduler`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from scheduler.errors import ClusterError
+from scheduler.tls import client_security, tls_failure
+
+SYNC = ("sync", "synchronous")
+#: Seconds to wait for a scheduler address to answer (``outofcore.config``: connect-timeout).
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+def check_client(client: Any, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
+    """Refuse a scheduler address that is not a Dask scheduler's, before any work.
+
+    Raises
+    ------
+    ClusterError
+        For a web address (the dashboard's, ``http://host:8787``), an address
+        without a port, or an unknown protocol, with the form to use instead; for a
+        TLS address (``tls://``, ``wss://``) without usable certificates
+        (:func:`scheduler.tls.client_security`); and for an address where no Dask
+        scheduler answers within ``timeout`` seconds (:func:`probe_scheduler`).
+    """
+    if not isinstance(client, str) or client.lower() in SYNC:
+        return
+    from distributed.comm.addressing import parse_address, parse_host_port  # noqa: PLC0415
+    from distributed.comm.registry import backends  # noqa: PLC0415
+
+    address = client.strip()
+    scheme, _, rest = address.rpartition("://")
+    host = rest.split("/")[0].rsplit(":", 1)[0] or "HOST"
+    if scheme in ("http", "https"):
+        raise ClusterError(
+            f"--scheduler {client!r} is a web address (the dashboard's?); give the scheduler's "
+            f"address, e.g. tcp://{host}:8786 (`dask scheduler` prints it)"
+        )
+    try:
+        protocol, location = parse_address(address)
+        if protocol not in backends:
+            raise ValueError(f"unknown protocol {protocol!r}; Dask knows {', '.join(backends)}")
+        if protocol in ("tcp", "tls", "ws", "wss"):
+            parse_host_port(location)
+        _check_special_protocol(protocol, location, backends[protocol])
+    except ValueError as exc:
+        raise ClusterError(
+            f"--scheduler {client!r} is not a scheduler address ({exc}); give one like "
+            f"tcp://{host}:8786, or 'sync' to run in this process"
+        ) from None
+    probe_scheduler(address, timeout, client_security(address))
+
+
+def _check_special_protocol(protocol: str, location: str, backend: Any) -> None:
+    """Refuse addresses of protocols no job can reach from here: an ``inproc://`` address
+    of another process (it names a scheduler inside one process only), and ``ucx://``
+    where only distributed's stub is installed (UCX was moved to distributed-ucxx).
+
+    Raises
+    ------
+    ValueError
+        Saying why.
+    """
+    if protocol == "inproc":
+        parts = location.split("/")
+        if len(parts) != 3 or not parts[1].isdigit():
+            raise ValueError("an inproc address is inproc://HOST/PID/N")
+        if int(parts[1]) != os.getpid():
+            raise ValueError(
+                f"inproc:// names a scheduler inside process {parts[1]}; only that process "
+                "can reach it"
+            )
+    if protocol == "ucx" and type(backend).__module__ == "distributed.comm.ucx":
+        raise ValueError("ucx:// needs distributed-ucxx, which is not installed here")
+
+
+def probe_scheduler(
+    address: str, timeout: float = CONNECT_TIMEOUT_SECONDS, security: Any = None
+) -> None:
+    """Ask the server at ``address`` who it is, the whole exchange within ``timeout`` s.
+
+    A port that accepts connections and then says nothing (an HTTP or SSH server, a
+    proxy) would hold a Dask Client forever: this answers first, before anything is
+    written.  The exchange runs on its own event loop in another thread, so it works
+    from code that is itself inside an event loop.
+
+    ``security`` (a ``distributed.security.Security``; None: Dask's settings, checked by
+    :func:`scheduler.tls.client_security`) gives the TLS context, as the job's Client uses
+    it: the TLS handshake is bounded by ``timeout`` too.
+
+    Raises
+    ------
+    ClusterError
+        When nothing answers in time, or what answers is not a Dask scheduler; when the
+        TLS handshake fails (:func:`scheduler.tls.tls_failure` says why).
+    """
+    import asyncio  # noqa: PLC0415
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from distributed.comm import connect  # noqa: PLC0415
+
+    if security is None:
+        security = client_security(address)
+    try:
+        connection_args = security.get_connection_args("client")
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"cannot use the TLS certificates for {address!r}: {exc}") from None
+
+    async def identity() -> Any:
+        # The handshake (TLS included) is bounded too.
+        comm = await connect(address, timeout=timeout, **connection_args)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    def ask() -> Any:
+        return asyncio.run(asyncio.wait_for(identity(), timeout))
+
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="outofcore-probe") as pool:
+            reply = pool.submit(ask).result()
+    except Exception as exc:  # refused, timed out, closed, or a protocol it cannot read
+        refused = tls_failure(exc, address)
+        if refused:
+            raise ClusterError(refused) from None
+        raise ClusterError(
+            f"no Dask scheduler answered at {address!r} within {timeout:g} s "
+            f"({type(exc).__name__}{': ' + str(exc)[:120] if str(exc) else ''}); is "
+            "`dask scheduler` running there, and is the address right, its protocol the "
+            "scheduler's (tcp://, tls://, ws://)?"
+        ) from None
+    kind = reply.get("type") if isinstance(reply, dict) else None
+    if kind != "Scheduler":
+        raise ClusterError(
+            f"{address!r} answered, but as {kind or type(reply).__name__!r}, not a Dask "
+            "scheduler: give the scheduler's address (`dask scheduler` prints it)"
+        )
