@@ -1,9 +1,14 @@
-"""Executors run the tile tasks of a plan; they are interchangeable.
+"""Executors run the tasks of a plan; they are interchangeable.
 
 * :class:`SynchronousExecutor` runs every task in this process, one after the
   other: for tests, debugging and in-memory arrays.
-* :class:`DaskExecutor` submits one Dask task per tile to a
+* :class:`DaskExecutor` submits each task as one Dask task to a
   ``distributed.Client`` (a LocalCluster or a real cluster).
+
+A task is anything with a ``key`` (unique in its run) and an ``index`` (its place in
+the run: lower runs first), :class:`Task`: a tile, a part of a split tile, a reduction.
+``run`` is generic over the task and result types, so one executor runs every kind of a
+job and the type checker follows each.
 
 Both call the same task function with the same arguments, and report each
 finished task through a callback, so progress and summaries do not depend on
@@ -27,10 +32,23 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from scheduler.errors import ClusterLostError, OutOfCoreError
-from scheduler.plan import TileTask
 
+
+class Task(Protocol):
+    """What an executor needs of a task: its key, unique in its run (the Dask key), and
+    its index, its place in the run (Dask's priority: lower runs first)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def index(self) -> int: ...
+
+
+#: The type variables of a run: J the job its tasks share, T its tasks, R their results.
+J = TypeVar("J")
+T = TypeVar("T", bound=Task)
 R = TypeVar("R")
-TaskFunction = Callable[[Any, TileTask], R]
 #: A kind of task: lowercase words joined by ``-``, which ``key_split`` keeps whole.
 KIND_PATTERN = re.compile(r"[a-z]+(-[a-z]+)*")
 
@@ -77,19 +95,20 @@ def client_worker_shape(client: Any) -> WorkerShape:
 
 
 class Executor(Protocol):
-    """Runs ``fn(job, task)`` for every task and reports each result as it lands."""
+    """Runs ``fn(job, task)`` for every task of any kind (:class:`Task`) and reports each
+    result as it lands."""
 
     def worker_shape(self) -> WorkerShape: ...
 
     def run(
         self,
-        fn: TaskFunction,
-        job: Any,
-        tasks: Sequence[TileTask],
-        on_result: Callable[[Any], None],
+        fn: Callable[[J, T], R],
+        job: J,
+        tasks: Sequence[T],
+        on_result: Callable[[R], None],
         resources: dict[str, float] | None = None,
         kind: str = "task",
-    ) -> list[Any]: ...
+    ) -> list[R]: ...
 
     def span(self, name: str) -> contextlib.AbstractContextManager[None]: ...
 
@@ -112,15 +131,15 @@ class SynchronousExecutor:
 
     def run(
         self,
-        fn: TaskFunction,
-        job: Any,
-        tasks: Sequence[TileTask],
-        on_result: Callable[[Any], None],
+        fn: Callable[[J, T], R],
+        job: J,
+        tasks: Sequence[T],
+        on_result: Callable[[R], None],
         resources: dict[str, float] | None = None,
         kind: str = "task",
-    ) -> list[Any]:
+    ) -> list[R]:
         check_kind(kind)
-        results = []
+        results: list[R] = []
         for task in tasks:
             if self._aborted is not None:
                 raise self._aborted
@@ -142,7 +161,7 @@ class SynchronousExecutor:
 
 
 class DaskExecutor:
-    """One Dask task per tile on a ``distributed.Client``.
+    """Each task as one Dask task on a ``distributed.Client``.
 
     Parameters
     ----------
@@ -185,13 +204,13 @@ class DaskExecutor:
 
     def run(
         self,
-        fn: TaskFunction,
-        job: Any,
-        tasks: Sequence[TileTask],
-        on_result: Callable[[Any], None],
+        fn: Callable[[J, T], R],
+        job: J,
+        tasks: Sequence[T],
+        on_result: Callable[[R], None],
         resources: dict[str, float] | None = None,
         kind: str = "task",
-    ) -> list[Any]:
+    ) -> list[R]:
         """Submit ``fn(job, task)`` for every task; report and return the results as they land.
 
         ``kind`` names the tasks (see the module docstring): every key of this run is
@@ -204,9 +223,9 @@ class DaskExecutor:
 
         # An 8-digit hex token: key_split stops at it, key_split_group keeps it.
         group = f"outofcore-{check_kind(kind)}-{uuid.uuid4().hex[:8]}"
-        submitted: dict[Any, tuple[Any, TileTask, int]] = {}  # key: (future, task, attempt)
+        submitted: dict[Any, tuple[Any, T, int]] = {}  # key: (future, task, attempt)
 
-        def submit(task: TileTask, attempt: int) -> Any:
+        def submit(task: T, attempt: int) -> Any:
             # The job (array handles, a few KB) goes with every task rather than scattered
             # once: scattered data dies with the workers that hold it, a task's argument not.
             future = self.client.submit(
@@ -222,7 +241,7 @@ class DaskExecutor:
             self._running.append(future)
             return future
 
-        results = []
+        results: list[R] = []
         self._running = []
         if self._aborted is not None:
             raise self._aborted

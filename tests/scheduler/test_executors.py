@@ -13,6 +13,7 @@ import collections
 import os
 import re
 import threading
+from dataclasses import dataclass
 
 import pytest
 from distributed.utils_test import gen_cluster
@@ -40,6 +41,38 @@ def test_synchronous_executor_runs_the_tasks_in_order():
     shape = SynchronousExecutor().worker_shape()
     assert (shape.workers, shape.threads_per_worker, shape.gpu_workers) == (1, 1, 0)
     assert shape.blas_threads == (os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A task of a kind other than a tile: a key and an index are all an executor needs."""
+
+    index: int
+
+    @property
+    def key(self) -> str:
+        return f"named-{self.index}"
+
+
+NAMED = [_Named(i) for i in range(4)]
+
+
+def _keyed(job, task):
+    return f"{job}:{task.key}"
+
+
+def test_the_synchronous_executor_runs_any_kind_of_task():
+    results = SynchronousExecutor().run(_keyed, "j", NAMED, lambda _: None, kind="named")
+    assert results == [f"j:named-{i}" for i in range(4)]
+
+
+@gen_cluster(nthreads=[("127.0.0.1", 1)])
+async def test_the_dask_executor_runs_any_kind_of_task(s, a):
+    def run(client):
+        return DaskExecutor(client).run(_keyed, "j", NAMED, lambda _: None, kind="named")
+
+    results = await with_sync_client(s, run)
+    assert sorted(results) == [f"j:named-{i}" for i in range(4)]
 
 
 @gen_cluster(
