@@ -13,7 +13,7 @@ import zarr
 
 import outofcore
 from outofcore.api import job_status, run_job
-from outofcore.cli import formula_of
+from outofcore.cli_output import formula_of
 from outofcore.errors import InputError
 from scheduler.memory_cap import memory_cap
 from tests.helpers import (
