@@ -18,11 +18,10 @@ message, log or journal holds them).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import posixpath
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import fsspec
@@ -106,7 +105,7 @@ def locate(target: zarr.Array | str | os.PathLike, storage_options: Any = None) 
     text = os.fspath(target)
     options = dict(storage_options) if storage_options else None
     where = _resolve(text, _endpoint(options))
-    return dataclasses.replace(where, options=options, name=text)
+    return replace(where, options=options, name=text)
 
 
 def _resolve(text: str, endpoint: str) -> Location:
