@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import outofcore.journal
+import outofcore.journalstore
 import outofcore.writing
 from outofcore import config
 from outofcore.api import run_job
@@ -57,7 +57,7 @@ def main() -> None:
         if not os.path.exists(path):
             random_array(path, shape, chunks, dtype="float64", seed=seed)
     outofcore.writing.make_durable = timed("chunks", outofcore.writing.make_durable)
-    outofcore.journal.write_durably = timed("journal", outofcore.journal.write_durably)
+    outofcore.journalstore.write_durably = timed("journal", outofcore.journalstore.write_durably)
     seconds: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(args.repeats):
         for flush in (True, False):
