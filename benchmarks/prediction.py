@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from outofcore.cli import DEMO_CHUNK, DEMO_MEMORY, DEMO_SIZE
+from outofcore.cli_parser import DEMO_CHUNK, DEMO_MEMORY, DEMO_SIZE
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import zarr
 
 import outofcore
 from outofcore import api, cli, planning, prediction, probe_cache
+from outofcore.cli_parser import build_parser
 from outofcore.errors import InputError
 from outofcore.spec import DASHBOARD_AFTER_SECONDS, JobSpec
 from scheduler.cluster import DASHBOARD_EXTRA, serves_dashboard
@@ -111,7 +112,7 @@ def test_cached_figures_never_measure(tmp_path):
 def test_the_option_is_a_flag_or_none_and_the_command_passes_it():
     with pytest.raises(InputError, match="dashboard = 'yes': need True or False"):
         JobSpec(dashboard="yes")
-    parser = cli._parser()
+    parser = build_parser()
     for given, wanted in (([], None), (["--dashboard"], True), (["--no-dashboard"], False)):
         args = parser.parse_args(["matmul", "a.zarr", "b.zarr", "-o", "c.zarr", *given])
         assert cli._job_spec(args, {}).dashboard is wanted

@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from distributed.comm.core import FatalCommClosedError
 
-from outofcore.cli import _parser
+from outofcore.cli_parser import build_parser
 from outofcore.errors import BAD_INPUT
 from scheduler.addresses import check_client
 from scheduler.errors import ClusterError
@@ -89,12 +89,12 @@ def test_certificates_for_a_scheduler_that_is_not_tls_are_refused(address, says)
 
 
 def test_the_cli_parses_dask_s_tls_flags():
-    args = _parser().parse_args(
+    args = build_parser().parse_args(
         ["matmul", "a", "b", "-o", "c", "--scheduler", "tls://h:1", "--tls-ca-file", "ca.pem",
          "--tls-cert", "me.pem", "--tls-key", "me.key"]
     )  # fmt: skip
     assert (args.tls_ca_file, args.tls_cert, args.tls_key) == ("ca.pem", "me.pem", "me.key")
-    gram = _parser().parse_args(["gram", "x", "-o", "g", "--tls-cert", "me.pem"])
+    gram = build_parser().parse_args(["gram", "x", "-o", "g", "--tls-cert", "me.pem"])
     assert gram.tls_cert == "me.pem" and gram.tls_ca_file is None
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from distributed.cli import dask_scheduler, dask_worker
 
-from outofcore.cli import _parser
+from outofcore.cli_parser import build_parser
 from scheduler.tls import tls_settings
 from tests.certificates import make_certificates
 from tests.helpers import COMPOSE_VARIABLE, ROOT, interpolate
@@ -77,8 +77,8 @@ def test_gpu_worker_is_dask_cuda_s_and_advertises_its_gpu(compose):
 def test_job_command_parses_with_the_outofcore_cli(compose):
     job = command(compose, "job")
     assert job[0] == "outofcore"
-    args = _parser().parse_args(job[1:])
-    assert args.run.__name__ == "_matmul"
+    args = build_parser().parse_args(job[1:])
+    assert args.command == "matmul"
     assert args.scheduler == "tcp://scheduler:8786"
     assert all(path.startswith("/data/") for path in (args.a, args.b, args.out))
     assert args.memory == 2 * 2**30
@@ -88,7 +88,7 @@ def test_job_command_parses_with_the_outofcore_cli(compose):
     overridden = [
         interpolate(str(p), {"JOB_MEMORY": "64MiB"}) for p in compose["services"]["job"]["command"]
     ]
-    assert _parser().parse_args(overridden[1:]).memory == 64 * 2**20
+    assert build_parser().parse_args(overridden[1:]).memory == 64 * 2**20
 
 
 @pytest.mark.parametrize("name", ["docker-compose.yml", "docker-compose.tls.yml"])
@@ -153,7 +153,7 @@ def test_the_tls_command_lines_parse_with_dask_and_outofcore(compose_tls, tmp_pa
     assert params["scheduler"] == "tls://scheduler:8786"
     assert files(params) == (made.ca, made.worker.cert, made.worker.key)
 
-    args = _parser().parse_args(line("job")[1:])
+    args = build_parser().parse_args(line("job")[1:])
     assert args.scheduler == "tls://scheduler:8786"
     assert tuple(map(Path, (args.tls_ca_file, args.tls_cert, args.tls_key))) == (
         made.ca, made.client.cert, made.client.key,
