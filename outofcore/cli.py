@@ -184,7 +184,10 @@ def _gram(args: argparse.Namespace) -> int:
 def _tls(args: argparse.Namespace) -> Any:
     """Dask's TLS settings for the job from ``--tls-ca-file``, ``--tls-cert``, ``--tls-key``
     (:func:`scheduler.tls.tls_settings`), as a context manager (none given: no change)."""
+    # distributed's defaults first: leaving a dask.config.set entered before distributed's
+    # first import deletes its whole `distributed` key (plan enters these settings twice).
     import dask  # noqa: PLC0415
+    import distributed  # noqa: F401, PLC0415
 
     from scheduler.tls import tls_settings  # noqa: PLC0415
 

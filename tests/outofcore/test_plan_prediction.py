@@ -189,11 +189,30 @@ def test_worker_processes_pay_their_imports_first(folder, capsys, outofcore_sett
 
 
 def test_a_job_elsewhere_is_a_what_if_for_this_machine(folder, capsys):
-    address = "tcp://192.0.2.1:8786"  # TEST-NET: plan connects to nothing
-    p = plan_json(capsys, "a.zarr", "b.zarr", "--scheduler", address)
-    assert p["machine"]["runs_here"] is False and address in p["machine"]["note"]
-    text = plan(capsys, "a.zarr", "b.zarr", "--scheduler", address)
+    """A scheduler elsewhere is asked for its workers (the plan is theirs); this machine's
+    prediction is then a what-if."""
+    from distributed import LocalCluster  # noqa: PLC0415
+
+    with LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+    ) as cluster:
+        address = cluster.scheduler_address
+        p = plan_json(capsys, "a.zarr", "b.zarr", "--scheduler", address)
+        assert p["machine"]["runs_here"] is False and address in p["machine"]["note"]
+        assert p["workers"] == 1 and p["threads_per_worker"] == 2
+        assert p["task_budget_bytes"] == p["worker_budget_bytes"] // 2
+        text = plan(capsys, "a.zarr", "b.zarr", "--scheduler", address)
     assert "if run here" in text and f"(a what-if: the job runs on the workers of {address}" in text
+
+
+def test_a_scheduler_that_does_not_answer_is_refused_as_the_job_refuses_it(
+    folder, capsys, monkeypatch
+):
+    monkeypatch.setenv("OUTOFCORE_CONNECT_TIMEOUT", "1")
+    address = "tcp://127.0.0.1:9"  # discard: nothing answers
+    assert cli.main(["plan", "a.zarr", "b.zarr", "--scheduler", address]) == 2
+    said = capsys.readouterr().err
+    assert "no Dask scheduler answered" in said and address in said
 
 
 def test_reprobe_measures_this_machine_for_real(folder, capsys, monkeypatch):
