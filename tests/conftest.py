@@ -21,6 +21,7 @@ import contextlib
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -94,6 +95,63 @@ def outofcore_settings():
             stack.enter_context(config.set({k.replace("_", "-"): v for k, v in values.items()}))
 
         yield apply
+
+
+def _start_local_cluster(
+    n_workers: int, threads_per_worker: int, processes: bool, **options: object
+) -> Any:
+    """A LocalCluster as the tests start them: its dashboard (if bokeh is here) on a free
+    port, whatever else as ``options`` say (``memory_limit``, ...)."""
+    from distributed import LocalCluster  # noqa: PLC0415
+
+    options.setdefault("dashboard_address", ":0")
+    return LocalCluster(
+        n_workers=n_workers, threads_per_worker=threads_per_worker, processes=processes, **options
+    )
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    """``local_cluster(n_workers=2, threads_per_worker=1, processes=True, **options)``: a
+    small real LocalCluster, started at the first request of its shape and options and
+    shared by every later test of the module that asks for the same (closed at its end).
+
+    For tests that run jobs on it and need nothing fresh: a test that changes its cluster
+    (kills a worker) or measures what a worker holds from its start takes
+    :func:`own_local_cluster`.  Not shared by the whole run: distributed's ``gen_cluster``
+    tests fail on worker processes left running by an earlier module.
+    """
+    started: dict[tuple[Any, ...], Any] = {}
+
+    def get(
+        n_workers: int = 2, threads_per_worker: int = 1, processes: bool = True, **options: object
+    ) -> Any:
+        key = (n_workers, threads_per_worker, processes, tuple(sorted(options.items())))
+        if key not in started:
+            started[key] = _start_local_cluster(n_workers, threads_per_worker, processes, **options)
+        return started[key]
+
+    yield get
+    for cluster in started.values():
+        cluster.close()
+
+
+@pytest.fixture
+def own_local_cluster():
+    """``own_local_cluster(...)``, as :func:`local_cluster` takes it: a LocalCluster of the
+    test's own, closed when the test ends, for a test that changes it or needs its workers
+    fresh."""
+    started: list[Any] = []
+
+    def start(
+        n_workers: int = 2, threads_per_worker: int = 1, processes: bool = True, **options: object
+    ) -> Any:
+        started.append(_start_local_cluster(n_workers, threads_per_worker, processes, **options))
+        return started[-1]
+
+    yield start
+    for cluster in started:
+        cluster.close()
 
 
 @pytest.fixture(scope="session")

@@ -1,20 +1,17 @@
-"""Fixtures of the job tests: one real 2-worker LocalCluster per test module."""
+"""Fixtures of the job tests: a client of a real 2-worker LocalCluster per test module
+(``local_cluster``, tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 
 @pytest.fixture(scope="module")
-def two_process_client():
-    """A client of a LocalCluster of two single-threaded worker processes (one per module)."""
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+def two_process_client(local_cluster):
+    """A client (one per module) of the module's LocalCluster of two single-threaded worker
+    processes."""
+    with Client(local_cluster(n_workers=2, threads_per_worker=1, processes=True)) as client:
         yield client
 
 

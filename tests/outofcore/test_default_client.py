@@ -35,6 +35,8 @@ KINDS = {"outofcore-tile", "outofcore-part", "outofcore-reduce"}
 @pytest.fixture(scope="module")
 def cluster():
     """Two single-threaded worker processes; each limit holds the default 1 GiB budget."""
+    # Not the run's shared local_cluster: this module is about the default Client, whose
+    # cluster its tests open and close Clients of.
     with LocalCluster(
         n_workers=2,
         threads_per_worker=1,
@@ -180,7 +182,7 @@ def test_gpus_with_a_default_client_are_refused_before_any_work(cluster, inputs,
 
 def test_workers_of_the_default_client_short_of_memory_are_named(inputs, tmp_path):
     small = WORKER_OVERHEAD_BYTES + 2**20  # 1 MiB per task beside the worker's own
-    with (
+    with (  # a cluster of its own, whose Client is the default one the job finds
         LocalCluster(
             n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0",
             memory_limit=small,

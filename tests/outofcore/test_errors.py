@@ -287,30 +287,25 @@ def test_local_cluster_larger_than_this_machine_is_refused(inputs):
     assert not (folder / "c.zarr").exists()
 
 
-def test_workers_of_a_brought_cluster_short_of_memory_are_named(inputs):
+def test_workers_of_a_brought_cluster_short_of_memory_are_named(inputs, own_local_cluster):
     import dask
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     folder, a, b = inputs
-    # A 4 KiB limit is below any process: keep the worker running (not paused) with it.
+    # A 4 KiB limit is below any process: keep the worker running (not paused) with it, on
+    # a cluster of its own (no other test could use it).
     no_monitor = {f"distributed.worker.memory.{x}": False for x in ("target", "spill", "pause")}
-    with (
-        dask.config.set(no_monitor),
-        LocalCluster(
-            n_workers=1, threads_per_worker=2, processes=False, memory_limit=4096,
-            dashboard_address=":0",
-        ) as cluster,
-        Client(cluster) as client,
-    ):  # fmt: skip
+    with dask.config.set(no_monitor):
+        cluster = own_local_cluster(1, 2, processes=False, memory_limit=4096)
         address = next(iter(cluster.scheduler.workers))
         before = snapshot(folder)
-        with pytest.raises(ClusterError) as refused:
+        with Client(cluster) as client, pytest.raises(ClusterError) as refused:
             outofcore.matmul(a, b, folder / "c.zarr", client=client, progress=False)
-        assert f"{address} (4096 bytes for 2 thread(s): 0 per task after the" in str(
-            refused.value
-        )  # nothing left beside the worker's own WORKER_OVERHEAD_BYTES
-        assert re.search(r"a task of this plan needs \d+ bytes", str(refused.value))
-        assert snapshot(folder) == before and not (folder / "c.zarr").exists()
+    assert f"{address} (4096 bytes for 2 thread(s): 0 per task after the" in str(
+        refused.value
+    )  # nothing left beside the worker's own WORKER_OVERHEAD_BYTES
+    assert re.search(r"a task of this plan needs \d+ bytes", str(refused.value))
+    assert snapshot(folder) == before and not (folder / "c.zarr").exists()
 
 
 @pytest.mark.parametrize("greeting", [b"", b"SSH-2.0-OpenSSH_9.6\r\n", b"HTTP/1.1 200 OK\r\n\r\n"])

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from outofcore import panel_cache
 from outofcore.api import ATTRIBUTE, job_status, run_job
@@ -264,7 +264,7 @@ def test_input_rewritten_during_an_in_process_job_raises(tmp_path, monkeypatch):
 
 
 # -- two jobs at once on one cluster -----------------------------------------------------
-def test_two_clients_at_once_share_one_worker(tmp_path):
+def test_two_clients_at_once_share_one_worker(tmp_path, own_local_cluster):
     """Two clients, two jobs (float32 and float64), one worker with two threads."""
     budget = 4 * 2**20
     jobs = {}
@@ -274,36 +274,31 @@ def test_two_clients_at_once_share_one_worker(tmp_path):
         random_array(folder / "a.zarr", (700, 900), (100, 100), dtype, seed=seed)
         random_array(folder / "b.zarr", (900, 500), (100, 100), dtype, seed=seed + 10)
         jobs[name] = folder
-    with LocalCluster(
-        n_workers=1,
-        threads_per_worker=2,
-        processes=True,
-        memory_limit="2GiB",
-        dashboard_address=":0",
-    ) as cluster:
-        results, errors = {}, {}
-        start = threading.Barrier(2)
+    # A worker of its own: what it keeps is measured below from its start.
+    cluster = own_local_cluster(n_workers=1, threads_per_worker=2, memory_limit="2GiB")
+    results, errors = {}, {}
+    start = threading.Barrier(2)
 
-        def submit(name: str) -> None:
-            folder = jobs[name]
-            start.wait()
-            try:
-                results[name] = run_job(
-                    folder / "a.zarr",
-                    folder / "b.zarr",
-                    folder / "c.zarr",
-                    memory=budget,
-                    client=cluster.scheduler_address,  # a Client of its own
-                    progress=False,
-                )
-            except Exception as exc:  # noqa: BLE001 (reported below)
-                errors[name] = exc
+    def submit(name: str) -> None:
+        folder = jobs[name]
+        start.wait()
+        try:
+            results[name] = run_job(
+                folder / "a.zarr",
+                folder / "b.zarr",
+                folder / "c.zarr",
+                memory=budget,
+                client=cluster.scheduler_address,  # a Client of its own
+                progress=False,
+            )
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            errors[name] = exc
 
-        threads = [threading.Thread(target=submit, args=(name,)) for name in jobs]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=300)
+    threads = [threading.Thread(target=submit, args=(name,)) for name in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
     assert not errors, errors
     for name, folder in jobs.items():
         a, b = zarr.open_array(folder / "a.zarr")[...], zarr.open_array(folder / "b.zarr")[...]

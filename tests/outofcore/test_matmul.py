@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 import zarr
-from distributed import Client, LocalCluster
+from distributed import Client
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -217,7 +217,7 @@ def test_in_memory_arrays_are_refused_on_a_cluster(tmp_path, two_process_client)
     assert not (tmp_path / "c.zarr").exists()
 
 
-def test_worker_running_two_tiles_at_once_gives_the_right_product(tmp_path):
+def test_worker_running_two_tiles_at_once_gives_the_right_product(tmp_path, local_cluster):
     # `dask worker` runs one task per core by default: engines must not be shared
     # between the tasks running at the same time on one worker.
     rng = np.random.default_rng(33)
@@ -225,12 +225,7 @@ def test_worker_running_two_tiles_at_once_gives_the_right_product(tmp_path):
     b = random_matrix(rng, (300, 350), "float32")
     write_zarr(tmp_path / "a.zarr", a, (50, 60))
     write_zarr(tmp_path / "b.zarr", b, (60, 50))
-    with (
-        LocalCluster(
-            n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with Client(local_cluster(n_workers=1, threads_per_worker=2)) as client:
         shape = DaskExecutor(client).worker_shape()
         # Two tasks at once on this host: each gets half the cores for BLAS.
         assert shape.threads_per_worker == 2

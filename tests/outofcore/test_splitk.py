@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from distributed import Client, LocalCluster
+from distributed import Client
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -347,14 +347,10 @@ def test_client_killed_mid_split_job_then_rerun_skips_the_finished_parts(tmp_pat
     assert checked.returncode == 0 and json.loads(checked.stdout)["passed"] is True
 
 
-def test_a_worker_killed_mid_split_job_costs_only_its_parts(tmp_path):
+def test_a_worker_killed_mid_split_job_costs_only_its_parts(tmp_path, own_local_cluster):
     a, b, c = large_k_inputs(tmp_path)
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as dask_client,
-    ):
+    # A cluster of its own: a worker of it is killed.
+    with Client(own_local_cluster(n_workers=2)) as dask_client:
         outcome: dict = {}
 
         def job() -> None:

@@ -180,6 +180,7 @@ def test_gpu_workers_start_with_their_own_device_first(caplog, capfd):
 
 
 def test_cluster_kind_names_the_cluster_that_started():
+    # Its own cluster: the cluster started is what is tested.
     with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
         assert isinstance(cluster, SpecCluster) and cluster_kind(cluster) == "LocalCluster"
     dask_cuda = pytest.importorskip("dask_cuda", reason="dask-cuda is the [gpu] extra")

@@ -260,7 +260,7 @@ def test_the_script_s_certificates_make_a_tls_cluster(operands):
         "distributed.comm.tls.client.cert": str(certificates / "client.pem"),
         "distributed.comm.tls.client.key": str(certificates / "client.key"),
     }
-    with (
+    with (  # a cluster of its own: a TLS one
         LocalCluster(
             n_workers=1,
             threads_per_worker=1,
