@@ -35,7 +35,7 @@ KINDS = {"outofcore-tile", "outofcore-part", "outofcore-reduce"}
 @pytest.fixture(scope="module")
 def cluster():
     """Two single-threaded worker processes; each limit holds the default 1 GiB budget."""
-    # Not the run's shared local_cluster: this module is about the default Client, whose
+    # Not the shared local_cluster fixture: this module is about the default Client, whose
     # cluster its tests open and close Clients of.
     with LocalCluster(
         n_workers=2,
