@@ -182,7 +182,7 @@ def outofcore_plan(a_path: str, b_path: str, shape: Shape, per_worker: int, work
     """The plan ``outofcore.matmul`` makes for ``shape`` on ``workers`` workers (the job's
     own planning function, :func:`outofcore.planning.plan_job`, for single-threaded
     workers as the LocalCluster's)."""
-    from outofcore.api import open_product  # noqa: PLC0415
+    from outofcore.operands import open_product  # noqa: PLC0415
     from outofcore.planning import plan_job  # noqa: PLC0415
     from outofcore.spec import JobSpec  # noqa: PLC0415
     from scheduler.executors import WorkerShape  # noqa: PLC0415

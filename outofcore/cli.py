@@ -251,7 +251,7 @@ def _random(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from outofcore.api import open_product  # noqa: PLC0415
+    from outofcore.operands import open_product  # noqa: PLC0415
     from outofcore.planning import job_workers, plan_job, with_budget  # noqa: PLC0415
     from scheduler.cluster import is_local  # noqa: PLC0415
     from scheduler.tls import client_security  # noqa: PLC0415

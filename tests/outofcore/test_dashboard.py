@@ -14,9 +14,10 @@ import pytest
 import zarr
 
 import outofcore
-from outofcore import api, cli, planning, prediction, probe_cache
+from outofcore import cli, planning, prediction, probe_cache
 from outofcore.cli_parser import build_parser
 from outofcore.errors import InputError
+from outofcore.operands import open_product
 from outofcore.spec import DASHBOARD_AFTER_SECONDS, JobSpec
 from scheduler.cluster import DASHBOARD_EXTRA, serves_dashboard
 from tests.helpers import assert_product_close, random_matrix, write_zarr
@@ -80,8 +81,8 @@ def test_a_cluster_without_the_dashboard_takes_a_free_port_for_its_web_server(tm
 def test_the_prediction_decides_between_a_short_and_a_long_job(tmp_path, no_probe_cache):
     spec = JobSpec(memory="256MiB")
     (tmp_path / "big").mkdir()
-    big = api.open_product(*operands(tmp_path / "big", 16384, 16384, 16384, (1024, 1024)), spec)
-    small = api.open_product(*operands(tmp_path, 97, 89, 83, (50, 40)), spec)
+    big = open_product(*operands(tmp_path / "big", 16384, 16384, 16384, (1024, 1024)), spec)
+    small = open_product(*operands(tmp_path, 97, 89, 83, (50, 40)), spec)
     # 8.8 TFLOP: over 10 s on any CPU of the assumed machine's kind (and far more).
     workers = planning.job_workers(spec, None)  # the LocalCluster the job would start
     large = planning.plan_job(big, spec, workers)

@@ -20,8 +20,9 @@ import zarr
 
 import outofcore
 from outofcore import interop
-from outofcore.api import ATTRIBUTE, JobSpec, Operands, job_status, run_job
+from outofcore.api import ATTRIBUTE, JobSpec, job_status, run_job
 from outofcore.errors import InputError
+from outofcore.operands import Operands
 from outofcore.resume import ResumeError
 from tests.helpers import (
     assert_gemm_close,
