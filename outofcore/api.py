@@ -1,59 +1,31 @@
-"""The Python API: :func:`matmul`, and :func:`run_job` behind it and the CLI.
+"""The Python API: :func:`matmul`, :func:`gram`, and :func:`run_job` behind them and the CLI.
 
-``run_job`` is orchestration only: it checks the operands and the output
-(:mod:`outofcore.arrays`, :mod:`outofcore.resume`), takes the output's lease
-(:mod:`outofcore.lease`), opens an executor (:mod:`scheduler.cluster`), makes
-the plan for its workers (:mod:`scheduler.plan`), runs the worker entry
-:func:`outofcore.recorded.compute_and_record` once per tile not yet recorded, and
-marks the output complete only when every tile has its record.
+``run_job`` resolves the job's spec once and checks everything knowable before any write
+(:func:`outofcore.job_setup.prepare_job`: where it runs, its budget and backend, its
+operands, its start on the output, its plan), then runs the prepared job
+(:func:`outofcore.job_run.execute_job`: the lease, the executor, the plan for its real
+workers, the tiles, and the output marked complete only when every tile has its record).
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
 from dataclasses import replace
 from typing import Any
 
 import zarr
 
-from outofcore import arrays, config, interop
-from outofcore.engines import resolve_backend
+from outofcore import arrays
 from outofcore.errors import InputError
 from outofcore.job_output import (
     JobResult,
-    damaged_found,
-    finish_output,
-    make_metadata_durable,
-    start_output,
     write_empty_product,
 )
-from outofcore.job_tasks import run_tiles, summarize, tile_job
-from outofcore.lease import OwnerCheck, check_not_held, new_job_id
-from outofcore.leasing import Lease
-from outofcore.operands import Operands, check_output_room
+from outofcore.job_run import execute_job
+from outofcore.job_setup import prepare_job
 from outofcore.phases import Phases
-from outofcore.planning import (
-    ONE_TASK,
-    job_workers,
-    plan_job,
-    wants_dashboard,
-    warn_unsharded,
-    with_budget,
-)
-from outofcore.recorded import RecordedJob
-from outofcore.resume import (
-    check_start_unchanged,
-)
 from outofcore.spec import JobSpec
 from outofcore.status import job_status
 from outofcore.targets import JOB_ATTRIBUTE
-from outofcore.worker_context import worker_context
-from scheduler.addresses import SYNC, check_client
-from scheduler.cluster import check_local_memory, is_local, open_executor, resolve_client
-from scheduler.executors import Executor, SynchronousExecutor
-from scheduler.gpu_cluster import check_gpus_usable
-from scheduler.worker_sizing import check_worker_memory
 
 __all__ = [
     "ATTRIBUTE",
@@ -169,121 +141,15 @@ def run_job(
     An incomplete output whose journal matches this job is resumed: its tile
     sizes are forced and only the tiles without a record are computed.  The
     job holds the output's lease while it runs (see :mod:`outofcore.lease`).
+
+    The spec is resolved once, before anything is written
+    (:func:`outofcore.job_setup.prepare_job`: where the job runs, its budget and
+    backend, its operands, its plan); what runs it takes that prepared job
+    (:func:`outofcore.job_run.execute_job`).
     """
     phases = Phases()
     with phases("open"):
-        spec = JobSpec.of(spec, options)
-        client = resolve_client(client, spec.gpus)  # None: the default Client when one is open
-        if spec.gpus and client is None:  # GPU workers on this node: refuse them without a GPU
-            check_local_gpus(spec.gpus)
-        spec = with_budget(spec, client)  # the budget of one worker (--memory)
-        # A scheduler address that names no scheduler, or where none answers: before anything.
-        check_client(client, config.number("connect-timeout", positive=True))
-        if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
-            interop.check_shareable(
-                {"input A": a, "input B": b, "the addend": spec.addend, "the output": out}
-            )
-        if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
-            spec = replace(spec, backend=resolve_backend(spec.backend))
-        operands = Operands.open(a, b, out, spec, phases)
-        check_not_held(operands.journal, operands.where)  # refuse at once, before any write
-        start = operands.inspect(spec.overwrite)
-    if 0 in (*operands.shape, operands.product.k):
-        return write_empty_product(operands, start, spec)
-    with phases("open"):
-        if start.resuming:  # the plan must be the one the journal's tiles belong to
-            spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
-        # Refuse a budget too small for the smallest tile before any cluster starts: with
-        # the workers of the LocalCluster or process the job starts (a scheduler elsewhere
-        # is asked once its workers have joined: one task at a time until then).
-        workers = job_workers(spec, client) if is_local(client) else ONE_TASK
-        job_plan = plan_job(operands.product, spec, workers, start.existing)
-        if start.existing is None:  # and an output its disk cannot hold, before any write
-            check_output_room(operands.out, operands.shape, operands.dtype, spec)
-        # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
-        check_local_memory(client, spec.memory, spec.workers, spec.gpus)
-        dashboard = wants_dashboard(job_plan, operands.product, spec, client)
-
-    lease = Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout)
-    with contextlib.ExitStack() as held:
-        with phases("lease"):
-            held.enter_context(lease)
-        with phases("cluster_start"):
-            executor = held.enter_context(_open_executor(client, spec, dashboard))
-            lease.on_lost(executor.abort)  # a lost lease stops the tasks: the job fails
-        with phases("plan"):
-            check_start_unchanged(start, operands.inspect(spec.overwrite))
-            workers = executor.worker_shape()
-            if not is_local(client):  # a cluster's workers decide, not this machine
-                where = getattr(getattr(client, "scheduler", None), "address", client)
-                backend = resolve_backend(spec.backend, workers.gpu_workers, where)
-                spec = replace(spec, backend=backend)
-            job_plan = plan_job(operands.product, spec, workers, start.existing)
-            plan = job_plan.plan
-            warn_unsharded(plan, spec, start.existing)
-            if not isinstance(executor, SynchronousExecutor):
-                interop.check_shareable({**operands.product.inputs, "the output": start.existing})
-                check_worker_memory(workers, plan.task_bytes)
-        with phases("output"):
-            output, record, document, done = start_output(operands, start, plan, spec, lease.job_id)
-        recorded = RecordedJob(
-            tile_job=tile_job(operands, output, plan, spec, workers, lease.job_id),
-            journal=operands.journal,
-            journal_id=document["journal_id"],
-            owner_check=OwnerCheck(operands.journal, lease.job_id, lease.timeout),
-        )
-        with phases("tasks"), executor.span(f"outofcore {operands.where}"):  # the dashboard's
-            results, seconds = run_tiles(executor, recorded, plan, done, spec, workers)
-        with phases("finish"):
-            lease.check()  # a job that lost its lease never calls the output complete
-            summary = summarize(
-                plan, results, seconds, spec.backend, output, len(done), lease.job_id
-            )
-            summary["product"] = operands.product.summary()
-            summary["worker_budget_bytes"] = job_plan.worker_budget_bytes
-            summary["damaged"] = damaged_found(document, results)
-            finish_output(operands, plan, document, done, results)
-            summary["phases"] = phases.as_dict()  # so far: the stored summary's
-            output.attrs[ATTRIBUTE] = {**record, "complete": True, "summary": summary}
-            make_metadata_durable(output)  # before job.json says complete
-            operands.journal.write_job({**document, "complete": True, "completed": time.time()})
-        with phases("cluster_stop"):
-            held.close()
-    summary = {**summary, "phases": phases.as_dict()}
-    return JobResult(output=output, plan=plan, summary=summary, results=tuple(results))
-
-
-def check_local_gpus(gpus: tuple[int, ...]) -> None:
-    """Refuse ``gpus`` (workers on this node's GPUs) where no CUDA GPU is usable here.
-
-    Asks the CUDA driver for its device count (:func:`outofcore.cuda.probe.device_count`,
-    without importing numba); numba's CUDA simulator counts as a GPU, as in the tests.
-
-    Raises
-    ------
-    ClusterError
-        Naming ``gpus`` and the driver's device count
-        (:func:`scheduler.gpu_cluster.check_gpus_usable`).
-    """
-    from outofcore.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
-
-    simulator = cuda_probe.simulator_enabled()
-    check_gpus_usable(gpus, 0 if simulator else cuda_probe.device_count(), simulator)
-
-
-def _open_executor(
-    client: Any, spec: JobSpec, dashboard: bool
-) -> contextlib.AbstractContextManager[Executor]:
-    return open_executor(
-        client,
-        budget_bytes=spec.memory,
-        workers=spec.workers,
-        gpus=spec.gpus,
-        announce=spec.progress,
-        connect_timeout=config.number("connect-timeout", positive=True),
-        in_process=config.flag("in-process-worker"),
-        dashboard=dashboard,
-        # Tasks that ran in this process (in-process, or its LocalCluster's worker threads)
-        # leave their engines, panels and buffers here: free them with the executor.
-        on_close=worker_context().release_in_process,
-    )
+        job = prepare_job(a, b, out, JobSpec.of(spec, options), client, phases)
+    if job.empty:
+        return write_empty_product(job.operands, job.start, job.spec)
+    return execute_job(job, phases)

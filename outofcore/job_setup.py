@@ -1,0 +1,121 @@
+"""A job prepared before anything is written: its spec resolved once (where it runs, the
+budget per worker, the backend, the tile of a journal it resumes), its operands checked,
+its start on the output decided and its plan made for the workers it would get, with
+every refusal that needs no cluster.  :func:`prepare_job` is the only place the job's spec
+is read; what runs the job (:mod:`outofcore.job_run`) takes the :class:`PreparedJob`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from outofcore import arrays, config, interop
+from outofcore.engines import resolve_backend
+from outofcore.lease import check_not_held
+from outofcore.operands import Operands, check_output_room
+from outofcore.phases import Phases
+from outofcore.planning import (
+    ONE_TASK,
+    JobPlan,
+    job_workers,
+    plan_job,
+    wants_dashboard,
+    with_budget,
+)
+from outofcore.resume import Start
+from outofcore.spec import JobSpec
+from scheduler.addresses import SYNC, check_client
+from scheduler.cluster import check_local_memory, is_local, resolve_client
+from scheduler.gpu_cluster import check_gpus_usable
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A job as checked and planned before its lease, cluster or any write."""
+
+    #: The spec as resolved: its budget per worker chosen, its backend (on this machine),
+    #: and a resumed journal's tile and panel depth.
+    spec: JobSpec
+    #: Where the job runs: a ``distributed.Client``, a scheduler address, ``"sync"``, or
+    #: None (a LocalCluster the job starts).
+    client: Any
+    operands: Operands
+    #: How the job starts on its output (new, resumed, or started over).
+    start: Start
+    #: The plan for the workers the job would get, before any cluster starts (None for an
+    #: empty product); the job plans again with its cluster's workers.
+    plan: JobPlan | None
+    #: Whether a LocalCluster the job starts serves Dask's dashboard.
+    dashboard: bool
+
+    @property
+    def empty(self) -> bool:
+        """A dimension of 0: nothing to multiply (written by
+        :func:`outofcore.job_output.write_empty_product`)."""
+        return 0 in (*self.operands.shape, self.operands.product.k)
+
+
+def prepare_job(
+    a: arrays.ArrayLike,
+    b: arrays.ArrayLike,
+    out: arrays.ArrayLike,
+    spec: JobSpec,
+    client: Any = None,
+    phases: Phases | None = None,
+) -> PreparedJob:
+    """Resolve ``spec`` and check everything knowable before the job's lease or cluster.
+
+    Refuses, in this order: a client or GPUs that cannot run the job, a scheduler
+    that does not answer, arrays worker processes cannot share, operands and outputs
+    that do not fit the product, an output another job holds, a budget too small for
+    the smallest tile, an output its disk cannot hold, and a LocalCluster (or this
+    process) that cannot fit this machine's memory cap.
+    """
+    client = resolve_client(client, spec.gpus)  # None: the default Client when one is open
+    if spec.gpus and client is None:  # GPU workers on this node: refuse them without a GPU
+        check_local_gpus(spec.gpus)
+    spec = with_budget(spec, client)  # the budget of one worker (--memory)
+    # A scheduler address that names no scheduler, or where none answers: before anything.
+    check_client(client, config.number("connect-timeout", positive=True))
+    if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
+        interop.check_shareable(
+            {"input A": a, "input B": b, "the addend": spec.addend, "the output": out}
+        )
+    if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
+        spec = replace(spec, backend=resolve_backend(spec.backend))
+    operands = Operands.open(a, b, out, spec, phases)
+    check_not_held(operands.journal, operands.where)  # refuse at once, before any write
+    start = operands.inspect(spec.overwrite)
+    if 0 in (*operands.shape, operands.product.k):
+        return PreparedJob(spec, client, operands, start, None, False)
+    if start.resuming:  # the plan must be the one the journal's tiles belong to
+        spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
+    # Refuse a budget too small for the smallest tile before any cluster starts: with
+    # the workers of the LocalCluster or process the job starts (a scheduler elsewhere
+    # is asked once its workers have joined: one task at a time until then).
+    workers = job_workers(spec, client) if is_local(client) else ONE_TASK
+    job_plan = plan_job(operands.product, spec, workers, start.existing)
+    if start.existing is None:  # and an output its disk cannot hold, before any write
+        check_output_room(operands.out, operands.shape, operands.dtype, spec)
+    # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
+    check_local_memory(client, spec.memory, spec.workers, spec.gpus)
+    dashboard = wants_dashboard(job_plan, operands.product, spec, client)
+    return PreparedJob(spec, client, operands, start, job_plan, dashboard)
+
+
+def check_local_gpus(gpus: tuple[int, ...]) -> None:
+    """Refuse ``gpus`` (workers on this node's GPUs) where no CUDA GPU is usable here.
+
+    Asks the CUDA driver for its device count (:func:`outofcore.cuda.probe.device_count`,
+    without importing numba); numba's CUDA simulator counts as a GPU, as in the tests.
+
+    Raises
+    ------
+    ClusterError
+        Naming ``gpus`` and the driver's device count
+        (:func:`scheduler.gpu_cluster.check_gpus_usable`).
+    """
+    from outofcore.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
+
+    simulator = cuda_probe.simulator_enabled()
+    check_gpus_usable(gpus, 0 if simulator else cuda_probe.device_count(), simulator)
