@@ -269,3 +269,23 @@ def create_output(
         compressors=zarr_compressors(codec, zarr_format),
         config=WRITE_CONFIG,
     )
+
+
+#: Appended to the column dimension's name when it is the row dimension's name too.
+REPEATED_SUFFIX = "_2"
+
+
+def output_names(
+    a: zarr.Array, b: zarr.Array, transpose_a: bool, transpose_b: bool
+) -> DimensionNames:
+    """The dimension names of ``op(a) @ op(b)``: op(a)'s row dimension and op(b)'s column
+    dimension, from the inputs' names (:func:`dimension_names`; None
+    where unnamed).  When the two are one name (a Gram product ``X.T @ X`` of an
+    ``X`` with dimensions ``(sample, feature)`` gives ``feature`` twice) the columns
+    are called ``feature_2``: xarray cannot index an array with a repeated dimension.
+    """
+    rows = dimension_names(a)[1 if transpose_a else 0]
+    cols = dimension_names(b)[0 if transpose_b else 1]
+    if rows is not None and rows == cols:
+        cols = f"{cols}{REPEATED_SUFFIX}"
+    return rows, cols

@@ -286,3 +286,23 @@ def check_product(
 
 
 _COMPUTE_NAMES = ", ".join(str(d) for d in COMPUTE_DTYPES)
+
+
+@dataclass(frozen=True)
+class OpView:
+    """Shape, dtype and chunk grid of ``op(X)``, as the checks and the plan see it."""
+
+    shape: tuple[int, int]
+    dtype: np.dtype
+    chunks: tuple[int, int]
+
+
+def op_view(array: Any, transposed: bool) -> OpView:
+    """The view of ``array`` or of its transpose (nothing is read)."""
+    step = -1 if transposed else 1
+    return OpView(tuple(array.shape[::step]), np.dtype(array.dtype), tuple(array.chunks[::step]))
+
+
+def operand_names(transpose_a: bool, transpose_b: bool) -> tuple[str, str, str]:
+    """How messages name op(A), op(B) and C."""
+    return ("A.T" if transpose_a else "A", "B.T" if transpose_b else "B", "C")

@@ -20,13 +20,12 @@ from outofcore.planning import (
     job_workers,
     plan_job,
     wants_dashboard,
-    with_budget,
+    where_it_runs,
 )
 from outofcore.resume import Start
 from outofcore.spec import JobSpec
 from scheduler.addresses import SYNC, check_client
-from scheduler.cluster import check_local_memory, is_local, resolve_client
-from scheduler.gpu_cluster import check_gpus_usable
+from scheduler.cluster import check_local_memory, is_local
 
 
 @dataclass(frozen=True)
@@ -71,18 +70,15 @@ def prepare_job(
     the smallest tile, an output its disk cannot hold, and a LocalCluster (or this
     process) that cannot fit this machine's memory cap.
     """
-    client = resolve_client(client, spec.gpus)  # None: the default Client when one is open
-    if spec.gpus and client is None:  # GPU workers on this node: refuse them without a GPU
-        check_local_gpus(spec.gpus)
-    spec = with_budget(spec, client)  # the budget of one worker (--memory)
+    spec, client = where_it_runs(spec, client)  # and the budget of one worker (--memory)
     # A scheduler address that names no scheduler, or where none answers: before anything.
     check_client(client, config.number("connect-timeout", positive=True))
+    if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
+        spec = replace(spec, backend=resolve_backend(spec.backend))
     if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
         interop.check_shareable(
             {"input A": a, "input B": b, "the addend": spec.addend, "the output": out}
         )
-    if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
-        spec = replace(spec, backend=resolve_backend(spec.backend))
     operands = Operands.open(a, b, out, spec, phases)
     check_not_held(operands.journal, operands.where)  # refuse at once, before any write
     start = operands.inspect(spec.overwrite)
@@ -101,21 +97,3 @@ def prepare_job(
     check_local_memory(client, spec.memory, spec.workers, spec.gpus)
     dashboard = wants_dashboard(job_plan, operands.product, spec, client)
     return PreparedJob(spec, client, operands, start, job_plan, dashboard)
-
-
-def check_local_gpus(gpus: tuple[int, ...]) -> None:
-    """Refuse ``gpus`` (workers on this node's GPUs) where no CUDA GPU is usable here.
-
-    Asks the CUDA driver for its device count (:func:`outofcore.cuda.probe.device_count`,
-    without importing numba); numba's CUDA simulator counts as a GPU, as in the tests.
-
-    Raises
-    ------
-    ClusterError
-        Naming ``gpus`` and the driver's device count
-        (:func:`scheduler.gpu_cluster.check_gpus_usable`).
-    """
-    from outofcore.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
-
-    simulator = cuda_probe.simulator_enabled()
-    check_gpus_usable(gpus, 0 if simulator else cuda_probe.device_count(), simulator)

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from scheduler import tiling
 from scheduler.addresses import SYNC
-from scheduler.cluster import is_local, runs_in_process, worker_shape_of
+from scheduler.cluster import is_local, resolve_client, runs_in_process, worker_shape_of
 from scheduler.executors import WorkerShape
+from scheduler.gpu_cluster import check_gpus_usable
 from scheduler.model import predict, what_ifs
 from scheduler.plan import Plan
 from scheduler.tiling import is_large_output, make_output_plan
@@ -91,6 +92,38 @@ def with_budget(spec: JobSpec, client: Any) -> JobSpec:
         return dataclasses.replace(spec, memory=DEFAULT_BUDGET_BYTES)
     workers, gpus = (spec.workers, spec.gpus) if client is None else (1, None)
     return dataclasses.replace(spec, memory=default_budget(workers, gpus))
+
+
+def where_it_runs(spec: JobSpec, client: Any) -> tuple[JobSpec, Any]:
+    """The client a job with ``spec`` runs on and ``spec`` with its budget per worker.
+
+    GPU workers this job would start on this node (``spec.gpus``, no client) are refused
+    first where no GPU is usable (:func:`check_local_gpus`); then ``client`` is resolved
+    (:func:`scheduler.cluster.resolve_client`: None is the default Client when one is
+    open) and the budget chosen for it (:func:`with_budget`).
+    """
+    if spec.gpus and client is None:
+        check_local_gpus(spec.gpus)
+    client = resolve_client(client, spec.gpus)
+    return with_budget(spec, client), client
+
+
+def check_local_gpus(gpus: tuple[int, ...]) -> None:
+    """Refuse ``gpus`` (workers on this node's GPUs) where no CUDA GPU is usable here.
+
+    Asks the CUDA driver for its device count (:func:`outofcore.cuda.probe.device_count`,
+    without importing numba); numba's CUDA simulator counts as a GPU, as in the tests.
+
+    Raises
+    ------
+    ClusterError
+        Naming ``gpus`` and the driver's device count
+        (:func:`scheduler.gpu_cluster.check_gpus_usable`).
+    """
+    from outofcore.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
+
+    simulator = cuda_probe.simulator_enabled()
+    check_gpus_usable(gpus, 0 if simulator else cuda_probe.device_count(), simulator)
 
 
 def job_workers(spec: JobSpec, client: Any) -> WorkerShape:

@@ -28,6 +28,8 @@ from outofcore.dtypes import (
     check_flag,
     check_product,
     check_scale,
+    op_view,
+    operand_names,
     product_types,
 )
 from outofcore.errors import InputError
@@ -39,18 +41,6 @@ from scheduler.problem import Problem
 
 if TYPE_CHECKING:
     from outofcore.fingerprint import Fingerprint
-
-#: Appended to the column dimension's name when it is the row dimension's name too.
-REPEATED_SUFFIX = "_2"
-
-
-@dataclass(frozen=True)
-class _OpView:
-    """Shape, dtype and chunk grid of ``op(X)``, as the checks and the plan see it."""
-
-    shape: tuple[int, int]
-    dtype: np.dtype
-    chunks: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -101,23 +91,23 @@ class Product:
             without an addend (or an addend with ``beta == 0``), an addend of
             another shape, or an addend that is A or B.
         """
-        transpose_a = check_flag(transpose_a, "transpose_a")
-        transpose_b = check_flag(transpose_b, "transpose_b")
         a_array, a_flipped = arrays.open_operand(a, "A")
         b_array, b_flipped = arrays.open_operand(b, "B")
-        transpose_a, transpose_b = transpose_a != a_flipped, transpose_b != b_flipped
-        op_a = _op(a_array, transpose_a)
-        op_b = _op(b_array, transpose_b)
-        m, n, k = check_product(op_a, op_b, names=_names(transpose_a, transpose_b), one_dtype=False)
         addend_array = None
         if addend is not None:
             addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)
             arrays.check_distinct(addend_array, {"A": a_array, "B": b_array}, "the addend")
-            if tuple(addend_array.shape) != (m, n):
-                raise InputError(
-                    f"the addend ({arrays.describe(addend_array)}) has shape "
-                    f"{tuple(addend_array.shape)}; the output is ({m}, {n})"
-                )
+        # The flags after the arrays: each step below is a lower layer's (dtypes).
+        transpose_a = check_flag(transpose_a, "transpose_a") != a_flipped
+        transpose_b = check_flag(transpose_b, "transpose_b") != b_flipped
+        names = operand_names(transpose_a, transpose_b)
+        op_a, op_b = op_view(a_array, transpose_a), op_view(b_array, transpose_b)
+        m, n, k = check_product(op_a, op_b, names=names, one_dtype=False)
+        if addend_array is not None and tuple(addend_array.shape) != (m, n):
+            raise InputError(
+                f"the addend ({arrays.describe(addend_array)}) has shape "
+                f"{tuple(addend_array.shape)}; the output is ({m}, {n})"
+            )
         types = product_types(
             a_array.dtype,
             b_array.dtype,
@@ -146,7 +136,7 @@ class Product:
             symmetric=transpose_a != transpose_b
             and addend_array is None
             and arrays.same_array(a_array, b_array),
-            dimension_names=output_names(a_array, b_array, transpose_a, transpose_b),
+            dimension_names=arrays.output_names(a_array, b_array, transpose_a, transpose_b),
         )
 
     @property
@@ -176,8 +166,8 @@ class Product:
         """The plan's view: shapes, ``op`` chunk grids, element sizes and buffers."""
         compute = self.types.compute
         a_chunks, b_chunks = (
-            _op(self.a, self.transpose_a).chunks,
-            _op(self.b, self.transpose_b).chunks,
+            op_view(self.a, self.transpose_a).chunks,
+            op_view(self.b, self.transpose_b).chunks,
         )
         staged = [x.dtype.itemsize if x.dtype != compute else 0 for x in (self.a, self.b)]
         block_extra = 0
@@ -259,32 +249,6 @@ def listed_product(product: Product, fingerprints: Mapping[str, Fingerprint]) ->
 
     named = {name: twin(name, array) for name, array in product.inputs.items()}
     return replace(product, a=named["A"], b=named["B"], addend=named.get("addend", product.addend))
-
-
-def output_names(
-    a: zarr.Array, b: zarr.Array, transpose_a: bool, transpose_b: bool
-) -> arrays.DimensionNames:
-    """The dimension names of ``op(a) @ op(b)``: op(a)'s row dimension and op(b)'s column
-    dimension, from the inputs' names (:func:`outofcore.arrays.dimension_names`; None
-    where unnamed).  When the two are one name (a Gram product ``X.T @ X`` of an
-    ``X`` with dimensions ``(sample, feature)`` gives ``feature`` twice) the columns
-    are called ``feature_2``: xarray cannot index an array with a repeated dimension.
-    """
-    rows = arrays.dimension_names(a)[1 if transpose_a else 0]
-    cols = arrays.dimension_names(b)[0 if transpose_b else 1]
-    if rows is not None and rows == cols:
-        cols = f"{cols}{REPEATED_SUFFIX}"
-    return rows, cols
-
-
-def _op(array: zarr.Array, transposed: bool) -> _OpView:
-    """The view of ``array`` or of its transpose (nothing is read)."""
-    step = -1 if transposed else 1
-    return _OpView(tuple(array.shape[::step]), np.dtype(array.dtype), tuple(array.chunks[::step]))
-
-
-def _names(transpose_a: bool, transpose_b: bool) -> tuple[str, str, str]:
-    return ("A.T" if transpose_a else "A", "B.T" if transpose_b else "B", "C")
 
 
 def _json_number(value: float | complex) -> float | list[float]:
