@@ -11,6 +11,9 @@ Two budgets, one meaning each: the user's ``--memory`` (:attr:`JobSpec.memory
 a worker runs one task per thread, so the plan's budget is per task,
 :attr:`scheduler.plan.Plan.task_budget_bytes` (the worker's divided by its threads).
 
+Where a job runs is decided here too, before it is planned (:func:`where_it_runs`: the
+client, usable GPUs, the budget per worker).
+
 No Dask or numba is imported here at module level (zarr and the probe are imported
 where a function needs them).
 """
