@@ -42,7 +42,7 @@ def flops(m: int, n: int, k: int) -> float:
 def time_events(cuda, fn, repeats: int) -> float:
     """Median seconds of ``fn()`` between two CUDA events on the default stream, after a
     warm-up (and compilation): the GPU check's timer."""
-    from outofcore.cuda.check import median_event_ms
+    from outofcore.cuda.check_common import median_event_ms
 
     return median_event_ms(fn, repeats, cuda.synchronize) / 1e3
 
@@ -50,6 +50,7 @@ def time_events(cuda, fn, repeats: int) -> float:
 def bench_kernel(cuda, cupy, size: tuple[int, int, int], dtype, repeats: int, reference: bool):
     """Time our kernel (and cuBLAS, and optionally the textbook kernel) on one shape."""
     from outofcore.cuda import kernels
+    from outofcore.cuda.reference import launch_reference
 
     m, n, k = size
     rng = np.random.default_rng(0)
@@ -67,7 +68,7 @@ def bench_kernel(cuda, cupy, size: tuple[int, int, int], dtype, repeats: int, re
     if reference and max(m, n, k) <= REFERENCE_MAX:  # the textbook kernel takes minutes past it
         c_ref = cuda.device_array((m, n), dtype=dtype)
         t_ref = time_events(
-            cuda, lambda: kernels.launch_reference(a, b, c_ref, False), max(1, repeats // 4)
+            cuda, lambda: launch_reference(a, b, c_ref, False), max(1, repeats // 4)
         )
         row["reference_gflops"] = flops(m, n, k) / t_ref / 1e9
     if cupy is not None:

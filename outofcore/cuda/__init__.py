@@ -222,6 +222,6 @@ def device_budget_bytes(fraction: float = DEVICE_FRACTION) -> int:
     if not 0 < fraction <= 1:
         raise InputError(f"fraction must be in (0, 1], got {fraction!r}")
     _require_cuda()
-    from outofcore.cuda.engine import free_device_bytes  # noqa: PLC0415
+    from outofcore.cuda.device_share import free_device_bytes  # noqa: PLC0415
 
     return int(free_device_bytes() * fraction)

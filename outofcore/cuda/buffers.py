@@ -30,7 +30,7 @@ import numpy as np
 from numba import cuda
 from numba.cuda import config as cuda_config
 
-from outofcore.cuda.kernels import launch_transpose
+from outofcore.cuda.transpose import launch_transpose
 
 GROWTH = 1 << 16  # device buffers grow in steps of 64 KiB
 #: Pinned staging buffers in the ring, and the bytes of each.

@@ -36,7 +36,7 @@ The same device tile always uses the same buffer and stream, so its load of the
 next panel follows its store of this one; a buffer's next load follows its store.
 
 ``finish_tile`` rearranges the accumulator into a row-major tile, one strip of
-device-tile rows at a time.
+device-tile rows at a time (:mod:`outofcore.cuda.accumulator`).
 
 Either way ``accumulate`` returns once the copies that read the host panels
 are done, so the caller may decode the next panel into the same buffers while
@@ -49,9 +49,6 @@ of a tile overwrites ``C`` (no memset); a tile with no panel is zero.
 
 from __future__ import annotations
 
-import math
-import threading
-import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,7 +56,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda
 
-from outofcore.cuda import DEVICE_FRACTION, is_available, simulator_enabled
+from outofcore.cuda import DEVICE_FRACTION, is_available
+from outofcore.cuda.accumulator import device_tile_block, to_row_major
 from outofcore.cuda.buffers import (
     GROWTH,
     DeviceBuffer,
@@ -71,54 +69,13 @@ from outofcore.cuda.buffers import (
     layout,
     make_stream,
 )
+from outofcore.cuda.device_share import DeviceShare
 from outofcore.cuda.kernels import PRODUCTION, TileParams, launch
 from outofcore.dtypes import COMPUTE_DTYPES
 from outofcore.errors import BackendError, InputError
 from scheduler.device_plan import DevicePlan, plan_device
 
 BACKENDS = ("cuda", "cupy")
-
-
-def free_device_bytes() -> int:
-    """Free memory of the current device in bytes (available host memory under the simulator)."""
-    free, _total = cuda.current_context().get_memory_info()
-    if not math.isfinite(free):  # the simulator reports inf
-        import psutil  # noqa: PLC0415
-
-        return int(psutil.virtual_memory().available)
-    return int(free)
-
-
-class DeviceShare:
-    """One device budget per process and device, divided among the engines alive on it.
-
-    The budget is ``fraction`` of the device's free memory when the first engine on
-    the device is made; every engine made later on the same device in this process
-    (another task thread's) joins it, and each gets an equal share.  An engine
-    that is garbage-collected leaves, and the others' shares grow again.
-    """
-
-    _lock = threading.Lock()
-    _shares: dict[int, DeviceShare] = {}
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.engines: weakref.WeakSet = weakref.WeakSet()
-
-    @classmethod
-    def join(cls, engine: object, fraction: float) -> DeviceShare:
-        """Add ``engine`` to the share of the current device (measured if it is the first)."""
-        device = 0 if simulator_enabled() else int(cuda.get_current_device().id)
-        with cls._lock:
-            share = cls._shares.get(device)
-            if share is None or not share.engines:  # none alive: measure the device anew
-                share = cls._shares[device] = cls(max(1, int(free_device_bytes() * fraction)))
-            share.engines.add(engine)
-        return share
-
-    def per_engine(self) -> int:
-        """Device bytes of one engine's share."""
-        return max(1, self.total // max(1, len(self.engines)))
 
 
 def _import_cupy():
@@ -353,18 +310,7 @@ class CudaEngine:
             return out
         for stream in self._c_streams:  # every store has landed in the accumulator
             stream.synchronize()
-        flat = tile.host
-        if plan.cols > 1:  # device tile order -> row-major, one strip of rows at a time
-            for r0 in range(0, m, plan.dm):
-                r1 = min(m, r0 + plan.dm)
-                height = r1 - r0
-                strip = flat[r0 * n : r1 * n]
-                blocks = strip.copy()
-                rows = strip.reshape(height, n)
-                for c0 in range(0, n, plan.dn):
-                    c1 = min(n, c0 + plan.dn)
-                    rows[:, c0:c1] = blocks[height * c0 : height * c1].reshape(height, c1 - c0)
-        return flat.reshape(m, n)
+        return to_row_major(tile.host, m, n, plan)
 
     # -- internals ---------------------------------------------------------------------------
     def _plan(self, tile: _Tile, depth: int, transposed: bool = False) -> DevicePlan:
@@ -444,7 +390,7 @@ class CudaEngine:
             tile.host = self._c_host.view(m * n, tile.dtype)
         stream = self._c_streams[which]
         if not tile.fresh:
-            block = self._block(tile, c.shape, r0, c0)
+            block = device_tile_block(tile.host, tile.shape[1], c.shape, r0, c0)
             c.copy_to_device(block, stream=stream)
             self.transfer_bytes["h2d"] += block.nbytes
         self._c_ready[which].record(stream)
@@ -455,17 +401,9 @@ class CudaEngine:
         stream = self._c_streams[which]
         self._c_done[which].record(self._compute_stream)
         self._c_done[which].wait(stream)
-        block = self._block(tile, c.shape, r0, c0)
+        block = device_tile_block(tile.host, tile.shape[1], c.shape, r0, c0)
         c.copy_to_host(block, stream=stream)
         self.transfer_bytes["d2h"] += block.nbytes
-
-    @staticmethod
-    def _block(tile: _Tile, shape: tuple[int, int], r0: int, c0: int) -> np.ndarray:
-        """The contiguous part of the accumulator that holds the device tile at ``(r0, c0)``."""
-        n = tile.shape[1]
-        height, width = shape
-        start = r0 * n + height * c0
-        return tile.host[start : start + height * width].reshape(height, width)
 
     def _synchronize(self) -> None:
         for stream in (self._copy_stream, *self._c_streams, self._compute_stream):

@@ -1,30 +1,29 @@
-"""numba CUDA kernels for ``C += A · B``; the only module that defines kernels.
+"""The tiled numba CUDA kernel for ``C += A · B``.
 
-Two kernels:
+:func:`build_gemm_kernel` makes the tiled kernel for given tile parameters.
+A block of ``(BN // TN) x (BM // TM)`` threads computes a ``BM x BN`` tile of
+``C``; each thread holds a ``TM x TN`` micro-tile of ``C`` in registers.  Per
+``BK`` step of ``k`` the block copies ``A``'s ``BM x BK`` tile (transposed, so
+a thread reads its ``TM`` rows as contiguous words) and ``B``'s ``BK x BN``
+tile into double-buffered shared memory.  A thread's rows (columns) are two
+runs of ``TM / 2`` (``TN / 2``): ``ty * TM/2 + i`` and ``BM/2 + ty * TM/2 + i``,
+so that a quarter-warp reads consecutive words with wide loads and no bank
+conflict.  A complex thread keeps the real and imaginary parts of its
+micro-tile apart, in real registers: four real FMAs per complex
+multiply-add.
 
-* :func:`build_gemm_kernel` makes the tiled kernel for given tile parameters.
-  A block of ``(BN // TN) x (BM // TM)`` threads computes a ``BM x BN`` tile of
-  ``C``; each thread holds a ``TM x TN`` micro-tile of ``C`` in registers.  Per
-  ``BK`` step of ``k`` the block copies ``A``'s ``BM x BK`` tile (transposed, so
-  a thread reads its ``TM`` rows as contiguous words) and ``B``'s ``BK x BN``
-  tile into double-buffered shared memory.  A thread's rows (columns) are two
-  runs of ``TM / 2`` (``TN / 2``): ``ty * TM/2 + i`` and ``BM/2 + ty * TM/2 + i``,
-  so that a quarter-warp reads consecutive words with wide loads and no bank
-  conflict.  A complex thread keeps the real and imaginary parts of its
-  micro-tile apart, in real registers: four real FMAs per complex
-  multiply-add.
-* :func:`build_reference_kernel` is the textbook one-output-per-thread kernel,
-  kept simple and fixed: tests compare the tiled kernel with it.
+The textbook kernel that tests compare it with is in :mod:`outofcore.cuda.reference`,
+the transpose kernel in :mod:`outofcore.cuda.transpose`.
 
-:func:`launch` and :func:`launch_reference` pick the grid and launch on device
-arrays that the caller has already checked (``outofcore.cuda.gemm`` checks).
+:func:`launch` picks the grid and launches on device arrays that the caller has
+already checked (``outofcore.cuda.gemm`` checks).
 :func:`compile_options` is the one place that sets the tiled kernel's compile
 options, for ``cuda.jit`` here and for ``cuda.compile`` in
 :mod:`outofcore.cuda.report`: launch bounds that keep two blocks on an SM.
 
-Rules both follow: loads outside ``A`` or ``B`` write zeros, stores outside
-``C`` are skipped, no thread leaves before a barrier, the ``k`` loop runs
-``ceil(k / BK)`` times, and the accumulator has the inputs' precision.
+Rules the tiled and the textbook kernel follow: loads outside ``A`` or ``B`` write
+zeros, stores outside ``C`` are skipped, no thread leaves before a barrier, the ``k``
+loop runs ``ceil(k / BK)`` times, and the accumulator has the inputs' precision.
 """
 
 from __future__ import annotations
@@ -338,32 +337,6 @@ def _unroll_loop(func, var: str, name: str):
     return namespace[name]
 
 
-REFERENCE_BLOCK = (16, 16)
-
-
-@cache
-def build_reference_kernel(dtype: np.dtype):
-    """Return the textbook kernel: one thread per element of ``C``, no shared memory.
-
-    Launch it with ``block = REFERENCE_BLOCK`` and
-    ``grid = (ceil(m / 16), ceil(n / 16))`` (x runs along the rows of ``C``).
-    """
-    dt = np.dtype(dtype).type
-
-    def gemm_reference(a, b, c, accumulate):
-        row, col = cuda.grid(2)
-        if row < c.shape[0] and col < c.shape[1]:
-            total = dt(0)
-            for s in range(a.shape[1]):
-                total += a[row, s] * b[s, col]
-            if accumulate:
-                c[row, col] += total
-            else:
-                c[row, col] = total
-
-    return cuda.jit(gemm_reference)
-
-
 def zero(c, stream=0) -> None:
     """Set the C-contiguous device array ``c`` to zero with a memset on ``stream``, no kernel."""
     device_memset(c, 0, c.nbytes, stream=stream)
@@ -406,74 +379,3 @@ def launch(a, b, c, accumulate: bool, stream=0, params: TileParams | None = None
         r1 = min(m, r0 + step)
         grid = (cols, -(-(r1 - r0) // params.bm))
         kernel[grid, params.threads, stream](a[r0:r1], b, c[r0:r1], bool(accumulate))
-
-
-def launch_reference(
-    a, b, c, accumulate: bool, stream=0, block: tuple[int, int] = REFERENCE_BLOCK
-) -> None:
-    """Run the textbook kernel on checked device arrays (see :func:`launch`)."""
-    m, n = c.shape
-    bx, by = block
-    kernel = build_reference_kernel(np.dtype(c.dtype))
-    kernel[(-(-m // bx), -(-n // by)), block, stream](a, b, c, bool(accumulate))
-
-
-#: Tile of the transpose kernel (``TRANSPOSE_TILE`` square, ``TRANSPOSE_ROWS`` rows of threads);
-#: smaller on the simulator, which runs one Python thread per CUDA thread.
-TRANSPOSE_TILE = 8 if cuda_config.ENABLE_CUDASIM else 32
-TRANSPOSE_ROWS = 2 if cuda_config.ENABLE_CUDASIM else 8
-
-
-@cache
-def build_transpose_kernel(dtype: np.dtype):
-    """Return the kernel ``transpose(src, dst)``: ``dst = src.T`` for 2-D device arrays.
-
-    A ``TRANSPOSE_TILE`` square of ``src`` goes through shared memory (one padding
-    column, so that the transposed reads hit distinct banks); both global reads
-    and writes run along rows.
-    """
-    return cuda.jit(make_transpose_function(dtype))
-
-
-def make_transpose_function(dtype: np.dtype):
-    """The Python function of the transpose kernel (for ``cuda.jit`` or ``compile_ptx``)."""
-    tile, rows = TRANSPOSE_TILE, TRANSPOSE_ROWS
-    padded = tile + 1  # a constant here: numba needs the shared array's shape as literals
-    element = numba_type(np.dtype(dtype))
-
-    def transpose(src, dst):
-        buf = cuda.shared.array((tile, padded), dtype=element)
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        col = cuda.blockIdx.x * tile + tx
-        row = cuda.blockIdx.y * tile + ty
-        for j in range(0, tile, rows):
-            if row + j < src.shape[0] and col < src.shape[1]:
-                buf[ty + j, tx] = src[row + j, col]
-        cuda.syncthreads()
-        col = cuda.blockIdx.y * tile + tx
-        row = cuda.blockIdx.x * tile + ty
-        for j in range(0, tile, rows):
-            if row + j < dst.shape[0] and col < dst.shape[1]:
-                dst[row + j, col] = buf[tx, ty + j]
-
-    return transpose
-
-
-def numba_type(dtype: np.dtype):
-    """The numba scalar type of ``dtype`` (for shared arrays)."""
-    from numba import from_dtype  # noqa: PLC0415
-
-    return from_dtype(np.dtype(dtype))
-
-
-def launch_transpose(src, dst, stream=0) -> None:
-    """``dst = src.T`` on ``stream``: C-contiguous device arrays ``(r, c)`` and ``(c, r)``."""
-    r, c = src.shape
-    if dst.shape != (c, r):
-        raise InputError(f"transpose of a {r}x{c} array into {dst.shape}: need ({c}, {r})")
-    if r == 0 or c == 0:
-        return
-    tile = TRANSPOSE_TILE
-    kernel = build_transpose_kernel(np.dtype(src.dtype))
-    grid = (-(-c // tile), -(-r // tile))
-    kernel[grid, (tile, TRANSPOSE_ROWS), stream](src, dst)

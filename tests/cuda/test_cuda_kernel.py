@@ -15,6 +15,7 @@ from numba import cuda
 import outofcore.cuda as ooc_cuda
 from outofcore.cuda import kernels
 from outofcore.cuda.kernels import PRODUCTION, TileParams
+from outofcore.cuda.reference import launch_reference
 from outofcore.dtypes import COMPUTE_DTYPES
 from outofcore.errors import InputError
 
@@ -135,7 +136,7 @@ def test_reference_kernel_matches_numpy_and_tiled(dtype):
     a, b, c = operands(11, 6, 5, dtype)
     c_ref, c_tiled = c.copy(), c.copy()
     d_ref = cuda.to_device(c_ref)
-    kernels.launch_reference(cuda.to_device(a), cuda.to_device(b), d_ref, True, block=(4, 4))
+    launch_reference(cuda.to_device(a), cuda.to_device(b), d_ref, True, block=(4, 4))
     d_ref.copy_to_host(c_ref)
     assert_product(c_ref, a, b, c, accumulate=True)
     ooc_cuda.gemm(a, b, c_tiled, params=TINY)

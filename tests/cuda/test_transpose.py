@@ -1,4 +1,4 @@
-"""The device transpose a transposed operand goes through (kernels.launch_transpose)."""
+"""The device transpose a transposed operand goes through (transpose.launch_transpose)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import outofcore.cuda as ooc_cuda
-from outofcore.cuda import kernels
+from outofcore.cuda import transpose
 from outofcore.errors import InputError
 from tests.helpers import ROOT
 
@@ -33,7 +33,7 @@ def test_transpose_matches_numpy_on_ragged_shapes(dtype, shape):
         x = x + 1j * rng.standard_normal(shape)
     x = x.astype(dtype)
     out = cuda.to_device(np.full(shape[::-1], np.nan, dtype))
-    kernels.launch_transpose(cuda.to_device(x), out)
+    transpose.launch_transpose(cuda.to_device(x), out)
     np.testing.assert_array_equal(out.copy_to_host(), x.T)
 
 
@@ -41,7 +41,7 @@ def test_transpose_into_the_wrong_shape_is_refused():
     from numba import cuda  # noqa: PLC0415
 
     with pytest.raises(InputError, match=r"transpose of a 3x4 array into \(3, 4\)"):
-        kernels.launch_transpose(cuda.device_array((3, 4)), cuda.device_array((3, 4)))
+        transpose.launch_transpose(cuda.device_array((3, 4)), cuda.device_array((3, 4)))
 
 
 def test_transpose_compiles_for_the_real_chip():
@@ -52,12 +52,12 @@ def test_transpose_compiles_for_the_real_chip():
     script = (
         "import numpy as np\n"
         "from numba import cuda, types, from_dtype\n"
-        "from outofcore.cuda import kernels\n"
+        "from outofcore.cuda import transpose\n"
         f"for name in {DTYPES!r}:\n"
         "    arr = types.Array(from_dtype(np.dtype(name)), 2, 'C')\n"
-        "    fn = kernels.make_transpose_function(np.dtype(name))\n"
+        "    fn = transpose.make_transpose_function(np.dtype(name))\n"
         "    ptx, _ = cuda.compile_ptx(fn, (arr, arr), cc=(9, 0))\n"
-        "    assert '.shared' in ptx and kernels.TRANSPOSE_TILE == 32, name\n"
+        "    assert '.shared' in ptx and transpose.TRANSPOSE_TILE == 32, name\n"
         "print('compiled')\n"
     )
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")

@@ -1,0 +1,159 @@
+"""What the GPU check's phases share: its dtypes and error bounds, a phase's failure,
+its independent parts, the simulator switch, timers and a bounded subprocess.
+
+The phases themselves are in :mod:`outofcore.cuda.check_kernels`,
+:mod:`outofcore.cuda.check_engine` and :mod:`outofcore.cuda.check_tools`; the runner
+(``python -m outofcore.cuda.check``) in :mod:`outofcore.cuda.check`.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DTYPES = ("float32", "float64", "complex64", "complex128")
+#: Every dtype's unit round-off, for error bounds.
+EPS = {name: float(np.finfo(np.dtype(name)).eps) / 2 for name in DTYPES}
+REPO = Path(__file__).resolve().parents[2]
+
+
+class CheckFailed(Exception):
+    """A phase found a wrong result; its message says which and by how much.
+
+    ``data``: what the phase measured before (or beside) the failure, kept in the summary.
+    """
+
+    def __init__(self, message: str, data: dict | None = None) -> None:
+        super().__init__(message)
+        self.data = data or {}
+
+
+class Parts:
+    """A phase's independent measurements: each one's failure is recorded, and the
+    others still run and keep their figures (the first GPU run lost a whole phase's
+    figures to its last part)."""
+
+    def __init__(self, out: dict[str, Any]) -> None:
+        self.out = out
+        self.failures: list[str] = []
+
+    def run(self, label: str, fn: Callable[[], Any]) -> None:
+        try:
+            self.out[label] = fn()
+        except Exception as exc:
+            message = f"{label}: {type(exc).__name__}: {str(exc)[:500]}"
+            self.out[label] = {"error": message}
+            self.failures.append(message)
+
+    def finish(self) -> dict[str, Any]:
+        if self.failures:
+            raise CheckFailed("; ".join(self.failures), self.out)
+        return self.out
+
+
+def dry_run() -> bool:
+    """Whether this process runs on numba's CUDA simulator (the dry run)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def numba_cuda():
+    """``numba.cuda``, imported when a phase first needs it."""
+    from numba import cuda  # noqa: PLC0415
+
+    return cuda
+
+
+def tile_params(dtype: np.dtype):
+    """The kernel's tile parameters: production on a GPU, tiny ones on the simulator."""
+    from outofcore.cuda.kernels import PRODUCTION, TileParams  # noqa: PLC0415
+
+    if dry_run():
+        return TileParams(bm=8, bn=8, bk=4, tm=2, tn=2)
+    return PRODUCTION[np.dtype(dtype)]
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Standard normal values of ``dtype`` (both parts for a complex dtype)."""
+    x = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(shape)
+    return x.astype(dtype)
+
+
+def wide_dtype(dtype: str) -> np.dtype:
+    """float64, or complex128 for a complex ``dtype``: the precision results are checked in."""
+    return np.dtype(np.complex128 if np.dtype(dtype).kind == "c" else np.float64)
+
+
+def rounding_bound(a: np.ndarray, b: np.ndarray, c0: np.ndarray | None, dtype: str) -> np.ndarray:
+    """Elementwise worst-case rounding bound of ``c0 + a @ b`` in ``dtype``: ~k·u·(|a||b| + |c0|).
+
+    Complex products round each part: the factor 4 covers a complex multiply-add.
+    """
+    k = a.shape[1]
+    factor = 4.0 if np.dtype(dtype).kind == "c" else 1.0
+    mag = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    if c0 is not None:
+        mag = mag + np.abs(c0).astype(np.float64)
+    return factor * (k + 2) * EPS[dtype] * mag + np.finfo(np.float64).tiny
+
+
+def median_event_ms(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
+    """Median milliseconds of ``fn`` between two CUDA events, after one warm-up call."""
+    cuda = numba_cuda()
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start, stop = cuda.event(), cuda.event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def wall_ms(fn: Callable[[], Any], repeats: int) -> float:
+    """Median wall-clock milliseconds of ``fn``, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def cupy_or_none():
+    """CuPy, or None where it is not installed (the dry run compares with numpy instead)."""
+    if dry_run():
+        return None
+    try:
+        import cupy  # noqa: PLC0415
+    except ImportError:
+        return None
+    return cupy
+
+
+def run_command(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
+    """Run ``cmd``; return its exit status, seconds and output tail (raise on a timeout)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO, check=False
+    )
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    return {
+        "cmd": " ".join(cmd),
+        "rc": proc.returncode,
+        "s": time.perf_counter() - t0,
+        "tail": tail,
+        "stdout": proc.stdout,
+    }
