@@ -66,8 +66,8 @@ def prepare_job(
 
     Refuses, in this order: a client or GPUs that cannot run the job, a scheduler
     that does not answer, arrays worker processes cannot share, operands and outputs
-    that do not fit the product, an output another job holds, a budget too small for
-    the smallest tile, an output its disk cannot hold, and a LocalCluster (or this
+    that do not fit the product, an output another job holds, an output its disk
+    cannot hold, a budget too small for the smallest tile, and a LocalCluster (or this
     process) that cannot fit this machine's memory cap.
     """
     spec, client = where_it_runs(spec, client)  # and the budget of one worker (--memory)
@@ -86,13 +86,13 @@ def prepare_job(
         return PreparedJob(spec, client, operands, start, None, False)
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
+    if start.existing is None:  # an output its disk cannot hold, before any write
+        check_output_room(operands.out, operands.shape, operands.dtype, spec)
     # Refuse a budget too small for the smallest tile before any cluster starts: with
     # the workers of the LocalCluster or process the job starts (a scheduler elsewhere
     # is asked once its workers have joined: one task at a time until then).
     workers = job_workers(spec, client) if is_local(client) else ONE_TASK
     job_plan = plan_job(operands.product, spec, workers, start.existing)
-    if start.existing is None:  # and an output its disk cannot hold, before any write
-        check_output_room(operands.out, operands.shape, operands.dtype, spec)
     # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
     check_local_memory(client, spec.memory, spec.workers, spec.gpus)
     dashboard = wants_dashboard(job_plan, operands.product, spec, client)

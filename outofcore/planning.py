@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scheduler import tiling
-from scheduler.addresses import SYNC
 from scheduler.cluster import is_local, resolve_client, runs_in_process, worker_shape_of
+from scheduler.device_plan import device_summary
 from scheduler.executors import WorkerShape
 from scheduler.gpu_cluster import check_gpus_usable
-from scheduler.model import predict, what_ifs
+from scheduler.model import what_ifs
 from scheduler.plan import Plan
 from scheduler.tiling import is_large_output, make_output_plan
-from scheduler.worker_sizing import DEFAULT_BUDGET_BYTES, default_budget, local_blas_threads
+from scheduler.worker_sizing import DEFAULT_BUDGET_BYTES, default_budget
 
 if TYPE_CHECKING:
     import zarr
@@ -58,11 +58,13 @@ class JobPlan:
     workers: WorkerShape
     #: The user's budget of one worker (``--memory``); the plan's is per task.
     worker_budget_bytes: int
-    #: This machine's figures (:func:`machine_prediction`), when predictions were asked for.
+    #: This machine's figures (:func:`outofcore.prediction.machine_prediction`), when
+    #: predictions were asked for.
     machine: dict[str, Any] | None = None
     #: This machine's prediction first (``basis`` "measured"), then the assumed machines'.
     predicted: tuple[dict[str, Any], ...] = ()
-    #: The device tiling and PCIe bytes (:func:`device_summary`), with a device budget.
+    #: The device tiling and PCIe bytes (:func:`scheduler.device_plan.device_summary`),
+    #: with a device budget.
     device: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -194,12 +196,15 @@ def plan_job(
     )
     machine, predicted = None, ()
     if predictions:
+        from outofcore.prediction import machine_prediction  # noqa: PLC0415 (imports zarr)
+
         machine, measured = machine_prediction(product, spec, plan, client, reprobe)
         assumed = what_ifs(plan, **options)
         predicted = (measured, *({**p.as_dict(), "basis": "assumed"} for p in assumed))
     device = None
     if device_memory is not None:
-        device = device_summary(plan, device_memory, bool(spec.transpose_a or spec.transpose_b))
+        transposed = bool(spec.transpose_a or spec.transpose_b)
+        device = device_summary(plan, device_memory, transposed)
     return JobPlan(
         plan=plan,
         workers=workers,
@@ -208,57 +213,6 @@ def plan_job(
         predicted=predicted,
         device=device,
     )
-
-
-def machine_prediction(
-    product: Product, spec: JobSpec, plan: Plan, client: Any, reprobe: bool = False
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """This machine's figures (probed or cached) and its prediction of ``plan``
-    (``basis`` "measured"), with a note where the job runs elsewhere."""
-    from outofcore import prediction, probe_cache  # noqa: PLC0415 (the probe imports zarr)
-    from outofcore.config import flag  # noqa: PLC0415 (imports dask)
-
-    # The tasks run in this process ("sync", or a LocalCluster's CPU workers) or in
-    # worker processes, which import the task's modules first.
-    sync = isinstance(client, str) and client.lower() in SYNC
-    here = sync or (client is None and runs_in_process(spec.gpus, flag("in-process-worker")))
-
-    probed = probe_cache.machine_figures(local_blas_threads(plan.workers), reprobe=reprobe)
-    local = prediction.plan_machine(probed.figures, plan, product, spec.output_codec, not here)
-    elsewhere = None
-    if not is_local(client):
-        elsewhere = f"the job runs on the workers of {client}, not here"
-    elif spec.gpus or spec.backend in ("cuda", "cupy"):
-        elsewhere = "the job runs on GPUs; the probe measured this machine's CPUs"
-    machine = {
-        "figures": probed.figures.as_dict(),
-        "identity": probed.identity,
-        "cache": str(probed.cache),
-        "probed_now": probed.fresh,
-        "probed_because": probed.why,
-        "load_per_core": probed.load_per_core,
-        "under_load": probed.under_load,
-        "runs_here": elsewhere is None,
-        "worker_processes": not here,
-        "note": elsewhere,
-    }
-    return machine, {**predict(plan, local).as_dict(), "basis": "measured"}
-
-
-def device_summary(plan: Plan, device_memory: int, transposed: bool) -> dict[str, Any]:
-    """The device tiling of the plan's (largest) host tile and the job's predicted PCIe bytes.
-
-    ``transposed``: an operand's panels reach the engine transposed (``--transpose-a/b``,
-    a Gram product), so its device plan keeps a scratch slice for them.
-    """
-    from scheduler.device_plan import job_pcie_bytes, plan_device  # noqa: PLC0415
-
-    p = plan.problem
-    options = {"k": p.k, "transposed": transposed}
-    device = plan_device(plan.tm, plan.tn, plan.tk, p.itemsize, device_memory, **options)
-    shapes = (t.shape for t in plan.tasks)
-    pcie = job_pcie_bytes(shapes, plan.tk, p.k, p.itemsize, device_memory, transposed=transposed)
-    return {**device.summary(), "pcie_bytes": pcie}
 
 
 def wants_dashboard(job_plan: JobPlan, product: Product, spec: JobSpec, client: Any) -> bool:

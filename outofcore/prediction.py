@@ -10,17 +10,20 @@ where this machine has not been probed.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from outofcore.probe import GEMM_LARGE, GEMM_SMALL, Figures
-from outofcore.probe_cache import cached_figures
+from outofcore.probe_cache import cached_figures, machine_figures
+from scheduler.addresses import SYNC
+from scheduler.cluster import is_local, runs_in_process
 from scheduler.model import Machine, predict
 from scheduler.worker_sizing import local_blas_threads
 
 if TYPE_CHECKING:
     from outofcore.product import Product
+    from outofcore.spec import JobSpec
     from scheduler.plan import Plan
 
 #: CPU seconds a job on a LocalCluster pays besides its streams: once (Dask's first
@@ -163,3 +166,37 @@ def predicted_seconds(
     figures = cached_figures(local_blas_threads(plan.workers)) or ASSUMED_FIGURES
     machine = plan_machine(figures, plan, product, output_codec, worker_processes)
     return predict(plan, machine).seconds
+
+
+def machine_prediction(
+    product: Product, spec: JobSpec, plan: Plan, client: Any, reprobe: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """This machine's figures (probed or cached) and its prediction of ``plan``
+    (``basis`` "measured"), with a note where the job runs elsewhere."""
+    from outofcore.config import flag  # noqa: PLC0415 (imports dask)
+
+    # The tasks run in this process ("sync", or a LocalCluster's CPU workers) or in
+    # worker processes, which import the task's modules first.
+    sync = isinstance(client, str) and client.lower() in SYNC
+    here = sync or (client is None and runs_in_process(spec.gpus, flag("in-process-worker")))
+
+    probed = machine_figures(local_blas_threads(plan.workers), reprobe=reprobe)
+    local = plan_machine(probed.figures, plan, product, spec.output_codec, not here)
+    elsewhere = None
+    if not is_local(client):
+        elsewhere = f"the job runs on the workers of {client}, not here"
+    elif spec.gpus or spec.backend in ("cuda", "cupy"):
+        elsewhere = "the job runs on GPUs; the probe measured this machine's CPUs"
+    machine = {
+        "figures": probed.figures.as_dict(),
+        "identity": probed.identity,
+        "cache": str(probed.cache),
+        "probed_now": probed.fresh,
+        "probed_because": probed.why,
+        "load_per_core": probed.load_per_core,
+        "under_load": probed.under_load,
+        "runs_here": elsewhere is None,
+        "worker_processes": not here,
+        "note": elsewhere,
+    }
+    return machine, {**predict(plan, local).as_dict(), "basis": "measured"}

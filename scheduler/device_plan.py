@@ -37,10 +37,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from scheduler.errors import BudgetError, InputError
 from scheduler.memory import mib, round_up
 from scheduler.tiling import widest
+
+if TYPE_CHECKING:
+    from scheduler.plan import Plan
 
 #: Kernel block tile ``(bm, bn, bk)`` per element size: the one table of them;
 #: ``outofcore.cuda.kernels.PRODUCTION`` builds the production kernels from it.
@@ -328,3 +332,17 @@ def job_pcie_bytes(
 
 def _round_down(value: int, unit: int) -> int:
     return (value // unit) * unit
+
+
+def device_summary(plan: Plan, device_memory: int, transposed: bool) -> dict[str, Any]:
+    """The device tiling of the plan's (largest) host tile and the job's predicted PCIe bytes.
+
+    ``transposed``: an operand's panels reach the engine transposed (``--transpose-a/b``,
+    a Gram product), so its device plan keeps a scratch slice for them.
+    """
+    p = plan.problem
+    options = {"k": p.k, "transposed": transposed}
+    device = plan_device(plan.tm, plan.tn, plan.tk, p.itemsize, device_memory, **options)
+    shapes = (t.shape for t in plan.tasks)
+    pcie = job_pcie_bytes(shapes, plan.tk, p.k, p.itemsize, device_memory, transposed=transposed)
+    return {**device.summary(), "pcie_bytes": pcie}
