@@ -127,18 +127,24 @@ def probe_scheduler(
         with ThreadPoolExecutor(1, thread_name_prefix="outofcore-probe") as pool:
             reply = pool.submit(ask).result()
     except Exception as exc:  # refused, timed out, closed, or a protocol it cannot read
-        refused = tls_failure(exc, address)
-        if refused:
-            raise ClusterError(refused) from None
-        raise ClusterError(
-            f"no Dask scheduler answered at {address!r} within {timeout:g} s "
-            f"({type(exc).__name__}{': ' + str(exc)[:120] if str(exc) else ''}); is "
-            "`dask scheduler` running there, and is the address right, its protocol the "
-            "scheduler's (tcp://, tls://, ws://)?"
-        ) from None
+        raise not_answered(address, timeout, exc) from None
     kind = reply.get("type") if isinstance(reply, dict) else None
     if kind != "Scheduler":
         raise ClusterError(
             f"{address!r} answered, but as {kind or type(reply).__name__!r}, not a Dask "
             "scheduler: give the scheduler's address (`dask scheduler` prints it)"
         )
+
+
+def not_answered(address: str, timeout: float, exc: BaseException) -> ClusterError:
+    """The error of a scheduler address where no scheduler answered within ``timeout``
+    (or TLS refused: :func:`scheduler.tls.tls_failure` says why), naming ``exc``."""
+    refused = tls_failure(exc, address)
+    if refused:
+        return ClusterError(refused)
+    return ClusterError(
+        f"no Dask scheduler answered at {address!r} within {timeout:g} s "
+        f"({type(exc).__name__}{': ' + str(exc)[:120] if str(exc) else ''}); is "
+        "`dask scheduler` running there, and is the address right, its protocol the "
+        "scheduler's (tcp://, tls://, ws://)?"
+    )

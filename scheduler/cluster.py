@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from scheduler.addresses import CONNECT_TIMEOUT_SECONDS, SYNC, check_client
+from scheduler.addresses import CONNECT_TIMEOUT_SECONDS, SYNC, check_client, not_answered
 from scheduler.errors import ClusterError
 from scheduler.executors import (
     DaskExecutor,
@@ -35,7 +35,7 @@ from scheduler.executors import (
 )
 from scheduler.gpu_cluster import cluster_kind, start_gpu_cluster
 from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST
-from scheduler.tls import client_security, tls_failure
+from scheduler.tls import client_security
 from scheduler.worker_sizing import (
     local_blas_threads,
     local_worker_count,
@@ -327,14 +327,7 @@ def _connect(address: str, connect_timeout: float) -> Any:
             security=client_security(address),  # as the probe's (check_client)
         )
     except (OSError, TimeoutError) as exc:
-        refused = tls_failure(exc, address)
-        if refused:
-            raise ClusterError(refused) from None
-        raise ClusterError(
-            f"no Dask scheduler answered at {address!r} within "
-            f"{connect_timeout:g} s ({type(exc).__name__}); is `dask scheduler` "
-            "running there, and is the address (tcp://HOST:PORT) right?"
-        ) from None
+        raise not_answered(address, connect_timeout, exc) from None
 
 
 def worker_shape_of(
