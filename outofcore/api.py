@@ -149,7 +149,7 @@ def run_job(
     """
     phases = Phases()
     with phases("open"):
-        job = prepare_job(a, b, out, JobSpec.of(spec, options), client, phases)
+        job = prepare_job(a, b, out, spec, options, client, phases)
     if job.empty:
         return write_empty_product(job.operands, job.start, job.spec)
     return execute_job(job, phases)

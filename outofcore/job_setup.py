@@ -58,11 +58,14 @@ def prepare_job(
     a: arrays.ArrayLike,
     b: arrays.ArrayLike,
     out: arrays.ArrayLike,
-    spec: JobSpec,
+    spec: JobSpec | None,
+    options: dict[str, Any],
     client: Any = None,
     phases: Phases | None = None,
 ) -> PreparedJob:
-    """Resolve ``spec`` and check everything knowable before the job's lease or cluster.
+    """Resolve the job's spec (``spec`` and ``options``, :meth:`JobSpec.of
+    <outofcore.spec.JobSpec.of>`) and check everything knowable before the job's lease or
+    cluster.
 
     Refuses, in this order: a client or GPUs that cannot run the job, a scheduler
     that does not answer, arrays worker processes cannot share, operands and outputs
@@ -70,7 +73,7 @@ def prepare_job(
     cannot hold, a budget too small for the smallest tile, and a LocalCluster (or this
     process) that cannot fit this machine's memory cap.
     """
-    spec, client = where_it_runs(spec, client)  # and the budget of one worker (--memory)
+    spec, client = where_it_runs(spec, options, client)  # and the budget per worker
     # A scheduler address that names no scheduler, or where none answers: before anything.
     check_client(client, config.number("connect-timeout", positive=True))
     if is_local(client):  # the tasks run on this machine: its GPU decides, before any work

@@ -26,14 +26,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scheduler import tiling
-from scheduler.cluster import is_local, resolve_client, runs_in_process, worker_shape_of
+from scheduler.cluster import (
+    budget_for,
+    resolve_client,
+    runs_in_process,
+    worker_shape_of,
+)
 from scheduler.device_plan import device_summary
 from scheduler.executors import WorkerShape
 from scheduler.gpu_cluster import check_gpus_usable
 from scheduler.model import what_ifs
 from scheduler.plan import Plan
 from scheduler.tiling import is_large_output, make_output_plan
-from scheduler.worker_sizing import DEFAULT_BUDGET_BYTES, default_budget
 
 if TYPE_CHECKING:
     import zarr
@@ -84,51 +88,36 @@ class JobPlan:
 
 
 def with_budget(spec: JobSpec, client: Any) -> JobSpec:
-    """``spec`` with its memory budget per worker chosen when it names none.
-
-    On this machine (``client`` None or ``"sync"``) the budget fits its memory
-    cap (:func:`scheduler.worker_sizing.default_budget`); on a scheduler elsewhere it
-    is :data:`~scheduler.worker_sizing.DEFAULT_BUDGET_BYTES` (its workers' limits are
-    checked when the job has them).
-    """
-    if spec.memory is not None:
-        return spec
-    if not is_local(client):
-        return dataclasses.replace(spec, memory=DEFAULT_BUDGET_BYTES)
-    workers, gpus = (spec.workers, spec.gpus) if client is None else (1, None)
-    return dataclasses.replace(spec, memory=default_budget(workers, gpus))
+    """``spec`` with its memory budget per worker chosen when it names none
+    (:func:`scheduler.cluster.budget_for`)."""
+    memory = budget_for(spec.memory, client, spec.workers, spec.gpus)
+    return dataclasses.replace(spec, memory=memory)
 
 
-def where_it_runs(spec: JobSpec, client: Any) -> tuple[JobSpec, Any]:
-    """The client a job with ``spec`` runs on and ``spec`` with its budget per worker.
+def where_it_runs(
+    spec: JobSpec | None, options: dict[str, Any], client: Any
+) -> tuple[JobSpec, Any]:
+    """The job's spec (:meth:`JobSpec.of <outofcore.spec.JobSpec.of>` ``spec`` and
+    ``options``) with its budget per worker chosen, and the client it runs on.
 
-    GPU workers this job would start on this node (``spec.gpus``, no client) are refused
-    first where no GPU is usable (:func:`check_local_gpus`); then ``client`` is resolved
+    GPU workers this job would start on this node (``gpus``, no client) are refused first
+    where no CUDA GPU is usable here: the CUDA driver's device count
+    (:func:`outofcore.cuda.probe.device_count`, without importing numba; numba's CUDA
+    simulator counts as a GPU, as in the tests) goes to
+    :func:`scheduler.gpu_cluster.check_gpus_usable`.  Then ``client`` is resolved
     (:func:`scheduler.cluster.resolve_client`: None is the default Client when one is
-    open) and the budget chosen for it (:func:`with_budget`).
-    """
-    if spec.gpus and client is None:
-        check_local_gpus(spec.gpus)
-    client = resolve_client(client, spec.gpus)
-    return with_budget(spec, client), client
-
-
-def check_local_gpus(gpus: tuple[int, ...]) -> None:
-    """Refuse ``gpus`` (workers on this node's GPUs) where no CUDA GPU is usable here.
-
-    Asks the CUDA driver for its device count (:func:`outofcore.cuda.probe.device_count`,
-    without importing numba); numba's CUDA simulator counts as a GPU, as in the tests.
-
-    Raises
-    ------
-    ClusterError
-        Naming ``gpus`` and the driver's device count
-        (:func:`scheduler.gpu_cluster.check_gpus_usable`).
+    open) and the budget chosen for it (:func:`scheduler.cluster.budget_for`).
     """
     from outofcore.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
+    from outofcore.spec import JobSpec  # noqa: PLC0415 (imports dask)
 
-    simulator = cuda_probe.simulator_enabled()
-    check_gpus_usable(gpus, 0 if simulator else cuda_probe.device_count(), simulator)
+    spec = JobSpec.of(spec, options)
+    if spec.gpus and client is None:
+        simulator = cuda_probe.simulator_enabled()
+        check_gpus_usable(spec.gpus, 0 if simulator else cuda_probe.device_count(), simulator)
+    client = resolve_client(client, spec.gpus)
+    memory = budget_for(spec.memory, client, spec.workers, spec.gpus)
+    return dataclasses.replace(spec, memory=memory), client
 
 
 def job_workers(spec: JobSpec, client: Any) -> WorkerShape:

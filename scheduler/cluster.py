@@ -37,6 +37,8 @@ from scheduler.gpu_cluster import cluster_kind, start_gpu_cluster
 from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST
 from scheduler.tls import client_security
 from scheduler.worker_sizing import (
+    DEFAULT_BUDGET_BYTES,
+    default_budget,
     local_blas_threads,
     local_worker_count,
     local_worker_limit,
@@ -91,6 +93,26 @@ def resolve_client(client: Any, gpus: tuple[int, ...] | None = None) -> Any:
 def is_local(client: Any) -> bool:
     """Whether ``client`` runs the job's tasks on this machine (a LocalCluster or in-process)."""
     return client is None or (isinstance(client, str) and client.lower() in SYNC)
+
+
+def budget_for(
+    memory: int | None,
+    client: Any,
+    workers: int | None = None,
+    gpus: tuple[int, ...] | None = None,
+) -> int:
+    """A job's budget per worker: ``memory`` when given; on this machine (``client`` None,
+    a LocalCluster of ``workers`` or one per GPU, or ``"sync"``, one) what fits its memory
+    cap (:func:`scheduler.worker_sizing.default_budget`); on a scheduler elsewhere
+    :data:`~scheduler.worker_sizing.DEFAULT_BUDGET_BYTES` (its workers' limits are checked
+    when the job has them)."""
+    if memory is not None:
+        return memory
+    if not is_local(client):
+        return DEFAULT_BUDGET_BYTES
+    if client is not None:
+        workers, gpus = 1, None
+    return default_budget(workers, gpus)
 
 
 def check_local_memory(
