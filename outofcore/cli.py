@@ -263,7 +263,7 @@ def _plan(args: argparse.Namespace) -> int:
             client_security(args.scheduler)
     spec = with_budget(_job_spec(args, _product_options(args)), args.scheduler)
     product = open_product(args.a, args.b, spec)
-    if 0 in (*product.shape, product.k):
+    if product.empty:
         m, n = product.shape
         print(
             f"{m}x{product.k} @ {product.k}x{n}: an empty product; matmul writes "

@@ -51,7 +51,7 @@ class PreparedJob:
     def empty(self) -> bool:
         """A dimension of 0: nothing to multiply (written by
         :func:`outofcore.job_output.write_empty_product`)."""
-        return 0 in (*self.operands.shape, self.operands.product.k)
+        return self.operands.product.empty
 
 
 def prepare_job(
@@ -85,7 +85,7 @@ def prepare_job(
     operands = Operands.open(a, b, out, spec, phases)
     check_not_held(operands.journal, operands.where)  # refuse at once, before any write
     start = operands.inspect(spec.overwrite)
-    if 0 in (*operands.shape, operands.product.k):
+    if operands.product.empty:
         return PreparedJob(spec, client, operands, start, None, False)
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))

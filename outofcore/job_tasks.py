@@ -31,6 +31,9 @@ def tile_job(
     workers: WorkerShape,
     job_id: str,
 ) -> TileJob:
+    """What every tile task of the job carries to its worker: the product (inputs read as
+    twins that name a listed chunk the store calls missing), the output, the tiling, the
+    backend and the worker's BLAS threads."""
     return TileJob(
         # inputs read as twins that refuse to read a listed chunk the store calls missing
         product=listed_product(operands.product, operands.fingerprints),

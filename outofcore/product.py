@@ -152,6 +152,11 @@ class Product:
         return self.a.shape[0 if self.transpose_a else 1]
 
     @property
+    def empty(self) -> bool:
+        """A dimension of 0 (m, n or k): nothing to multiply."""
+        return 0 in (*self.shape, self.k)
+
+    @property
     def inputs(self) -> dict[str, zarr.Array]:
         """Every array read (A, B and the addend when there is one), by name."""
         named = {"A": self.a, "B": self.b}
