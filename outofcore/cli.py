@@ -252,7 +252,12 @@ def _random(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from outofcore.operands import open_product  # noqa: PLC0415
-    from outofcore.planning import job_workers, plan_job, with_budget  # noqa: PLC0415
+    from outofcore.planning import (  # noqa: PLC0415
+        job_workers,
+        plan_job,
+        with_budget,
+        with_predictions,
+    )
     from scheduler.cluster import is_local  # noqa: PLC0415
     from scheduler.tls import client_security  # noqa: PLC0415
 
@@ -272,12 +277,11 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
     with _tls(args):
         workers = job_workers(spec, args.scheduler)
-    job_plan = plan_job(
+    job_plan = with_predictions(
+        plan_job(product, spec, workers),
         product,
         spec,
-        workers,
-        client=args.scheduler,
-        predictions=True,
+        args.scheduler,
         reprobe=args.reprobe,
         device_memory=args.device_memory,
     )

@@ -61,8 +61,6 @@ def resolve(
     """
     if isinstance(source, zarr.Array | str | os.PathLike):
         return source, False
-    if isinstance(source, np.ndarray) and not isinstance(source, np.ma.MaskedArray):
-        return _in_memory(source, label, dtypes), False
     if _is_dask_array(source):
         found = zarr_behind(source)
         if found is None:
@@ -74,6 +72,8 @@ def resolve(
                 f"{store_line(label, source)}"
             )
         return found
+    if isinstance(source, np.ndarray) and not isinstance(source, np.ma.MaskedArray):
+        return _in_memory(source, label, dtypes), False
     raise InputError(
         f"{label} is a {type_name(source)}; outofcore reads a zarr.Array, a path or URL of one, "
         "a dask array made by da.from_zarr (or its .T), or a numpy array (in this process, "

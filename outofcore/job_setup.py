@@ -14,14 +14,7 @@ from outofcore.engines import resolve_backend
 from outofcore.lease import check_not_held
 from outofcore.operands import Operands, check_output_room
 from outofcore.phases import Phases
-from outofcore.planning import (
-    ONE_TASK,
-    JobPlan,
-    job_workers,
-    plan_job,
-    wants_dashboard,
-    where_it_runs,
-)
+from outofcore.planning import JobPlan, plan_job, wants_dashboard, where_it_runs
 from outofcore.resume import Start
 from outofcore.spec import JobSpec
 from scheduler.addresses import SYNC, check_client
@@ -94,8 +87,7 @@ def prepare_job(
     # Refuse a budget too small for the smallest tile before any cluster starts: with
     # the workers of the LocalCluster or process the job starts (a scheduler elsewhere
     # is asked once its workers have joined: one task at a time until then).
-    workers = job_workers(spec, client) if is_local(client) else ONE_TASK
-    job_plan = plan_job(operands.product, spec, workers, start.existing)
+    job_plan = plan_job(operands.product, spec, None, start.existing, client=client)
     # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
     check_local_memory(client, spec.memory, spec.workers, spec.gpus)
     dashboard = wants_dashboard(job_plan, operands.product, spec, client)

@@ -4,7 +4,8 @@
 calls it before any cluster starts (to refuse a budget too small, and to decide on
 the dashboard) and again with the cluster's real workers; ``outofcore plan`` calls it
 with the workers the job would get (:func:`job_workers`: a scheduler elsewhere is
-asked), so that it shows what ``outofcore matmul`` runs; the benchmarks call it too.
+asked), so that it shows what ``outofcore matmul`` runs, and adds what the plan is
+predicted to take (:func:`with_predictions`); the benchmarks call it too.
 
 Two budgets, one meaning each: the user's ``--memory`` (:attr:`JobSpec.memory
 <outofcore.spec.JobSpec.memory>`) is per worker, :attr:`JobPlan.worker_budget_bytes`;
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from scheduler import tiling
 from scheduler.cluster import (
     budget_for,
+    is_local,
     resolve_client,
     runs_in_process,
     worker_shape_of,
@@ -149,24 +151,22 @@ def plan_options(spec: JobSpec) -> dict[str, Any]:
 def plan_job(
     product: Product,
     spec: JobSpec,
-    workers: WorkerShape,
+    workers: WorkerShape | None = None,
     existing: zarr.Array | None = None,
     *,
     client: Any = None,
-    predictions: bool = False,
-    reprobe: bool = False,
-    device_memory: int | None = None,
 ) -> JobPlan:
     """The plan of a job: what :func:`~outofcore.api.run_job` runs and ``outofcore plan``
     prints, for ``workers``.
 
+    ``workers`` None: those the job on ``client`` would get before any cluster starts
+    (:func:`job_workers`), or one task at a time where a scheduler elsewhere has not been
+    asked (:data:`ONE_TASK`: the job asks it once its workers have joined).
     ``spec.memory`` is one worker's, shared by its threads (one task each); chunk requests
     in flight per task (many on object stores) are in the memory contract; an output the
     job creates in format 3 is sharded when large (``spec.shards``); ``existing``, an
-    output written into, imposes its own chunk grid.  ``predictions``: this machine's
-    figures and the model's predictions, here and on assumed machines re-planned with the
-    same options (``client`` says where the tasks run; ``reprobe`` measures again);
-    ``device_memory``: the device tiling of the plan's host tiles.
+    output written into, imposes its own chunk grid.  What the plan is predicted to take:
+    :func:`with_predictions`.
 
     Raises
     ------
@@ -176,6 +176,8 @@ def plan_job(
     from outofcore.stores import read_concurrency  # noqa: PLC0415 (imports zarr)
 
     options = plan_options(spec)
+    if workers is None:
+        workers = job_workers(spec, client) if is_local(client) else ONE_TASK
     plan = make_output_plan(
         product.problem(existing),
         spec.memory // max(1, workers.threads_per_worker),
@@ -183,23 +185,35 @@ def plan_job(
         io_concurrency=read_concurrency(product.inputs.values()),
         **options,
     )
-    machine, predicted = None, ()
-    if predictions:
-        from outofcore.prediction import machine_prediction  # noqa: PLC0415 (imports zarr)
+    return JobPlan(plan=plan, workers=workers, worker_budget_bytes=spec.memory)
 
-        machine, measured = machine_prediction(product, spec, plan, client, reprobe)
-        assumed = what_ifs(plan, **options)
-        predicted = (measured, *({**p.as_dict(), "basis": "assumed"} for p in assumed))
+
+def with_predictions(
+    job_plan: JobPlan,
+    product: Product,
+    spec: JobSpec,
+    client: Any,
+    *,
+    reprobe: bool = False,
+    device_memory: int | None = None,
+) -> JobPlan:
+    """``job_plan`` with what ``outofcore plan`` shows beside it: this machine's figures and
+    the model's predictions, here and on assumed machines re-planned with the same options
+    (``client`` says where the tasks run; ``reprobe`` measures again), and with
+    ``device_memory`` the device tiling of the plan's host tiles."""
+    from outofcore.prediction import machine_prediction  # noqa: PLC0415 (imports zarr)
+
+    plan = job_plan.plan
+    machine, measured = machine_prediction(product, spec, plan, client, reprobe)
+    assumed = what_ifs(plan, **plan_options(spec))
     device = None
     if device_memory is not None:
         transposed = bool(spec.transpose_a or spec.transpose_b)
         device = device_summary(plan, device_memory, transposed)
-    return JobPlan(
-        plan=plan,
-        workers=workers,
-        worker_budget_bytes=spec.memory,
+    return dataclasses.replace(
+        job_plan,
         machine=machine,
-        predicted=predicted,
+        predicted=(measured, *({**p.as_dict(), "basis": "assumed"} for p in assumed)),
         device=device,
     )
 

@@ -61,8 +61,6 @@ class Product:
     #: ``X.T @ X`` or ``X @ X.T`` of one array and no addend: the output is symmetric,
     #: so only the tiles on and above the diagonal are computed (:mod:`scheduler.plan`).
     symmetric: bool = False
-    #: The output's dimension names: op(A)'s rows and op(B)'s columns (:func:`output_names`).
-    dimension_names: arrays.DimensionNames = (None, None)
 
     @classmethod
     def open(
@@ -136,8 +134,13 @@ class Product:
             symmetric=transpose_a != transpose_b
             and addend_array is None
             and arrays.same_array(a_array, b_array),
-            dimension_names=arrays.output_names(a_array, b_array, transpose_a, transpose_b),
         )
+
+    @property
+    def dimension_names(self) -> arrays.DimensionNames:
+        """The output's dimension names: op(A)'s rows and op(B)'s columns
+        (:func:`outofcore.arrays.output_names`)."""
+        return arrays.output_names(self.a, self.b, self.transpose_a, self.transpose_b)
 
     @property
     def shape(self) -> tuple[int, int]:
