@@ -1,27 +1,33 @@
 """The dtypes of a product: what it is accumulated in, what it is written as, and why.
 
 ``out = alpha * op(A) @ op(B) + beta * addend`` takes the result type numpy
-gives its operands (``np.result_type(A, B[, addend])``), with three rules:
+gives its operands (``np.result_type(A, B[, addend])``), with these rules:
 
 * **float32, float64, complex64, complex128** results are accumulated in that
   dtype by BLAS (or the GPU kernel).
 * **float16** results are accumulated in float32 (each panel is converted as it
   is read) and written as float32, unless ``out_dtype="float16"`` is asked; then
   each element is rounded once, at the end.
-* **integer** results (int8, uint8 and int16 inputs) are exact: they are
-  accumulated in float64, where every partial sum is an integer of magnitude at
-  most ``|alpha|·k·max|a|·max|b| + |beta|·max|addend|`` (the largest magnitudes
-  the dtypes allow).  Integers up to ``2**53`` are exact in float64, so a
-  product whose bound is at most ``2**53`` is computed exactly at BLAS speed and
-  written as int32 when the bound fits in int32, else int64.  For int8 inputs
-  that is every ``k`` below ``2**39``.  A product whose bound exceeds ``2**53``
-  is refused.  Wider integers (int32, int64, uint16 and up) are refused.
+* **integer and bool** results are exact, and equal bit for bit to numpy's product
+  computed in 64 bits (``np.matmul(a.astype(W), b.astype(W))``, W uint64 where numpy's
+  result is unsigned, else int64: wrapping modulo ``2**64``).  Every partial sum is
+  an integer of magnitude at most ``|alpha|·k·max|a|·max|b| + |beta|·max|addend|``
+  (the largest magnitudes the dtypes allow: the *bound*).  A bound of at most
+  ``2**53`` (int8, uint8, int16, uint16 and bool inputs, for most ``k``) is
+  accumulated in float64, exact there, at BLAS speed, and written as int32 when the
+  bound fits in int32, else int64.  A larger bound (int32, uint32, int64, uint64) is
+  accumulated in W through 16-bit limbs (:mod:`outofcore.limbs`: float64 ``gemm``
+  on limbs, exact, summed modulo ``2**64``) and written as W; where the bound
+  exceeds W the product can wrap as numpy's does, and the plan and the summary say
+  so (``wraps``).  ``bool @ bool`` is bool (whether any of the ands is true).  Where
+  numpy's promotion gives a float (int64 with uint64), the product is that float's.
 
 This module is pure numpy arithmetic on dtypes: it reads no data.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from dataclasses import dataclass
 from typing import Any
@@ -32,15 +38,28 @@ from outofcore.errors import InputError
 
 #: Dtypes BLAS and the GPU kernels accumulate in.
 COMPUTE_DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
-#: Integer inputs multiplied exactly (through float64).
-EXACT_INTEGERS = tuple(np.dtype(t) for t in ("int8", "uint8", "int16"))
-#: Every input dtype a product takes.
+#: Integer and bool inputs, multiplied exactly (through float64, or 16-bit limbs).
+EXACT_INTEGERS = tuple(
+    np.dtype(t)
+    for t in ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+)
+#: Every input dtype a product takes: numpy's booleans, integers and inexact numbers.
 INPUT_DTYPES = (np.dtype("float16"), *COMPUTE_DTYPES, *EXACT_INTEGERS)
-#: An addend may also be int32 (a previous integer result, for instance).
-ADDEND_DTYPES = (*INPUT_DTYPES, np.dtype("int32"))
+#: An addend takes the same.
+ADDEND_DTYPES = INPUT_DTYPES
 #: Largest integer every smaller one of which float64 holds exactly.
 EXACT_FLOAT64 = 2**53
 INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Limbs:
+    """How an integer product too wide for float64 is split (:mod:`outofcore.limbs`)."""
+
+    #: How many 16-bit limbs hold A's and B's values.
+    counts: tuple[int, int]
+    #: Whether A's and B's dtypes are signed (the top limb keeps the sign).
+    signed: tuple[bool, bool]
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,11 @@ class ProductTypes:
     output: np.dtype
     exact: bool = False
     bound: int | None = None
+    #: An integer product accumulated in ``compute`` (int64 or uint64) through limbs.
+    limbs: Limbs | None = None
+    #: Whether the exact result can fall outside the output dtype, which then holds it
+    #: modulo ``2**64`` as numpy's 64-bit product does.
+    wraps: bool = False
 
     def unit_roundoff(self) -> float:
         """Unit roundoff of the accumulation (0 for an exact product)."""
@@ -70,7 +94,7 @@ class ProductTypes:
 
     def output_roundoff(self) -> float:
         """Unit roundoff added by writing the result (0 unless the output is coarser)."""
-        if self.output.kind in "iu":
+        if self.output.kind in "iub":
             return 0.0
         unit = float(np.finfo(self.output).eps) / 2
         return unit if self.exact or unit > self.unit_roundoff() else 0.0
@@ -82,6 +106,8 @@ class ProductTypes:
             "output": str(self.output),
             "exact": self.exact,
             "bound": self.bound,
+            "limbs": None if self.limbs is None else list(self.limbs.counts),
+            "wraps": self.wraps,
         }
 
 
@@ -96,17 +122,10 @@ def check_input_dtype(
         dtype = dtype.newbyteorder("=")
     if dtype in allowed:
         return dtype
-    if dtype.kind in "iu":
-        raise InputError(
-            f"{what} has dtype {dtype}; outofcore multiplies the integer dtypes int8, uint8 "
-            f"and int16 exactly (through float64 BLAS, whose partial sums are exact below "
-            f"2**53), not {dtype} yet. Convert to int16 if the values fit, or to float64 for "
-            "a rounded result"
-        )
     raise InputError(
-        f"{what} has dtype {dtype}; outofcore multiplies float16/32/64, complex64/128, "
-        "int8, uint8 and int16. Convert it first: write it as float64 (in numpy, "
-        "x.astype('float64')) to a new zarr array"
+        f"{what} has dtype {dtype}; outofcore multiplies numpy's bool, integer, float and "
+        f"complex dtypes ({_names(allowed)}), not {dtype}. Convert it first: write it as "
+        "float64 (in numpy, x.astype('float64')) to a new zarr array"
     )
 
 
@@ -148,12 +167,12 @@ def product_types(
                     f"{name} = {value} is complex but the product is {result}; "
                     "use complex64 or complex128 inputs for complex scaling"
                 )
-    if result.kind in "iu":
-        types = _exact_types(dtypes, k, alpha, beta)
+    if result.kind in "biu":
+        types = _exact_types(dtypes, result, k, alpha, beta)
     else:
         compute = np.dtype("float32") if result == np.float16 else result
         types = ProductTypes(compute=compute, output=compute)
-    return _with_output(types, out_dtype, dtypes)
+    return _with_output(types, out_dtype, dtypes, (alpha, beta))
 
 
 def parse_dtype(value: Any, name: str) -> np.dtype:
@@ -183,8 +202,11 @@ def check_scale(value: Any, name: str) -> float | complex:
     return value
 
 
-def _exact_types(dtypes: dict[str, np.dtype], k: int, alpha: float, beta: float) -> ProductTypes:
-    """An integer product through float64, if every partial result is exact there."""
+def _exact_types(
+    dtypes: dict[str, np.dtype], result: np.dtype, k: int, alpha: float, beta: float
+) -> ProductTypes:
+    """An integer or bool product, exact: through float64 when every partial result is
+    exact there, else through 16-bit limbs in 64-bit integers (module docstring)."""
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not float(value).is_integer():
             raise InputError(
@@ -196,45 +218,86 @@ def _exact_types(dtypes: dict[str, np.dtype], k: int, alpha: float, beta: float)
     bound = abs(int(alpha)) * k * largest["A"] * largest["B"]
     if "the addend" in largest:
         bound += abs(int(beta)) * largest["the addend"]
-    if bound > EXACT_FLOAT64:
-        raise InputError(
-            f"the integer product of A ({dtypes['A']}) and B ({dtypes['B']}) with k = {k} "
-            f"and alpha = {alpha:g} can reach {bound}, beyond 2**53 = {EXACT_FLOAT64}, the "
-            "largest integer float64 holds exactly; split k into parts and add them, "
-            "or convert the inputs to float64 for a rounded result"
-        )
-    output = np.dtype("int32") if bound <= INT32_MAX else np.dtype("int64")
-    return ProductTypes(compute=np.dtype("float64"), output=output, exact=True, bound=bound)
+    if bound <= EXACT_FLOAT64:
+        output = np.dtype("int32") if bound <= INT32_MAX else np.dtype("int64")
+        if result.kind == "b":
+            output = result
+        return ProductTypes(compute=np.dtype("float64"), output=output, exact=True, bound=bound)
+    wide = np.dtype("uint64") if result.kind == "u" else np.dtype("int64")
+    negative = alpha < 0 or (beta < 0 and "the addend" in dtypes)
+    wraps = bound > int(np.iinfo(wide).max) or (wide.kind == "u" and negative)
+    limbs = Limbs(
+        counts=(limb_count(dtypes["A"]), limb_count(dtypes["B"])),
+        signed=(dtypes["A"].kind == "i", dtypes["B"].kind == "i"),
+    )
+    return ProductTypes(wide, wide, exact=True, bound=bound, limbs=limbs, wraps=wraps)
+
+
+def limb_count(dtype: np.dtype) -> int:
+    """How many 16-bit limbs hold a value of ``dtype`` (bool and 8-bit integers: one)."""
+    return max(1, np.dtype(dtype).itemsize // 2)
 
 
 def _largest_magnitude(dtype: np.dtype) -> int:
+    if dtype.kind == "b":
+        return 1
     info = np.iinfo(dtype)
     return max(abs(int(info.min)), int(info.max))
 
 
-def _with_output(types: ProductTypes, out_dtype: Any, dtypes: dict[str, np.dtype]) -> ProductTypes:
-    """``types`` written as ``out_dtype`` when asked, if the result can be written so."""
+def _with_output(
+    types: ProductTypes,
+    out_dtype: Any,
+    dtypes: dict[str, np.dtype],
+    scales: tuple[float | complex, float | complex],
+) -> ProductTypes:
+    """``types`` written as ``out_dtype`` when asked, if numpy's ``out=`` would take the
+    result (its ``same_kind`` casting: a real result into complex, an integer one into a
+    float) and, for an integer dtype, if it holds every value (a narrowing that would wrap
+    is refused on purpose)."""
     if out_dtype is None:
         return types
     wanted = parse_dtype(out_dtype, "out_dtype")
     natural = types.output
-    if types.exact:
-        fits = wanted.kind in "iu" and (
-            int(np.iinfo(wanted).max) >= types.bound and -int(np.iinfo(wanted).min) >= types.bound
+    described = ", ".join(f"{n} {d}" for n, d in dtypes.items())
+    if wanted not in INPUT_DTYPES:
+        raise InputError(f"out_dtype = {wanted}: outofcore writes {_names(INPUT_DTYPES)}")
+    if wanted == natural:
+        return types
+    wraps = types.wraps
+    if types.exact and wanted.kind in "iu":
+        info = np.iinfo(wanted)
+        negative = (
+            any(d.kind == "i" for d in dtypes.values())
+            or min(float(np.real(x)) for x in scales) < 0
         )
-        if not (fits or wanted.kind in "fc"):
+        lowest = -types.bound if negative else 0
+        if types.bound > int(info.max) or lowest < int(info.min):
             raise InputError(
-                f"out_dtype = {wanted}: this integer product can reach {types.bound}, which "
-                f"{wanted} does not hold; use int64 ({natural} is the default here)"
+                f"out_dtype = {wanted}: this integer product ({described}) can reach "
+                f"{'-' if negative else ''}{types.bound}, which {wanted} does not hold; use "
+                f"{natural} (the default here)"
             )
-    elif wanted.kind != natural.kind or wanted not in INPUT_DTYPES:
-        kinds = {"f": "float16, float32 or float64", "c": "complex64 or complex128"}
+        wraps = False
+    elif types.exact and wanted.kind in "fc":
+        wraps = False  # rounded to the float, as numpy's out= casts it
+    elif not (wanted.kind == natural.kind or (natural.kind == "f" and wanted.kind == "c")):
+        kinds = {
+            "b": "bool, or an integer dtype that holds it",
+            "i": "an integer dtype that holds it, or a float",
+            "u": "an integer dtype that holds it, or a float",
+            "f": "float16, float32, float64, complex64 or complex128",
+            "c": "complex64 or complex128",
+        }
         raise InputError(
-            f"out_dtype = {wanted}: a {natural} result "
-            f"({', '.join(f'{n} {d}' for n, d in dtypes.items())}) is written as "
+            f"out_dtype = {wanted}: a {natural} result ({described}) is written as "
             f"{kinds[natural.kind]}"
         )
-    return ProductTypes(types.compute, wanted, types.exact, types.bound)
+    return dataclasses.replace(types, output=wanted, wraps=wraps)
+
+
+def _names(dtypes: tuple[np.dtype, ...]) -> str:
+    return ", ".join(str(d) for d in dtypes)
 
 
 def check_product(

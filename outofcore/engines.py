@@ -24,7 +24,9 @@ from typing import Protocol
 import numpy as np
 
 from outofcore.blas import gemm_accumulate, gram_into, multiply_into
+from outofcore.dtypes import Limbs
 from outofcore.errors import BackendError
+from outofcore.limbs import multiply_into as multiply_limbs_into
 
 __all__ = ["BACKENDS", "CpuEngine", "TileEngine", "gemm_accumulate"]
 
@@ -50,7 +52,9 @@ class TileEngine(Protocol):
     def host_buffer(self, size: int, dtype: np.dtype) -> np.ndarray:
         """Return a flat host array of ``size`` elements to decode panels into."""
 
-    def start_tile(self, shape: tuple[int, int], dtype: np.dtype) -> None:
+    def start_tile(
+        self, shape: tuple[int, int], dtype: np.dtype, limbs: Limbs | None = None
+    ) -> None:
         """Begin a new output tile of ``shape``; the accumulator starts at zero."""
 
     def accumulate(self, a_panel: np.ndarray, b_panel: np.ndarray) -> None:
@@ -97,6 +101,7 @@ class CpuEngine:
         self._spare: np.ndarray | None = None
         self._fresh = True
         self._partial = False
+        self._limbs: Limbs | None = None
 
     def configure(
         self, *, device_memory: int | None = None, panel_depth: int | None = None
@@ -106,7 +111,12 @@ class CpuEngine:
     def host_buffer(self, size: int, dtype: np.dtype) -> np.ndarray:
         return np.empty(size, dtype=dtype)
 
-    def start_tile(self, shape: tuple[int, int], dtype: np.dtype) -> None:
+    def start_tile(
+        self, shape: tuple[int, int], dtype: np.dtype, limbs: Limbs | None = None
+    ) -> None:
+        """Begin a tile of ``shape`` in ``dtype``; ``limbs``: an integer product of that
+        split (int64 or uint64 panels and tile: :mod:`outofcore.limbs`)."""
+        self._limbs = limbs
         spare, self._spare = self._spare, None  # freed before a new one is allocated
         if spare is not None and spare.shape == tuple(shape) and spare.dtype == dtype:
             self._c = spare  # fresh memory costs page faults; a first beta = 0 overwrites it
@@ -118,7 +128,7 @@ class CpuEngine:
 
     def accumulate(self, a_panel: np.ndarray, b_panel: np.ndarray) -> None:
         c = self._require_tile()
-        multiply_into(c, a_panel, b_panel, accumulate=not self._fresh)
+        self._multiply(c, a_panel, b_panel, accumulate=not self._fresh)
         self._fresh = False
 
     def accumulate_gram(self, a_panel: np.ndarray) -> None:
@@ -128,7 +138,10 @@ class CpuEngine:
         symmetric product.  The task mirrors the upper triangle when the tile is done.
         """
         c = self._require_tile()
-        gram_into(c, a_panel, accumulate=not self._fresh)
+        if self._limbs is not None:  # all of C, exactly (the task mirrors the upper part)
+            self._multiply(c, a_panel, a_panel.T, accumulate=not self._fresh)
+        else:
+            gram_into(c, a_panel, accumulate=not self._fresh)
         self._fresh = False
 
     def accumulate_rows(
@@ -144,7 +157,7 @@ class CpuEngine:
         rows = c[row0 : row0 + panels[0][0].shape[0]]
         for position, (a_rows, b_panel) in enumerate(panels):
             first = self._fresh and position == 0
-            multiply_into(rows, a_rows, b_panel, accumulate=not first)
+            self._multiply(rows, a_rows, b_panel, accumulate=not first)
         self._partial = True
         return rows
 
@@ -168,6 +181,13 @@ class CpuEngine:
         if self._c is None:
             raise RuntimeError("CpuEngine: start_tile() was not called")
         return self._c
+
+    def _multiply(self, c: np.ndarray, a: np.ndarray, b: np.ndarray, *, accumulate: bool) -> None:
+        """``c += a @ b`` (or ``c = a @ b``): BLAS, or exact limbs for a wide integer tile."""
+        if self._limbs is not None:
+            multiply_limbs_into(c, a, b, accumulate=accumulate, limbs=self._limbs)
+        else:
+            multiply_into(c, a, b, accumulate=accumulate)
 
 
 def gpu_visible(simulator_counts: bool = True) -> bool:

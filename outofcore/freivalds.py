@@ -159,6 +159,12 @@ def verify(
             f"({'A.T' if transpose_a else 'A'} @ {'B.T' if transpose_b else 'B'}) is "
             f"{product.shape}"
         )
+    if product.types.output.kind == "b":
+        raise arrays.InputError(
+            f"C ({arrays.describe(c_arr)}) is a bool product: it holds whether any of the "
+            "ands is true, not a sum, and Freivalds' check multiplies sums; compare it with "
+            "the inputs' product as integers (outofcore matmul ... --out-dtype int64), nonzero"
+        )
     rng = np.random.default_rng(seed)
     r = rng.choice(np.array([-1, 1]), size=(product.shape[1], rounds))
     try:

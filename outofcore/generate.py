@@ -130,8 +130,11 @@ def check_room(
 
 
 def random_values(rng: np.random.Generator, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
-    """Random values of ``dtype``: standard normal floats, integers over the dtype's range."""
+    """Random values of ``dtype``: standard normal floats, integers over the dtype's range,
+    booleans true or false with even odds."""
     dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)

@@ -80,6 +80,8 @@ def prepare_job(
     start = operands.inspect(spec.overwrite)
     if operands.product.empty:
         return PreparedJob(spec, client, operands, start, None, False)
+    if operands.product.types.limbs is not None:  # no GPU kernel: the plan names the CPU
+        spec = replace(spec, backend="cpu")
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
     if start.existing is None:  # an output its disk cannot hold, before any write

@@ -203,6 +203,7 @@ class Product:
             if self.addend is None
             else int(np.prod(self.addend.chunks)) * self.addend.dtype.itemsize,
             symmetric=self.symmetric,
+            limbs=0 if self.types.limbs is None else self.types.limbs.counts[1],
             request_bytes=request_bytes(self.inputs.values()),
             read_shards=(
                 zarr_read_shards(self.a, self.transpose_a),
@@ -229,18 +230,32 @@ class Product:
         addend's matching region, times ``beta``, is added; the result is
         converted to the output dtype (exact for an integer product).
         """
+        wide = self.types.limbs is not None  # int64 or uint64, modulo 2**64
         if self.alpha != 1:
-            rows *= self.alpha
+            _scale(rows, self.alpha, wide)
         if self.addend is not None:
             (r0, c0), (h, w) = origin, rows.shape
             addend = np.empty(rows.shape, self.types.compute)
             read_converted(self.addend, (slice(r0, r0 + h), slice(c0, c0 + w)), addend)
             if self.beta != 1:
-                addend *= self.beta
-            rows += addend
+                _scale(addend, self.beta, wide)
+            if wide:
+                np.add(rows.view(np.uint64), addend.view(np.uint64), out=rows.view(np.uint64))
+            else:
+                rows += addend
         if self.types.output == rows.dtype:
             return rows
         return rows.astype(self.types.output)
+
+
+def _scale(values: np.ndarray, factor: float | complex, wide: bool) -> None:
+    """``values *= factor`` in place; for 64-bit integers (``wide``) modulo ``2**64``, as
+    numpy's int64 and uint64 arithmetic wraps (``factor`` is then a whole number)."""
+    if wide:
+        unsigned = values.view(np.uint64)
+        np.multiply(unsigned, np.uint64(int(factor) % 2**64), out=unsigned)
+    else:
+        values *= factor
 
 
 def listed_product(product: Product, fingerprints: Mapping[str, Fingerprint]) -> Product:

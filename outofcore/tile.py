@@ -270,7 +270,8 @@ class _PanelLoop:
         gram = getattr(self.engine, "accumulate_gram", None) if diagonal else None
         streams = self.engine.row_blocks and not diagonal  # a diagonal tile is mirrored first
         streamed_from = count - (min(STREAMED_PANELS, count) if streams else 0)
-        self.engine.start_tile(self.task.shape, self.job.product.types.compute)
+        types = self.job.product.types
+        self.engine.start_tile(self.task.shape, types.compute, types.limbs)
         pending = self.reader.submit(self.panels.load, 0)
         streamed: list[tuple[np.ndarray, np.ndarray]] = []
         ahead: set[int] = set()  # row blocks the first streamed panel was added to early

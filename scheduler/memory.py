@@ -9,7 +9,8 @@ Memory contract of one task (bytes)::
     w * (tm*tn + depth * tk * (tm + tn))  +  staging  +  write block  +  codec buffers
 
 with ``w`` the accumulation dtype's size (float32 for float16 inputs, float64
-for exact integer products), ``depth = 2`` panels in flight (one multiplied,
+for exact integer products, int64 for those through limbs, which add their limb
+temporaries: :func:`limb_bytes`), ``depth = 2`` panels in flight (one multiplied,
 one being decoded), staging: the panel of an input stored in another dtype,
 decoded there before it is converted (``tk * (tm + tn)`` at the stored size,
 for each input that needs it), write block: the output rows written at once
@@ -87,7 +88,16 @@ def loop_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     )
     codec_buffers = max(2 * io_concurrency * input_chunk, shard_reads)
     codec_buffers += io_concurrency * p.request_bytes
-    return p.itemsize * tm * tn + panels + staging + codec_buffers
+    return p.itemsize * tm * tn + panels + staging + codec_buffers + limb_bytes(p, tm, tn, tk)
+
+
+def limb_bytes(problem: Problem, tm: int, tn: int, tk: int) -> int:
+    """Bytes a wide integer product's multiply holds beside its panels
+    (:mod:`outofcore.limbs`): every float64 limb of B's panel, one of A's, and one shift's
+    float64 sum with its integer conversion (``tm x tn`` each); 0 for other products."""
+    if not problem.limbs:
+        return 0
+    return 8 * (tk * tn * problem.limbs + tm * tk + 2 * tm * tn)
 
 
 def shard_read_bytes(

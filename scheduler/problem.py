@@ -53,6 +53,9 @@ class Problem:
     #: The output is created with one shard per tile: a tile is written, and
     #: encoded, as one object (:func:`make_output_plan`).
     shard_tiles: bool = False
+    #: A wide integer product multiplied through 16-bit limbs: how many limbs B's values
+    #: take (their float64 copies are held while a panel is multiplied); 0: none.
+    limbs: int = 0
 
     def __post_init__(self) -> None:
         for name in ("m", "k", "n"):
@@ -78,7 +81,13 @@ class Problem:
             if len(grid) != 2 or min(grid) < 1:
                 raise InputError(f"{name} = {grid}: need two chunk sizes >= 1")
         sizes = [self.itemsize, *self.read_sizes, self.written_itemsize]
-        extras = (*self.staging, self.block_extra, self.addend_itemsize, self.request_bytes)
+        extras = (
+            *self.staging,
+            self.block_extra,
+            self.addend_itemsize,
+            self.request_bytes,
+            self.limbs,
+        )
         if min(sizes) < 1 or min(extras) < 0:
             raise InputError(f"element sizes must be >= 1 (staging >= 0), got {self}")
 

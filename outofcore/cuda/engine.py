@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import cuda
@@ -226,9 +227,14 @@ class CudaEngine:
         dtype = np.dtype(dtype)
         return self._pool.take(int(size) * dtype.itemsize).view(dtype)
 
-    def start_tile(self, shape: tuple[int, int], dtype: np.dtype) -> None:
-        """Begin a tile of ``shape``; the accumulator starts at zero."""
+    def start_tile(self, shape: tuple[int, int], dtype: np.dtype, limbs: Any = None) -> None:
+        """Begin a tile of ``shape``; the accumulator starts at zero.  Integer products
+        split into limbs (``limbs``) run on the CPU engine: the job plans them there."""
         dtype = np.dtype(dtype)
+        if limbs is not None:
+            raise InputError(
+                f"the GPU engine has no {dtype} limb product; the job runs it on the CPU"
+            )
         if dtype not in COMPUTE_DTYPES:
             names = ", ".join(str(d) for d in COMPUTE_DTYPES)
             raise InputError(f"unsupported dtype {dtype}; the GPU engine takes {names}")

@@ -45,17 +45,19 @@ def test_dtype_rules(a, b, addend, compute, output, bound):
 
 
 def test_exactness_rule_at_its_edge():
-    # int16: 2**30 per product; k = 2**23 reaches exactly 2**53, one more does not fit.
+    # int16: 2**30 per product; k = 2**23 reaches exactly 2**53 (float64, exact there);
+    # one more goes through 16-bit limbs in int64 (exact, modulo 2**64).
     assert product_types("int16", "int16", 2**23).bound == 2**53
-    with pytest.raises(InputError, match="beyond 2\\*\\*53"):
-        product_types("int16", "int16", 2**23 + 1)
-    # int8 is exact for every k below 2**39.
-    assert product_types("int8", "int8", 2**39).exact
-    with pytest.raises(InputError, match="beyond 2\\*\\*53"):
-        product_types("int8", "int8", 2**39 + 1)
-    # alpha scales the bound; a whole-number alpha is fine, 2**14 * 2**39 * 2 is not.
-    with pytest.raises(InputError, match="alpha = 2"):
-        product_types("int8", "int8", 2**39, alpha=2)
+    assert product_types("int16", "int16", 2**23).limbs is None
+    wide = product_types("int16", "int16", 2**23 + 1)
+    assert (str(wide.compute), str(wide.output), wide.limbs.counts) == ("int64", "int64", (1, 1))
+    assert wide.exact and not wide.wraps  # 2**53 + 2**30 fits in int64
+    # int8 goes through float64 for every k up to 2**39.
+    assert product_types("int8", "int8", 2**39).limbs is None
+    assert product_types("int8", "int8", 2**39 + 1).limbs is not None
+    # alpha scales the bound; it must be a whole number.
+    with pytest.raises(InputError, match="alpha = 2.5"):
+        product_types("int8", "int8", 10, alpha=2.5)
 
 
 def test_out_dtype_rules():

@@ -1,0 +1,90 @@
+"""Exact integer products at BLAS speed: 16-bit limbs multiplied in float64 ``gemm``.
+
+numpy multiplies integer matrices with its own loops (under 1 GOP/s).  Here each
+integer panel is split into 16-bit limbs, ``x = sum_i x_i * 2**(16 i)``, the lower limbs
+in ``[0, 2**16)`` and, for a signed operand, the top one in ``[-2**15, 2**15)``; each
+product of limbs is one float64 ``gemm`` whose every partial sum is an integer below
+``2**53`` (so exact: :data:`MAX_DEPTH`), and the products are added back shifted, in
+64-bit arithmetic that wraps modulo ``2**64``, as numpy's int64 and uint64 do.  Pairs
+shifted by 64 bits or more vanish modulo ``2**64`` and are never computed.
+
+An int32 product is 2 x 2 limbs (4 ``gemm``), an int64 one 4 x 4 limbs (10 ``gemm``:
+the pairs of shift below 64 bits).  Beside the panels a multiply holds every limb of B's
+panel, one of A's, and one shift's float64 sum and its integer conversion
+(:func:`scheduler.memory.limb_bytes`).  The result is bit for bit numpy's
+``np.matmul(a.astype(W), b.astype(W))`` for W the accumulator's dtype (int64 or uint64).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from outofcore.blas import multiply_into as gemm_into
+from outofcore.dtypes import Limbs
+
+#: Bits of one limb.
+LIMB_BITS = 16
+#: Most limb products added in one float64 sum (those of one shift, at most 4).
+_TERMS = 4
+#: Deepest slice of k multiplied at once: ``_TERMS`` products of depth ``MAX_DEPTH`` of
+#: limbs below ``2**16`` in magnitude sum to less than ``2**53``, every integer below which
+#: float64 holds exactly.
+MAX_DEPTH = 2**53 // (_TERMS * (2**LIMB_BITS - 1) ** 2)
+
+
+def multiply_into(
+    c: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    accumulate: bool,
+    limbs: Limbs,
+) -> None:
+    """``c += a @ b`` (or ``c = a @ b``) modulo ``2**64``, exactly, for int64 or uint64
+    arrays (``c`` may be a block of rows of a larger accumulator); ``limbs`` says how many
+    limbs hold A's and B's values and whether each is signed
+    (:func:`outofcore.dtypes.limb_count`)."""
+    if c.dtype not in (np.dtype(np.int64), np.dtype(np.uint64)):
+        raise TypeError(f"limb products accumulate in int64 or uint64, not {c.dtype}")
+    total = c.view(np.uint64)
+    if not accumulate:
+        total[...] = 0
+    k = a.shape[1]
+    for k0 in range(0, k, MAX_DEPTH):
+        k1 = min(k, k0 + MAX_DEPTH)
+        _add_slice(total, a[:, k0:k1], b[k0:k1], limbs)
+
+
+def _add_slice(
+    total: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    limbs: Limbs,
+) -> None:
+    """``total += a @ b`` modulo ``2**64`` for a slice of k at most :data:`MAX_DEPTH` deep."""
+    (a_count, b_count), (a_signed, b_signed) = limbs.counts, limbs.signed
+    b_limbs = [_limb(b, j, b_count, b_signed) for j in range(b_count)]
+    shifts = min(a_count + b_count - 1, 64 // LIMB_BITS)
+    part = np.empty(total.shape, dtype=np.float64)
+    whole = np.empty(total.shape, dtype=np.int64)
+    for shift in range(shifts):
+        pairs = [(i, shift - i) for i in range(a_count) if 0 <= shift - i < b_count]
+        for position, (i, j) in enumerate(pairs):
+            a_limb = _limb(a, i, a_count, a_signed)
+            gemm_into(part, a_limb, b_limbs[j], accumulate=position > 0)
+        np.copyto(whole, part, casting="unsafe")  # an integer below 2**53: exact
+        shifted = whole.view(np.uint64)
+        if shift:
+            np.left_shift(shifted, np.uint64(LIMB_BITS * shift), out=shifted)
+        total += shifted  # modulo 2**64
+
+
+def _limb(x: np.ndarray, index: int, count: int, signed: bool) -> np.ndarray:
+    """Limb ``index`` of ``x``'s values (int64 or uint64) as float64: bits
+    ``16 index`` to ``16 index + 15``; the top limb of a signed operand keeps the sign."""
+    shift = LIMB_BITS * index
+    if signed and index == count - 1:
+        top = x.view(np.int64) >> np.int64(shift)
+        return top.astype(np.float64)
+    bits = (x.view(np.uint64) >> np.uint64(shift)) & np.uint64(2**LIMB_BITS - 1)
+    return bits.astype(np.float64)
