@@ -55,28 +55,61 @@ def multiply_into(
         _add_slice(total, a[:, k0:k1], b[k0:k1], limbs)
 
 
-def _add_slice(
-    total: np.ndarray,
-    a: np.ndarray,
-    b: np.ndarray,
-    limbs: Limbs,
-) -> None:
-    """``total += a @ b`` modulo ``2**64`` for a slice of k at most :data:`MAX_DEPTH` deep."""
-    (a_count, b_count), (a_signed, b_signed) = limbs.counts, limbs.signed
+def _add_slice(total: np.ndarray, a: np.ndarray, b: np.ndarray, limbs: Limbs) -> None:
+    """``total += a @ b`` modulo ``2**64`` for a slice of k at most :data:`MAX_DEPTH` deep.
+
+    The limbs are counted on the slice's values, not only their dtype's: a panel whose
+    largest magnitudes multiply, ``depth`` times, to at most ``2**53`` is one float64
+    ``gemm`` (int32 counts below ``2**20``, say), and no slice takes more limbs than its
+    values need (at most ``limbs.counts``).
+    """
+    (a_signed, b_signed), depth = limbs.signed, a.shape[1]
+    a_range, b_range = _value_range(a), _value_range(b)
+    if _magnitude(a_range) * _magnitude(b_range) * depth <= 2**53:
+        part = np.empty(total.shape, dtype=np.float64)
+        gemm_into(part, a.astype(np.float64), b.astype(np.float64), accumulate=False)
+        _add_shifted(total, part, 0)
+        return
+    a_count = min(limbs.counts[0], _limbs_for(a_range, a_signed))
+    b_count = min(limbs.counts[1], _limbs_for(b_range, b_signed))
     b_limbs = [_limb(b, j, b_count, b_signed) for j in range(b_count)]
     shifts = min(a_count + b_count - 1, 64 // LIMB_BITS)
     part = np.empty(total.shape, dtype=np.float64)
-    whole = np.empty(total.shape, dtype=np.int64)
     for shift in range(shifts):
         pairs = [(i, shift - i) for i in range(a_count) if 0 <= shift - i < b_count]
         for position, (i, j) in enumerate(pairs):
             a_limb = _limb(a, i, a_count, a_signed)
             gemm_into(part, a_limb, b_limbs[j], accumulate=position > 0)
-        np.copyto(whole, part, casting="unsafe")  # an integer below 2**53: exact
-        shifted = whole.view(np.uint64)
-        if shift:
-            np.left_shift(shifted, np.uint64(LIMB_BITS * shift), out=shifted)
-        total += shifted  # modulo 2**64
+        _add_shifted(total, part, shift)
+
+
+def _add_shifted(total: np.ndarray, part: np.ndarray, shift: int) -> None:
+    """``total += part * 2**(16 shift)`` modulo ``2**64``; ``part`` holds integers below
+    ``2**53`` in magnitude (exact in float64 and in int64)."""
+    whole = part.astype(np.int64).view(np.uint64)
+    if shift:
+        np.left_shift(whole, np.uint64(LIMB_BITS * shift), out=whole)
+    total += whole  # modulo 2**64
+
+
+def _value_range(x: np.ndarray) -> tuple[int, int]:
+    """The smallest and largest value of ``x`` (0, 0 when empty), as Python integers."""
+    if x.size == 0:
+        return 0, 0
+    return int(x.min()), int(x.max())
+
+
+def _magnitude(value_range: tuple[int, int]) -> int:
+    low, high = value_range
+    return max(-low, high)
+
+
+def _limbs_for(value_range: tuple[int, int], signed: bool) -> int:
+    """How many 16-bit limbs hold every value in ``value_range`` (the top one signed
+    when ``signed``)."""
+    low, high = value_range
+    bits = max(high.bit_length(), (-low - 1).bit_length() if low < 0 else 0) + int(signed)
+    return max(1, -(-bits // LIMB_BITS))
 
 
 def _limb(x: np.ndarray, index: int, count: int, signed: bool) -> np.ndarray:

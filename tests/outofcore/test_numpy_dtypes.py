@@ -12,6 +12,9 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,6 +45,7 @@ DTYPES = [
     "complex128",
 ]
 PAIRS = list(itertools.product(DTYPES, DTYPES))
+ROOT = Path(__file__).resolve().parents[2]
 #: Odd shapes, ragged chunks: m = 13, k = 17, n = 11 in chunks that divide none.
 A_SHAPE, A_CHUNKS, B_SHAPE, B_CHUNKS = (13, 17), (5, 6), (17, 11), (7, 4)
 
@@ -252,3 +256,34 @@ def test_command_line_random_matmul_plan_and_verify(tmp_path, dtype):
         assert checked.returncode != 0 and "bool product" in checked.stderr
     else:
         assert checked.returncode == 0, checked.stderr
+
+
+def test_wide_integer_benchmark_runs_and_agrees_with_numpy(tmp_path):
+    """benchmarks/wide_integers.py, smallest size: every system's result equals numpy's."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/wide_integers.py",
+            "--n",
+            "96",
+            "--chunk",
+            "40",
+            "--repeats",
+            "1",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--out-dir",
+            str(tmp_path / "results"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "results" / "wide-integers-96.json").read_text())
+    assert result["agree"] is True and set(result["median_seconds"]) == {
+        "numpy",
+        "dask",
+        "outofcore",
+    }
