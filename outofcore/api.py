@@ -54,8 +54,8 @@ def matmul(
     Parameters
     ----------
     a, b
-        2-D ``zarr.Array`` objects, or paths / fsspec URLs: float16/32/64,
-        complex64/128, int8, uint8 or int16, mixed as numpy mixes them
+        2-D ``zarr.Array`` objects, or paths / fsspec URLs of any bool, integer,
+        float or complex dtype, mixed as numpy mixes them
         (:mod:`outofcore.dtypes`); also ``da.from_zarr`` dask arrays (``.T`` too) and,
         in process, numpy arrays (:mod:`outofcore.interop`).
     out

@@ -108,6 +108,23 @@ def formula_of(product: dict[str, Any]) -> str:
     return formula
 
 
+def _exactly(product: dict[str, Any]) -> str:
+    """How an exact product is exact: through float64, or 16-bit limbs on the CPU."""
+    if not product["exact"]:
+        return ""
+    limbs = product.get("limbs")
+    if limbs:
+        return f" (exact: {limbs[0]} x {limbs[1]} 16-bit limbs through float64 BLAS, on the CPU)"
+    return " (exact)"
+
+
+def _wrapping(product: dict[str, Any]) -> str:
+    """Where an exact result can exceed the output dtype: modulo 2**64, as numpy's."""
+    if not product.get("wraps"):
+        return ""
+    return f" (sums beyond {product['output']} wrap modulo 2**64, as numpy's 64-bit product)"
+
+
 def _number_text(value: Any) -> str:
     """A scale as the user wrote it: 2, -0.5, (1+2j); JSON keeps complex ones as pairs."""
     if isinstance(value, list | tuple):  # [real, imag]
@@ -128,8 +145,8 @@ def format_plan(p: dict[str, Any]) -> str:
             f"  operands       {a} {p['m']}x{p['k']} (chunks {p['a_chunks'][0]}x"
             f"{p['a_chunks'][1]}) @ "
             f"{b} {p['k']}x{p['n']} (chunks {p['b_chunks'][0]}x{p['b_chunks'][1]}), "
-            f"accumulated in {product['compute']}"
-            f"{' (exact)' if product['exact'] else ''}, written as {product['output']}",
+            f"accumulated in {product['compute']}{_exactly(product)}, written as "
+            f"{product['output']}{_wrapping(product)}",
             f"  budget         {format_bytes(p['task_budget_bytes'])} per task, "
             f"{format_bytes(p['worker_budget_bytes'])} per worker of "
             f"{p['threads_per_worker']} thread(s), {p['workers']} worker(s)",
