@@ -65,9 +65,11 @@ def matmul(
         The job's options as a :class:`~outofcore.spec.JobSpec`, or ``None``
         to build one from ``options``.
     client
-        ``None``: the default ``distributed.Client`` when one is open (dask's
-        convention, ``distributed.default_client()``: inside ``with Client(...):``),
-        otherwise a LocalCluster started for this job and closed after it.  Or a
+        ``None``: Dask's convention: the default ``distributed.Client`` when one is open
+        (``distributed.default_client()``: inside ``with Client(...):``), else
+        ``dask.config``'s ``scheduler`` (``"sync"``: this process) or
+        ``scheduler-address``, otherwise a LocalCluster started for this job and closed
+        after it.  Or a
         scheduler address, a ``distributed.Client`` (used as it is, never closed), or
         ``"sync"`` (in-process, no Dask).
     **options

@@ -258,15 +258,17 @@ def _plan(args: argparse.Namespace) -> int:
         with_budget,
         with_predictions,
     )
-    from scheduler.cluster import is_local  # noqa: PLC0415
+    from scheduler.cluster import is_local, resolve_client  # noqa: PLC0415
     from scheduler.tls import client_security  # noqa: PLC0415
 
     # The job's own spec, budget, workers and planning function: `plan` shows what
-    # `matmul` runs.  A scheduler elsewhere is asked for its workers, as the job would.
+    # `matmul` runs.  A scheduler elsewhere is asked for its workers, as the job would
+    # (the one --scheduler names, or dask.config's, as the job's client=None follows).
+    client = resolve_client(args.scheduler)
     with _tls(args):  # the job's refusals (certificates, addresses)
-        if args.scheduler and not is_local(args.scheduler):
-            client_security(args.scheduler)
-    spec = with_budget(_job_spec(args, _product_options(args)), args.scheduler)
+        if client and not is_local(client):
+            client_security(client)
+    spec = with_budget(_job_spec(args, _product_options(args)), client)
     product = open_product(args.a, args.b, spec)
     if product.empty:
         m, n = product.shape
@@ -276,12 +278,12 @@ def _plan(args: argparse.Namespace) -> int:
         )
         return 0
     with _tls(args):
-        workers = job_workers(spec, args.scheduler)
+        workers = job_workers(spec, client)
     job_plan = with_predictions(
         plan_job(product, spec, workers),
         product,
         spec,
-        args.scheduler,
+        client,
         reprobe=args.reprobe,
         device_memory=args.device_memory,
     )

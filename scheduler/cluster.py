@@ -52,10 +52,11 @@ DASHBOARD_EXTRA = "pip install 'outofcore[dashboard]'"
 
 
 def resolve_client(client: Any, gpus: tuple[int, ...] | None = None) -> Any:
-    """The client a job runs on: ``client``, or for ``None`` the default
-    ``distributed.Client`` when one is open (``distributed.default_client()``:
-    the one of ``with Client(...):``, or the last one made), else ``None`` (a
-    LocalCluster for the job).
+    """The client a job runs on: ``client``, or for ``None`` Dask's convention: the
+    default ``distributed.Client`` when one is open (``distributed.default_client()``:
+    the one of ``with Client(...):``, or the last one made), else what ``dask.config``
+    names (:func:`dask_configured_client`: ``"sync"`` or a scheduler address), else
+    ``None`` (a LocalCluster for the job).
 
     Raises
     ------
@@ -79,8 +80,15 @@ def resolve_client(client: Any, gpus: tuple[int, ...] | None = None) -> Any:
 
     try:
         found = default_client()
-    except ValueError:  # no Client open
-        return None
+    except ValueError:  # no Client open: Dask's own settings, else a LocalCluster
+        configured = dask_configured_client()
+        if configured is not None and gpus:
+            raise ClusterError(
+                f"gpus={list(gpus)} starts workers on this node's GPUs, but dask.config says "
+                f"the job runs {'in this process' if configured == 'sync' else 'on ' + configured}"
+                " (its 'scheduler' or 'scheduler-address'): leave out gpus, or unset that"
+            ) from None
+        return configured
     if gpus:
         raise ClusterError(
             f"gpus={list(gpus)} starts workers on this node's GPUs, but a default Dask Client "
@@ -88,6 +96,23 @@ def resolve_client(client: Any, gpus: tuple[int, ...] | None = None) -> Any:
             "out gpus to run there, or close that Client first"
         )
     return found
+
+
+def dask_configured_client() -> str | None:
+    """Where Dask's own settings run computations when no Client is open: ``"sync"`` for
+    ``dask.config``'s ``scheduler`` ``"sync"``, ``"synchronous"`` or ``"single-threaded"``
+    (this process); None for ``"threads"`` or ``"processes"`` (a LocalCluster); else the
+    ``scheduler-address`` (``DASK_SCHEDULER_ADDRESS``) when one is set; else None."""
+    import dask  # noqa: PLC0415
+
+    scheduler = dask.config.get("scheduler", None)
+    if isinstance(scheduler, str):
+        if scheduler.lower() in (*SYNC, "single-threaded"):
+            return "sync"
+        if scheduler.lower() in ("threads", "threading", "processes", "multiprocessing"):
+            return None
+    address = dask.config.get("scheduler-address", None)
+    return str(address) if address else None
 
 
 def is_local(client: Any) -> bool:

@@ -11,10 +11,12 @@ cover that path too).
 from __future__ import annotations
 
 import collections
+import json
 import os
 import urllib.request
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 import zarr
@@ -27,7 +29,7 @@ from outofcore.api import run_job
 from outofcore.errors import ClusterError
 from scheduler.cluster import DASHBOARD_EXTRA, dashboard_note, open_executor, serves_dashboard
 from scheduler.worker_sizing import DEFAULT_BUDGET_BYTES, WORKER_OVERHEAD_BYTES
-from tests.helpers import assert_gemm_close, random_matrix, write_zarr
+from tests.helpers import assert_gemm_close, cli, random_matrix, write_zarr
 
 KINDS = {"outofcore-tile", "outofcore-part", "outofcore-reduce"}
 
@@ -167,6 +169,43 @@ def test_explicit_sync_wins_over_the_default_client(cluster, inputs, tmp_path):
     assert result.summary["workers"] == 1
     c = zarr.open_array(str(tmp_path / "c.zarr"))[...]
     assert_gemm_close(c, inputs["a"], inputs["b"], accumulated_in="f4")
+
+
+@pytest.mark.parametrize("name", ["sync", "synchronous", "single-threaded"])
+def test_dask_config_scheduler_sync_runs_the_job_in_this_process(cluster, inputs, tmp_path, name):
+    """Dask's convention: no Client open and dask.config's scheduler "sync": in process."""
+    with Client(cluster) as watcher:  # only to look at the cluster's scheduler
+        before = _view(watcher)["prefixes"]
+    with dask.config.set(scheduler=name):
+        result = run_job(inputs["a_path"], inputs["b_path"], tmp_path / "c.zarr", progress=False)
+    assert result.summary["workers"] == 1 and result.summary["phases"]["cluster_start"] < 0.5
+    with Client(cluster) as watcher:
+        assert _view(watcher)["prefixes"] == before  # nothing reached a cluster
+    c = zarr.open_array(str(tmp_path / "c.zarr"))[...]
+    assert_gemm_close(c, inputs["a"], inputs["b"], accumulated_in="f4")
+
+
+def test_dask_config_scheduler_address_runs_the_job_there(cluster, inputs, tmp_path, capsys):
+    """No Client open, dask.config's scheduler-address (DASK_SCHEDULER_ADDRESS): the job
+    runs on that scheduler's workers, as the command does and as `plan` says."""
+    with dask.config.set({"scheduler-address": cluster.scheduler_address}):
+        result = run_job(
+            inputs["a_path"], inputs["b_path"], tmp_path / "c.zarr", tile=(140, 66),
+            progress=False,
+        )  # fmt: skip
+    with Client(cluster) as watcher:
+        assert _view(watcher)["prefixes"].get("outofcore-tile", 0) >= len(result.plan.tasks)
+    assert result.summary["workers"] == 2
+    assert "Started a LocalCluster" not in capsys.readouterr().err
+    c = zarr.open_array(str(tmp_path / "c.zarr"))[...]
+    assert_gemm_close(c, inputs["a"], inputs["b"], accumulated_in="f4")
+    env = {"DASK_SCHEDULER_ADDRESS": cluster.scheduler_address}
+    shown = cli("plan", str(inputs["a_path"]), str(inputs["b_path"]), "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["workers"] == 2  # the scheduler's workers, asked
+    configured = dask.config.set({"scheduler-address": cluster.scheduler_address})
+    with configured, pytest.raises(ClusterError, match="scheduler-address"):
+        outofcore.matmul(inputs["a_path"], inputs["b_path"], tmp_path / "g.zarr", gpus=(0,))
 
 
 def test_gpus_with_a_default_client_are_refused_before_any_work(cluster, inputs, tmp_path):
