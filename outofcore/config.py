@@ -1,15 +1,21 @@
-"""Every ``OUTOFCORE_*`` setting in one donfig config, and parsing byte sizes.
+"""outofcore's settings: ``dask.config`` keys under ``outofcore.``, and parsing byte sizes.
 
-Settings come from their defaults, then from ``OUTOFCORE_<NAME>`` environment
-variables (read when ``outofcore`` is imported, as dask and zarr read theirs),
-then from :func:`set` in this process::
+The settings are Dask's own configuration (``outofcore.read-retries`` and so on), so
+they come as Dask's do: their defaults here, YAML files in Dask's config folders
+(``~/.config/dask/*.yaml``: ``outofcore: {read-retries: 5}``), ``DASK_OUTOFCORE__*``
+environment variables, and ``dask.config.set`` in this process; and they reach the
+worker processes a job starts (a LocalCluster's nannies hand a new worker process the
+configuration of the process that starts it) as Dask's own do.  The older
+``OUTOFCORE_<NAME>`` variables are aliases, read when ``outofcore`` is imported
+(``DASK_OUTOFCORE__*`` wins where both are set)::
 
-    OUTOFCORE_READ_RETRIES=0 outofcore matmul ...        # a job's workers and client
-    with outofcore.config.set({"read-retries": 0}): ...  # this process only
+    OUTOFCORE_READ_RETRIES=0 outofcore matmul ...              # an alias
+    DASK_OUTOFCORE__READ_RETRIES=0 outofcore matmul ...        # Dask's form
+    with dask.config.set({"outofcore.read-retries": 0}): ...   # this process
+    with outofcore.config.set({"read-retries": 0}): ...        # the same, shorter
 
-Worker processes read their own environment: set the variables where the
-workers start (``dask worker``, the compose file); a LocalCluster's workers
-inherit the environment of the process that starts them.
+Workers of a cluster started elsewhere (``dask worker``, the compose file) read their
+own configuration: set the variables (or YAML) where they start.
 
 =========================  =======  ==================================================
 name                       default  meaning
@@ -36,11 +42,14 @@ The ``store-*`` deadlines apply to every store client outofcore makes
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+import dask.config
 from dask.utils import parse_bytes
-from donfig import Config
 
 from outofcore.errors import InputError
 
@@ -61,14 +70,40 @@ DEFAULTS: dict[str, Any] = {
     "store-deadline": 30.0,
 }
 
-config = Config("outofcore", defaults=[DEFAULTS], paths=[])
-#: Override settings in this process: ``with set({"read-retries": 0}): ...``.
-set = config.set
+#: The namespace of outofcore's keys in ``dask.config``.
+NAMESPACE = "outofcore"
 
 
 def env_name(name: str) -> str:
-    """The environment variable of setting ``name``, e.g. ``OUTOFCORE_READ_RETRIES``."""
+    """The environment variable of setting ``name``, e.g. ``OUTOFCORE_READ_RETRIES``
+    (an alias of Dask's ``DASK_OUTOFCORE__READ_RETRIES``)."""
     return "OUTOFCORE_" + name.replace("-", "_").upper()
+
+
+def get(name: str) -> Any:
+    """Setting ``name`` as configured (``dask.config.get("outofcore.NAME")``)."""
+    return dask.config.get(f"{NAMESPACE}.{name}")
+
+
+@contextlib.contextmanager
+def set(values: Mapping[str, Any]) -> Iterator[None]:  # noqa: A001 (dask.config's name)
+    """Override settings in this process: ``with set({"read-retries": 0}): ...`` is
+    ``dask.config.set({"outofcore.read-retries": 0})``."""
+    with dask.config.set({f"{NAMESPACE}.{name}": value for name, value in values.items()}):
+        yield
+
+
+def _register() -> None:
+    """Register the settings' defaults with Dask, each ``OUTOFCORE_<NAME>`` variable that
+    is set in place of its default: a value set otherwise (``DASK_OUTOFCORE__*``, YAML, or
+    the configuration a nanny hands its worker process) stays
+    (``dask.config.update_defaults``), and ``dask.config.refresh()`` keeps them."""
+    names = [name for name in DEFAULTS if env_name(name) in os.environ]
+    aliases = {name: os.environ[env_name(name)] for name in names}
+    dask.config.update_defaults({NAMESPACE: {**DEFAULTS, **aliases}})
+
+
+_register()
 
 
 def number(name: str, *, integer: bool = False, positive: bool = False) -> float:
@@ -79,7 +114,7 @@ def number(name: str, *, integer: bool = False, positive: bool = False) -> float
     InputError
         Naming the environment variable and its value when it is not such a number.
     """
-    value = config.get(name)
+    value = get(name)
     kind = "a whole number" if integer else "a number"
     try:
         if isinstance(value, bool):
@@ -97,7 +132,7 @@ def number(name: str, *, integer: bool = False, positive: bool = False) -> float
 
 def flag(name: str) -> bool:
     """Setting ``name`` as on/off (``0``, ``false``, ``no``, ``off`` are off)."""
-    value = config.get(name)
+    value = get(name)
     if isinstance(value, str):
         return value.strip().lower() not in ("0", "false", "no", "off", "")
     return bool(value)

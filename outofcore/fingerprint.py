@@ -102,7 +102,7 @@ def fingerprint(array: zarr.Array, method: str | None = None) -> Fingerprint:
     InputError
         For another method.
     """
-    method = method or str(config.config.get("fingerprint")).strip().lower()
+    method = method or str(config.get("fingerprint")).strip().lower()
     if method not in METHODS:
         raise InputError(
             f"{config.env_name('fingerprint')}={method!r}: need one of {', '.join(METHODS)}"
