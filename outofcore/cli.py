@@ -258,7 +258,8 @@ def _plan(args: argparse.Namespace) -> int:
         with_budget,
         with_predictions,
     )
-    from scheduler.cluster import is_local, resolve_client  # noqa: PLC0415
+    from scheduler.addresses import resolve_client  # noqa: PLC0415
+    from scheduler.cluster import is_local  # noqa: PLC0415
     from scheduler.tls import client_security  # noqa: PLC0415
 
     # The job's own spec, budget, workers and planning function: `plan` shows what

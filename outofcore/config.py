@@ -81,8 +81,10 @@ def env_name(name: str) -> str:
 
 
 def get(name: str) -> Any:
-    """Setting ``name`` as configured (``dask.config.get("outofcore.NAME")``)."""
-    return dask.config.get(f"{NAMESPACE}.{name}")
+    """Setting ``name`` as configured (``dask.config.get("outofcore.NAME")``), or its
+    registered default where something reset Dask's configuration to one taken before
+    outofcore was imported (distributed's test utilities do)."""
+    return dask.config.get(f"{NAMESPACE}.{name}", default=_registered[name])
 
 
 @contextlib.contextmanager
@@ -99,8 +101,12 @@ def _register() -> None:
     the configuration a nanny hands its worker process) stays
     (``dask.config.update_defaults``), and ``dask.config.refresh()`` keeps them."""
     names = [name for name in DEFAULTS if env_name(name) in os.environ]
-    aliases = {name: os.environ[env_name(name)] for name in names}
-    dask.config.update_defaults({NAMESPACE: {**DEFAULTS, **aliases}})
+    _registered.update(DEFAULTS, **{name: os.environ[env_name(name)] for name in names})
+    dask.config.update_defaults({NAMESPACE: dict(_registered)})
+
+
+#: Each setting's default here: :data:`DEFAULTS`, or its ``OUTOFCORE_<NAME>`` variable.
+_registered: dict[str, Any] = {}
 
 
 _register()

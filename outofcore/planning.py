@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scheduler import tiling
+from scheduler.addresses import resolve_client
 from scheduler.cluster import (
     budget_for,
     is_local,
-    resolve_client,
     runs_in_process,
     worker_shape_of,
 )
@@ -107,7 +107,7 @@ def where_it_runs(
     (:func:`outofcore.cuda.probe.device_count`, without importing numba; numba's CUDA
     simulator counts as a GPU, as in the tests) goes to
     :func:`scheduler.gpu_cluster.check_gpus_usable`.  Then ``client`` is resolved
-    (:func:`scheduler.cluster.resolve_client`: None is the default Client when one is
+    (:func:`scheduler.addresses.resolve_client`: None is the default Client when one is
     open) and the budget chosen for it (:func:`scheduler.cluster.budget_for`).
     """
     from outofcore.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)

@@ -1,6 +1,8 @@
-"""A ``client`` given as text, checked before a job starts: ``"sync"`` (:data:`SYNC`: no
-Dask, this process) or a scheduler address, its form and protocol (:func:`check_client`)
-and whether a scheduler answers there (:func:`probe_scheduler`).
+"""Where a job's ``client`` points: the client a job runs on for ``None`` (Dask's
+convention: :func:`resolve_client`), and a client given as text, checked before a job
+starts: ``"sync"`` (:data:`SYNC`: no Dask, this process) or a scheduler address, its form
+and protocol (:func:`check_client`) and whether a scheduler answers there
+(:func:`probe_scheduler`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,75 @@ from scheduler.tls import client_security, tls_failure
 SYNC = ("sync", "synchronous")
 #: Seconds to wait for a scheduler address to answer (``outofcore.config``: connect-timeout).
 CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+def resolve_client(client: Any, gpus: tuple[int, ...] | None = None) -> Any:
+    """The client a job runs on: ``client``, or for ``None`` Dask's convention: the
+    default ``distributed.Client`` when one is open (``distributed.default_client()``:
+    the one of ``with Client(...):``, or the last one made), else what ``dask.config``
+    names (:func:`dask_configured_client`: ``"sync"`` or a scheduler address), else
+    ``None`` (a LocalCluster for the job).
+
+    Raises
+    ------
+    ClusterError
+        For ``gpus`` (workers this job would start on this node's GPUs) while a
+        default Client is open: the job would run on that Client's cluster; and for
+        a ``client`` that is none of a ``distributed.Client``, a scheduler address,
+        ``"sync"`` or None.
+    """
+    from distributed import Client, default_client  # noqa: PLC0415
+
+    if client is not None:
+        if not isinstance(client, str | Client):
+            shown = repr(client) if len(repr(client)) <= 60 else repr(client)[:57] + "..."
+            raise ClusterError(
+                f"client = {shown} ({type(client).__name__}): give a distributed.Client, a "
+                "scheduler address such as 'tcp://HOST:8786', 'sync' (this process), or None "
+                "(a LocalCluster, or the default Client when one is open)"
+            )
+        return client
+
+    try:
+        found = default_client()
+    except ValueError:  # no Client open: Dask's own settings, else a LocalCluster
+        configured = dask_configured_client()
+        if configured is not None and gpus:
+            raise ClusterError(
+                f"gpus={list(gpus)} starts workers on this node's GPUs, but dask.config says "
+                f"the job runs {'in this process' if configured == 'sync' else 'on ' + configured}"
+                " (its 'scheduler' or 'scheduler-address'): leave out gpus, or unset that"
+            ) from None
+        return configured
+    if gpus:
+        raise ClusterError(
+            f"gpus={list(gpus)} starts workers on this node's GPUs, but a default Dask Client "
+            f"is open (scheduler {client_address(found)}) and the job would run on its "
+            "cluster: leave out gpus to run there, or close that Client first"
+        )
+    return found
+
+
+def client_address(client: Any) -> str:
+    """The scheduler address of a ``distributed.Client``, as messages name it."""
+    return str(getattr(getattr(client, "scheduler", None), "address", None) or "?")
+
+
+def dask_configured_client() -> str | None:
+    """Where Dask's own settings run computations when no Client is open: ``"sync"`` for
+    ``dask.config``'s ``scheduler`` ``"sync"``, ``"synchronous"`` or ``"single-threaded"``
+    (this process); None for ``"threads"`` or ``"processes"`` (a LocalCluster); else the
+    ``scheduler-address`` (``DASK_SCHEDULER_ADDRESS``) when one is set; else None."""
+    import dask  # noqa: PLC0415
+
+    scheduler = dask.config.get("scheduler", None)
+    if isinstance(scheduler, str):
+        if scheduler.lower() in (*SYNC, "single-threaded"):
+            return "sync"
+        if scheduler.lower() in ("threads", "threading", "processes", "multiprocessing"):
+            return None
+    address = dask.config.get("scheduler-address", None)
+    return str(address) if address else None
 
 
 def check_client(client: Any, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:

@@ -3,7 +3,7 @@
 ``client`` as users pass it to :func:`outofcore.matmul`:
 
 * ``None``: the default ``distributed.Client`` when one is open (dask's
-  convention, ``distributed.default_client()``; :func:`resolve_client`), used
+  convention, ``distributed.default_client()``; :func:`scheduler.addresses.resolve_client`), used
   as it is; otherwise start a LocalCluster sized to this machine and the
   budget, and close it after the job;
 * ``"sync"``: no Dask at all, the synchronous in-process executor;
@@ -24,7 +24,14 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from scheduler.addresses import CONNECT_TIMEOUT_SECONDS, SYNC, check_client, not_answered
+from scheduler.addresses import (
+    CONNECT_TIMEOUT_SECONDS,
+    SYNC,
+    check_client,
+    client_address,
+    not_answered,
+    resolve_client,
+)
 from scheduler.errors import ClusterError
 from scheduler.executors import (
     DaskExecutor,
@@ -49,70 +56,6 @@ logger = logging.getLogger("outofcore")
 BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 #: What to install for the dashboard of a LocalCluster (bokeh, which Dask's dashboard needs).
 DASHBOARD_EXTRA = "pip install 'outofcore[dashboard]'"
-
-
-def resolve_client(client: Any, gpus: tuple[int, ...] | None = None) -> Any:
-    """The client a job runs on: ``client``, or for ``None`` Dask's convention: the
-    default ``distributed.Client`` when one is open (``distributed.default_client()``:
-    the one of ``with Client(...):``, or the last one made), else what ``dask.config``
-    names (:func:`dask_configured_client`: ``"sync"`` or a scheduler address), else
-    ``None`` (a LocalCluster for the job).
-
-    Raises
-    ------
-    ClusterError
-        For ``gpus`` (workers this job would start on this node's GPUs) while a
-        default Client is open: the job would run on that Client's cluster; and for
-        a ``client`` that is none of a ``distributed.Client``, a scheduler address,
-        ``"sync"`` or None.
-    """
-    from distributed import Client, default_client  # noqa: PLC0415
-
-    if client is not None:
-        if not isinstance(client, str | Client):
-            shown = repr(client) if len(repr(client)) <= 60 else repr(client)[:57] + "..."
-            raise ClusterError(
-                f"client = {shown} ({type(client).__name__}): give a distributed.Client, a "
-                "scheduler address such as 'tcp://HOST:8786', 'sync' (this process), or None "
-                "(a LocalCluster, or the default Client when one is open)"
-            )
-        return client
-
-    try:
-        found = default_client()
-    except ValueError:  # no Client open: Dask's own settings, else a LocalCluster
-        configured = dask_configured_client()
-        if configured is not None and gpus:
-            raise ClusterError(
-                f"gpus={list(gpus)} starts workers on this node's GPUs, but dask.config says "
-                f"the job runs {'in this process' if configured == 'sync' else 'on ' + configured}"
-                " (its 'scheduler' or 'scheduler-address'): leave out gpus, or unset that"
-            ) from None
-        return configured
-    if gpus:
-        raise ClusterError(
-            f"gpus={list(gpus)} starts workers on this node's GPUs, but a default Dask Client "
-            f"is open (scheduler {_address(found)}) and the job would run on its cluster: leave "
-            "out gpus to run there, or close that Client first"
-        )
-    return found
-
-
-def dask_configured_client() -> str | None:
-    """Where Dask's own settings run computations when no Client is open: ``"sync"`` for
-    ``dask.config``'s ``scheduler`` ``"sync"``, ``"synchronous"`` or ``"single-threaded"``
-    (this process); None for ``"threads"`` or ``"processes"`` (a LocalCluster); else the
-    ``scheduler-address`` (``DASK_SCHEDULER_ADDRESS``) when one is set; else None."""
-    import dask  # noqa: PLC0415
-
-    scheduler = dask.config.get("scheduler", None)
-    if isinstance(scheduler, str):
-        if scheduler.lower() in (*SYNC, "single-threaded"):
-            return "sync"
-        if scheduler.lower() in ("threads", "threading", "processes", "multiprocessing"):
-            return None
-    address = dask.config.get("scheduler-address", None)
-    return str(address) if address else None
 
 
 def is_local(client: Any) -> bool:
@@ -346,11 +289,12 @@ def open_executor(
             _forward_warnings(connected)
             yield DaskExecutor(connected)
         return
-    _wait_for_workers(client, _address(client), workers, connect_timeout)
+    _wait_for_workers(client, client_address(client), workers, connect_timeout)
     if announce and client is resolve_client(None):
         have = len(client.scheduler_info(n_workers=-1)["workers"])
+        address = client_address(client)
         print(
-            f"Running on the default Dask Client: scheduler {_address(client)}, {have} worker(s)",
+            f"Running on the default Dask Client: scheduler {address}, {have} worker(s)",
             file=sys.stderr,
         )
     yield DaskExecutor(client)
@@ -412,7 +356,7 @@ def worker_shape_of(
         with _connect(client, connect_timeout) as connected:
             _wait_for_workers(connected, client, workers, connect_timeout)
             return client_worker_shape(connected)
-    _wait_for_workers(client, _address(client), workers, connect_timeout)
+    _wait_for_workers(client, client_address(client), workers, connect_timeout)
     return client_worker_shape(client)
 
 
@@ -432,11 +376,6 @@ def _quiet_own_task_failures(client: Any) -> None:
     from scheduler.worker_logs import QuietOwnTaskFailures  # noqa: PLC0415 (imports distributed)
 
     client.register_plugin(QuietOwnTaskFailures())
-
-
-def _address(client: Any) -> str:
-    """The scheduler address of a ``distributed.Client``, as messages name it."""
-    return str(getattr(getattr(client, "scheduler", None), "address", None) or "?")
 
 
 def serves_dashboard() -> bool:

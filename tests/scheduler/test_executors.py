@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import pytest
 from distributed.utils_test import gen_cluster
 
-from scheduler.cluster import open_executor, resolve_client
+from scheduler.addresses import resolve_client
+from scheduler.cluster import open_executor
 from scheduler.errors import ClusterError, JobFailedError
 from scheduler.executors import DaskExecutor, SynchronousExecutor, WorkerShape, check_kind
 from scheduler.gpu_cluster import GPU_RESOURCE
