@@ -31,8 +31,10 @@ most 1/2; the tolerance is 0.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -41,7 +43,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from outofcore import arrays
+from outofcore import arrays, config
 from outofcore.codecs import ChunkSizeError
 from outofcore.locations import locate
 from outofcore.product import Product
@@ -109,6 +111,7 @@ def verify(
     beta: float | complex = 0.0,
     addend: arrays.ArrayLike | None = None,
     storage_options: dict[str, Any] | None = None,
+    client: Any = None,
 ) -> VerifyReport:
     """Check that ``c`` holds ``alpha * op(a) @ op(b) + beta * addend``, reading each once.
 
@@ -125,6 +128,11 @@ def verify(
         The product, as given to :func:`outofcore.matmul`.
     storage_options
         fsspec options of URLs (credentials, endpoint; :mod:`outofcore.stores`).
+    client
+        Where the products run, as for :func:`outofcore.matmul`: a ``distributed.Client``
+        or a scheduler address (its workers read the arrays), ``"sync"`` (this thread);
+        None: Dask's convention (the default Client when one is open, else what
+        ``dask.config`` names), else threads of this process.
     """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
         raise arrays.InputError(
@@ -168,14 +176,41 @@ def verify(
     rng = np.random.default_rng(seed)
     r = rng.choice(np.array([-1, 1]), size=(product.shape[1], rounds))
     try:
-        if product.types.exact:
-            return _verify_exact(product, c_arr, r)
-        return _verify_rounded(product, c_arr, r)
+        with _running_on(client):
+            if product.types.exact:
+                return _verify_exact(product, c_arr, r)
+            return _verify_rounded(product, c_arr, r)
     except ChunkSizeError as exc:  # a decompression bomb, refused from its header
         read = [arrays.describe(x) for x in (*product.inputs.values(), c_arr)]
         raise ReadError(f"a chunk of {', '.join(read)} is corrupt: {exc}") from exc
     finally:  # the chunk-file buffers the reads kept (outofcore.reading, as a job's tasks)
         worker_context().release_in_process()
+
+
+@contextlib.contextmanager
+def _running_on(client: Any) -> Iterator[None]:
+    """Run the ``dask.compute`` calls inside on ``client`` (resolved as a job resolves it,
+    :func:`scheduler.addresses.resolve_client`): a ``distributed.Client`` as it is, a
+    scheduler address through a Client of its own (closed after), ``"sync"`` in this
+    thread, and no cluster at all in threads of this process."""
+    from scheduler.addresses import SYNC, check_client, resolve_client  # noqa: PLC0415
+
+    client = resolve_client(client)
+    with contextlib.ExitStack() as held:
+        if client is None:
+            scheduler: Any = "threads"
+        elif isinstance(client, str) and client.lower() in SYNC:
+            scheduler = "sync"
+        elif isinstance(client, str):
+            from distributed import Client  # noqa: PLC0415
+
+            timeout = config.number("connect-timeout", positive=True)
+            check_client(client, timeout)  # an address where no scheduler answers: at once
+            scheduler = held.enter_context(Client(client, timeout=timeout, set_as_default=False))
+        else:
+            scheduler = client
+        held.enter_context(dask.config.set(scheduler=scheduler))
+        yield
 
 
 def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Array, ...]:
@@ -224,8 +259,7 @@ def _verify_exact(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyRepor
     expected = a @ (b @ r) * alpha
     if addend is not None:
         expected = expected + (addend @ r) * beta
-    with dask.config.set(scheduler="threads"):
-        cr, abr = dask.compute(c_d @ r, expected)
+    cr, abr = dask.compute(c_d @ r, expected)
     residual = np.abs((cr - abr).astype(np.float64))
     bad_rows = np.flatnonzero((cr != abr).any(axis=1))
     return VerifyReport(
@@ -251,15 +285,14 @@ def _verify_rounded(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyRep
     addend_norms = (
         da.zeros(product.shape[0]) if addend is None else (da.sqrt((abs(addend) ** 2).sum(axis=1)))
     )
-    with dask.config.set(scheduler="threads"):
-        cr, abr, row_norms, b_frobenius, addend_norms, c_norms = dask.compute(
-            c_d @ r,
-            _reference(product, a, b, addend, r),
-            row_norms,
-            b_frobenius,
-            addend_norms,
-            c_norms,
-        )
+    cr, abr, row_norms, b_frobenius, addend_norms, c_norms = dask.compute(
+        c_d @ r,
+        _reference(product, a, b, addend, r),
+        row_norms,
+        b_frobenius,
+        addend_norms,
+        c_norms,
+    )
     types = product.types
     accumulation = math.sqrt(product.k) * types.unit_roundoff()
     scale = abs(product.alpha) * row_norms * float(b_frobenius) + abs(product.beta) * addend_norms

@@ -208,6 +208,25 @@ def test_dask_config_scheduler_address_runs_the_job_there(cluster, inputs, tmp_p
         outofcore.matmul(inputs["a_path"], inputs["b_path"], tmp_path / "g.zarr", gpus=(0,))
 
 
+def test_verify_runs_its_products_on_the_client_it_is_given(cluster, inputs, tmp_path):
+    """verify(client=...) runs on that cluster's workers (a Client, or its address)."""
+    c = tmp_path / "c.zarr"
+    outofcore.matmul(inputs["a_path"], inputs["b_path"], c, client="sync", progress=False)
+    with Client(cluster) as client:
+        before = sum(_view(client)["prefixes"].values())
+        report = outofcore.verify(inputs["a_path"], inputs["b_path"], c, client=client, seed=1)
+        after_client = sum(_view(client)["prefixes"].values())
+        by_address = outofcore.verify(
+            inputs["a_path"], inputs["b_path"], c, client=cluster.scheduler_address, seed=1
+        )
+        after_address = sum(_view(client)["prefixes"].values())
+    assert report.passed and by_address.passed
+    assert report.max_relative_residual == by_address.max_relative_residual
+    assert before < after_client < after_address  # each ran its tasks on the cluster
+    here = outofcore.verify(inputs["a_path"], inputs["b_path"], c, seed=1)  # threads here
+    assert here.passed and here.max_relative_residual == report.max_relative_residual
+
+
 def test_gpus_with_a_default_client_are_refused_before_any_work(cluster, inputs, tmp_path):
     with Client(cluster), pytest.raises(ClusterError) as refused:
         outofcore.matmul(
