@@ -24,6 +24,9 @@ Cases (``--scale S`` divides every dimension and chunk by S, every budget by S²
   (syrk, then the mirror written from the tile) and off-diagonal ones (and theirs);
 * ``staged``: float16 A and B (8192x4096 @ 4096x8192) staged into float32 panels,
   ``+ 0.5 * D`` with D float64 in 2048² chunks, written as float16, 512 MiB;
+* ``wide-int``: int64 4096x2048 @ 2048x4096 over the whole int64 range (16-bit limbs:
+  the limbs of a B panel held beside the panels, :func:`scheduler.memory.limb_bytes`),
+  256 MiB;
 * ``s3``: 4096² float32 in 256² chunks on a local S3 server (moto, the test extra),
   16 requests in flight per task, 256 MiB;
 * ``sharded``: the ``tile`` case's 8192³ float32 in 1024² chunks grouped in shards of
@@ -116,6 +119,14 @@ CASES: dict[str, Case] = {
         ),
         512 * MiB,
         {"beta": 0.5, "out_dtype": "float16"},
+    ),
+    "wide-int": Case(
+        "int64 4096x2048 @ 2048x4096 over the whole range, 1024^2 chunks: 4 x 4 16-bit limbs",
+        (
+            Operand("a", (4096, 2048), (1024, 1024), "int64"),
+            Operand("b", (2048, 4096), (1024, 1024), "int64"),
+        ),
+        256 * MiB,
     ),
     "s3": Case(
         "4096^2 float32 in 256^2 chunks on S3 (moto), 16 requests in flight",

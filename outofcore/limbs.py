@@ -10,8 +10,8 @@ shifted by 64 bits or more vanish modulo ``2**64`` and are never computed.
 
 An int32 product is 2 x 2 limbs (4 ``gemm``), an int64 one 4 x 4 limbs (10 ``gemm``:
 the pairs of shift below 64 bits).  Beside the panels a multiply holds every limb of B's
-panel, one of A's, and one shift's float64 sum and its integer conversion
-(:func:`scheduler.memory.limb_bytes`).  The result is bit for bit numpy's
+panel, one of A's, a scratch buffer for the larger panel, and one shift's float64 sum and
+its integer conversion (:func:`scheduler.memory.limb_bytes`).  The result is bit for bit numpy's
 ``np.matmul(a.astype(W), b.astype(W))`` for W the accumulator's dtype (int64 or uint64).
 """
 
@@ -61,35 +61,41 @@ def _add_slice(total: np.ndarray, a: np.ndarray, b: np.ndarray, limbs: Limbs) ->
     The limbs are counted on the slice's values, not only their dtype's: a panel whose
     largest magnitudes multiply, ``depth`` times, to at most ``2**53`` is one float64
     ``gemm`` (int32 counts below ``2**20``, say), and no slice takes more limbs than its
-    values need (at most ``limbs.counts``).
+    values need (at most ``limbs.counts``).  Every buffer is made once per slice (what
+    :func:`scheduler.memory.limb_bytes` counts).
     """
     (a_signed, b_signed), depth = limbs.signed, a.shape[1]
     a_range, b_range = _value_range(a), _value_range(b)
+    part = np.empty(total.shape, dtype=np.float64)
+    whole = np.empty(total.shape, dtype=np.int64)
     if _magnitude(a_range) * _magnitude(b_range) * depth <= 2**53:
-        part = np.empty(total.shape, dtype=np.float64)
         gemm_into(part, a.astype(np.float64), b.astype(np.float64), accumulate=False)
-        _add_shifted(total, part, 0)
+        _add_shifted(total, part, whole, 0)
         return
     a_count = min(limbs.counts[0], _limbs_for(a_range, a_signed))
     b_count = min(limbs.counts[1], _limbs_for(b_range, b_signed))
-    b_limbs = [_limb(b, j, b_count, b_signed) for j in range(b_count)]
-    shifts = min(a_count + b_count - 1, 64 // LIMB_BITS)
-    part = np.empty(total.shape, dtype=np.float64)
-    for shift in range(shifts):
+    scratch = np.empty(max(a.size, b.size), dtype=np.uint64)
+    b_limbs = [np.empty(b.shape, dtype=np.float64) for _ in range(b_count)]
+    for j, limb in enumerate(b_limbs):
+        _limb_into(limb, b, j, b_count, b_signed, scratch)
+    a_limb = np.empty(a.shape, dtype=np.float64)
+    for shift in range(min(a_count + b_count - 1, 64 // LIMB_BITS)):
         pairs = [(i, shift - i) for i in range(a_count) if 0 <= shift - i < b_count]
         for position, (i, j) in enumerate(pairs):
-            a_limb = _limb(a, i, a_count, a_signed)
+            _limb_into(a_limb, a, i, a_count, a_signed, scratch)
             gemm_into(part, a_limb, b_limbs[j], accumulate=position > 0)
-        _add_shifted(total, part, shift)
+        _add_shifted(total, part, whole, shift)
 
 
-def _add_shifted(total: np.ndarray, part: np.ndarray, shift: int) -> None:
-    """``total += part * 2**(16 shift)`` modulo ``2**64``; ``part`` holds integers below
-    ``2**53`` in magnitude (exact in float64 and in int64)."""
-    whole = part.astype(np.int64).view(np.uint64)
+def _add_shifted(total: np.ndarray, part: np.ndarray, whole: np.ndarray, shift: int) -> None:
+    """``total += part * 2**(16 shift)`` modulo ``2**64`` (``whole``: an int64 buffer of
+    ``part``'s shape); ``part`` holds integers below ``2**53`` in magnitude (exact in
+    float64 and in int64)."""
+    np.copyto(whole, part, casting="unsafe")
+    shifted = whole.view(np.uint64)
     if shift:
-        np.left_shift(whole, np.uint64(LIMB_BITS * shift), out=whole)
-    total += whole  # modulo 2**64
+        np.left_shift(shifted, np.uint64(LIMB_BITS * shift), out=shifted)
+    total += shifted  # modulo 2**64
 
 
 def _value_range(x: np.ndarray) -> tuple[int, int]:
@@ -112,12 +118,19 @@ def _limbs_for(value_range: tuple[int, int], signed: bool) -> int:
     return max(1, -(-bits // LIMB_BITS))
 
 
-def _limb(x: np.ndarray, index: int, count: int, signed: bool) -> np.ndarray:
-    """Limb ``index`` of ``x``'s values (int64 or uint64) as float64: bits
-    ``16 index`` to ``16 index + 15``; the top limb of a signed operand keeps the sign."""
+def _limb_into(
+    out: np.ndarray, x: np.ndarray, index: int, count: int, signed: bool, scratch: np.ndarray
+) -> None:
+    """Limb ``index`` of ``x``'s values (int64 or uint64) into the float64 ``out``: bits
+    ``16 index`` to ``16 index + 15``; the top limb of a signed operand keeps the sign.
+    ``scratch``: a flat uint64 buffer of at least ``x.size`` elements."""
     shift = LIMB_BITS * index
+    bits = scratch[: x.size].reshape(x.shape)
     if signed and index == count - 1:
-        top = x.view(np.int64) >> np.int64(shift)
-        return top.astype(np.float64)
-    bits = (x.view(np.uint64) >> np.uint64(shift)) & np.uint64(2**LIMB_BITS - 1)
-    return bits.astype(np.float64)
+        signed_bits = bits.view(np.int64)
+        np.right_shift(x.view(np.int64), np.int64(shift), out=signed_bits)
+        np.copyto(out, signed_bits)
+        return
+    np.right_shift(x.view(np.uint64), np.uint64(shift), out=bits)
+    np.bitwise_and(bits, np.uint64(2**LIMB_BITS - 1), out=bits)
+    np.copyto(out, bits)

@@ -93,11 +93,12 @@ def loop_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
 
 def limb_bytes(problem: Problem, tm: int, tn: int, tk: int) -> int:
     """Bytes a wide integer product's multiply holds beside its panels
-    (:mod:`outofcore.limbs`): every float64 limb of B's panel, one of A's, and one shift's
-    float64 sum with its integer conversion (``tm x tn`` each); 0 for other products."""
+    (:mod:`outofcore.limbs`): every float64 limb of B's panel, one of A's, a 64-bit
+    scratch buffer of the larger panel, and one shift's float64 sum with its integer
+    conversion (``tm x tn`` each); 0 for other products."""
     if not problem.limbs:
         return 0
-    return 8 * (tk * tn * problem.limbs + tm * tk + 2 * tm * tn)
+    return 8 * (tk * tn * problem.limbs + tm * tk + tk * max(tm, tn) + 2 * tm * tn)
 
 
 def shard_read_bytes(

@@ -154,6 +154,23 @@ def test_staged_inputs_an_addend_and_a_narrower_output(tmp_path, task_peaks):
     within_projection(task_peaks, result.plan)
 
 
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_wide_integer_limbs_stay_within_their_projection(tmp_path, task_peaks, dtype):
+    """Integers over their whole range through 16-bit limbs: the float64 limbs of a B
+    panel, one of A's and a shift's sum are in the projection (int32 staged into int64)."""
+    rng = np.random.default_rng(24)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, size=(601, 997), dtype=dtype, endpoint=True)
+    b = rng.integers(info.min, info.max, size=(997, 509), dtype=dtype, endpoint=True)
+    result = measured_job(tmp_path, a, b, (100, 97), (97, 100), memory=16 * 2**20)
+    problem = result.plan.problem
+    assert problem.limbs == np.dtype(dtype).itemsize // 2
+    assert problem.staging == ((4, 4) if dtype == "int32" else (0, 0))
+    within_projection(task_peaks, result.plan)
+    expected = a.astype(np.int64) @ b.astype(np.int64)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "c.zarr"))[...], expected)
+
+
 @pytest.mark.parametrize("chunk", [50, 100])
 def test_requests_in_flight_on_an_object_store(moto_server, s3_bucket, task_peaks, chunk):
     """Inputs on S3: 16 chunk requests in flight per task, each with its chunk's buffers
