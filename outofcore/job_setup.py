@@ -17,8 +17,8 @@ from outofcore.phases import Phases
 from outofcore.planning import JobPlan, plan_job, wants_dashboard, where_it_runs
 from outofcore.resume import Start
 from outofcore.spec import JobSpec
-from scheduler.addresses import SYNC, check_client
-from scheduler.cluster import check_local_memory, is_local
+from scheduler.addresses import check_client
+from scheduler.cluster import check_local_memory, is_local, tasks_run_here
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ def prepare_job(
     check_client(client, config.number("connect-timeout", positive=True))
     if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
         spec = replace(spec, backend=resolve_backend(spec.backend))
-    if not (isinstance(client, str) and client.lower() in SYNC):  # worker processes read
-        interop.check_shareable(
+    if not tasks_run_here(client, spec.gpus, config.flag("in-process-worker")):
+        interop.check_shareable(  # worker processes read them
             {"input A": a, "input B": b, "the addend": spec.addend, "the output": out}
         )
     operands = Operands.open(a, b, out, spec, phases)

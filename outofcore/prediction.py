@@ -16,8 +16,7 @@ import numpy as np
 
 from outofcore.probe import GEMM_LARGE, GEMM_SMALL, Figures
 from outofcore.probe_cache import cached_figures, machine_figures
-from scheduler.addresses import SYNC
-from scheduler.cluster import is_local, runs_in_process
+from scheduler.cluster import is_local, tasks_run_here
 from scheduler.model import Machine, predict
 from scheduler.worker_sizing import local_blas_threads
 
@@ -177,8 +176,7 @@ def machine_prediction(
 
     # The tasks run in this process ("sync", or a LocalCluster's CPU workers) or in
     # worker processes, which import the task's modules first.
-    sync = isinstance(client, str) and client.lower() in SYNC
-    here = sync or (client is None and runs_in_process(spec.gpus, flag("in-process-worker")))
+    here = tasks_run_here(client, spec.gpus, flag("in-process-worker"))
 
     probed = machine_figures(local_blas_threads(plan.workers), reprobe=reprobe)
     local = plan_machine(probed.figures, plan, product, spec.output_codec, not here)

@@ -201,6 +201,16 @@ def runs_in_process(gpus: tuple[int, ...] | None, in_process: bool) -> bool:
     return in_process and not gpus
 
 
+def tasks_run_here(client: Any, gpus: tuple[int, ...] | None, in_process: bool) -> bool:
+    """Whether a job on ``client`` runs its tasks in this process: ``"sync"``, or the
+    LocalCluster the job starts (``client`` None) when its workers are threads of this
+    process (:func:`runs_in_process`).  Its tasks then see this process's memory (numpy
+    arrays, zarr ``MemoryStore`` arrays)."""
+    if isinstance(client, str):
+        return client.lower() in SYNC
+    return client is None and runs_in_process(gpus, in_process)
+
+
 @contextlib.contextmanager
 def _workers_ignore_interrupts() -> Iterator[None]:
     """Start worker processes that ignore SIGINT (inherited through exec; Python keeps an

@@ -1,4 +1,5 @@
-"""outofcore's settings are dask.config keys under ``outofcore.`` (issue 31, item 4).
+"""Dask's conventions (issue 31, item 4): outofcore's settings are dask.config keys under
+``outofcore.``, and numpy operands run where the workers share this process.
 
 A value set with ``dask.config.set`` is the one this process and the worker processes a
 job starts use (a nanny hands its worker process the configuration it started with);
@@ -18,7 +19,13 @@ from distributed import Client, LocalCluster
 
 import outofcore
 from outofcore import config
-from tests.helpers import break_chunk, random_matrix, restore_chunk, write_zarr
+from tests.helpers import (
+    assert_gemm_close,
+    break_chunk,
+    random_matrix,
+    restore_chunk,
+    write_zarr,
+)
 
 
 def _setting(name: str) -> float:
@@ -77,3 +84,13 @@ def test_a_job_started_cluster_reads_with_the_retries_dask_config_says(tmp_path)
     message = str(failed.value)
     assert "failed 2 time(s)" in message, message
     assert "$OUTOFCORE_READ_RETRIES=1" in message  # the worker's setting, named
+
+
+def test_numpy_input_with_no_client_runs_on_the_jobs_cluster_in_this_process(tmp_path):
+    """Issue 31: the job's own LocalCluster runs its CPU workers as threads of this
+    process, which see a numpy array: client=None takes it."""
+    rng = np.random.default_rng(8)
+    a, b = random_matrix(rng, (41, 57), "float64"), random_matrix(rng, (57, 13), "float64")
+    write_zarr(tmp_path / "b.zarr", b, (20, 7))
+    c = outofcore.matmul(a, tmp_path / "b.zarr", tmp_path / "c.zarr", progress=False)
+    assert_gemm_close(c[...], a, b, accumulated_in="float64")

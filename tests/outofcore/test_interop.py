@@ -210,7 +210,10 @@ def test_numpy_arguments_are_refused_on_a_cluster_with_the_line_that_stores_them
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
 
 
-def test_numpy_input_with_no_client_is_refused_before_a_cluster_starts(tmp_path, capfd):
+def test_numpy_input_with_worker_processes_is_refused_before_a_cluster_starts(
+    tmp_path, capfd, outofcore_settings
+):
+    outofcore_settings(in_process_worker=False)  # the job's workers get processes
     write_zarr(tmp_path / "b.zarr", np.ones((5, 3)), (5, 3))
     with pytest.raises(InputError, match=r"numpy.ndarray.*zarr.create_array\('a.zarr'"):
         outofcore.matmul(np.ones((4, 5)), tmp_path / "b.zarr", tmp_path / "c.zarr")
@@ -218,12 +221,13 @@ def test_numpy_input_with_no_client_is_refused_before_a_cluster_starts(tmp_path,
     assert not (tmp_path / "c.zarr").exists()
 
 
-def test_an_output_in_memory_is_refused_before_a_cluster_starts(stored, capfd):
+def test_an_output_in_memory_is_refused_for_worker_processes(stored, capfd, outofcore_settings):
     """An existing output in a MemoryStore, like an input there: Dask worker processes
     cannot see it (the check is made again once the job's arrays are opened, for inputs
     that only then turn out to be in memory)."""
     folder, _, _ = stored
     out = zarr.create_array(zarr.storage.MemoryStore(), shape=(47, 23), dtype="f8", chunks=(9, 8))
+    outofcore_settings(in_process_worker=False)
     with pytest.raises(InputError) as refused:
         outofcore.matmul(folder / "a.zarr", folder / "b.zarr", out, progress=False)
     message = str(refused.value)
