@@ -55,9 +55,12 @@ class ChunkIO:
             return pool
 
     def run_per_chunk(
-        self, jobs: list[tuple[int, int]], work: Callable[[int, int, BufferSet], None]
+        self,
+        jobs: list[tuple[int, ...]],
+        work: Callable[[tuple[int, ...], BufferSet], None],
     ) -> None:
-        """``work(i, j, scratch)`` for every chunk, in the process's chunk-file threads.
+        """``work(index, scratch)`` for every chunk index in ``jobs`` (one entry an axis),
+        in the process's chunk-file threads.
 
         Each running call gets a ``scratch`` set of buffers kept here (one set per chunk
         read or written at once: at most the pool's thread count, each an aligned file
@@ -65,14 +68,14 @@ class ChunkIO:
         """
         pool = self.chunk_pool()
 
-        def run(i: int, j: int) -> None:
+        def run(index: tuple[int, ...]) -> None:
             scratch = self.take_buffers()
             try:
-                work(i, j, scratch)
+                work(index, scratch)
             finally:
                 self.return_buffers(scratch)
 
-        futures = [pool.submit(run, i, j) for i, j in jobs]
+        futures = [pool.submit(run, tuple(index)) for index in jobs]
         try:
             for future in futures:
                 future.result()

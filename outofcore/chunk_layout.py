@@ -3,12 +3,15 @@
 :func:`layout_of` says whether an array's chunks can be read and written as files
 without zarr's pipeline (:mod:`outofcore.chunkfiles`): zarr v3 on a local disk,
 native-endian ``bytes`` then ``zstd`` or no compressor, unsharded or in shards with
-zarr's default index.  Anything else is ``None``, and zarr reads and writes it.
+zarr's default index, of any number of axes.  Anything else is ``None``, and zarr
+reads and writes it.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -27,7 +30,12 @@ logger = logging.getLogger("outofcore")
 
 @dataclass(frozen=True)
 class PlainLayout:
-    """Where the chunk files of an array are and how their bytes are encoded."""
+    """Where the chunk files of an array are and how their bytes are encoded.
+
+    Any number of axes: a chunk's index has one entry an axis (``()`` for the one chunk
+    of a 0-d array), its file is zarr's key of that index (``c/1/0/2``), and selections
+    are tuples of slices, one an axis (:func:`check_selection`).
+    """
 
     root: str
     encode_key: Callable[[tuple[int, ...]], str]
@@ -35,47 +43,97 @@ class PlainLayout:
     codec: Any
     fill: Any
     dtype: np.dtype
-    shape: tuple[int, int]
-    chunks: tuple[int, int]
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
     #: Shards of the chunks (zarr v3 sharding: inner chunks in one file a shard), or None.
-    shards: tuple[int, int] | None = None
+    shards: tuple[int, ...] | None = None
     #: Where a shard's index is (``"end"`` or ``"start"``), and whether a crc32c follows it.
     index_location: str = "end"
     index_checksum: bool = True
 
-    def path(self, i: int, j: int) -> str:
-        """The file of chunk ``(i, j)`` (of shard ``(i, j)`` in a sharded layout)."""
-        return os.path.join(self.root, *self.encode_key((i, j)).split("/"))
+    def path(self, index: tuple[int, ...]) -> str:
+        """The file of chunk ``index`` (of shard ``index`` in a sharded layout)."""
+        return os.path.join(self.root, *self.encode_key(tuple(index)).split("/"))
 
     @property
-    def per_shard(self) -> tuple[int, int]:
-        """Chunks along each side of a shard (1, 1 without shards)."""
+    def chunk_bytes(self) -> int:
+        """Bytes of one decoded chunk (an inner chunk in a sharded layout)."""
+        return math.prod(self.chunks) * self.dtype.itemsize
+
+    @property
+    def per_shard(self) -> tuple[int, ...]:
+        """Chunks along each axis of a shard (all 1 without shards)."""
         if self.shards is None:
-            return (1, 1)
-        return (self.shards[0] // self.chunks[0], self.shards[1] // self.chunks[1])
+            return (1,) * len(self.chunks)
+        return tuple(shard // chunk for shard, chunk in zip(self.shards, self.chunks, strict=True))
 
-    def chunk_grid(self, rows: slice, cols: slice) -> list[tuple[int, int]]:
-        """The chunks ``array[rows, cols]`` touches, row by row."""
-        chunk_rows, chunk_cols = self.chunks
-        return [
-            (i, j)
-            for i in range(rows.start // chunk_rows, -(-rows.stop // chunk_rows))
-            for j in range(cols.start // chunk_cols, -(-cols.stop // chunk_cols))
-        ]
+    def shard_of(self, index: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The shard holding chunk ``index``, and the chunk's index within that shard."""
+        per_shard = self.per_shard
+        shard = tuple(i // per for i, per in zip(index, per_shard, strict=True))
+        return shard, tuple(i % per for i, per in zip(index, per_shard, strict=True))
 
-    def overlap(self, i: int, j: int, rows: slice, cols: slice) -> tuple[tuple, tuple]:
-        """Where chunk ``(i, j)`` and ``[rows, cols]`` overlap: (in the chunk, in the region)."""
-        chunk_rows, chunk_cols = self.chunks
-        r0, c0 = i * chunk_rows, j * chunk_cols
-        inside = (
-            slice(max(rows.start, r0) - r0, min(rows.stop, r0 + chunk_rows) - r0),
-            slice(max(cols.start, c0) - c0, min(cols.stop, c0 + chunk_cols) - c0),
+    def chunk_grid(self, selection: tuple[slice, ...]) -> list[tuple[int, ...]]:
+        """The chunks ``array[selection]`` touches, in C order (the last axis fastest)."""
+        check_selection(selection, self.shape)
+        ranges = (
+            range(part.start // chunk, -(-part.stop // chunk))
+            for part, chunk in zip(selection, self.chunks, strict=True)
         )
-        region = (
-            slice(r0 + inside[0].start - rows.start, r0 + inside[0].stop - rows.start),
-            slice(c0 + inside[1].start - cols.start, c0 + inside[1].stop - cols.start),
+        return list(itertools.product(*ranges))
+
+    def overlap(
+        self, index: tuple[int, ...], selection: tuple[slice, ...]
+    ) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+        """Where chunk ``index`` and ``[selection]`` overlap: (in the chunk, in the region)."""
+        inside, region = [], []
+        for i, part, chunk in zip(index, selection, self.chunks, strict=True):
+            origin = i * chunk
+            first, end = max(part.start, origin), min(part.stop, origin + chunk)
+            inside.append(slice(first - origin, end - origin))
+            region.append(slice(first - part.start, end - part.start))
+        return tuple(inside), tuple(region)
+
+
+def check_selection(selection: tuple[slice, ...], shape: tuple[int, ...]) -> None:
+    """Refuse anything but one slice an axis of ``shape``, with integer bounds inside it
+    (``start <= stop``) and no step.
+
+    Raises
+    ------
+    ValueError
+        Naming the selection and the shape.
+    """
+    fine = isinstance(selection, tuple) and len(selection) == len(shape)
+    for part, extent in zip(selection, shape, strict=False):
+        fine = fine and (
+            isinstance(part, slice)
+            and isinstance(part.start, int | np.integer)
+            and isinstance(part.stop, int | np.integer)
+            and part.step in (None, 1)
+            and 0 <= part.start <= part.stop <= extent
         )
-        return inside, region
+    if not fine:
+        raise ValueError(
+            f"selection {selection!r} is not one slice start:stop (0 <= start <= stop <= "
+            f"extent, no step) for each axis of shape {tuple(shape)}"
+        )
+
+
+def region_text(selection: tuple[slice, ...]) -> str:
+    """A region in messages: ``rows 0:10, columns 5:9`` for two axes, else
+    ``[3:4, 0:512, 1024:2048]`` (``[()]`` for a 0-d array's one element)."""
+    if len(selection) == 2:
+        rows, cols = selection
+        return f"rows {rows.start}:{rows.stop}, columns {cols.start}:{cols.stop}"
+    if not selection:
+        return "[()]"
+    return "[" + ", ".join(f"{part.start}:{part.stop}" for part in selection) + "]"
+
+
+def index_text(index: tuple[int, ...]) -> str:
+    """A chunk's index in messages: ``(1, 0, 2)``, ``(3)``, ``()``."""
+    return "(" + ", ".join(str(i) for i in index) + ")"
 
 
 def codec_setting(value: Any) -> Any:
@@ -110,7 +168,10 @@ def layout_of(array: zarr.Array) -> PlainLayout | None:
     """The :class:`PlainLayout` of ``array``'s chunk files (shard files too), or None where
     zarr must read and write it: zarr v2, codecs other than ``bytes`` and ``zstd``, a
     shard index not in zarr's default form, another store than a local disk, a
-    non-native byte order, or anything surprising in zarr's internals (said once)."""
+    non-native byte order, or anything surprising in zarr's internals (said once).
+
+    Any number of axes, a 0-d array's one chunk (key ``c``) included.
+    """
     try:
         from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec  # noqa: PLC0415
         from zarr.storage import LocalStore  # noqa: PLC0415
@@ -127,7 +188,6 @@ def layout_of(array: zarr.Array) -> PlainLayout | None:
             codecs = tuple(sharding.codecs)
         plain = (
             meta.zarr_format == 3
-            and array.ndim == 2
             and (sharding is not None or array.shards is None)
             and isinstance(array.store, LocalStore)
             and len(codecs) in (1, 2)

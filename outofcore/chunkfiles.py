@@ -1,9 +1,9 @@
 """Chunk files of zarr's default layout, read and written without zarr's pipeline.
 
 For an array in zarr's default layout on a local disk (zarr v3, no shards,
-native-endian bytes, then zstd or no compressor) a chunk is one file holding
-the codec's encoding of the chunk's bytes, edge chunks padded to the full
-chunk shape with the fill value.  Reading and writing those files directly,
+native-endian bytes, then zstd or no compressor; any number of axes) a chunk is
+one file holding the codec's encoding of the chunk's bytes, edge chunks padded
+to the full chunk shape with the fill value.  Reading and writing those files directly,
 with the very codec object zarr would call, gives the same files as zarr at
 well under half zarr's CPU cost per GiB here: no per-chunk buffers (page
 faults), no async machinery.  Anything else (other codecs, shards, remote
@@ -23,6 +23,7 @@ written rather than skipped; it reads back the same.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import uuid
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import zarr
 
 from outofcore import bounded, codecs, config
 from outofcore.chunk_io import BufferSet, chunk_io
-from outofcore.chunk_layout import PlainLayout, layout_of, warn_once
+from outofcore.chunk_layout import PlainLayout, index_text, layout_of, warn_once
 
 #: What codecs raise for bytes they cannot decode (truncated or corrupt chunks).
 DECODE_ERRORS = (RuntimeError, ValueError)
@@ -119,51 +120,81 @@ def _read_file(path: str, scratch: BufferSet) -> np.ndarray:
     return data
 
 
-def read_region(layout: PlainLayout, selection: tuple[slice, slice], out: np.ndarray) -> None:
+def read_region(layout: PlainLayout, selection: tuple[slice, ...], out: np.ndarray) -> None:
     """Read ``array[selection]`` into ``out`` from the chunk files; missing chunks read as fill.
 
-    In a sharded layout the indexes of the shards touched are read first, then each
-    inner chunk by its byte range, as a chunk file is: one chunk's bytes and its
-    decoding per thread at a time, never the shard's (the plan's codec buffers).
-    """
-    rows, cols = selection
-    chunk_bytes = layout.chunks[0] * layout.chunks[1] * layout.dtype.itemsize
-    grid = layout.chunk_grid(rows, cols)
-    indexes = _shard_indexes(layout, grid, chunk_bytes) if layout.shards else None
+    ``selection`` is one slice an axis (:func:`~outofcore.chunk_layout.check_selection`),
+    ``out`` exactly the region's shape.  In a sharded layout the indexes of the shards
+    touched are read first, then each inner chunk by its byte range, as a chunk file is:
+    one chunk's bytes and its decoding per thread at a time, never the shard's (the
+    plan's codec buffers).
 
-    def read_chunk(i: int, j: int, scratch: BufferSet) -> None:
-        inside, region = layout.overlap(i, j, rows, cols)
-        target = out[region]
-        if indexes is None:
-            where = layout.path(i, j)
-            try:
-                stored = _read_file(where, scratch)
-            except FileNotFoundError:
-                stored = None
-        else:
-            where, stored = _read_inner_chunk(layout, indexes, i, j, scratch)
+    Raises
+    ------
+    ValueError
+        For a selection that is not one slice an axis, or an ``out`` of another shape.
+    """
+    grid = layout.chunk_grid(selection)  # checks the selection
+    shape = tuple(part.stop - part.start for part in selection)
+    if out.shape != shape:
+        raise ValueError(f"out has shape {out.shape}; the region {selection!r} has {shape}")
+    indexes = _shard_indexes(layout, grid) if layout.shards else None
+
+    def read_chunk(index: tuple[int, ...], scratch: BufferSet) -> None:
+        inside, region = layout.overlap(index, selection)
+        target = out[(*region, ...)]  # a view, a 0-d one too
+        where, stored = _stored_chunk(layout, indexes, index, scratch)
         if stored is None:
             target[...] = layout.fill
             return
         if target.shape == layout.chunks and target.flags.c_contiguous:
             decoded = target  # a contiguous block of the panel: decode straight into it
         else:
-            decoded = _scratch(scratch, "chunk", chunk_bytes)
-        if layout.codec is None:
-            if stored.size != chunk_bytes:
-                raise ChunkDecodeError(f"{where}: {stored.size} bytes, expected {chunk_bytes}")
-            decoded.view(np.uint8).reshape(-1)[...] = stored
-        else:
-            try:  # never more than the chunk's bytes: a bomb is refused from its header
-                codecs.decode_bounded(layout.codec, stored, chunk_bytes, out=decoded)
-            except codecs.ChunkSizeError as exc:
-                raise ChunkDecodeError(f"{where}: {exc}") from exc
-            except DECODE_ERRORS as exc:
-                raise ChunkDecodeError(f"{where}: cannot decode ({exc})") from exc
+            decoded = _scratch(scratch, "chunk", layout.chunk_bytes)
+        _decode(layout, where, stored, decoded)
         if decoded is not target:
-            target[...] = decoded.view(layout.dtype).reshape(layout.chunks)[inside]
+            target[...] = decoded.view(layout.dtype).reshape(layout.chunks)[(*inside, ...)]
 
     chunk_io().run_per_chunk(grid, read_chunk)
+
+
+def _stored_chunk(
+    layout: PlainLayout,
+    indexes: dict[tuple[int, ...], ShardIndex | None] | None,
+    index: tuple[int, ...],
+    scratch: BufferSet,
+) -> tuple[str, np.ndarray | None]:
+    """Where chunk ``index`` is named in messages, and its stored bytes (None: fill), read
+    into the file buffer of ``scratch`` from its chunk file or (``indexes``) its shard."""
+    if indexes is not None:
+        return _read_inner_chunk(layout, indexes, index, scratch)
+    where = layout.path(index)
+    try:
+        return where, _read_file(where, scratch)
+    except FileNotFoundError:
+        return where, None
+
+
+def _decode(layout: PlainLayout, where: str, stored: np.ndarray, decoded: np.ndarray) -> None:
+    """Decode a chunk's ``stored`` bytes into ``decoded`` (contiguous, the chunk's bytes).
+
+    Raises
+    ------
+    ChunkDecodeError
+        For bytes of another size (uncompressed), or bytes that do not decode to the chunk.
+    """
+    chunk_bytes = layout.chunk_bytes
+    if layout.codec is None:
+        if stored.size != chunk_bytes:
+            raise ChunkDecodeError(f"{where}: {stored.size} bytes, expected {chunk_bytes}")
+        decoded.reshape(-1).view(np.uint8)[...] = stored
+        return
+    try:  # never more than the chunk's bytes: a bomb is refused from its header
+        codecs.decode_bounded(layout.codec, stored, chunk_bytes, out=decoded)
+    except codecs.ChunkSizeError as exc:
+        raise ChunkDecodeError(f"{where}: {exc}") from exc
+    except DECODE_ERRORS as exc:
+        raise ChunkDecodeError(f"{where}: cannot decode ({exc})") from exc
 
 
 #: A shard index entry that marks an inner chunk never written (it reads as fill).
@@ -175,28 +206,26 @@ class ShardIndex:
     """One shard file's index: each inner chunk's byte offset and length."""
 
     path: str
-    #: ``(rows, cols, 2)`` offsets and lengths, in chunks of the shard.
+    #: ``(*per_shard, 2)`` offsets and lengths, by the inner chunk's index in the shard.
     entries: np.ndarray
     #: Bytes of the shard file.
     size: int
 
 
 def _shard_indexes(
-    layout: PlainLayout, grid: list[tuple[int, int]], chunk_bytes: int
-) -> dict[tuple[int, int], ShardIndex | None]:
+    layout: PlainLayout, grid: list[tuple[int, ...]]
+) -> dict[tuple[int, ...], ShardIndex | None]:
     """The indexes of the shards holding the chunks of ``grid`` (None: no shard file)."""
-    per_rows, per_cols = layout.per_shard
-    shards = sorted({(i // per_rows, j // per_cols) for i, j in grid})
-    return {shard: _shard_index(layout, *shard) for shard in shards}
+    shards = sorted({layout.shard_of(index)[0] for index in grid})
+    return {shard: _shard_index(layout, shard) for shard in shards}
 
 
-def _shard_index(layout: PlainLayout, si: int, sj: int) -> ShardIndex | None:
-    """Read and check the index of shard ``(si, sj)``; None when the shard has no file."""
+def _shard_index(layout: PlainLayout, shard: tuple[int, ...]) -> ShardIndex | None:
+    """Read and check the index of shard ``shard``; None when the shard has no file."""
     import google_crc32c  # noqa: PLC0415 (zarr's own dependency, for its crc32c codec)
 
-    path = layout.path(si, sj)
-    per_rows, per_cols = layout.per_shard
-    table_bytes = 16 * per_rows * per_cols
+    path = layout.path(shard)
+    table_bytes = 16 * math.prod(layout.per_shard)
     index_bytes = table_bytes + (4 if layout.index_checksum else 0)
     try:
         f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below)
@@ -218,37 +247,35 @@ def _shard_index(layout: PlainLayout, si: int, sj: int) -> ShardIndex | None:
         raise ChunkDecodeError(
             f"{path}: the shard index's checksum does not match: a corrupt shard"
         )
-    entries = np.frombuffer(table, dtype="<u8").reshape(per_rows, per_cols, 2)
+    entries = np.frombuffer(table, dtype="<u8").reshape(*layout.per_shard, 2)
     return ShardIndex(path=path, entries=entries, size=size)
 
 
 def _read_inner_chunk(
     layout: PlainLayout,
-    indexes: dict[tuple[int, int], ShardIndex | None],
-    i: int,
-    j: int,
+    indexes: dict[tuple[int, ...], ShardIndex | None],
+    index: tuple[int, ...],
     scratch: BufferSet,
 ) -> tuple[str, np.ndarray | None]:
-    """Where inner chunk ``(i, j)`` is named in messages, and its bytes (None: fill),
+    """Where inner chunk ``index`` is named in messages, and its bytes (None: fill),
     read into the file buffer of ``scratch``."""
-    per_rows, per_cols = layout.per_shard
-    index = indexes[(i // per_rows, j // per_cols)]
-    if index is None:
-        return layout.path(i // per_rows, j // per_cols), None
-    a, b = i % per_rows, j % per_cols
-    where = f"{index.path}: inner chunk ({a}, {b})"
-    offset, length = (int(value) for value in index.entries[a, b])
+    shard, inner = layout.shard_of(index)
+    found = indexes[shard]
+    if found is None:
+        return layout.path(shard), None
+    where = f"{found.path}: inner chunk {index_text(inner)}"
+    offset, length = (int(value) for value in found.entries[inner])
     if offset == length == EMPTY_INNER_CHUNK:
         return where, None
-    chunk_bytes = layout.chunks[0] * layout.chunks[1] * layout.dtype.itemsize
+    chunk_bytes = layout.chunk_bytes
     most = chunk_bytes if layout.codec is None else codecs.loose_limit(chunk_bytes)
-    if offset + length > index.size or length > most:
+    if offset + length > found.size or length > most:
         raise ChunkDecodeError(
             f"{where}: the shard index gives bytes {offset} to {offset + length} of a "
-            f"{index.size}-byte shard for a chunk of {chunk_bytes} bytes: a corrupt shard"
+            f"{found.size}-byte shard for a chunk of {chunk_bytes} bytes: a corrupt shard"
         )
     data = _aligned_scratch(scratch, length)[:length]
-    with open(index.path, "rb", buffering=0) as f:
+    with open(found.path, "rb", buffering=0) as f:
         f.seek(offset)
         view, done = memoryview(data), 0
         while done < length:
@@ -259,8 +286,14 @@ def _read_inner_chunk(
     return where, data
 
 
-def aligned(layout: PlainLayout, start: tuple[int, int], shape: tuple[int, int]) -> bool:
-    """Whether the region covers whole chunks (edge chunks up to the array's edge)."""
+def aligned(layout: PlainLayout, start: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether the region covers whole chunks (edge chunks up to the array's edge).
+
+    Raises
+    ------
+    ValueError
+        When ``start``, ``shape`` and the layout do not have as many axes.
+    """
     for first, size, extent, chunk in zip(start, shape, layout.shape, layout.chunks, strict=True):
         end = first + size
         if first % chunk or (end % chunk and end != extent) or end > extent:
@@ -334,39 +367,55 @@ def _direct_writes_allowed() -> bool:
     return config.flag("direct-writes")
 
 
-def write_region(layout: PlainLayout, start: tuple[int, int], values: np.ndarray) -> None:
-    """Write ``values`` at ``start`` as whole chunk files; the region must be :func:`aligned`."""
-    if values.dtype != layout.dtype or not aligned(layout, start, values.shape):
+def write_region(layout: PlainLayout, start: tuple[int, ...], values: np.ndarray) -> None:
+    """Write ``values`` at ``start`` (one index an axis) as whole chunk files; the region
+    must be :func:`aligned`.
+
+    Raises
+    ------
+    ValueError
+        For a region that is not whole chunks, or values of another dtype.
+    """
+    if (
+        values.dtype != layout.dtype
+        or len(start) != values.ndim
+        or not aligned(layout, start, values.shape)
+    ):
         raise ValueError(
             f"region at {start} of shape {values.shape} ({values.dtype}) is not whole chunks "
             f"{layout.chunks} of this {layout.shape} {layout.dtype} array"
         )
-    rows = slice(start[0], start[0] + values.shape[0])
-    cols = slice(start[1], start[1] + values.shape[1])
+    selection = tuple(slice(s, s + n) for s, n in zip(start, values.shape, strict=True))
 
-    chunk_bytes = layout.chunks[0] * layout.chunks[1] * layout.dtype.itemsize
+    def write_chunk(index: tuple[int, ...], scratch: BufferSet) -> None:
+        _, region = layout.overlap(index, selection)
+        out, size = _encoded_chunk(layout, values[(*region, ...)], scratch)
+        _write_file(layout.path(index), out, size)
 
-    def write_chunk(i: int, j: int, scratch: BufferSet) -> None:
-        _, region = layout.overlap(i, j, rows, cols)
-        part = values[region]
-        if layout.codec is None:  # the chunk is the file: assemble it in the aligned buffer
-            out = _aligned_scratch(scratch, chunk_bytes)
-            chunk = out[:chunk_bytes].view(layout.dtype).reshape(layout.chunks)
-            size = chunk_bytes
-        elif part.shape == layout.chunks and part.flags.c_contiguous:
-            chunk = part
-        else:
-            chunk = _scratch(scratch, "chunk", chunk_bytes).view(layout.dtype)
-            chunk = chunk.reshape(layout.chunks)
-        if chunk is not part:
-            if part.shape != layout.chunks:  # an edge chunk: padded with the fill value
-                chunk[...] = layout.fill
-            chunk[: part.shape[0], : part.shape[1]] = part
-        if layout.codec is not None:
-            encoded = np.frombuffer(layout.codec.encode(chunk), dtype=np.uint8)
-            size = encoded.size
-            out = _aligned_scratch(scratch, size)
-            out[:size] = encoded
-        _write_file(layout.path(i, j), out, size)
+    chunk_io().run_per_chunk(layout.chunk_grid(selection), write_chunk)
 
-    chunk_io().run_per_chunk(layout.chunk_grid(rows, cols), write_chunk)
+
+def _encoded_chunk(
+    layout: PlainLayout, part: np.ndarray, scratch: BufferSet
+) -> tuple[np.ndarray, int]:
+    """A chunk file's bytes for ``part`` (the chunk's values, short at the array's edge:
+    padded with the fill value) in the aligned buffer of ``scratch``, and their size."""
+    chunk_bytes = layout.chunk_bytes
+    if layout.codec is None:  # the chunk is the file: assemble it in the aligned buffer
+        out = _aligned_scratch(scratch, chunk_bytes)
+        chunk = out[:chunk_bytes].view(layout.dtype).reshape(layout.chunks)
+    elif part.shape == layout.chunks and part.flags.c_contiguous:
+        chunk = part
+    else:
+        chunk = _scratch(scratch, "chunk", chunk_bytes).view(layout.dtype)
+        chunk = chunk.reshape(layout.chunks)
+    if chunk is not part:
+        if part.shape != layout.chunks:  # an edge chunk: padded with the fill value
+            chunk[...] = layout.fill
+        chunk[(*(slice(0, n) for n in part.shape), ...)] = part
+    if layout.codec is None:
+        return out, chunk_bytes
+    encoded = np.frombuffer(layout.codec.encode(chunk), dtype=np.uint8)
+    out = _aligned_scratch(scratch, encoded.size)
+    out[: encoded.size] = encoded
+    return out, encoded.size

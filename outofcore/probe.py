@@ -304,7 +304,7 @@ class _ChunkFiles(_Measurement):
         super().__init__(lambda: chunkfiles.read_region(layout, whole, out), values.nbytes)
         self.write = lambda: chunkfiles.write_region(layout, (0, 0), values)
         self.nbytes = values.nbytes
-        self.files = tuple(Path(layout.path(i, j)) for i, j in layout.chunk_grid(*whole))
+        self.files = tuple(Path(layout.path(index)) for index in layout.chunk_grid(whole))
 
     @property
     def stored(self) -> int:

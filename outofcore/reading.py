@@ -1,18 +1,19 @@
 """Reading input panels for tile tasks: retries, and a fast path for plain chunks.
 
-:func:`read_panel` reads ``array[rows, cols]`` into a preallocated buffer.  For
-zarr's default layout (local store, zarr v3, no shards, bytes + zstd) it reads
-the chunk files and decodes them with the same codec zarr uses
-(:mod:`outofcore.chunkfiles`), at about half zarr's CPU cost per GiB; any
-other layout goes through zarr, with every chunk's decoding bounded by its size
-(:mod:`outofcore.bounded`).  Transient I/O errors and chunks that do not
-decode (truncated or corrupt bytes, or bytes that decode to more or less than
-the chunk) are retried; when the retries run out, :class:`ReadError` names the
-array, the region and the failing chunk's key.
+:func:`read_panel` reads ``array[selection]`` (one slice an axis: ``rows, cols`` of a
+matrix) into a preallocated buffer.  For zarr's default layout (local store, zarr v3,
+bytes + zstd, unsharded or zarr's shards) it reads the chunk files and decodes them
+with the same codec zarr uses (:mod:`outofcore.chunkfiles`), at about half zarr's CPU
+cost per GiB; any other layout goes through zarr, with every chunk's decoding bounded
+by its size (:mod:`outofcore.bounded`).  Transient I/O errors and chunks that do not
+decode (truncated or corrupt bytes, or bytes that decode to more or less than the
+chunk) are retried; when the retries run out, :class:`ReadError` names the array, the
+region and the failing chunk's key.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ import numpy as np
 import zarr
 
 from outofcore import arrays, chunkfiles, config
+from outofcore.chunk_layout import check_selection, index_text, region_text
 from outofcore.chunkfiles import DECODE_ERRORS, ChunkDecodeError
 from outofcore.errors import JobFailedError
 
@@ -45,7 +47,7 @@ def read_retry_settings() -> tuple[int, float]:
     return int(config.number("read-retries", integer=True)), config.number("read-retry-delay")
 
 
-def _read_into(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:
+def _read_into(array: zarr.Array, selection: tuple[slice, ...], out: np.ndarray) -> None:
     buffer = zarr.core.buffer.default_buffer_prototype().nd_buffer.from_numpy_array(out)
     bounded = chunkfiles.bounded_array(array)  # chunks decode to their size, never more
 
@@ -83,46 +85,61 @@ def with_retries(read: Callable[[], object], region: Callable[[], str]) -> None:
             time.sleep(delay * 2**attempt)
 
 
-def _region(array: zarr.Array, selection: tuple[slice, slice]) -> str:
-    """``rows a:b, columns c:d of ARRAY``, and which of its stored objects fail to read now.
+def _region(array: zarr.Array, selection: tuple[slice, ...]) -> str:
+    """``rows a:b, columns c:d of ARRAY`` (``[a:b, c:d, e:f] of ARRAY`` for other than two
+    axes), and which of its stored objects fail to read now (at most three named).
 
     The objects are chunks, or shards in a sharded array (zarr's block grid).
     """
-    rows, cols = selection
-    grid = array.shards or array.chunks
+    grid = tuple(array.shards or array.chunks)
     bounded = chunkfiles.bounded_array(array)  # each block read again, bounded as before
-    (r0, r1), (c0, c1) = (
-        (part.start // size, max(part.start, part.stop - 1) // size)
-        for part, size in zip(selection, grid, strict=True)
+    blocks = itertools.product(
+        *(
+            range(part.start // size, max(part.start, part.stop - 1) // size + 1)
+            for part, size in zip(selection, grid, strict=True)
+        )
     )
     failing = []
-    for i in range(r0, r1 + 1):
-        for j in range(c0, c1 + 1):
-            try:
-                bounded.get_block_selection((i, j))
-            except (*TRANSIENT_READ_ERRORS, *DECODE_ERRORS) as exc:
-                key = array.metadata.encode_chunk_key((i, j))
-                failing.append(
-                    f"{'shard' if array.shards else 'chunk'} ({i}, {j}), key "
-                    f"{f'{array.path}/' if array.path else ''}{key} (rows "
-                    f"{i * grid[0]}:{min((i + 1) * grid[0], array.shape[0])}, columns "
-                    f"{j * grid[1]}:{min((j + 1) * grid[1], array.shape[1])}), "
-                    f"fails with {type(exc).__name__}: {exc}"
-                )
-    found = "; ".join(failing[:3]) if failing else "no single chunk fails when read again"
+    for block in blocks:
+        try:
+            bounded.get_block_selection(block)
+        except (*TRANSIENT_READ_ERRORS, *DECODE_ERRORS) as exc:
+            failing.append(_failing_block(array, grid, block, exc))
+            if len(failing) == FAILING_NAMED:
+                break
+    found = "; ".join(failing) if failing else "no single chunk fails when read again"
+    return f"{region_text(selection)} of {arrays.describe(array)} ({found})"
+
+
+#: Most failing chunks (shards) a read error names.
+FAILING_NAMED = 3
+
+
+def _failing_block(
+    array: zarr.Array, grid: tuple[int, ...], block: tuple[int, ...], exc: BaseException
+) -> str:
+    """``chunk (3, 2), key c/3/2 (rows 30:40, columns 20:30), fails with E: ...``."""
+    key = array.metadata.encode_chunk_key(block)
+    extent = tuple(
+        slice(i * size, min((i + 1) * size, n))
+        for i, size, n in zip(block, grid, array.shape, strict=True)
+    )
     return (
-        f"rows {rows.start}:{rows.stop}, columns {cols.start}:{cols.stop} of "
-        f"{arrays.describe(array)} ({found})"
+        f"{'shard' if array.shards else 'chunk'} {index_text(block)}, key "
+        f"{f'{array.path}/' if array.path else ''}{key} ({region_text(extent)}), "
+        f"fails with {type(exc).__name__}: {exc}"
     )
 
 
 def read_converted(
     array: zarr.Array,
-    selection: tuple[slice, slice],
+    selection: tuple[slice, ...],
     out: np.ndarray,
     staging: np.ndarray | None = None,
 ) -> None:
     """Read ``array[selection]`` into ``out``, converting when ``out`` has another dtype.
+
+    ``selection`` is one slice an axis; ``out`` has the region's shape.
 
     The region is decoded into ``staging`` (a flat buffer of the stored dtype
     with room for it; allocated when None) and then converted into ``out``.
@@ -166,13 +183,23 @@ def zarr_read_shards(array: zarr.Array, transposed: bool = False) -> tuple[int, 
     return (shards[1], shards[0]) if transposed else (shards[0], shards[1])
 
 
-def read_panel(array: zarr.Array, selection: tuple[slice, slice], out: np.ndarray) -> None:
+def read_panel(array: zarr.Array, selection: tuple[slice, ...], out: np.ndarray) -> None:
     """Read ``array[selection]`` into ``out``: directly from chunk files where we can.
 
+    ``selection`` is one slice ``start:stop`` an axis of the array, any number of axes
+    (:func:`~outofcore.chunk_layout.check_selection`); ``out`` has the region's shape.
     For zarr's default layout on a local disk the chunk files are read and
     decoded by :mod:`outofcore.chunkfiles` (about half zarr's CPU cost per
     GiB); anything else goes through zarr.  Both retry transient errors.
+
+    Raises
+    ------
+    ValueError
+        For a selection that is not one slice an axis inside the array.
+    ReadError
+        When the read kept failing after every retry.
     """
+    check_selection(selection, array.shape)
     layout = chunkfiles.read_layout(array)  # plain chunk files, or local shard files
     if layout is None:
         _read_into(array, selection, out)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import shutil
 import uuid
@@ -34,14 +35,16 @@ from zarr.storage import LocalStore
 
 from outofcore import arrays, chunkfiles, config
 from outofcore.chunk_io import chunk_io
+from outofcore.chunk_layout import region_text
 from outofcore.errors import OutputWriteError
 
 #: errno values of a full disk or a spent quota.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
-def write_region(array: zarr.Array, start: tuple[int, int], values: np.ndarray) -> None:
-    """``array[start:start + values.shape] = values``: as chunk files where we can.
+def write_region(array: zarr.Array, start: tuple[int, ...], values: np.ndarray) -> None:
+    """``array[start:start + values.shape] = values`` (one start an axis): as chunk files
+    where we can.
 
     A region of whole chunks of an array in zarr's default local layout is
     encoded and written by :mod:`outofcore.chunkfiles` (a tile's blocks of
@@ -49,35 +52,40 @@ def write_region(array: zarr.Array, start: tuple[int, int], values: np.ndarray) 
 
     Raises
     ------
+    ValueError
+        When ``start``, ``values`` and the array do not have as many axes.
     OutputWriteError
         When the output's disk is full or its quota spent.
     """
-    (r0, c0), (h, w) = start, values.shape
-    what = f"writing rows {r0}:{r0 + h}, columns {c0}:{c0 + w} of the output"
+    if not len(start) == values.ndim == array.ndim:
+        raise ValueError(
+            f"a region at {tuple(start)} of shape {values.shape} cannot be written to an "
+            f"array of {array.ndim} axes"
+        )
+    selection = tuple(slice(s, s + n) for s, n in zip(start, values.shape, strict=True))
+    what = f"writing {region_text(selection)} of the output"
     with naming_full_disk(f"{what} {arrays.describe(array)}", local_folder(array)):
         layout = chunkfiles.plain_layout(array)
         if layout is not None and chunkfiles.aligned(layout, start, values.shape):
             chunkfiles.write_region(layout, start, values)
         else:
-            array[r0 : r0 + h, c0 : c0 + w] = values
+            array[selection] = values
         make_durable(region_files(array, start, values.shape), local_folder(array))
 
 
-def region_files(array: zarr.Array, start: tuple[int, int], shape: tuple[int, int]) -> list[str]:
+def region_files(array: zarr.Array, start: tuple[int, ...], shape: tuple[int, ...]) -> list[str]:
     """The files on a local disk of the stored objects (chunks, or shards) holding
-    ``array[start:start + shape]``; empty for other stores."""
+    ``array[start:start + shape]`` (one start and size an axis); empty for other stores."""
     folder = local_folder(array)
     if folder is None or 0 in shape:
         return []
     grid = array.shards or array.chunks
-    first = [origin // size for origin, size in zip(start, grid, strict=True)]
-    last = [(origin + n - 1) // size for origin, n, size in zip(start, shape, grid, strict=True)]
+    ranges = (
+        range(origin // size, (origin + n - 1) // size + 1)
+        for origin, n, size in zip(start, shape, grid, strict=True)
+    )
     encode = array.metadata.encode_chunk_key
-    return [
-        os.path.join(folder, *encode((i, j)).split("/"))
-        for i in range(first[0], last[0] + 1)
-        for j in range(first[1], last[1] + 1)
-    ]
+    return [os.path.join(folder, *encode(index).split("/")) for index in itertools.product(*ranges)]
 
 
 def flushing() -> bool:
