@@ -87,6 +87,9 @@ class ProductTypes:
     #: Whether the exact result can fall outside the output dtype, which then holds it
     #: modulo ``2**64`` as numpy's 64-bit product does.
     wraps: bool = False
+    #: ``bool @ bool``: each element is whether any of the ands is true (numpy's bool
+    #: product), whatever dtype it is written in.
+    boolean: bool = False
 
     def unit_roundoff(self) -> float:
         """Unit roundoff of the accumulation (0 for an exact product)."""
@@ -106,8 +109,10 @@ class ProductTypes:
             "output": str(self.output),
             "exact": self.exact,
             "bound": self.bound,
-            "limbs": None if self.limbs is None else list(self.limbs.counts),
-            "wraps": self.wraps,
+            # Only where they apply: a product typed before them keeps its job identity.
+            **({"limbs": list(self.limbs.counts)} if self.limbs is not None else {}),
+            **({"wraps": True} if self.wraps else {}),
+            **({"boolean": True} if self.boolean else {}),
         }
 
 
@@ -220,9 +225,14 @@ def _exact_types(
         bound += abs(int(beta)) * largest["the addend"]
     if bound <= EXACT_FLOAT64:
         output = np.dtype("int32") if bound <= INT32_MAX else np.dtype("int64")
-        if result.kind == "b":
-            output = result
-        return ProductTypes(compute=np.dtype("float64"), output=output, exact=True, bound=bound)
+        boolean = result.kind == "b"
+        return ProductTypes(
+            compute=np.dtype("float64"),
+            output=result if boolean else output,
+            exact=True,
+            bound=1 if boolean else bound,
+            boolean=boolean,
+        )
     wide = np.dtype("uint64") if result.kind == "u" else np.dtype("int64")
     negative = alpha < 0 or (beta < 0 and "the addend" in dtypes)
     wraps = bound > int(np.iinfo(wide).max) or (wide.kind == "u" and negative)

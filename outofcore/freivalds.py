@@ -167,7 +167,7 @@ def verify(
             f"({'A.T' if transpose_a else 'A'} @ {'B.T' if transpose_b else 'B'}) is "
             f"{product.shape}"
         )
-    if product.types.output.kind == "b":
+    if product.types.boolean:
         raise arrays.InputError(
             f"C ({arrays.describe(c_arr)}) is a bool product: it holds whether any of the "
             "ands is true, not a sum, and Freivalds' check multiplies sums; compare it with "

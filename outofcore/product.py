@@ -243,6 +243,8 @@ class Product:
                 np.add(rows.view(np.uint64), addend.view(np.uint64), out=rows.view(np.uint64))
             else:
                 rows += addend
+        if self.types.boolean:  # numpy's bool product: whether any of the ands is true
+            return (rows != 0).astype(self.types.output)
         if self.types.output == rows.dtype:
             return rows
         return rows.astype(self.types.output)
