@@ -417,6 +417,7 @@ def test_task_memory_benchmark_measures_every_kind_of_task(tmp_path, moto_server
         "split": {"split part", "reduction"},
         "gram": {"gram diagonal", "gram off-diagonal"},
         "staged": {"tile"},
+        "wide-int": {"tile"},
         "s3": {"tile"},
         "sharded": {"tile"},
         "sharded-zarr": {"tile"},
