@@ -35,6 +35,7 @@ from zarr.storage import FsspecStore, MemoryStore
 from outofcore.dtypes import check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import locate
+from scheduler.cluster import tasks_run_here
 
 #: Largest chunk edge of the in-memory zarr copy of a numpy input.
 IN_MEMORY_CHUNK = 1024
@@ -121,14 +122,21 @@ def zarr_behind(x: Any) -> tuple[zarr.Array, bool] | None:
     return _by_path(source), transposed
 
 
-def check_shareable(named: dict[str, Any]) -> None:
+def check_shareable(named: dict[str, Any], client: Any, gpus: tuple[int, ...] | None) -> None:
     """Refuse arguments that live in this process's memory (numpy arrays, zarr arrays
-    in a ``MemoryStore``), for a job whose tasks run in Dask worker processes.
+    in a ``MemoryStore``), for a job on ``client`` whose tasks run in Dask worker
+    processes; where they run in this process
+    (:func:`scheduler.cluster.tasks_run_here`: ``"sync"``, or the job's LocalCluster of
+    CPU worker threads) they see them.
 
     Called with the arguments as given, by how messages call them
     (``{"input A": a, "input B": b, "the addend": addend}``), before anything is
     opened, so the message names what the user passed.
     """
+    from outofcore import config  # noqa: PLC0415 (imports dask)
+
+    if tasks_run_here(client, gpus, config.flag("in-process-worker")):
+        return
     for label, value in named.items():
         if isinstance(value, np.ndarray):
             what = f"a {type_name(value)}"

@@ -30,7 +30,7 @@ from outofcore.resume import check_start_unchanged
 from outofcore.spec import JobSpec
 from outofcore.targets import JOB_ATTRIBUTE
 from outofcore.worker_context import worker_context
-from scheduler.cluster import is_local, open_executor, tasks_run_here
+from scheduler.cluster import is_local, open_executor
 from scheduler.executors import Executor, SynchronousExecutor
 from scheduler.worker_sizing import check_worker_memory
 
@@ -57,9 +57,8 @@ def execute_job(job: PreparedJob, phases: Phases) -> JobResult:
             plan = job_plan.plan
             warn_unsharded(plan, spec, start.existing)
             if not isinstance(executor, SynchronousExecutor):
-                if not tasks_run_here(client, spec.gpus, config.flag("in-process-worker")):
-                    shared = {**operands.product.inputs, "the output": start.existing}
-                    interop.check_shareable(shared)
+                shared = {**operands.product.inputs, "the output": start.existing}
+                interop.check_shareable(shared, client, spec.gpus)
                 check_worker_memory(workers, plan.task_bytes)
         with phases("output"):
             output, record, document, done = start_output(operands, start, plan, spec, lease.job_id)

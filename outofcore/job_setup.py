@@ -18,7 +18,7 @@ from outofcore.planning import JobPlan, plan_job, wants_dashboard, where_it_runs
 from outofcore.resume import Start
 from outofcore.spec import JobSpec
 from scheduler.addresses import check_client
-from scheduler.cluster import check_local_memory, is_local, tasks_run_here
+from scheduler.cluster import check_local_memory, is_local
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,11 @@ def prepare_job(
     check_client(client, config.number("connect-timeout", positive=True))
     if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
         spec = replace(spec, backend=resolve_backend(spec.backend))
-    if not tasks_run_here(client, spec.gpus, config.flag("in-process-worker")):
-        interop.check_shareable(  # worker processes read them
-            {"input A": a, "input B": b, "the addend": spec.addend, "the output": out}
-        )
+    interop.check_shareable(  # worker processes cannot see this process's memory
+        {"input A": a, "input B": b, "the addend": spec.addend, "the output": out},
+        client,
+        spec.gpus,
+    )
     operands = Operands.open(a, b, out, spec, phases)
     check_not_held(operands.journal, operands.where)  # refuse at once, before any write
     start = operands.inspect(spec.overwrite)
