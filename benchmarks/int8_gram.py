@@ -31,13 +31,16 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from runner import ChildFailed, run_json  # noqa: E402
+
 SYSTEMS = ("numpy", "dask", "outofcore")
 
 
@@ -119,17 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats):
             for system in systems:
                 out = str(Path(scratch) / f"{system}.zarr")
-                done = subprocess.run(
-                    [sys.executable, __file__, "--child", system, str(g), out, str(args.workers)],
-                    capture_output=True,
-                    text=True,
-                    cwd=ROOT,
-                    check=False,
-                )
-                if done.returncode != 0:
-                    print(done.stderr, file=sys.stderr)
+                try:
+                    runs[system].append(
+                        run_json([__file__, "--child", system, str(g), out, str(args.workers)])
+                    )
+                except ChildFailed as failure:
+                    print(failure.stderr, file=sys.stderr)
                     return 1
-                runs[system].append(json.loads(done.stdout.strip().splitlines()[-1]))
     reference = runs[systems[0]][0]
     wrong = [
         s

@@ -37,6 +37,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from runner import ChildFailed, run_json  # noqa: E402
+
 SYSTEMS = ("numpy", "dask", "outofcore")
 #: Largest magnitude of the values (counts, say).
 LARGEST = 2**20
@@ -120,17 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats):
             for system in systems:
                 out = str(Path(scratch) / f"{system}.zarr")
-                done = subprocess.run(
-                    [sys.executable, __file__, "--child", system, str(a), str(b), out],
-                    capture_output=True,
-                    text=True,
-                    cwd=ROOT,
-                    check=False,
-                )
-                if done.returncode != 0:
-                    print(done.stderr, file=sys.stderr)
+                try:
+                    runs[system].append(
+                        run_json([__file__, "--child", system, str(a), str(b), out])
+                    )
+                except ChildFailed as failure:
+                    print(failure.stderr, file=sys.stderr)
                     return 1
-                runs[system].append(json.loads(done.stdout.strip().splitlines()[-1]))
     reference = runs[systems[0]][0]["checksum"]
     wrong = sorted({s for s in systems for r in runs[s] if r["checksum"] != reference})
     medians = {s: statistics.median(r["seconds"] for r in runs[s]) for s in systems}

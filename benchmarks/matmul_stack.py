@@ -1,0 +1,69 @@
+"""A stack of products ``S @ T``, S and T of shape (16, 2048, 2048) float32 in zarr:
+outofcore against numpy (and dask.array).
+
+S and T are ``--batch`` x ``--n`` x ``--n`` float32 (16 x 2048²: 256 MiB each),
+seeded standard normal, in zstd ``(1, --chunk, --chunk)`` chunks.  Each round runs,
+each in a fresh Python process (see benchmarks/runner.py):
+
+* ``numpy``: reads S and T with zarr, ``S @ T`` (batched BLAS), writes C;
+* ``dask``: ``(da.from_zarr(S) @ da.from_zarr(T)).compute()``, threaded scheduler;
+* ``dask-cluster``: the same on a LocalCluster (Dask's defaults, start-up included);
+* ``outofcore``: ``outofcore matmul S T -o C --json`` (3-D operands, C 3-D).
+
+Times are whole-process wall times; numpy's "job" is its read and multiply (its
+process without the write of C, also reported with it).  The page cache is warm for
+all (an untimed numpy run reads the inputs first).  Every C is compared with
+numpy's.  Target: outofcore at most 0.9x numpy's job.  Exit status: 0 met, 1 a
+failure or a wrong result (outofcore refusing stacks included), 2 a target missed.
+
+Usage::
+
+    python benchmarks/matmul_stack.py            # 16 x 2048², 2 rounds
+    python benchmarks/matmul_stack.py --quick    # 4 x 256², 1 round: a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from runner import Operand, Race, add_common_arguments, race  # noqa: E402
+
+
+def spec(batch: int, n: int, chunk: int) -> Race:
+    chunks = (1, chunk, chunk)
+    return Race(
+        name="matmul-stack",
+        title=(
+            f"stack: S {batch}x{n}x{n} @ T {batch}x{n}x{n} float32 "
+            f"(zstd chunks 1x{chunk}x{chunk}) -> C {batch}x{n}x{n}"
+        ),
+        a=Operand("S", (batch, n, n), chunks, seed=3),
+        b=Operand("T", (batch, n, n), chunks, seed=4),
+        k=n,
+        out_chunks=chunks,
+        targets={"numpy-job": 0.9},
+        rate=("GFLOP/s", 2 * batch * n**3 / 1e9),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, help="products in the stack (default 16)")
+    parser.add_argument("--n", type=int, help="each product's n = m = k (default 2048)")
+    parser.add_argument("--chunk", type=int, help="chunks (1, c, c) (default 1024)")
+    add_common_arguments(parser, repeat=2)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batch = args.batch or 4
+        args.n = args.n or 256
+        args.chunk = args.chunk or 128
+    return race(spec(args.batch or 16, args.n or 2048, args.chunk or 1024), args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Matrix-vector product ``A @ x`` of a 1 GiB float32 zarr matrix: outofcore against
+numpy and dask.array.
+
+A is ``--n`` x ``--n`` float32 (16384²: 1 GiB) in zstd ``--chunk``² chunks, x a 1-D
+float32 zarr array of ``--n`` in ``--vector-chunk`` chunks; both seeded standard
+normal.  Each round runs, each in a fresh Python process (see benchmarks/runner.py):
+
+* ``numpy``: ``zarr.open_array(A)[...] @ zarr.open_array(x)[...]``, y written;
+* ``dask``: ``(da.from_zarr(A) @ da.from_zarr(x)).compute()``, threaded scheduler;
+* ``dask-cluster``: the same on a LocalCluster (Dask's defaults, start-up included);
+* ``outofcore``: ``outofcore matmul A x -o y --json`` (x a 1-D array, y 1-D).
+
+Times are whole-process wall times (a matvec reads 1 GiB to do 2n² flops: it is
+bound by reading and decoding).  The page cache is warm for all (an untimed numpy
+run reads the inputs first).  Every y is compared with numpy's.  Target: outofcore
+no slower than numpy or dask.array (threaded).  Exit status: 0 met, 1 a failure or a
+wrong result (outofcore refusing 1-D operands included), 2 a target missed.
+
+Usage::
+
+    python benchmarks/matvec.py                 # 16384² (1 GiB), 3 rounds
+    python benchmarks/matvec.py --quick         # 2048², 1 round: a smoke test
+    python benchmarks/matvec.py --dir /data/bench --json benchmarks/results/matvec.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from runner import Operand, Race, add_common_arguments, race  # noqa: E402
+
+
+def spec(n: int, chunk: int, vector_chunk: int) -> Race:
+    return Race(
+        name="matvec",
+        title=(
+            f"matvec: A {n}x{n} float32 (zstd chunks {chunk}x{chunk}) @ x {n} "
+            f"(chunks {vector_chunk}) -> y {n}"
+        ),
+        a=Operand("A", (n, n), (chunk, chunk), seed=1),
+        b=Operand("x", (n,), (vector_chunk,), seed=2),
+        k=n,
+        out_chunks=(vector_chunk,),
+        targets={"numpy": 1.0, "dask": 1.0},
+        rate=("GiB/s in", 4 * (n * n + n) / 2**30),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, help="rows = columns of A (default 16384: 1 GiB)")
+    parser.add_argument("--chunk", type=int, help="A's square chunks (default 2048)")
+    parser.add_argument("--vector-chunk", type=int, help="x's chunks (default: --chunk)")
+    add_common_arguments(parser, repeat=3)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n = args.n or 2048
+        args.chunk = args.chunk or 512
+    n = args.n or 16384
+    chunk = args.chunk or 2048
+    return race(spec(n, chunk, args.vector_chunk or chunk), args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,671 @@
+"""Shared scaffolding of the benchmarks: fresh processes, timed, and zarr products raced.
+
+Processes (any benchmark):
+
+* :func:`run_json` runs ``python ARGS...`` in a fresh process and returns the JSON
+  object its last line of output prints (:class:`ChildFailed` when it fails);
+* :func:`timed` runs a command in a fresh process and returns its wall time, the
+  peak RSS of its whole process tree (sampled) and what it printed.
+
+Product races (``matvec.py``, ``matmul_stack.py``): :func:`race` writes seeded
+float32 zarr inputs (zstd chunks), runs an untimed numpy reference first (which
+also reads every input, so the page cache is warm for everyone alike: dropping it
+needs root), then ``--repeat`` rounds of every system, each in a fresh process:
+
+* ``numpy``: a Python that reads A and B with zarr (``zarr.open_array(p)[...]``),
+  computes ``A @ B`` and writes C (uncompressed, as outofcore writes it);
+* ``dask``: ``(da.from_zarr(A) @ da.from_zarr(B)).compute()`` with the threaded
+  scheduler, then C written as numpy's;
+* ``dask-cluster``: the same on a ``LocalCluster`` with Dask's defaults (no
+  dashboard), its start-up included;
+* ``outofcore``: the command ``outofcore matmul A B -o C --json``.
+
+The time of each is its process's whole wall time (interpreter start and imports
+included, as a command-line user waits for it); numpy's and dask's are also given
+without their write of C (their "job": read both, multiply).  Every output is
+compared with the reference (float32 tolerance of depth ``k``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DEFAULT_DATA = HERE / "data"
+
+# --------------------------------------------------------------------------- processes
+
+
+class ChildFailed(RuntimeError):
+    """A child process exited nonzero (or printed no JSON); ``stderr`` says why."""
+
+    def __init__(self, returncode: int, stderr: str) -> None:
+        super().__init__(f"child process exited with status {returncode}")
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+def run_json(args: Sequence[str], *, cwd: Path = ROOT, timeout: float | None = None) -> Any:
+    """Run ``python ARGS...`` in a fresh process; the JSON its last stdout line holds."""
+    done = subprocess.run(
+        [sys.executable, *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+        timeout=timeout,
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise ChildFailed(done.returncode, done.stderr)
+    return json.loads(lines[-1])
+
+
+@dataclass
+class Timed:
+    """One command's run: wall seconds, peak RSS of its process tree, what it printed."""
+
+    seconds: float
+    peak_rss_bytes: int
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def last_json(self) -> Any:
+        """The JSON object on the last line of stdout (None when there is none)."""
+        for line in reversed(self.stdout.strip().splitlines()):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+        return None
+
+    def stderr_tail(self, lines: int = 12) -> str:
+        return "\n".join(self.stderr.rstrip().splitlines()[-lines:])
+
+
+def timed(
+    command: Sequence[str],
+    *,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    interval: float = 0.05,
+) -> Timed:
+    """Run ``command`` in a fresh process; its wall time and sampled peak tree RSS.
+
+    The RSS of the process and all its descendants (a LocalCluster's workers) is
+    summed every ``interval`` seconds.  A run past ``timeout`` is killed and reported
+    with return code -9.
+    """
+    import psutil  # noqa: PLC0415
+
+    peak = 0
+    stop = threading.Event()
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        list(map(str, command)),
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    root = psutil.Process(process.pid)
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            total = 0
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                tree = []
+            for proc in tree:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    continue
+            peak = max(peak, total)
+            stop.wait(interval)
+
+    sampler = threading.Thread(target=sample, daemon=True, name="rss-sampler")
+    sampler.start()
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+        returncode = process.returncode
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        stderr += f"\n(killed after {timeout} s)"
+        returncode = -9
+    seconds = time.perf_counter() - start
+    stop.set()
+    sampler.join()
+    return Timed(seconds, peak, returncode, stdout, stderr)
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"  # pragma: no cover
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A seeded standard-normal float32 zarr array to write (zstd chunks)."""
+
+    name: str
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    seed: int
+
+    def folder(self) -> str:
+        dims = "x".join(map(str, self.shape))
+        return f"{self.name}-f32-{dims}-c{'x'.join(map(str, self.chunks))}-s{self.seed}.zarr"
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * math.prod(self.shape)
+
+
+def write_operand(path: Path, operand: Operand, threads: int | None = None) -> bool:
+    """Write ``operand`` at ``path`` unless a whole one is there; True when written.
+
+    Each chunk draws from its own generator seeded ``(seed, *chunk index)``, so
+    the values depend on the seed, shape and chunks only; a ``.complete`` marker
+    says the array is whole.
+    """
+    import numpy as np  # noqa: PLC0415
+    import zarr  # noqa: PLC0415
+    from zarr.codecs import ZstdCodec  # noqa: PLC0415
+
+    if (path / ".complete").exists():
+        return False
+    array = zarr.create_array(
+        str(path),
+        shape=operand.shape,
+        chunks=operand.chunks,
+        dtype="float32",
+        compressors=ZstdCodec(level=3),
+        overwrite=True,
+    )
+    grid = [range(0, n, c) for n, c in zip(operand.shape, operand.chunks, strict=True)]
+
+    def write_chunk(origin: tuple[int, ...]) -> None:
+        box = tuple(
+            slice(o, min(o + c, n))
+            for o, c, n in zip(origin, operand.chunks, operand.shape, strict=True)
+        )
+        index = tuple(o // c for o, c in zip(origin, operand.chunks, strict=True))
+        rng = np.random.default_rng((operand.seed, *index))
+        array[box] = rng.standard_normal([s.stop - s.start for s in box], dtype=np.float32)
+
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
+        list(pool.map(write_chunk, itertools.product(*grid)))
+    (path / ".complete").touch()
+    return True
+
+
+def stored_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+# --------------------------------------------------------------------------- checking
+
+
+#: Tolerance factor over float32 rounding (as benchmarks/shapes.py).
+TOLERANCE_FACTOR = 8
+
+
+def tolerance(k: int) -> tuple[float, float]:
+    """``(rtol, atol)`` between two float32 products of depth ``k`` of standard normals.
+
+    Entries are about ``√k``; summing ``k`` float32 products loses about ``eps·√k``
+    relative to the terms, so ``rtol = F·eps·√k``, ``atol = F·eps·k``.  A lost or
+    repeated k-panel of depth ``d`` moves entries by about ``√d``, far outside.
+    """
+    eps = 2.0**-23
+    return TOLERANCE_FACTOR * eps * math.sqrt(k), TOLERANCE_FACTOR * eps * k
+
+
+def compare_outputs(path: Path, reference: Path, k: int) -> dict:
+    """Compare a stored product with the reference, block by block along axis 0.
+
+    Returns ``ok``, ``error_ratio`` (largest ``|c - ref| / (atol + rtol·|ref|)``: at
+    most 1 passes; NaN or a missing output fails), ``max_abs_error``, ``rtol``, ``atol``.
+    """
+    import numpy as np  # noqa: PLC0415
+    import zarr  # noqa: PLC0415
+
+    rtol, atol = tolerance(k)
+    report: dict[str, Any] = {"rtol": rtol, "atol": atol}
+    try:
+        got, want = (zarr.open_array(str(p), mode="r") for p in (path, reference))
+    except Exception as error:  # noqa: BLE001 (no output is a failed check, not a crash)
+        return {**report, "ok": False, "error": f"cannot open: {error}"}
+    if got.shape != want.shape:
+        return {**report, "ok": False, "error": f"shape {got.shape}, expected {want.shape}"}
+    if got.dtype != want.dtype:
+        return {**report, "ok": False, "error": f"dtype {got.dtype}, expected {want.dtype}"}
+    worst, largest, non_finite = 0.0, 0.0, 0
+    row = 4 * max(1, math.prod(want.shape[1:]))
+    step = max(1, (64 * 2**20) // row)
+    for r0 in range(0, want.shape[0], step):
+        g = np.asarray(got[r0 : r0 + step], np.float64)
+        w = np.asarray(want[r0 : r0 + step], np.float64)
+        finite = np.isfinite(g)
+        non_finite += int(finite.size - np.count_nonzero(finite))
+        diff = np.abs(g[finite] - w[finite])
+        bound = atol + rtol * np.abs(w[finite])
+        worst = max(worst, float(np.max(diff / bound, initial=0.0)))
+        largest = max(largest, float(np.max(diff, initial=0.0)))
+    report.update(error_ratio=worst, max_abs_error=largest)
+    if non_finite:
+        share = non_finite / math.prod(want.shape)
+        where = f"{non_finite} of {math.prod(want.shape)} ({share:.1%})"
+        return {**report, "ok": False, "error": f"NaN or inf in {where} elements"}
+    return {**report, "ok": worst <= 1.0}
+
+
+# --------------------------------------------------------------------------- children
+
+
+def child(system: str, a: str, b: str, out: str, out_chunks: str) -> dict:
+    """One baseline in this (fresh) process: its phases' seconds.  ``out_chunks`` is JSON."""
+    t0 = time.perf_counter()
+    import numpy as np  # noqa: PLC0415
+    import zarr  # noqa: PLC0415
+
+    phases: dict[str, float] = {}
+    if system == "numpy":
+        phases["import"] = time.perf_counter() - t0
+        t = time.perf_counter()
+        x = zarr.open_array(a, mode="r")[...]
+        y = zarr.open_array(b, mode="r")[...]
+        phases["read"] = time.perf_counter() - t
+        t = time.perf_counter()
+        c = x @ y
+        phases["multiply"] = time.perf_counter() - t
+    elif system in ("dask", "dask-cluster"):
+        import dask  # noqa: PLC0415
+        import dask.array as da  # noqa: PLC0415
+
+        phases["import"] = time.perf_counter() - t0
+        product = da.from_zarr(a) @ da.from_zarr(b)
+        if system == "dask":
+            t = time.perf_counter()
+            with dask.config.set(scheduler="threads"):
+                c = product.compute()
+            phases["compute"] = time.perf_counter() - t
+        else:
+            from distributed import Client, LocalCluster  # noqa: PLC0415
+
+            t = time.perf_counter()
+            with LocalCluster(dashboard_address=None) as cluster, Client(cluster) as client:
+                phases["cluster_start"] = time.perf_counter() - t
+                t = time.perf_counter()
+                c = client.compute(product).result()
+                phases["compute"] = time.perf_counter() - t
+                workers = len(cluster.workers)
+                t = time.perf_counter()
+            phases["cluster_stop"] = time.perf_counter() - t
+            phases["workers"] = workers
+    else:
+        raise SystemExit(f"unknown system {system!r}")
+    t = time.perf_counter()
+    c = np.ascontiguousarray(c)
+    zarr.create_array(out, data=c, chunks=tuple(json.loads(out_chunks)), compressors=None)
+    phases["write"] = time.perf_counter() - t
+    return {"phases": phases, "shape": list(c.shape), "dtype": str(c.dtype)}
+
+
+def outofcore_command() -> list[str]:
+    """The ``outofcore`` console script next to this Python (else ``python -m``)."""
+    script = Path(sys.executable).with_name("outofcore")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "outofcore.cli"]
+
+
+# --------------------------------------------------------------------------- races
+
+BASELINES = ("numpy", "dask", "dask-cluster")
+SYSTEMS = (*BASELINES, "outofcore")
+
+
+@dataclass
+class Race:
+    """A product ``A @ B`` of two seeded operands, and what outofcore should reach."""
+
+    name: str
+    title: str
+    a: Operand
+    b: Operand
+    k: int
+    out_chunks: tuple[int, ...]
+    #: Largest ``outofcore / system`` ratio of wall times passing, per system (and
+    #: ``numpy-job``: numpy without its write of C).
+    targets: dict[str, float]
+    #: The rate column: its heading and the work of one product in its unit
+    #: (e.g. ``("GFLOP/s", 2mnk / 1e9)``).
+    rate: tuple[str, float]
+    systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, repeat: int) -> None:
+    parser.add_argument("--repeat", type=int, help=f"rounds (default {repeat}; 1 with --quick)")
+    parser.set_defaults(default_repeat=repeat)
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
+    parser.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated, of {','.join(SYSTEMS)} (default: all)",
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        help="folder for the inputs (kept there and reused) and scratch outputs (removed); "
+        "default: a temporary folder under benchmarks/data, removed at the end",
+    )
+    parser.add_argument(
+        "--outofcore-args",
+        default="",
+        help="more options for the outofcore command, e.g. '--workers 2 --memory 2GiB'",
+    )
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    parser.add_argument("--json", type=Path, help="write the results here")
+
+
+def race(spec: Race, args: argparse.Namespace) -> int:
+    """Run the race and print its table.  Returns 0: every system ran, every output
+    verified and (full size, outofcore among the systems) every target met; 1: a
+    system failed (outofcore refusing included) or a result was wrong; 2: a target
+    missed."""
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else args.default_repeat
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        print(f"unknown system(s) {unknown}; known: {', '.join(SYSTEMS)}", file=sys.stderr)
+        return 1
+    made_base = args.dir is None
+    if made_base:
+        DEFAULT_DATA.mkdir(parents=True, exist_ok=True)
+        base = Path(tempfile.mkdtemp(prefix=f"{spec.name}-", dir=DEFAULT_DATA))
+    else:
+        base = args.dir.resolve()
+        base.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{spec.name}-runs-", dir=base))
+    try:
+        return _race(spec, args, systems, base, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if made_base:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _run(
+    system: str, spec: Race, paths: tuple[Path, Path], out: Path, args: argparse.Namespace
+) -> dict:
+    a, b = map(str, paths)
+    if system == "outofcore":
+        extra = shlex.split(args.outofcore_args)
+        command = [*outofcore_command(), "matmul", a, b, "-o", str(out), "--json", *extra]
+    else:
+        chunks = json.dumps(list(spec.out_chunks))
+        command = [sys.executable, str(Path(__file__)), "--child", system, a, b, str(out), chunks]
+    run = timed(command, timeout=args.timeout)
+    entry: dict[str, Any] = {
+        "seconds": run.seconds,
+        "peak_rss_bytes": run.peak_rss_bytes,
+        "returncode": run.returncode,
+    }
+    printed = run.last_json() if system != "outofcore" else _outofcore_json(run.stdout)
+    if run.returncode != 0:
+        entry["stderr_tail"] = run.stderr_tail()
+        entry["command"] = command
+        return entry
+    if system == "outofcore":
+        entry["summary"] = printed
+        phases = (printed or {}).get("phases", {})
+        entry["phases"] = phases
+    else:
+        entry["phases"] = printed["phases"]
+        entry["seconds_without_write"] = run.seconds - printed["phases"]["write"]
+    return entry
+
+
+def _outofcore_json(stdout: str) -> Any:
+    try:
+        return json.loads(stdout)
+    except ValueError:
+        return None
+
+
+def _race(
+    spec: Race, args: argparse.Namespace, systems: list[str], base: Path, scratch: Path
+) -> int:
+    paths = (base / spec.a.folder(), base / spec.b.folder())
+    t = time.perf_counter()
+    written = [write_operand(path, op) for path, op in zip(paths, (spec.a, spec.b), strict=True)]
+    if any(written):
+        print(f"wrote the inputs in {time.perf_counter() - t:.1f} s under {base}", flush=True)
+    a_stored, b_stored = (stored_bytes(p) for p in paths)
+    print(spec.title)
+    print(
+        f"  A {format_bytes(spec.a.nbytes)} ({format_bytes(a_stored)} stored), "
+        f"B {format_bytes(spec.b.nbytes)} ({format_bytes(b_stored)} stored); "
+        f"{os.cpu_count()} cores; {args.repeat} round(s), every run a fresh process"
+    )
+    # The untimed reference run reads every input: the page cache is warm for all alike.
+    reference = scratch / "reference.zarr"
+    ref = _run("numpy", spec, paths, reference, args)
+    if ref["returncode"] != 0:
+        print(f"numpy reference failed:\n{ref['stderr_tail']}", file=sys.stderr)
+        return 1
+    print(
+        "  page cache warm: an untimed numpy run read every input first "
+        "(dropping the cache needs root); the same for every system"
+    )
+    runs: dict[str, list[dict]] = {s: [] for s in systems}
+    failed: dict[str, dict] = {}
+    for round_ in range(args.repeat):
+        for system in systems:
+            if system in failed:
+                continue
+            out = scratch / f"{system}-{round_}.zarr"
+            entry = _run(system, spec, paths, out, args)
+            if entry["returncode"] != 0:
+                failed[system] = entry
+                print(
+                    f"  {system}: refused/failed (exit {entry['returncode']}, "
+                    f"{entry['seconds']:.1f} s): {' '.join(map(str, entry['command']))}\n"
+                    "  its stderr ends:\n    " + entry["stderr_tail"].replace("\n", "\n    "),
+                    flush=True,
+                )
+            else:
+                entry["check"] = compare_outputs(out, reference, spec.k)
+                runs[system].append(entry)
+            shutil.rmtree(out, ignore_errors=True)
+    report = summarize(spec, args, systems, runs, failed, (a_stored, b_stored))
+    print_table(spec, report)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+        print(f"  wrote {args.json}")
+    return report["status"]
+
+
+def summarize(
+    spec: Race,
+    args: argparse.Namespace,
+    systems: list[str],
+    runs: dict[str, list[dict]],
+    failed: dict[str, dict],
+    stored: tuple[int, int],
+) -> dict:
+    medians: dict[str, dict] = {}
+    for system in systems:
+        ok = runs[system]
+        if system in failed or not ok:
+            continue
+        figures = {
+            "seconds": statistics.median(r["seconds"] for r in ok),
+            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in ok),
+            "phases": {
+                name: statistics.median(r["phases"][name] for r in ok)
+                for name in ok[0]["phases"]
+                if isinstance(ok[0]["phases"][name], (int, float))
+                and all(name in r["phases"] for r in ok)
+            },
+        }
+        if "seconds_without_write" in ok[0]:
+            figures["seconds_without_write"] = statistics.median(
+                r["seconds_without_write"] for r in ok
+            )
+        medians[system] = figures
+    wrong = sorted({s for s in systems for r in runs[s] if not r["check"]["ok"]})
+    ratios: dict[str, float] = {}
+    if "outofcore" in medians:
+        ours = medians["outofcore"]["seconds"]
+        for system, figures in medians.items():
+            if system == "outofcore":
+                continue
+            ratios[system] = ours / figures["seconds"]
+            if "seconds_without_write" in figures:
+                ratios[f"{system}-job"] = ours / figures["seconds_without_write"]
+    targets = {
+        name: {"at_most": limit, "ratio": ratios.get(name), "met": _met(ratios.get(name), limit)}
+        for name, limit in spec.targets.items()
+        if name.removesuffix("-job") in systems and "outofcore" in systems
+    }
+    missed = [name for name, t in targets.items() if not t["met"]]
+    if failed or wrong:
+        status = 1
+    elif missed and not args.quick:
+        status = 2
+    else:
+        status = 0
+    return {
+        "benchmark": spec.name,
+        "title": spec.title,
+        "a": {"shape": spec.a.shape, "chunks": spec.a.chunks, "stored_bytes": stored[0]},
+        "b": {"shape": spec.b.shape, "chunks": spec.b.chunks, "stored_bytes": stored[1]},
+        "k": spec.k,
+        "rate": {"unit": spec.rate[0], "work": spec.rate[1]},
+        "quick": args.quick,
+        "repeat": args.repeat,
+        "cores": os.cpu_count(),
+        "page_cache": "warm (an untimed numpy reference run read every input first)",
+        "outofcore_args": args.outofcore_args,
+        "runs": runs,
+        "failed": failed,
+        "medians": medians,
+        "ratios_outofcore_over": ratios,
+        "targets": targets,
+        "wrong": wrong,
+        "status": status,
+    }
+
+
+def _met(ratio: float | None, limit: float) -> bool:
+    return ratio is not None and ratio <= limit
+
+
+def print_table(spec: Race, report: dict) -> None:
+    medians = report["medians"]
+    print(
+        f"  {'system':<13}{'wall s':>8}{'no write':>10}{'peak RSS':>12}"
+        f"{spec.rate[0]:>10}  {'outofcore/this':>14}  check (max |err|, err/tol)"
+    )
+    ratios = report["ratios_outofcore_over"]
+    for system in report["runs"]:
+        if system in report["failed"]:
+            entry = report["failed"][system]
+            print(f"  {system:<13}refused/failed (exit {entry['returncode']})")
+            continue
+        figures = medians.get(system)
+        if figures is None:
+            continue
+        no_write = figures.get("seconds_without_write")
+        ratio = ratios.get(system)
+        job = ratios.get(f"{system}-job")
+        ratio_text = "" if ratio is None else f"{ratio:.2f}x"
+        if job is not None:
+            ratio_text += f" ({job:.2f}x)"
+        checks = [r["check"] for r in report["runs"][system]]
+        worst = max(checks, key=lambda c: c.get("error_ratio", math.inf))
+        bad = [c for c in checks if not c["ok"]]
+        if not bad:
+            check = f"ok ({worst['max_abs_error']:.2e}, {worst['error_ratio']:.3f})"
+        else:
+            check = f"WRONG in {len(bad)} of {len(checks)} run(s): " + (
+                bad[0].get("error")
+                or f"max |err| {bad[0]['max_abs_error']:.3g}, err/tol {bad[0]['error_ratio']:.3g}"
+            )
+        print(
+            f"  {system:<13}{figures['seconds']:8.2f}"
+            + (f"{no_write:10.2f}" if no_write is not None else f"{'':>10}")
+            + f"{format_bytes(figures['peak_rss_bytes']):>12}"
+            + f"{spec.rate[1] / figures['seconds']:10.2f}  {ratio_text:>14}  {check}"
+        )
+    phase_lines = [
+        f"    {system}: "
+        + ", ".join(
+            f"{name} {value:.2f}" for name, value in figures["phases"].items() if name != "workers"
+        )
+        for system, figures in medians.items()
+        if figures["phases"]
+    ]
+    if phase_lines:
+        print("  median phases (s, inside the process):")
+        print("\n".join(phase_lines))
+    print(
+        "  wall: the whole process (interpreter start, imports, reading, multiplying, "
+        "writing C); 'no write': without numpy's or dask's write of C"
+    )
+    for name, target in report["targets"].items():
+        against = name.removesuffix("-job") + (
+            " without its write" if name.endswith("-job") else ""
+        )
+        ratio = target["ratio"]
+        verdict = "met" if target["met"] else ("no figure" if ratio is None else "MISSED")
+        shown = "n/a" if ratio is None else f"{ratio:.2f}x"
+        print(f"  target outofcore <= {target['at_most']}x {against}: {shown}, {verdict}")
+    if report["quick"] and report["targets"]:
+        print("  (--quick: sizes too small for the targets; they do not set the exit status)")
+    if "outofcore" in report["failed"]:
+        tail = report["failed"]["outofcore"]["stderr_tail"].splitlines()
+        print(f"  outofcore: refused/failed: {tail[-1] if tail else '(no stderr)'}")
+    if report["wrong"]:
+        print(f"  WRONG results from: {', '.join(report['wrong'])}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        print(json.dumps(child(*sys.argv[2:7])))
+        sys.exit(0)
+    sys.exit("usage: python benchmarks/runner.py --child SYSTEM A B OUT OUT_CHUNKS_JSON")
