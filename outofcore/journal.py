@@ -9,6 +9,10 @@ Layout, under the output array's own path in its store (next to ``zarr.json``)::
     _outofcore/partials/<journal_id>/tile-I-J-kPofS/rows-R.npy its partial sum, block by block
     _outofcore/lease.json                      which job writes the output now (lease.py)
 
+A stack's tiles are ``tile-I-J-bE`` (entry E; its parts ``tile-I-J-bE-kPofS``), and
+their records name the entry (``batch``); the records of one matrix's product have
+no such field.
+
 Everything goes through the zarr store API (``get``, ``set``, ``list_prefix``,
 ``delete``), so any zarr store works; local paths, S3 (a moto server) and
 Azure (Azurite) are tested.  Writes that must have one winner (the lease, a tile's record) are
@@ -83,8 +87,9 @@ def record_problem(
 ) -> str | None:
     """Why ``record`` is not a sound record of ``task`` (or of its ``part``), or None.
 
-    Sound: sealed (:func:`is_sealed`), and naming this tile, its rows and columns (and
-    this part and its panels): a record copied over another's name is not.
+    Sound: sealed (:func:`is_sealed`), and naming this tile, its rows and columns, its
+    entry of a stack or none (and this part and its panels): a record copied over
+    another's name is not.
     """
     if record is None:
         return "missing, or not a JSON object"
@@ -94,6 +99,7 @@ def record_problem(
         record.get("tile") == task.key
         and record.get("rows") == [task.row0, task.row1]
         and record.get("cols") == [task.col0, task.col1]
+        and record.get("batch") == task.batch
     )
     if part is not None:
         same = same and record.get("part") == part.key and record.get("panels") == list(part.panels)
@@ -165,7 +171,7 @@ class Journal(JournalStore):
 
     # -- tile records ----------------------------------------------------------------
     def done_tiles(self, journal_id: str) -> set[str]:
-        """Keys (``tile-I-J``) of the tiles recorded done under ``journal_id``."""
+        """Keys (``tile-I-J``, ``tile-I-J-bE``) of the tiles recorded done under ``journal_id``."""
         folder = self.key(TILES_DIR, journal_id) + "/"
         names = (key[len(folder) :] for key in self.list_keys(folder) if key.startswith(folder))
         return {name.removesuffix(".json") for name in names if _is_record(name)}
@@ -174,8 +180,8 @@ class Journal(JournalStore):
         """When each tile recorded under ``journal_id`` was recorded (NaN: unknown).
 
         From listings only, no record is read (:func:`outofcore.storeops.list_times`);
-        with ``tile_rows`` (the plan's tiles down) one listing per row of tiles,
-        many in flight.
+        with ``tile_rows`` (the plan's tiles down) one listing per row of tiles (of
+        every entry of a stack), many in flight.
         """
         prefixes = [f"tile-{i}-" for i in range(tile_rows)] if tile_rows else [""]
         folder = self.key(TILES_DIR, journal_id)
@@ -201,6 +207,7 @@ class Journal(JournalStore):
             "index": task.index,
             "rows": [task.row0, task.row1],
             "cols": [task.col0, task.col1],
+            **({} if task.batch is None else {"batch": task.batch}),
             "finished": time.time(),
             "result": result,
             **(extra or {}),
@@ -239,13 +246,14 @@ class Journal(JournalStore):
 
     # -- partial tiles (split-k) -----------------------------------------------------
     def partial_key(self, journal_id: str, part: str, *rest: str) -> str:
-        """Key of the record of ``part`` (``tile-I-J-kPofS``), or with ``rest`` of its data."""
+        """Key of the record of ``part`` (``tile-I-J[-bE]-kPofS``), or with ``rest`` of its data."""
         if rest:
             return self.key(PARTIALS_DIR, journal_id, part, *rest)
         return self.key(PARTIALS_DIR, journal_id, f"{part}.json")
 
     def done_partials(self, journal_id: str) -> set[str]:
-        """Keys (``tile-I-J-kPofS``) of the parts of split tiles recorded under ``journal_id``."""
+        """Keys (``tile-I-J[-bE]-kPofS``) of the parts of split tiles recorded under
+        ``journal_id``."""
         folder = self.key(PARTIALS_DIR, journal_id) + "/"
         names = (key[len(folder) :] for key in self.list_keys(folder) if key.startswith(folder))
         return {name.removesuffix(".json") for name in names if _is_record(name)}

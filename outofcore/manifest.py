@@ -11,7 +11,7 @@ array) those keys are:
 * the job journal's keys (:mod:`outofcore.journal`, :mod:`outofcore.lease`):
   ``_outofcore/job.json``, ``lease.json``, ``inputs/<id>.json``,
   ``tiles/<id>/tile-I-J.json``, ``partials/<id>/tile-I-J-kPofS.json`` and
-  ``partials/<id>/tile-I-J-kPofS/rows-R.npy``;
+  ``partials/<id>/tile-I-J-kPofS/rows-R.npy`` (``tile-I-J-bE`` for entry E of a stack);
 * the temporary files a killed write leaves of any of these
   (``<key>.<32 hex digits>.partial``, zarr's ``LocalStore`` and
   :mod:`outofcore.chunkfiles`).
@@ -53,7 +53,7 @@ INPUTS_DIR, TILES_DIR, PARTIALS_DIR = "inputs", "tiles", "partials"
 
 _SAFE = SAFE_NAME.pattern
 _INDEX = r"(?:0|[1-9][0-9]{0,18})"
-_TILE = rf"tile-{_INDEX}-{_INDEX}"
+_TILE = rf"tile-{_INDEX}-{_INDEX}(?:-b{_INDEX})?"
 _PART = rf"{_TILE}-k{_INDEX}of{_INDEX}"
 #: Journal keys, relative to the journal folder.
 _JOURNAL_KEY = re.compile(

@@ -8,7 +8,10 @@ task reads its A row-panel and B column-panel once)::
 (``wa``, ``wb`` the stored element sizes of A and B) plus whatever a k-panel
 boundary that splits a chunk reads twice (:func:`touched`), plus the addend once.
 The lower bound printed beside it is ``max(|A| + |B|, 2*m*n*k*w / sqrt(M/w) - 2*M)``
-for a budget of ``M`` bytes per task (Smith et al., arXiv:1702.02017).
+for a budget of ``M`` bytes per task (Smith et al., arXiv:1702.02017).  A stack of
+``E`` matrices reads each entry's as above, whole chunks of ``chunk_batch`` entries
+each; its bound has the inputs as stored (a broadcast operand once) and ``E`` times
+the multiply-adds.
 """
 
 from __future__ import annotations
@@ -32,17 +35,22 @@ class PanelRange(Protocol):
 def io_lower_bound(problem: Problem, budget_bytes: int) -> int:
     """``max(|A|+|B|, 2·m·n·k·w/√(M/w) − 2M)`` bytes for a budget of ``M`` bytes.
 
-    ``|A|``, ``|B|`` (and an addend) at their stored sizes; the communication
-    term counts words of the accumulation size held in ``M``, moved at the
-    inputs' mean stored size.  A symmetric product: ``max(|X|, half the term)``.
+    ``|A|``, ``|B|`` (and an addend, one matrix of it at least) at their stored
+    sizes, ``a_matrices`` and ``b_matrices`` of them for a stack; the communication
+    term counts words of the accumulation size held in ``M``, moved at the inputs'
+    mean stored size, for all ``E·m·n·k`` multiply-adds of a stack of ``E`` (the
+    segment argument holds over the whole stack: its multiply-adds are those of one
+    product of the stacked operands).  A symmetric product: ``max(|X|, half the term)``.
     """
     p, budget = problem, budget_bytes
     wa, wb = p.read_sizes
-    inputs = wa * p.m * p.k + wb * p.k * p.n + p.addend_itemsize * p.m * p.n
+    a_size, b_size = wa * p.a_matrices * p.m * p.k, wb * p.b_matrices * p.k * p.n
+    inputs = a_size + b_size + p.addend_itemsize * p.m * p.n
     words = budget / p.itemsize
-    communication = (2 * p.m * p.n * p.k / math.sqrt(words) - 2 * words) * (wa + wb) / 2
+    products = p.entries * p.m * p.n * p.k
+    communication = (2 * products / math.sqrt(words) - 2 * words) * (wa + wb) / 2
     if p.symmetric:  # one array, read once at least; half the products to form
-        inputs, communication = wa * p.m * p.k, communication / 2
+        inputs, communication = a_size, communication / 2
     return int(max(inputs, communication))
 
 

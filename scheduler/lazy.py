@@ -1,7 +1,7 @@
 """Sequences whose items are made when they are asked for (the plan's panels and tiles).
 
 A plan of millions of panels or tiles lists none of them: :class:`LazySequence` is what
-:class:`scheduler.plan.Panels` and :class:`scheduler.plan.Tiles` share.
+:class:`scheduler.plan.Panels` and :class:`scheduler.tiles.Tiles` share.
 """
 
 from __future__ import annotations

@@ -20,7 +20,10 @@ thread (``io_concurrency`` of them), of the input chunk's size, grown to the
 output chunk's size in the threads that write; the same buffers serve reads and writes and are kept
 between tasks.  The CPU engine writes the tile's finished rows while it multiplies
 the last panels, so the panels are still live while output chunks are
-written (:func:`task_bytes`).
+written (:func:`task_bytes`).  A stack of matrices (``Problem.batch``) holds one
+entry's tile and panels per task, but decodes whole chunks: the input chunk (and a
+shard read) of an operand whose chunks hold ``chunk_batch`` entries is that many
+entries' (:func:`input_chunk_bytes`).
 """
 
 from __future__ import annotations
@@ -51,8 +54,7 @@ def task_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     """
     p = problem
     tm, tn = min(tm, p.m), min(tn, p.n)
-    wa, wb = p.read_sizes
-    input_chunk = max(wa * p.a_chunks[0] * p.a_chunks[1], wb * p.b_chunks[0] * p.b_chunks[1])
+    input_chunk = input_chunk_bytes(p)
     out_rows, out_cols = out_grid(p, tm, tn)
     block = p.block_extra * write_block_rows(out_rows, tm) * tn
     out_chunk = p.written_itemsize * min(out_rows, tm) * min(out_cols, tn)
@@ -79,16 +81,27 @@ def loop_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     p = problem
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
     wa, wb = p.read_sizes
-    input_chunk = max(wa * p.a_chunks[0] * p.a_chunks[1], wb * p.b_chunks[0] * p.b_chunks[1])
+    input_chunk = input_chunk_bytes(p)
     panels = p.itemsize * PANELS_IN_FLIGHT * tk * (tm + tn)
     staging = tk * (tm * p.staging[0] + tn * p.staging[1])
-    shard_reads = max(
-        shard_read_bytes(p.read_shards[0], p.a_chunks, wa, (tm, tk), io_concurrency),
-        shard_read_bytes(p.read_shards[1], p.b_chunks, wb, (tk, tn), io_concurrency),
+    shard_reads = max(  # of whole inner chunks: ``chunk_batch`` entries each
+        shard_read_bytes(p.read_shards[0], p.a_chunks, wa, (tm, tk), io_concurrency)
+        * p.chunk_batch[0],
+        shard_read_bytes(p.read_shards[1], p.b_chunks, wb, (tk, tn), io_concurrency)
+        * p.chunk_batch[1],
     )
     codec_buffers = max(2 * io_concurrency * input_chunk, shard_reads)
     codec_buffers += io_concurrency * p.request_bytes
     return p.itemsize * tm * tn + panels + staging + codec_buffers + limb_bytes(p, tm, tn, tk)
+
+
+def input_chunk_bytes(problem: Problem) -> int:
+    """Decoded bytes of the larger stored chunk of A and B, at their stored sizes: the
+    size of each codec buffer.  A stack's chunk holds ``chunk_batch`` entries of it."""
+    p = problem
+    wa, wb = p.read_sizes
+    a_chunk = wa * p.a_chunks[0] * p.a_chunks[1] * p.chunk_batch[0]
+    return max(a_chunk, wb * p.b_chunks[0] * p.b_chunks[1] * p.chunk_batch[1])
 
 
 def limb_bytes(problem: Problem, tm: int, tn: int, tk: int) -> int:

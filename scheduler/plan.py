@@ -5,7 +5,10 @@ Nothing here imports Dask, numba or zarr.  A plan is made from a
 (:mod:`scheduler.tiling`); it is checked against the budget before anything runs
 and is the single source of truth for what the tasks do.  What a task holds is the
 memory model's (:mod:`scheduler.memory`), what the job reads the I/O model's
-(:mod:`scheduler.io_model`).
+(:mod:`scheduler.io_model`).  The tiles are :mod:`scheduler.tiles`' (re-exported
+here).  A stack of matrices (``Problem.batch``) runs every tile of every entry: the
+tile, panels and memory per task are one matrix's, the job's totals (flops, bytes,
+tasks, chunks) the stack's.
 """
 
 from __future__ import annotations
@@ -21,30 +24,20 @@ from scheduler.io_model import io_lower_bound, touched
 from scheduler.lazy import LazySequence
 from scheduler.memory import projections
 from scheduler.problem import Problem
+from scheduler.tiles import Tiles, TileTask
+
+__all__ = [
+    "DEFAULT_IO_CONCURRENCY",
+    "Panels",
+    "PartialTask",
+    "Plan",
+    "TileTask",
+    "Tiles",
+    "split_evenly",
+    "tile_parts",
+]
 
 DEFAULT_IO_CONCURRENCY = 2
-
-
-@dataclass(frozen=True)
-class TileTask:
-    """One output tile ``C[row0:row1, col0:col1]``; a Dask task computes it."""
-
-    index: int
-    i: int
-    j: int
-    row0: int
-    row1: int
-    col0: int
-    col1: int
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.row1 - self.row0, self.col1 - self.col0)
-
-    @property
-    def key(self) -> str:
-        """Stable name of the tile, used for Dask keys and the job journal."""
-        return f"tile-{self.i}-{self.j}"
 
 
 @dataclass(frozen=True)
@@ -136,95 +129,6 @@ class Panels(LazySequence[tuple[int, int]]):
         return f"Panels(k={self.k}, tk={self.tk}, start={self.start}, stop={self.stop})"
 
 
-class Tiles(LazySequence[TileTask]):
-    """The tile tasks of ``tm×tn`` tiles over an ``m×n`` output, each made when asked for.
-
-    Row by row, alternating direction, so neighbours share an A or B panel; a
-    symmetric product's tasks are the tiles on and above the diagonal.  Planning
-    an output of millions of tiles lists none of them (:attr:`Plan.flops` and the
-    counts are closed forms); running a job lists those it runs.  Equal to a tuple
-    of the same tasks.
-    """
-
-    __slots__ = ("across", "down", "m", "n", "symmetric", "tm", "tn")
-    noun = "tile"
-
-    def __init__(self, m: int, n: int, tm: int, tn: int, symmetric: bool = False) -> None:
-        if min(m, n, tm, tn) < 1:
-            raise InputError(f"tiles of {tm}x{tn} over {m}x{n}: every size must be >= 1")
-        self.m, self.n, self.tm, self.tn, self.symmetric = m, n, tm, tn, symmetric
-        self.down, self.across = -(-m // tm), -(-n // tn)
-
-    def _row_start(self, i: int) -> int:
-        """Position of the first task of tile row ``i``."""
-        if not self.symmetric:
-            return i * self.across
-        return i * self.across - i * (i - 1) // 2
-
-    def __len__(self) -> int:
-        return self._row_start(self.down) if self.symmetric else self.down * self.across
-
-    def _task(self, index: int, i: int, j: int) -> TileTask:
-        return TileTask(
-            index=index,
-            i=i,
-            j=j,
-            row0=i * self.tm,
-            row1=min((i + 1) * self.tm, self.m),
-            col0=j * self.tn,
-            col1=min((j + 1) * self.tn, self.n),
-        )
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return tuple(self[position] for position in range(*index.indices(len(self))))
-        position = self._position(index)
-        low, high = 0, self.down - 1  # the last row starting at or before ``position``
-        while low < high:
-            middle = (low + high + 1) // 2
-            if self._row_start(middle) <= position:
-                low = middle
-            else:
-                high = middle - 1
-        i, offset = low, position - self._row_start(low)
-        first = i if self.symmetric else 0
-        j = first + offset if i % 2 == 0 else self.across - 1 - offset
-        return self._task(position, i, j)
-
-    def __iter__(self) -> Iterator[TileTask]:
-        index = 0
-        for i in range(self.down):
-            first = i if self.symmetric else 0
-            columns = range(first, self.across)
-            for j in columns if i % 2 == 0 else reversed(columns):
-                yield self._task(index, i, j)
-                index += 1
-
-    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
-        """Position of the task ``value`` (at ``start`` or after, before ``stop``)."""
-        found = -1
-        if isinstance(value, TileTask) and 0 <= value.i < self.down:
-            first = value.i if self.symmetric else 0
-            if first <= value.j < self.across:
-                offset = value.j - first if value.i % 2 == 0 else self.across - 1 - value.j
-                found = self._row_start(value.i) + offset
-        if found in range(len(self))[start:stop] and self[found] == value:
-            return found
-        raise ValueError(f"{value!r} is not one of the tasks")
-
-    def _identity(self) -> tuple:
-        return (self.m, self.n, self.tm, self.tn, self.symmetric)
-
-    def _arguments(self) -> tuple:
-        return self._identity()
-
-    def __repr__(self) -> str:
-        return (
-            f"Tiles({self.m}x{self.n} in {self.tm}x{self.tn}"
-            f"{', symmetric' if self.symmetric else ''}: {len(self)} tasks)"
-        )
-
-
 @dataclass(frozen=True)
 class Plan:
     """Everything decided before the job runs; see the module docstring."""
@@ -242,6 +146,12 @@ class Plan:
     tasks: Tiles = field(repr=False)
     #: Parts each tile's k is split into (split-k); 1: every task computes a whole tile.
     splits: int = 1
+
+    def __post_init__(self) -> None:
+        if self.tasks.batch != self.problem.batch:
+            raise InputError(
+                f"tiles of batch {self.tasks.batch} for a problem of batch {self.problem.batch}"
+            )
 
     @property
     def split_panels(self) -> tuple[tuple[int, int], ...]:
@@ -266,7 +176,12 @@ class Plan:
     def scratch_bytes(self) -> int:
         """Bytes of partial tiles a split plan writes next to the output (and reads back once)."""
         p = self.problem
-        return 0 if self.splits == 1 else self.splits * p.m * p.n * p.itemsize
+        return 0 if self.splits == 1 else self.splits * p.entries * p.m * p.n * p.itemsize
+
+    @property
+    def tasks_per_matrix(self) -> int:
+        """Tile tasks of one matrix (of each entry of a stack)."""
+        return self.tasks.per_matrix
 
     @property
     def tiles_down(self) -> int:
@@ -300,9 +215,10 @@ class Plan:
     def flops(self) -> int:
         """Floating-point operations of the whole job (a multiply and an add each): the sum
         of :meth:`task_flops`, in closed form (``2mnk``; ``k·m·(m+1)`` for a symmetric
-        product, whose diagonal tiles count ``syrk``'s work and mirrors none)."""
+        product, whose diagonal tiles count ``syrk``'s work and mirrors none), times the
+        entries of a stack."""
         p = self.problem
-        return p.k * p.m * (p.m + 1) if p.symmetric else 2 * p.m * p.n * p.k
+        return p.entries * (p.k * p.m * (p.m + 1) if p.symmetric else 2 * p.m * p.n * p.k)
 
     @property
     def projections(self) -> dict[str, int]:
@@ -325,25 +241,33 @@ class Plan:
 
     @property
     def out_chunk_count(self) -> int:
-        """Chunks of the output in the plan's chunking (inner chunks when sharded)."""
+        """Chunks of the output in the plan's chunking (inner chunks when sharded); a
+        stack's chunks hold one entry each."""
         rows, cols = self.out_chunks
-        return math.ceil(self.problem.m / rows) * math.ceil(self.problem.n / cols)
+        p = self.problem
+        return p.entries * math.ceil(p.m / rows) * math.ceil(p.n / cols)
 
     @property
     def bytes_read(self) -> int:
-        """Predicted bytes of A and B read by all tasks together."""
+        """Predicted bytes of A and B read by all tasks together (and the addend's).
+
+        Each entry of a stack reads its matrices as one matrix's tasks do, decoding
+        whole chunks: an operand's chunk holding ``chunk_batch`` entries is read
+        whole for each of them."""
         p = self.problem
         wa, wb = p.read_sizes
         a_reads = wa * self.tiles_across * p.m * touched(self.panels, p.a_chunks[1])
+        a_reads *= p.entries * p.chunk_batch[0]
         if p.symmetric:  # tile (i, j), j > i, reads panels i and j; tile (i, i) one panel
             return a_reads
         b_reads = wb * self.tiles_down * p.n * touched(self.panels, p.b_chunks[0])
-        return a_reads + b_reads + p.addend_itemsize * p.m * p.n
+        b_reads *= p.entries * p.chunk_batch[1]
+        return a_reads + b_reads + p.entries * p.addend_itemsize * p.m * p.n
 
     @property
     def bytes_written(self) -> int:
         p = self.problem
-        return p.written_itemsize * p.m * p.n
+        return p.entries * p.written_itemsize * p.m * p.n
 
     @property
     def io_lower_bound(self) -> int:
@@ -351,8 +275,11 @@ class Plan:
         return io_lower_bound(self.problem, self.task_budget_bytes)
 
     def summary(self) -> dict:
-        """Return the plan as plain JSON-ready values (without the task list)."""
-        return {
+        """Return the plan as plain JSON-ready values (without the task list).
+
+        A stack's adds ``batch``, ``tasks_per_matrix``, ``matrices`` (stored in A and B)
+        and ``chunk_batch``; ``tiles`` and the totals count every entry."""
+        summary = {
             "m": self.problem.m,
             "k": self.problem.k,
             "n": self.problem.n,
@@ -384,6 +311,13 @@ class Plan:
             "read_over_lower_bound": self.bytes_read / self.io_lower_bound,
             "flops": self.flops,
         }
+        p = self.problem
+        if p.batch is not None:
+            summary["batch"] = p.batch
+            summary["tasks_per_matrix"] = self.tasks_per_matrix
+            summary["matrices"] = [p.a_matrices, p.b_matrices]
+            summary["chunk_batch"] = list(p.chunk_batch)
+        return summary
 
 
 def tile_parts(task: TileTask, panel_count: int, splits: int) -> tuple[PartialTask, ...]:

@@ -5,6 +5,7 @@ Pure data, like :mod:`scheduler.plan`: nothing here imports Dask, numba or zarr.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from scheduler.errors import InputError
@@ -12,10 +13,11 @@ from scheduler.errors import InputError
 
 @dataclass(frozen=True)
 class Problem:
-    """The shapes and chunkings of one product ``C (m×n) = op(A) (m×k) @ op(B) (k×n)``.
+    """The shapes and chunkings of one product ``C (m×n) = op(A) (m×k) @ op(B) (k×n)``,
+    or of a stack of them (``batch``: numpy.matmul's leading dimensions, flattened).
 
     Chunk grids are those of ``op(A)`` and ``op(B)``: a transposed operand's
-    stored chunks, swapped.  Element sizes are bytes.
+    stored chunks, swapped (a stack's last two dimensions).  Element sizes are bytes.
     """
 
     m: int
@@ -56,11 +58,21 @@ class Problem:
     #: A wide integer product multiplied through 16-bit limbs: how many limbs B's values
     #: take (their float64 copies are held while a panel is multiplied); 0: none.
     limbs: int = 0
+    #: Matrices of a stacked output ``(E..., m, n)`` (the product of its leading
+    #: dimensions); None: one matrix, no batch axis (keys, journals and summaries as ever).
+    batch: int | None = None
+    #: Matrices stored in A and in B: fewer than ``batch`` when one is broadcast.
+    a_matrices: int = 1
+    b_matrices: int = 1
+    #: Batch entries one stored chunk of A and of B holds (the product of its extents
+    #: over the leading dimensions): an entry's reads decode whole chunks.
+    chunk_batch: tuple[int, int] = (1, 1)
 
     def __post_init__(self) -> None:
         for name in ("m", "k", "n"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} = {getattr(self, name)}: every dimension must be >= 1")
+        self._check_batch()
         if self.symmetric and (self.m != self.n or self.a_chunks[::-1] != self.b_chunks):
             raise InputError(
                 f"a symmetric product needs op(A) = op(B).T: got {self.m}x{self.k} in chunks "
@@ -90,6 +102,51 @@ class Problem:
         )
         if min(sizes) < 1 or min(extras) < 0:
             raise InputError(f"element sizes must be >= 1 (staging >= 0), got {self}")
+
+    def _check_batch(self) -> None:
+        """Refuse a batch, stored matrix counts or chunk batches no stack can have; the
+        counts are kept as ints (a numpy integer is taken, and a bool refused)."""
+        counts = {
+            "a_matrices": self.a_matrices,
+            "b_matrices": self.b_matrices,
+            **({} if self.batch is None else {"batch": self.batch}),
+        }
+        try:
+            if len(self.chunk_batch) != 2 or any(isinstance(v, bool) for v in counts.values()):
+                raise TypeError
+            counts = {name: operator.index(value) for name, value in counts.items()}
+            chunk_batch = tuple(operator.index(entries) for entries in self.chunk_batch)
+        except TypeError:
+            raise InputError(
+                f"batch = {self.batch!r}, a_matrices = {self.a_matrices!r}, b_matrices = "
+                f"{self.b_matrices!r}, chunk_batch = {self.chunk_batch!r}: need integers "
+                "(batch None or an int, chunk_batch two of them)"
+            ) from None
+        for name, value in (*counts.items(), ("chunk_batch", chunk_batch)):
+            object.__setattr__(self, name, value)
+        a, b = counts["a_matrices"], counts["b_matrices"]
+        stored = f"a_matrices = {a}, b_matrices = {b}, chunk_batch = {chunk_batch}"
+        if self.batch is None:
+            if (a, b, chunk_batch) != (1, 1, (1, 1)):
+                raise InputError(f"{stored} without a batch: one matrix has 1, 1 and (1, 1)")
+            return
+        if self.batch < 1 or min(chunk_batch) < 1:
+            raise InputError(f"batch = {self.batch} with {stored}: every count must be >= 1")
+        if min(a, b) < 1 or self.batch % a or self.batch % b or self.batch > a * b:
+            raise InputError(
+                f"batch = {self.batch} with {stored}: each operand stores 1 to batch matrices, "
+                "a divisor of batch, and batch is at most a_matrices * b_matrices (broadcasting)"
+            )
+        if self.symmetric and (a, b, chunk_batch[0]) != (self.batch, self.batch, chunk_batch[1]):
+            raise InputError(
+                f"a symmetric product of a stack of {self.batch} reads that one stack: "
+                f"a_matrices = b_matrices = batch and equal chunk batches, got {stored}"
+            )
+
+    @property
+    def entries(self) -> int:
+        """Matrices of the output: ``batch``, or 1 without one."""
+        return 1 if self.batch is None else self.batch
 
     @property
     def read_sizes(self) -> tuple[int, int]:

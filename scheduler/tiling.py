@@ -3,6 +3,8 @@
 Pure arithmetic, like :mod:`scheduler.plan`: nothing here imports Dask, numba or
 zarr.  Every candidate is held to the memory model's one budget test
 (:func:`scheduler.memory.fits`) and ranked by its estimated time (:func:`_estimate`).
+A stack of matrices (``Problem.batch``) has every tile of every entry as tasks: they
+fill the workers before k is split or the tiles are made smaller (:func:`tile_count`).
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def make_plan(
         out_chunks=out_chunks,
         io_concurrency=io_concurrency,
         panels=Panels(p.k, tk),
-        tasks=Tiles(p.m, p.n, tm, tn, p.symmetric),
+        tasks=Tiles(p.m, p.n, tm, tn, p.symmetric, p.batch),
         splits=splits,
     )
 
@@ -303,10 +305,11 @@ def _estimate(p: Problem, tm: int, tn: int, tk: int, workers: int, splits: int) 
     """
     panels = Panels(p.k, min(tk, p.k))
     rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
-    decoded = cols * p.m * touched(panels, p.a_chunks[1])
+    decoded = cols * p.m * touched(panels, p.a_chunks[1]) * p.chunk_batch[0]
     if not p.symmetric:  # a symmetric product reads one panel per tile row and column
-        decoded += rows * p.n * touched(panels, p.b_chunks[0])
-    scratch = 2 * splits * p.m * p.n if splits > 1 else 0
+        decoded += rows * p.n * touched(panels, p.b_chunks[0]) * p.chunk_batch[1]
+    decoded *= p.entries  # every entry of a stack reads its own (whole chunks)
+    scratch = 2 * splits * p.entries * p.m * p.n if splits > 1 else 0
     busy = min(workers, tile_count(p, tm, tn) * splits)
     compute = busiest_worker(p, tm, tn, workers, splits) * p.k
     return compute + (DECODE_COST_FMAS * decoded + SCRATCH_COST_FMAS * scratch) / busy
@@ -375,13 +378,15 @@ def busiest_worker(p: Problem, tm: int, tn: int, workers: int, splits: int = 1) 
     are handed out largest first to the least loaded worker.  Beyond ``4 *
     workers`` tasks that is approximated, in constant time, by the mean share
     or one whole task, whichever is larger (the planner calls this for every
-    candidate).  :mod:`scheduler.model` uses it too.
+    candidate).  A stack's entries each have every tile.  :mod:`scheduler.model`
+    uses it too.
     """
     rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
     last_height = p.m - (rows - 1) * tm
     total = float(p.m * p.n)
     if p.symmetric:  # the upper triangle of tiles, the diagonal ones at half the work
         total = (total + (rows - 1) * tm * tm + last_height * last_height) / 2
+    total *= p.entries
     if workers == 1:
         return total
     if tile_count(p, tm, tn) * splits > 4 * workers:  # fine-grained: the mean, or one task
@@ -392,7 +397,7 @@ def busiest_worker(p: Problem, tm: int, tn: int, workers: int, splits: int = 1) 
         heights[i] * widths[j] * (0.5 if i == j and p.symmetric else 1.0) / splits
         for i in range(rows)
         for j in range(i if p.symmetric else 0, cols)
-        for _ in range(splits)
+        for _ in range(splits * p.entries)
     ]
     loads = [0.0] * workers
     for area in sorted(areas, reverse=True):
@@ -401,9 +406,10 @@ def busiest_worker(p: Problem, tm: int, tn: int, workers: int, splits: int = 1) 
 
 
 def tile_count(p: Problem, tm: int, tn: int) -> int:
-    """Tasks of ``tm×tn`` tiles: every tile, or those on and above the diagonal (symmetric)."""
+    """Tasks of ``tm×tn`` tiles: every tile, or those on and above the diagonal (symmetric),
+    of every entry of a stack."""
     rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
-    return rows * (rows + 1) // 2 if p.symmetric else rows * cols
+    return p.entries * (rows * (rows + 1) // 2 if p.symmetric else rows * cols)
 
 
 def _split_for_workers(

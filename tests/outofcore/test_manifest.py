@@ -355,6 +355,27 @@ def test_the_manifest_knows_every_form_outofcore_writes():
     )  # fmt: skip
 
 
+def test_journal_keys_of_a_stack_name_their_entry_and_no_stranger_passes_for_one():
+    whose, tiles = manifest.whose, f"{JOURNAL_DIR}/{TILES_DIR}/j1"
+    parts = f"{JOURNAL_DIR}/{PARTIALS_DIR}/j1"
+    for key in (
+        f"{tiles}/tile-3-4-b12.json", f"{tiles}/tile-0-0-b0.json",
+        f"{tiles}/tile-3-4-b{10**18}.json", f"{tiles}/tile-3-4-b12.{TEMPORARY}",
+        f"{parts}/tile-3-4-b12-k0of2.json", f"{parts}/tile-3-4-b12-k1of2/rows-0.npy",
+    ):  # fmt: skip
+        assert whose(key, ()) == "journal", key
+    assert manifest.is_our_folder(f"{parts}/tile-3-4-b12-k1of2", ())
+    for name in (
+        "tile-3-4-b-1", "tile-3-4-bx", "tile-3-4-b", "tile-3-4-b012", "tile-3-4-b1-b2",
+        "tile-3-4-B1", "tile-3-4b1", "tile-3-4-b1 ", "tile-3-4-b" + "9" * 20, "tile-3-4--b1",
+        "tile-3-4-k0of2-b1", "tile-3-4-b1-k0of2",  # a part's record lives in partials/
+    ):  # fmt: skip
+        assert whose(f"{tiles}/{name}.json", ()) is None, name
+    for name in ("tile-3-4-b-1-k0of2", "tile-3-4-k0of2-b1", "tile-3-4-bx-k0of2", "tile-3-4-b12"):
+        assert whose(f"{parts}/{name}.json", ()) is None, name
+        assert not manifest.is_our_folder(f"{parts}/{name}", ()), name
+
+
 def test_finished_partials_go_by_the_manifest_and_strangers_stay_named(tmp_path, caplog):
     journal = Journal.for_output(locate(tmp_path / "c.zarr"))
     part = tmp_path / "c.zarr" / JOURNAL_DIR / PARTIALS_DIR / "j1"

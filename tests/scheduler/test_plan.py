@@ -40,6 +40,7 @@ def problems(draw: st.DrawFn) -> Problem:
     [
         "scheduler.plan",
         "scheduler.problem",
+        "scheduler.tiles",
         "scheduler.memory",
         "scheduler.io_model",
         "scheduler.tiling",
