@@ -20,6 +20,7 @@ from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
 from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import Location, locate
+from outofcore.stacking import Stack
 from outofcore.stores import store_errors, url_of, zarr_options
 
 #: An array argument: a ``zarr.Array``, a path or fsspec URL of one, a numpy array, or a
@@ -30,7 +31,7 @@ ZARR_FORMATS = (2, 3)
 #: The attribute in which xarray keeps a format-2 array's dimension names.
 XARRAY_DIMENSIONS = "_ARRAY_DIMENSIONS"
 #: A name per dimension of a 2-D array (None: unnamed).
-DimensionNames = tuple[str | None, str | None]
+DimensionNames = tuple[str | None, ...]
 
 __all__ = ["ArrayLike", "DimensionNames"]
 
@@ -102,10 +103,10 @@ def open_operand(
             ) from None
         except (ValueError, KeyError, OSError, TypeError) as exc:  # metadata zarr cannot read
             raise InputError(f"{label}: {location!r} is not a zarr array ({exc})") from None
-    if array.ndim != 2:
+    if array.ndim == 0 and name in ("A", "B"):  # numpy.matmul's refusal
         raise InputError(
-            f"{label} ({describe(array)}) has {array.ndim} dimensions with shape "
-            f"{array.shape}; matmul needs 2-D arrays"
+            f"{label} ({describe(array)}) is 0-d (shape ()): matmul needs operands of at "
+            "least 1 dimension"
         )
     if dtypes is not None:
         check_input_dtype(array.dtype, f"{label} ({describe(array)})", dtypes)
@@ -117,15 +118,14 @@ def _label(name: str) -> str:
 
 
 def dimension_names(array: zarr.Array) -> DimensionNames:
-    """The names of ``array``'s two dimensions: zarr format 3's ``dimension_names``, else
+    """The names of ``array``'s dimensions: zarr format 3's ``dimension_names``, else
     xarray's ``_ARRAY_DIMENSIONS`` attribute (format 2); None for each one unnamed."""
     names = getattr(array.metadata, "dimension_names", None)
     if not names:
         names = array.attrs.get(XARRAY_DIMENSIONS)
-    if not isinstance(names, list | tuple) or len(names) != 2:
-        return None, None
-    first, second = (name if isinstance(name, str) else None for name in names)
-    return first, second
+    if not isinstance(names, list | tuple) or len(names) != array.ndim:
+        return (None,) * array.ndim
+    return tuple(name if isinstance(name, str) else None for name in names)
 
 
 def describe(array: zarr.Array) -> str:
@@ -194,7 +194,7 @@ def for_writing(array: zarr.Array) -> zarr.Array:
     return array.with_config(WRITE_CONFIG)
 
 
-def open_existing_output(target: zarr.Array, shape: tuple[int, int], dtype: np.dtype) -> zarr.Array:
+def open_existing_output(target: zarr.Array, shape: tuple[int, ...], dtype: np.dtype) -> zarr.Array:
     """Check a ``zarr.Array`` given as the output: writable, of the product's shape and dtype;
     returned with :data:`WRITE_CONFIG`.
 
@@ -211,22 +211,22 @@ def open_existing_output(target: zarr.Array, shape: tuple[int, int], dtype: np.d
     return for_writing(target)
 
 
-def output_grid(array: zarr.Array) -> tuple[int, int]:
+def output_grid(array: zarr.Array) -> tuple[int, ...]:
     """The grid writes must follow so that no stored chunk is partly written."""
     return tuple(array.shards or array.chunks)
 
 
 def create_output(
     location: Location,
-    shape: tuple[int, int],
+    shape: tuple[int, ...],
     dtype: np.dtype,
-    chunks: tuple[int, int],
+    chunks: tuple[int, ...],
     overwrite: bool,
     attributes: dict[str, Any],
     codec: str = DEFAULT_OUTPUT_CODEC,
-    shards: tuple[int, int] | None = None,
+    shards: tuple[int, ...] | None = None,
     zarr_format: int = 3,
-    dimension_names: DimensionNames = (None, None),
+    dimension_names: DimensionNames | None = None,
 ) -> zarr.Array:
     """Create the output array at ``location`` (opened with its options), replacing an
     old one only when ``overwrite``.
@@ -249,8 +249,9 @@ def create_output(
         raise InputError(f"zarr_format = {zarr_format!r}: choose 2 or 3")
     if shards is not None and zarr_format == 2:
         raise InputError(f"zarr format 2 has no shards (asked for shards {shards})")
+    dimension_names = dimension_names or (None,) * len(shape)
     named = any(name is not None for name in dimension_names)
-    if zarr_format == 2 and all(name is not None for name in dimension_names):
+    if zarr_format == 2 and named and all(name is not None for name in dimension_names):
         attributes = {**attributes, XARRAY_DIMENSIONS: list(dimension_names)}
     return zarr.create_array(
         location.target,  # file:// URLs as local paths
@@ -275,17 +276,37 @@ def create_output(
 REPEATED_SUFFIX = "_2"
 
 
-def output_names(
-    a: zarr.Array, b: zarr.Array, transpose_a: bool, transpose_b: bool
-) -> DimensionNames:
-    """The dimension names of ``op(a) @ op(b)``: op(a)'s row dimension and op(b)'s column
-    dimension, from the inputs' names (:func:`dimension_names`; None
-    where unnamed).  When the two are one name (a Gram product ``X.T @ X`` of an
-    ``X`` with dimensions ``(sample, feature)`` gives ``feature`` twice) the columns
-    are called ``feature_2``: xarray cannot index an array with a repeated dimension.
+def output_names(a: zarr.Array, b: zarr.Array, stack: Stack) -> DimensionNames:
+    """The dimension names of ``op(a) @ op(b)`` (``stack``: its shapes), from the inputs'
+    names (:func:`dimension_names`; None where unnamed).
+
+    Each batch axis takes the name of the operand that has it (A first where both do,
+    B where A's is missing or of size 1 and B's is not); then op(a)'s row dimension
+    unless A is a vector, op(b)'s column dimension unless B is.  A name met twice (a
+    Gram product ``X.T @ X`` of an ``X`` with dimensions ``(sample, feature)`` gives
+    ``feature`` twice) is followed by ``feature_2``: xarray cannot index an array
+    with a repeated dimension.
     """
-    rows = dimension_names(a)[1 if transpose_a else 0]
-    cols = dimension_names(b)[0 if transpose_b else 1]
-    if rows is not None and rows == cols:
-        cols = f"{cols}{REPEATED_SUFFIX}"
-    return rows, cols
+    a_names, b_names = dimension_names(a), dimension_names(b)
+    batch = []
+    for axis in range(-len(stack.batch), 0):
+        choices = [
+            (names[axis - 2], shape[axis])
+            for names, shape in ((a_names, stack.a_batch), (b_names, stack.b_batch))
+            if -axis <= len(shape)
+        ]
+        named = [name for name, size in choices if size > 1 or len(choices) == 1] or [
+            name for name, _ in choices
+        ]
+        batch.append(named[0] if named else None)
+    matrix = []
+    if not stack.a_vector:
+        matrix.append(a_names[-1] if stack.transpose_a else a_names[-2])
+    if not stack.b_vector:
+        matrix.append(b_names[-2] if stack.transpose_b else b_names[-1])
+    names: list[str | None] = []
+    for name in (*batch, *matrix):
+        while name is not None and name in names:
+            name = f"{name}{REPEATED_SUFFIX}"
+        names.append(name)
+    return tuple(names)

@@ -6,6 +6,7 @@ import argparse
 import gc
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -29,6 +30,7 @@ from outofcore.cli_output import (
 from outofcore.cli_parser import build_parser
 from outofcore.config import flag
 from outofcore.errors import JOB_FAILED, OutOfCoreError
+from outofcore.stacking import shape_text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -244,7 +246,7 @@ def _random(args: argparse.Namespace) -> int:
     if args.quiet:
         return 0
     print(
-        f"wrote {args.path}: {array.shape[0]}x{array.shape[1]} {array.dtype}, chunks "
+        f"wrote {args.path}: {shape_text(array.shape)} {array.dtype}, chunks "
         f"{array.chunks}, {format_bytes(nbytes)} in {time.perf_counter() - started:.2f} s"
     )
     return 0
@@ -272,10 +274,11 @@ def _plan(args: argparse.Namespace) -> int:
     spec = with_budget(_job_spec(args, _product_options(args)), client)
     product = open_product(args.a, args.b, spec)
     if product.empty:
-        m, n = product.shape
         print(
-            f"{m}x{product.k} @ {product.k}x{n}: an empty product; matmul writes "
-            f"{'an empty output' if 0 in (m, n) else 'beta * the addend, or zeros'}, no tile"
+            f"{shape_text(product.a.shape)} @ {shape_text(product.b.shape)}: an empty product "
+            f"({shape_text(product.shape)}); matmul writes "
+            f"{'beta * the addend, or zeros' if math.prod(product.shape) else 'an empty output'}"
+            ", no tile"
         )
         return 0
     with _tls(args):

@@ -34,7 +34,7 @@ def format_summary(s: dict[str, Any]) -> str:
     formula = formula_of(product)
     if s.get("empty"):
         return (
-            f"{formula} written to {s['output']}: {s['shape'][0]}x{s['shape'][1]} "
+            f"{formula} written to {s['output']}: {_shape(s['shape'])} "
             f"{s['dtype']}, k = {s['k']}: an empty product, nothing to multiply "
             f"({s['seconds']:.2f} s)"
         )
@@ -48,7 +48,7 @@ def format_summary(s: dict[str, Any]) -> str:
         )
     return "\n".join(
         [
-            f"{formula} written to {s['output']}: {s['shape'][0]}x{s['shape'][1]} {s['dtype']}, "
+            f"{formula} written to {s['output']}: {_shape(s['shape'])} {s['dtype']}, "
             f"k = {s['k']}, backend {s['backend']}, {s['workers']} worker(s)",
             f"  tiles          {s['tiles']} {tiles} of {s['tile'][0]}x{s['tile'][1]}, panels "
             f"{s['tk']} deep ({s['tiles_skipped']} skipped){split}",
@@ -147,6 +147,7 @@ def format_plan(p: dict[str, Any]) -> str:
             f"{b} {p['k']}x{p['n']} (chunks {p['b_chunks'][0]}x{p['b_chunks'][1]}), "
             f"accumulated in {product['compute']}{_exactly(product)}, written as "
             f"{product['output']}{_wrapping(product)}",
+            *_format_stack(product),
             f"  budget         {format_bytes(p['task_budget_bytes'])} per task, "
             f"{format_bytes(p['worker_budget_bytes'])} per worker of "
             f"{p['threads_per_worker']} thread(s), {p['workers']} worker(s)",
@@ -174,6 +175,27 @@ def format_plan(p: dict[str, Any]) -> str:
             *_format_predictions(p.get("predicted", []), p.get("machine")),
         ]
     )
+
+
+def _shape(shape: list[int]) -> str:
+    """An output's shape as the summary prints it: ``37x23``, ``16x2048x2048``, ``37``,
+    or ``0-d`` (a dot product's)."""
+    return "x".join(str(n) for n in shape) if shape else "0-d"
+
+
+def _format_stack(product: dict[str, Any]) -> list[str]:
+    """The plan's line on numpy.matmul's shapes, for a product that is not of two matrices."""
+    stack = product.get("stack")
+    if not stack:
+        return []
+    said = []
+    if stack["batch"]:
+        said.append(f"a stack of {'x'.join(map(str, stack['batch']))} products, one task a tile")
+    if stack["a_vector"]:
+        said.append("A is a vector: one row")
+    if stack["b_vector"]:
+        said.append("B is a vector: one column")
+    return [f"  shapes         output {_shape(stack['out_shape'])}: " + "; ".join(said)]
 
 
 def _format_kinds(kinds: dict[str, int]) -> str:
@@ -350,6 +372,11 @@ def format_verify(v: dict[str, Any]) -> str:
     if not v["passed"]:
         text += (
             f"; {v['failing_rows']} row(s) fail, the first is row {v['first_failing_row']}"
-            f" ({v['nonfinite_mismatches']} with NaN/Inf where none was expected or vice versa)"
+            + (
+                f" of matrix {tuple(v['first_failing_matrix'])}"
+                if v.get("first_failing_matrix") is not None
+                else ""
+            )
+            + f" ({v['nonfinite_mismatches']} with NaN/Inf where none was expected or vice versa)"
         )
     return text

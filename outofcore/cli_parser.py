@@ -61,8 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     rand = commands.add_parser("random", help="write a seeded random array (inputs for tests)")
     rand.add_argument("path")
-    rand.add_argument("--shape", required=True, type=_pair, metavar="M,N")
-    rand.add_argument("--chunks", required=True, type=_pair, metavar="R,C")
+    rand.add_argument(
+        "--shape",
+        required=True,
+        type=_sizes,
+        metavar="M,N",
+        help="sizes of the dimensions: M,N for a matrix, K for a vector, S,M,N for a stack",
+    )
+    rand.add_argument(
+        "--chunks", required=True, type=_sizes, metavar="R,C", help="one chunk size a dimension"
+    )
     rand.add_argument(
         "--dtype", choices=[str(d) for d in INPUT_DTYPES], default="float32", help="%(default)s"
     )
@@ -293,14 +301,14 @@ def version() -> str:
         return "(not installed: no package metadata)"
 
 
-def _pair(text: str) -> tuple[int, int]:
+def _sizes(text: str) -> tuple[int, ...]:
     try:
-        first, second = (int(part) for part in text.split(","))
+        return tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected two integers like 1000,2000, got {text!r}"
+            f"expected integers separated by commas like 1000,2000 (or 1000, or 8,1000,2000), "
+            f"got {text!r}"
         ) from None
-    return first, second
 
 
 def _size(text: str) -> int:

@@ -67,6 +67,9 @@ class VerifyReport:
     nonfinite_mismatches: int
     #: Whether the check was exact (an integer product).
     exact: bool = False
+    #: The batch index of the matrix holding the first failing row (a stack's; None for
+    #: a product of one matrix, or when none fails).
+    first_failing_matrix: tuple[int, ...] | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -164,8 +167,8 @@ def verify(
     if tuple(c_arr.shape) != product.shape:
         raise arrays.InputError(
             f"C is {tuple(c_arr.shape)} but the product "
-            f"({'A.T' if transpose_a else 'A'} @ {'B.T' if transpose_b else 'B'}) is "
-            f"{product.shape}"
+            f"({'A.T' if product.transpose_a else 'A'} @ "
+            f"{'B.T' if product.transpose_b else 'B'}) is {product.shape}"
         )
     if product.types.boolean:
         raise arrays.InputError(
@@ -174,7 +177,7 @@ def verify(
             "the inputs' product as integers (outofcore matmul ... --out-dtype int64), nonzero"
         )
     rng = np.random.default_rng(seed)
-    r = rng.choice(np.array([-1, 1]), size=(product.shape[1], rounds))
+    r = rng.choice(np.array([-1, 1]), size=(product.matrix_shape[1], rounds))
     try:
         with _running_on(client):
             if product.types.exact:
@@ -215,19 +218,38 @@ def _running_on(client: Any) -> Iterator[None]:
 
 def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Array, ...]:
     """``op(A)``, ``op(B)``, ``C`` and the addend (or None) as Dask arrays of ``dtype``,
-    each block read as a job's tasks read (:func:`outofcore.reading.read_panel`): chunks
-    never decode to more than their size, transient errors are retried, and a block that
-    cannot be read or decoded is a :class:`~outofcore.reading.ReadError` naming the
-    array, its region and the chunk's key (it was zarr's bare ``ValueError``)."""
+    each of two or more dimensions (a vector as a one-row or one-column matrix, numpy's
+    promotion; the batch dimensions broadcast), each block read as a job's tasks read
+    (:func:`outofcore.reading.read_panel`): chunks never decode to more than their size,
+    transient errors are retried, and a block that cannot be read or decoded is a
+    :class:`~outofcore.reading.ReadError` naming the array, its region and the chunk's
+    key (it was zarr's bare ``ValueError``)."""
+    stack = product.stack
 
     def read(array: zarr.Array) -> da.Array:
         return da.from_array(array, chunks=array.chunks, getitem=_read_block, name=False)
 
+    def matrices(x: da.Array) -> da.Array:
+        """An output-shaped array with the vectors' unit axes put back."""
+        if stack.a_vector:
+            x = da.expand_dims(x, axis=x.ndim - (0 if stack.b_vector else 1))
+        return da.expand_dims(x, axis=x.ndim) if stack.b_vector else x
+
     a, b = read(product.a), read(product.b)
-    a = (a.T if product.transpose_a else a).astype(dtype)
-    b = (b.T if product.transpose_b else b).astype(dtype)
-    addend = None if product.addend is None else read(product.addend).astype(dtype)
-    return a, b, read(c).astype(dtype), addend
+    a = a[None, :] if stack.a_vector else da.swapaxes(a, -1, -2) if stack.transpose_a else a
+    b = b[:, None] if stack.b_vector else da.swapaxes(b, -1, -2) if stack.transpose_b else b
+    addend = None if product.addend is None else matrices(read(product.addend)).astype(dtype)
+    return a.astype(dtype), b.astype(dtype), matrices(read(c)).astype(dtype), addend
+
+
+def _failures(bad: np.ndarray) -> tuple[int, int | None, tuple[int, ...] | None]:
+    """How many rows fail in ``bad`` (rows of each matrix of the output, batch first), the
+    first one's row, and its matrix's batch index (None for one matrix)."""
+    found = np.argwhere(bad)
+    if not found.size:
+        return 0, None, None
+    first = tuple(int(i) for i in found[0])
+    return len(found), first[-1], first[:-1] if bad.ndim > 1 else None
 
 
 def _read_block(
@@ -261,16 +283,17 @@ def _verify_exact(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyRepor
         expected = expected + (addend @ r) * beta
     cr, abr = dask.compute(c_d @ r, expected)
     residual = np.abs((cr - abr).astype(np.float64))
-    bad_rows = np.flatnonzero((cr != abr).any(axis=1))
+    failing, row, matrix = _failures((cr != abr).any(axis=-1))
     return VerifyReport(
-        passed=bad_rows.size == 0,
+        passed=failing == 0,
         rounds=r.shape[1],
         max_relative_residual=float(residual.max()) if residual.size else 0.0,
         tolerance=0.0,
-        failing_rows=int(bad_rows.size),
-        first_failing_row=int(bad_rows[0]) if bad_rows.size else None,
+        failing_rows=failing,
+        first_failing_row=row,
         nonfinite_mismatches=0,
         exact=True,
+        first_failing_matrix=matrix,
     )
 
 
@@ -279,12 +302,10 @@ def _verify_rounded(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyRep
     dtype = np.dtype(np.complex128 if product.types.compute.kind == "c" else np.float64)
     a, b, c_d, addend = _operands(product, c, dtype)
     r = r.astype(np.float64)
-    row_norms = da.sqrt((abs(a) ** 2).sum(axis=1))
-    c_norms = da.sqrt((abs(c_d) ** 2).sum(axis=1))
-    b_frobenius = da.sqrt((abs(b) ** 2).sum())
-    addend_norms = (
-        da.zeros(product.shape[0]) if addend is None else (da.sqrt((abs(addend) ** 2).sum(axis=1)))
-    )
+    row_norms = da.sqrt((abs(a) ** 2).sum(axis=-1))  # (A's batch..., m)
+    c_norms = da.sqrt((abs(c_d) ** 2).sum(axis=-1))
+    b_frobenius = da.sqrt((abs(b) ** 2).sum(axis=(-2, -1)))  # one per matrix of B
+    addend_norms = da.zeros(()) if addend is None else (da.sqrt((abs(addend) ** 2).sum(axis=-1)))
     cr, abr, row_norms, b_frobenius, addend_norms, c_norms = dask.compute(
         c_d @ r,
         _reference(product, a, b, addend, r),
@@ -295,10 +316,13 @@ def _verify_rounded(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyRep
     )
     types = product.types
     accumulation = math.sqrt(product.k) * types.unit_roundoff()
-    scale = abs(product.alpha) * row_norms * float(b_frobenius) + abs(product.beta) * addend_norms
+    scale = (
+        abs(product.alpha) * row_norms * np.asarray(b_frobenius)[..., None]
+        + abs(product.beta) * addend_norms
+    )
     if types.output_roundoff():
         scale = scale + types.output_roundoff() / accumulation * np.nan_to_num(c_norms)
-    scale = scale[:, None]
+    scale = scale[..., None]
     expected_finite = np.isfinite(abr)
     got_finite = np.isfinite(cr)
     nonfinite_mismatch = expected_finite != got_finite
@@ -306,13 +330,16 @@ def _verify_rounded(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyRep
         residual = np.where(expected_finite & got_finite, np.abs(cr - abr), 0.0)
         relative = np.where(scale > 0, residual / scale, np.where(residual > 0, np.inf, 0.0))
     tolerance = SAFETY * accumulation
-    bad_rows = np.flatnonzero((relative > tolerance).any(axis=1) | nonfinite_mismatch.any(axis=1))
+    failing, row, matrix = _failures(
+        (relative > tolerance).any(axis=-1) | nonfinite_mismatch.any(axis=-1)
+    )
     return VerifyReport(
-        passed=bad_rows.size == 0,
+        passed=failing == 0,
         rounds=r.shape[1],
         max_relative_residual=float(relative.max()) if relative.size else 0.0,
         tolerance=tolerance,
-        failing_rows=int(bad_rows.size),
-        first_failing_row=int(bad_rows[0]) if bad_rows.size else None,
-        nonfinite_mismatches=int(nonfinite_mismatch.any(axis=1).sum()),
+        failing_rows=failing,
+        first_failing_row=row,
+        nonfinite_mismatches=int(nonfinite_mismatch.any(axis=-1).sum()),
+        first_failing_matrix=matrix,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -16,6 +17,7 @@ from outofcore.errors import InputError, OutputExistsError
 from outofcore.journal import Journal
 from outofcore.lease import check_not_held
 from outofcore.locations import locate
+from outofcore.stacking import shape_text
 from outofcore.stores import zarr_options
 from outofcore.targets import GENERATED_ATTRIBUTE, check_replaceable
 from outofcore.writing import disk_usage_of
@@ -23,8 +25,8 @@ from outofcore.writing import disk_usage_of
 
 def random_array(
     path: str | os.PathLike,
-    shape: tuple[int, int],
-    chunks: tuple[int, int],
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
     dtype: str = "float32",
     seed: int = 0,
     overwrite: bool = False,
@@ -35,15 +37,20 @@ def random_array(
 
     Floats are standard normal (complex: real and imaginary parts each);
     integers uniform over the dtype's whole range.  Each chunk draws from its
-    own generator seeded with ``(seed, i, j)``, so the values depend only on
-    the seed, shape and chunks, never on the order chunks are written in;
-    memory use is a few chunks.  ``path`` may be a URL opened with fsspec
-    ``storage_options`` (:mod:`outofcore.stores`).
+    own generator seeded with ``(seed, *index)`` (the chunk's index, ``(seed, i, j)``
+    for a matrix), so the values depend only on the seed, shape and chunks, never on
+    the order chunks are written in; memory use is a few chunks.  Any number of
+    dimensions from 1 (a vector, a stack of matrices).  ``path`` may be a URL opened
+    with fsspec ``storage_options`` (:mod:`outofcore.stores`).
     """
-    if len(shape) != 2 or min(shape) < 1:
-        raise InputError(f"shape {shape}: need two dimensions >= 1")
-    if len(chunks) != 2 or min(chunks) < 1:
-        raise InputError(f"chunks {chunks}: need two chunk sizes >= 1")
+    shape, chunks = tuple(shape), tuple(chunks)
+    if not shape or min(shape) < 1:
+        raise InputError(f"shape {shape}: need one or more dimensions, each >= 1")
+    if len(chunks) != len(shape) or min(chunks) < 1:
+        raise InputError(
+            f"chunks {chunks}: need one chunk size >= 1 for each of the {len(shape)} "
+            f"dimensions of shape {shape}"
+        )
     np_dtype = check_input_dtype(dtype, f"random array {os.fspath(path)!r}")
     where = locate(path, storage_options)  # with the options that open it, once
     # Only an array outofcore made is replaced (never a folder, a group or another's array),
@@ -74,11 +81,12 @@ def random_array(
     )
     grid = [range(0, extent, step) for extent, step in zip(shape, chunks, strict=True)]
 
-    def write_chunk(origin: tuple[int, int]) -> None:
-        r0, c0 = origin
-        r1, c1 = min(r0 + chunks[0], shape[0]), min(c0 + chunks[1], shape[1])
-        rng = np.random.default_rng((seed, r0 // chunks[0], c0 // chunks[1]))
-        array[r0:r1, c0:c1] = random_values(rng, (r1 - r0, c1 - c0), np_dtype)
+    def write_chunk(origin: tuple[int, ...]) -> None:
+        region = tuple(
+            slice(o, min(o + c, n)) for o, c, n in zip(origin, chunks, shape, strict=True)
+        )
+        rng = np.random.default_rng((seed, *(o // c for o, c in zip(origin, chunks, strict=True))))
+        array[region] = random_values(rng, tuple(s.stop - s.start for s in region), np_dtype)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(write_chunk, itertools.product(*grid)))
@@ -91,7 +99,7 @@ CHUNK_COPIES = 3
 
 
 def check_room(
-    where, shape: tuple[int, int], chunks: tuple[int, int], dtype: np.dtype, threads: int
+    where, shape: tuple[int, ...], chunks: tuple[int, ...], dtype: np.dtype, threads: int
 ) -> None:
     """Refuse, before anything is written, an array this machine cannot hold or make.
 
@@ -107,29 +115,29 @@ def check_room(
     from dask.utils import format_bytes  # noqa: PLC0415
 
     itemsize = np.dtype(dtype).itemsize
-    chunk = min(chunks[0], shape[0]) * min(chunks[1], shape[1]) * itemsize
+    chunk = math.prod(min(c, n) for c, n in zip(chunks, shape, strict=True)) * itemsize
     import psutil  # noqa: PLC0415
 
     available = psutil.virtual_memory().available
     if CHUNK_COPIES * chunk * threads > available:
         raise InputError(
-            f"chunks {chunks[0]}x{chunks[1]} of {np.dtype(dtype)} are {format_bytes(chunk)} "
+            f"chunks {shape_text(chunks)} of {np.dtype(dtype)} are {format_bytes(chunk)} "
             f"each; writing {threads} at once needs about "
             f"{format_bytes(CHUNK_COPIES * chunk * threads)} of memory and "
             f"{format_bytes(available)} is available: use smaller chunks or fewer threads"
         )
     if not where.is_local:
         return
-    total = shape[0] * shape[1] * itemsize
+    total = math.prod(shape) * itemsize
     folder, free, _ = disk_usage_of(where.path)
     if total > free:
         raise InputError(
-            f"a {shape[0]}x{shape[1]} array of {np.dtype(dtype)} is {format_bytes(total)} "
+            f"a {shape_text(shape)} array of {np.dtype(dtype)} is {format_bytes(total)} "
             f"(random values do not compress) and {folder!r} has {format_bytes(free)} free"
         )
 
 
-def random_values(rng: np.random.Generator, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+def random_values(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Random values of ``dtype``: standard normal floats, integers over the dtype's range,
     booleans true or false with even odds."""
     dtype = np.dtype(dtype)

@@ -57,7 +57,7 @@ def resolve(
     ------
     InputError
         For a dask array that is more than a read of one zarr array, a numpy array
-        that is not 2-D or of a dtype not taken, or an object of any other type,
+        of a dtype not taken, or an object of any other type,
         naming its type and what to do.
     """
     if isinstance(source, zarr.Array | str | os.PathLike):
@@ -88,16 +88,17 @@ def zarr_behind(x: Any) -> tuple[zarr.Array, bool] | None:
 
     ``x``'s graph must be: the zarr array (a layer of its own, or inlined in the
     reading task), one blockwise layer reading it whole with dask's ``getter``, and
-    any number of 2-D transposes on top.
+    any number of transposes of the last two axes on top (``.T`` of a 2-D array,
+    ``.mT`` or ``swapaxes(-1, -2)`` of any; ``.T`` of a 1-D array is itself).
     """
     graph = x.__dask_graph__()
     layers = getattr(graph, "layers", None)
-    if layers is None or x.ndim != 2:
+    if layers is None or x.ndim < 1:
         return None
     name, transposed, seen = x.name, False, set()
-    while _is_transpose(layers.get(name)):
+    while (swaps := _transpose_swaps(layers.get(name), x.ndim)) is not None:
         seen.add(name)
-        transposed = not transposed
+        transposed = transposed != swaps
         below = graph.dependencies.get(name, set())
         if len(below) != 1:
             return None
@@ -116,7 +117,7 @@ def zarr_behind(x: Any) -> tuple[zarr.Array, bool] | None:
         source = holder[key]
     if not isinstance(source, zarr.Array) or seen != set(layers):
         return None
-    shape = tuple(x.shape[::-1] if transposed else x.shape)
+    shape = tuple(x.shape[:-2]) + tuple(x.shape[-2:][::-1]) if transposed else tuple(x.shape)
     if shape != tuple(source.shape) or np.dtype(x.dtype) != np.dtype(source.dtype):
         return None
     return _by_path(source), transposed
@@ -158,8 +159,9 @@ def store_line(label: str, value: Any) -> str:
     if _is_dask_array(value):
         return f"da.to_zarr({variable}, {path!r})"
     shape = getattr(value, "shape", None)
-    if shape is not None and len(shape) == 2:
-        chunks = tuple(max(1, min(int(n), SUGGESTED_CHUNK)) for n in shape)
+    if shape is not None and len(shape) >= 1:
+        batch = (1,) * max(0, len(shape) - 2)
+        chunks = batch + tuple(max(1, min(int(n), SUGGESTED_CHUNK)) for n in shape[len(batch) :])
     else:
         chunks = (SUGGESTED_CHUNK, SUGGESTED_CHUNK)
     if isinstance(value, np.ma.MaskedArray):
@@ -181,13 +183,11 @@ def type_name(value: Any) -> str:
 
 def _in_memory(x: np.ndarray, label: str, dtypes: tuple[np.dtype, ...] | None) -> zarr.Array:
     what = f"{label} (a {type_name(x)})"
-    if x.ndim != 2:
-        raise InputError(
-            f"{what} has {x.ndim} dimensions with shape {x.shape}; matmul needs 2-D arrays"
-        )
     if dtypes is not None:
         check_input_dtype(x.dtype, what, dtypes)
-    chunks = tuple(max(1, min(n, IN_MEMORY_CHUNK)) for n in x.shape)
+    # A stack's matrices one per chunk (each task reads one); matrices in square chunks.
+    batch = (1,) * max(0, x.ndim - 2)
+    chunks = batch + tuple(max(1, min(n, IN_MEMORY_CHUNK)) for n in x.shape[len(batch) :])
     return zarr.create_array(MemoryStore(), data=x, chunks=chunks, compressors=None)
 
 
@@ -213,11 +213,25 @@ def _is_getter(layer: Any) -> bool:
     return getattr(task, "func", None) in (getter, getter_inline, getter_nofancy)
 
 
-def _is_transpose(layer: Any) -> bool:
+def _transpose_swaps(layer: Any, ndim: int) -> bool | None:
+    """For a transpose layer of an ``ndim``-D array (``transpose`` or ``swapaxes``): True
+    where it swaps the last two axes (numpy.matmul's transpose), False where it keeps
+    every axis; None for anything else."""
     task = getattr(layer, "task", None)
-    if getattr(task, "func", None) is not np.transpose:
+    func = getattr(task, "func", None)
+    if func not in (np.transpose, np.swapaxes) or len(layer.indices) != 1:
+        return None
+    kept = tuple(range(ndim))
+    axes = tuple(task.kwargs.get("axes", ()))
+    if func is np.swapaxes:
+        first, second = task.kwargs.get("axis1"), task.kwargs.get("axis2")
+        axes = list(kept)
+        if isinstance(first, int) and isinstance(second, int) and max(first, second) < ndim:
+            axes[first], axes[second] = axes[second], axes[first]
+        axes = tuple(axes) if axes != list(kept) or first == second else ()
+    if axes == kept:
         return False
-    return tuple(task.kwargs.get("axes", ())) == (1, 0) and len(layer.indices) == 1
+    return True if ndim > 1 and axes == (*kept[:-2], ndim - 1, ndim - 2) else None
 
 
 def _layer_summary(x: Any, limit: int = 4) -> str:

@@ -5,6 +5,7 @@ dimension of 0) written whole."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -61,15 +62,16 @@ def start_output(
         job_id,
     )
     if start.existing is None:
+        stack = operands.product.stack  # the plan's 2-D grid on the matrix axes
         output = arrays.create_output(
             operands.out,
             operands.shape,
             operands.dtype,
-            plan.out_chunks,
+            stack.out_grid(*plan.out_chunks),
             False,
             {JOB_ATTRIBUTE: record},
             spec.output_codec,
-            shards=plan.out_shards,
+            shards=None if plan.out_shards is None else stack.out_grid(*plan.out_shards),
             zarr_format=spec.zarr_format,
             dimension_names=operands.product.dimension_names,
         )
@@ -127,7 +129,8 @@ def write_empty_product(operands: Operands, start: Start, spec: JobSpec) -> JobR
     or for k = 0 the sum of no terms, ``0·alpha + beta·addend``, written by row blocks in
     this process (no cluster: there is nothing to multiply).  No journal: it is written
     whole, then marked complete."""
-    m, n = operands.shape
+    product = operands.product
+    m, n = product.matrix_shape
     started = time.perf_counter()
     with Lease(operands.journal, operands.where, new_job_id(), spec.lease_timeout) as lease:
         if start.clear_output:
@@ -135,29 +138,33 @@ def write_empty_product(operands: Operands, start: Start, spec: JobSpec) -> JobR
         elif start.clear_journal:  # an array given as the output, started over
             operands.journal.clear_journal()
         chunks = (max(1, min(m, 1024)), max(1, min(n, 1024)))
-        record = {"complete": False, "product": operands.product.summary(), "job_id": lease.job_id}
+        grid = product.stack.out_grid(*chunks)
+        record = {"complete": False, "product": product.summary(), "job_id": lease.job_id}
         if start.existing is None:
             output = arrays.create_output(
-                operands.out, (m, n), operands.dtype, chunks, False, {JOB_ATTRIBUTE: record},
-                spec.output_codec, zarr_format=spec.zarr_format,
-                dimension_names=operands.product.dimension_names,
+                operands.out, operands.shape, operands.dtype, grid, False,
+                {JOB_ATTRIBUTE: record}, spec.output_codec, zarr_format=spec.zarr_format,
+                dimension_names=product.dimension_names,
             )  # fmt: skip
         else:
             output = start.existing
-        compute = operands.product.types.compute
-        for r0 in range(0, m if n else 0, chunks[0]):
-            rows = np.zeros((min(chunks[0], m - r0), n), compute)
-            output[r0 : r0 + rows.shape[0], :] = operands.product.finish_rows(rows, (r0, 0))
+        compute = product.types.compute
+        for entry in range(product.stack.count if m and n else 0):
+            out = product.matrix("out", entry)
+            for r0 in range(0, m, chunks[0]):
+                rows = np.zeros((min(chunks[0], m - r0), n), compute)
+                values = out.view(product.finish_rows(rows, (r0, 0), entry))
+                output[out.selection(slice(r0, r0 + rows.shape[0]), slice(0, n))] = values
         seconds = time.perf_counter() - started
         summary = {
             "output": arrays.describe(output),
-            "shape": [m, n],
-            "k": operands.product.k,
+            "shape": list(operands.shape),
+            "k": product.k,
             "dtype": str(np.dtype(output.dtype)),
             "empty": True,
             "tiles": 0,
             "seconds": seconds,
-            "bytes_written": m * n * output.dtype.itemsize,
+            "bytes_written": math.prod(operands.shape) * output.dtype.itemsize,
             "job_id": lease.job_id,
             "product": operands.product.summary(),
         }

@@ -103,7 +103,7 @@ def summarize(
     tiles = {task.key for task in plan.tasks}
     return {
         "output": arrays.describe(output),
-        "shape": [plan.problem.m, plan.problem.n],
+        "shape": list(output.shape),
         "k": plan.problem.k,
         "dtype": str(np.dtype(output.dtype)),
         "backend": backend,

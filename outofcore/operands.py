@@ -5,6 +5,7 @@ needs on its disk."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from outofcore.phases import Phases
 from outofcore.product import Product
 from outofcore.resume import Start, inspect_output, job_identity, output_layout
 from outofcore.spec import JobSpec
+from outofcore.stacking import shape_text
 from outofcore.status import describe_output
 from outofcore.targets import check_replaceable
 from outofcore.writing import disk_usage_of
@@ -53,7 +55,7 @@ class Operands:
     #: The output: a ``zarr.Array``, or the location of a path or URL (located once, with
     #: the options that open it: every step below takes it).
     out: zarr.Array | Location
-    shape: tuple[int, int]
+    shape: tuple[int, ...]
     dtype: np.dtype
     journal: Journal
     #: How messages name the output.
@@ -121,7 +123,7 @@ class Operands:
 
 
 def check_output_room(
-    out: zarr.Array | Location, shape: tuple[int, int], dtype: np.dtype, spec: JobSpec
+    out: zarr.Array | Location, shape: tuple[int, ...], dtype: np.dtype, spec: JobSpec
 ) -> None:
     """Refuse a new output that the free space of its local disk cannot hold
     uncompressed (``--output-codec none``, the default; products of dense values hardly
@@ -137,11 +139,11 @@ def check_output_room(
         return
     from dask.utils import format_bytes  # noqa: PLC0415
 
-    total = shape[0] * shape[1] * np.dtype(dtype).itemsize
+    total = math.prod(shape) * np.dtype(dtype).itemsize
     folder, free, _ = disk_usage_of(out.path)
     if total > free:
         raise InputError(
-            f"the output is {shape[0]}x{shape[1]} {np.dtype(dtype)}: {format_bytes(total)} "
+            f"the output is {shape_text(shape)} {np.dtype(dtype)}: {format_bytes(total)} "
             f"uncompressed, and {folder!r} has {format_bytes(free)} free: make room, choose "
             "another disk, or compress the output (--output-codec zstd, checked as it writes)"
         )

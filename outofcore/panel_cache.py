@@ -40,6 +40,10 @@ class PanelIdentity:
     rows: tuple[int, int]
     #: Columns of B (and of C) the B panel covers.
     cols: tuple[int, int]
+    #: The batch indices into A and into B of the panels' matrices (a stack's; ``()``
+    #: for an operand of one matrix).
+    a_entry: tuple[int, ...] = ()
+    b_entry: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,11 @@ def plan_reuse(
     panels: tuple[tuple[int, int], ...],
     rows: tuple[int, int],
     cols: tuple[int, int],
+    a_entry: tuple[int, ...] = (),
+    b_entry: tuple[int, ...] = (),
 ) -> Reuse:
-    """How a task of job ``job_id`` covering ``rows`` x ``cols`` uses ``kept``.
+    """How a task of job ``job_id`` covering ``rows`` x ``cols`` uses ``kept``
+    (``a_entry``, ``b_entry``: which matrices of A and of B, in a stack).
 
     Without a usable kept panel the order is 0, 1, ..., last.  With one (panel
     ``s`` of the same job and dtype, sharing the task's rows or its columns),
@@ -108,8 +115,8 @@ def plan_reuse(
     same = kept.identity
     a = b = None
     if same.job_id == job_id and same.dtype == dtype.str and same.panel in panels:
-        a = kept.a if same.rows == rows else None
-        b = kept.b if same.cols == cols else None
+        a = kept.a if (same.rows, same.a_entry) == (rows, a_entry) else None
+        b = kept.b if (same.cols, same.b_entry) == (cols, b_entry) else None
     if a is not None or b is not None:
         s = panels.index(same.panel)
         order = (s, *range(s - 1, -1, -1), *range(s + 1, count))

@@ -14,6 +14,7 @@ converted to the output dtype.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -24,18 +25,17 @@ import zarr
 from outofcore import arrays
 from outofcore.dtypes import (
     ADDEND_DTYPES,
+    OpView,
     ProductTypes,
     check_flag,
-    check_product,
     check_scale,
-    op_view,
-    operand_names,
     product_types,
 )
 from outofcore.errors import InputError
 from outofcore.locations import Location
 from outofcore.presence import listed_array
 from outofcore.reading import read_converted, zarr_read_shards
+from outofcore.stacking import Matrix, Stack
 from outofcore.stores import request_bytes
 from scheduler.problem import Problem
 
@@ -96,20 +96,24 @@ class Product:
             addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)
             arrays.check_distinct(addend_array, {"A": a_array, "B": b_array}, "the addend")
         # The flags after the arrays: each step below is a lower layer's (dtypes).
-        transpose_a = check_flag(transpose_a, "transpose_a") != a_flipped
-        transpose_b = check_flag(transpose_b, "transpose_b") != b_flipped
-        names = operand_names(transpose_a, transpose_b)
-        op_a, op_b = op_view(a_array, transpose_a), op_view(b_array, transpose_b)
-        m, n, k = check_product(op_a, op_b, names=names, one_dtype=False)
-        if addend_array is not None and tuple(addend_array.shape) != (m, n):
+        # numpy.matmul's shape rules (:mod:`outofcore.stacking`); a 1-D operand is its own
+        # transpose, so its flag is False (the job's identity does not depend on it).
+        stack = Stack.of(
+            a_array.shape,
+            b_array.shape,
+            check_flag(transpose_a, "transpose_a") != a_flipped,
+            check_flag(transpose_b, "transpose_b") != b_flipped,
+        )
+        transpose_a, transpose_b = stack.transpose_a, stack.transpose_b
+        if addend_array is not None and tuple(addend_array.shape) != stack.out_shape:
             raise InputError(
                 f"the addend ({arrays.describe(addend_array)}) has shape "
-                f"{tuple(addend_array.shape)}; the output is ({m}, {n})"
+                f"{tuple(addend_array.shape)}; the output is {stack.out_shape}"
             )
         types = product_types(
             a_array.dtype,
             b_array.dtype,
-            k,
+            stack.k,
             addend=None if addend_array is None else addend_array.dtype,
             alpha=alpha,
             beta=beta,
@@ -137,27 +141,48 @@ class Product:
         )
 
     @property
-    def dimension_names(self) -> arrays.DimensionNames:
-        """The output's dimension names: op(A)'s rows and op(B)'s columns
-        (:func:`outofcore.arrays.output_names`)."""
-        return arrays.output_names(self.a, self.b, self.transpose_a, self.transpose_b)
+    def stack(self) -> Stack:
+        """numpy.matmul's shapes of this product: batch, 1-D operands, the output's shape."""
+        return Stack.of(self.a.shape, self.b.shape, self.transpose_a, self.transpose_b)
 
     @property
-    def shape(self) -> tuple[int, int]:
-        """Shape of the output."""
-        return self.a.shape[1 if self.transpose_a else 0], self.b.shape[
-            0 if self.transpose_b else 1
-        ]
+    def dimension_names(self) -> arrays.DimensionNames:
+        """The output's dimension names (:func:`outofcore.arrays.output_names`)."""
+        return arrays.output_names(self.a, self.b, self.stack)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the output, as numpy.matmul gives it (1-D and 0-d for vectors)."""
+        return self.stack.out_shape
+
+    @property
+    def matrix_shape(self) -> tuple[int, int]:
+        """``(m, n)``: the shape of each output matrix (1 for a vector's unit axis)."""
+        stack = self.stack
+        return stack.m, stack.n
 
     @property
     def k(self) -> int:
         """The inner dimension."""
-        return self.a.shape[0 if self.transpose_a else 1]
+        return self.stack.k
 
     @property
     def empty(self) -> bool:
-        """A dimension of 0 (m, n or k): nothing to multiply."""
-        return 0 in (*self.shape, self.k)
+        """Nothing to multiply: no matrix in the stack, or a dimension of 0 (m, n or k)."""
+        stack = self.stack
+        return stack.count == 0 or 0 in (stack.m, stack.n, stack.k)
+
+    def matrix(self, role: str, entry: int | None = None) -> Matrix:
+        """Matrix ``entry`` (None: the only one) of "A", "B" or "out" (the output, and the
+        addend, of the output's shape) inside its array (:class:`~outofcore.stacking.Matrix`)."""
+        shape = {"A": self.a.shape, "B": self.b.shape}.get(role, self.shape)
+        return self.stack.matrix(role, shape, entry or 0)
+
+    def op_view(self, role: str) -> OpView:
+        """Shape, dtype and chunk grid of one matrix of ``op(A)`` ("A") or ``op(B)`` ("B")."""
+        array = self.a if role == "A" else self.b
+        transposed = self.transpose_a if role == "A" else self.transpose_b
+        return self.matrix(role).op_view(array.dtype, array.chunks, transposed)
 
     @property
     def inputs(self) -> dict[str, zarr.Array]:
@@ -173,10 +198,7 @@ class Product:
     def problem(self, out: zarr.Array | None = None) -> Problem:
         """The plan's view: shapes, ``op`` chunk grids, element sizes and buffers."""
         compute = self.types.compute
-        a_chunks, b_chunks = (
-            op_view(self.a, self.transpose_a).chunks,
-            op_view(self.b, self.transpose_b).chunks,
-        )
+        a_chunks, b_chunks = self.op_view("A").chunks, self.op_view("B").chunks
         staged = [x.dtype.itemsize if x.dtype != compute else 0 for x in (self.a, self.b)]
         block_extra = 0
         if self.types.output != compute:
@@ -185,7 +207,8 @@ class Product:
             block_extra += compute.itemsize
             if self.addend.dtype != compute:
                 block_extra += self.addend.dtype.itemsize
-        m, n = self.shape
+        m, n = self.matrix_shape
+        stack = self.stack
         return Problem(
             m=m,
             k=self.k,
@@ -193,7 +216,7 @@ class Product:
             itemsize=compute.itemsize,
             a_chunks=a_chunks,
             b_chunks=b_chunks,
-            out_grid=arrays.output_grid(out) if out is not None else None,
+            out_grid=None if out is None else self._existing_grid(out),
             read_itemsizes=(self.a.dtype.itemsize, self.b.dtype.itemsize),
             staging=(staged[0], staged[1]),
             out_itemsize=self.types.output.itemsize,
@@ -201,7 +224,7 @@ class Product:
             addend_itemsize=0 if self.addend is None else self.addend.dtype.itemsize,
             addend_chunk_bytes=0
             if self.addend is None
-            else int(np.prod(self.addend.chunks)) * self.addend.dtype.itemsize,
+            else math.prod(self.addend.chunks) * self.addend.dtype.itemsize,
             symmetric=self.symmetric,
             limbs=0 if self.types.limbs is None else self.types.limbs.counts[1],
             request_bytes=request_bytes(self.inputs.values()),
@@ -209,10 +232,47 @@ class Product:
                 zarr_read_shards(self.a, self.transpose_a),
                 zarr_read_shards(self.b, self.transpose_b),
             ),
+            batch=stack.count if stack.batch else None,
+            a_matrices=math.prod(stack.a_batch),
+            b_matrices=math.prod(stack.b_batch),
+            chunk_batch=(
+                _entries_a_chunk(self.a, stack.a_batch),
+                _entries_a_chunk(self.b, stack.b_batch),
+            ),
         )
 
+    def _existing_grid(self, out: zarr.Array) -> tuple[int, int]:
+        """The grid of an existing output on its matrix axes; refused where a chunk (or
+        shard) holds more than one matrix of a stack: the tasks of two matrices would
+        both write it."""
+        grid = arrays.output_grid(out)
+        batch = grid[: len(self.stack.batch)]
+        if any(size > 1 for size in batch):
+            raise InputError(
+                f"the output {arrays.describe(out)} holds {math.prod(batch)} matrices of the "
+                f"stack a {'shard' if out.shards else 'chunk'} ({grid}); outofcore writes "
+                "each matrix by its own tasks, so it needs 1 on the batch dimensions "
+                f"({(1,) * len(batch) + grid[len(batch) :]}): give a path, and it is created so"
+            )
+        return self.matrix("out").chunks2d(grid)
+
     def summary(self) -> dict[str, Any]:
-        """JSON-ready description (job identity and the output's record)."""
+        """JSON-ready description (job identity and the output's record).
+
+        Products of two 2-D operands are described as they always were; others add
+        ``"stack"``, the output's shape and which operands are vectors.
+        """
+        stack = self.stack
+        shapes = {}
+        if not stack.plain:
+            shapes = {
+                "stack": {
+                    "out_shape": list(stack.out_shape),
+                    "batch": list(stack.batch),
+                    "a_vector": stack.a_vector,
+                    "b_vector": stack.b_vector,
+                }
+            }
         return {
             "transpose_a": self.transpose_a,
             "transpose_b": self.transpose_b,
@@ -221,10 +281,14 @@ class Product:
             "addend": None if self.addend is None else arrays.describe(self.addend),
             "symmetric": self.symmetric,
             **self.types.summary(),
+            **shapes,
         }
 
-    def finish_rows(self, rows: np.ndarray, origin: tuple[int, int]) -> np.ndarray:
-        """The values to write for accumulated ``rows`` of the output at ``origin``.
+    def finish_rows(
+        self, rows: np.ndarray, origin: tuple[int, int], entry: int | None = None
+    ) -> np.ndarray:
+        """The values to write for accumulated ``rows`` of output matrix ``entry`` at
+        ``origin`` (row and column in that matrix).
 
         ``rows`` (accumulation dtype) is scaled in place by ``alpha``; the
         addend's matching region, times ``beta``, is added; the result is
@@ -236,7 +300,9 @@ class Product:
         if self.addend is not None:
             (r0, c0), (h, w) = origin, rows.shape
             addend = np.empty(rows.shape, self.types.compute)
-            read_converted(self.addend, (slice(r0, r0 + h), slice(c0, c0 + w)), addend)
+            where = self.matrix("out", entry)
+            selection = where.selection(slice(r0, r0 + h), slice(c0, c0 + w))
+            read_converted(self.addend, selection, where.view(addend))
             if self.beta != 1:
                 _scale(addend, self.beta, wide)
             if wide:
@@ -248,6 +314,11 @@ class Product:
         if self.types.output == rows.dtype:
             return rows
         return rows.astype(self.types.output)
+
+
+def _entries_a_chunk(array: zarr.Array, batch: tuple[int, ...]) -> int:
+    """How many matrices of a stack one chunk of ``array`` holds (1 without a batch)."""
+    return math.prod(min(c, n) for c, n in zip(array.chunks, batch, strict=False))
 
 
 def _scale(values: np.ndarray, factor: float | complex, wide: bool) -> None:

@@ -25,6 +25,7 @@ from outofcore import arrays, chunkfiles, config
 from outofcore.chunk_layout import check_selection, index_text, region_text
 from outofcore.chunkfiles import DECODE_ERRORS, ChunkDecodeError
 from outofcore.errors import JobFailedError
+from outofcore.stacking import Matrix
 
 #: Errors worth retrying: I/O and network failures (timeouts, resets, unreadable or
 #: undecodable chunks: :class:`~outofcore.chunkfiles.ChunkDecodeError` is an OSError).
@@ -156,21 +157,22 @@ def read_converted(
 
 def read_operand(
     array: zarr.Array,
+    matrix: Matrix,
     transposed: bool,
     rows: slice,
     cols: slice,
     out: np.ndarray,
     staging: np.ndarray | None = None,
 ) -> None:
-    """Read ``op(array)[rows, cols]`` into ``out``, where ``op`` is the identity or ``.T``.
+    """Read ``op(M)[rows, cols]`` into the 2-D ``out``, where ``M`` is ``matrix`` of
+    ``array`` (a stack's entry, or a vector as a one-row or one-column matrix) and
+    ``op`` is the identity or ``.T``.
 
-    A transposed operand's region is ``array[cols, rows]``, read as stored into
+    A transposed operand's region is ``M[cols, rows]``, read as stored into
     ``out.T`` (``out`` is then a column-major view over a row-major buffer).
     """
-    if transposed:
-        read_converted(array, (cols, rows), out.T, staging)
-    else:
-        read_converted(array, (rows, cols), out, staging)
+    stored, (r, c) = (out.T, (cols, rows)) if transposed else (out, (rows, cols))
+    read_converted(array, matrix.selection(r, c), matrix.view(stored), staging)
 
 
 def zarr_read_shards(array: zarr.Array, transposed: bool = False) -> tuple[int, int] | None:

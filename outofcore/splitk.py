@@ -43,6 +43,7 @@ from outofcore.tile import (
     addend_bytes,
     compute_tile,
     output_bytes,
+    output_grid,
     write_finished_rows,
     write_mirror,
 )
@@ -289,7 +290,7 @@ def _add_parts(job: SplitJob, task: TileTask, parts: tuple[PartialTask, ...]) ->
     tile_job = recorded.tile_job
     checksums = [job.part_record(part)["blocks"] for part in parts]
     rows, cols = task.shape
-    block = write_block_rows((tile_job.c.shards or tile_job.c.chunks)[0], rows)
+    block = write_block_rows(output_grid(tile_job)[0], rows)
     read = compute = write = 0.0
     scratch = 0
     # The mirror of an off-diagonal tile of a symmetric product is written from the whole sum.

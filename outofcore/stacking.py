@@ -67,6 +67,11 @@ def _op_matrix(shape: tuple[int, ...], transposed: bool, vector: str) -> tuple[i
     return (cols, rows) if transposed else (rows, cols)
 
 
+def shape_text(shape: tuple[int, ...]) -> str:
+    """A shape as messages write it: ``13x11``, ``7x13x11``, ``13`` (1-D), ``0-d``."""
+    return "x".join(map(str, shape)) if shape else "0-d"
+
+
 def _describe(shape: tuple[int, ...], transposed: bool, name: str) -> str:
     """How messages name an operand and its shape: "A.T is 2x4x5", "B is a vector of 4"."""
     if len(shape) == 1:
@@ -74,7 +79,7 @@ def _describe(shape: tuple[int, ...], transposed: bool, name: str) -> str:
     if transposed:
         shape = (*shape[:-2], shape[-1], shape[-2])
         name = f"{name}.T"
-    return f"{name} is {'x'.join(map(str, shape))}"
+    return f"{name} is {shape_text(shape)}"
 
 
 def broadcast_batch(a_batch: tuple[int, ...], b_batch: tuple[int, ...]) -> tuple[int, ...]:
@@ -228,6 +233,12 @@ class Stack:
         if role == "B":
             return Matrix(shape, b_index, 1 if self.b_vector else None)
         return Matrix(shape, self.entry_index(entry), self._out_unit())
+
+    def out_grid(self, rows: int, cols: int) -> tuple[int, ...]:
+        """The output's chunks (or shards) that are ``rows x cols`` on each matrix: 1 on
+        the batch axes (one matrix a chunk), a vector's unit axes left out."""
+        matrix = ((rows, self.a_vector), (cols, self.b_vector))
+        return (1,) * len(self.batch) + tuple(_index(v) for v, unit in matrix if not unit)
 
     def _role_shape(self, role: str) -> tuple[int, ...]:
         """The shape of the array that plays ``role``."""

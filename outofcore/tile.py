@@ -141,6 +141,7 @@ class TilePanels:
         """Take what this thread kept that fits, then allocate the rest from ``engine``."""
         tm, tn = task.shape
         dtype = job.product.types.compute
+        a_entry, b_entry = operand_entries(job, task)
         reuse = panel_cache.plan_reuse(
             worker_context().take_panels(),
             job_id=job.job_id,
@@ -149,6 +150,8 @@ class TilePanels:
             panels=job.panels,
             rows=(task.row0, task.row1),
             cols=(task.col0, task.col1),
+            a_entry=a_entry,
+            b_entry=b_entry,
         )
         a = [reuse.a] if reuse.a is not None else []
         b = [reuse.b] if reuse.b is not None else []
@@ -191,10 +194,12 @@ class TilePanels:
         rows, cols, ks = slice(task.row0, task.row1), slice(task.col0, task.col1), slice(k0, k1)
         if read_a:
             staging = self._staging("a", tm * depth)
-            read_operand(product.a, product.transpose_a, rows, ks, a_panel, staging)
+            a_matrix = product.matrix("A", task.batch)
+            read_operand(product.a, a_matrix, product.transpose_a, rows, ks, a_panel, staging)
         if read_b:
             staging = self._staging("b", depth * tn)
-            read_operand(product.b, product.transpose_b, ks, cols, b_panel, staging)
+            b_matrix = product.matrix("B", task.batch)
+            read_operand(product.b, b_matrix, product.transpose_b, ks, cols, b_panel, staging)
         if is_diagonal(job, task):
             a_panel, b_panel = (b_panel.T, b_panel) if product.transpose_a else (a_panel, a_panel.T)
         return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, read_a, read_b)
@@ -211,12 +216,15 @@ class TilePanels:
             last = (len(self.order) - 1) % PANELS_IN_FLIGHT
             last_a, last_b = self.a[last], self.b[last]
             others = [x for x in self.a + self.b if x is not last_a and x is not last_b]
+            a_entry, b_entry = operand_entries(job, task)
             identity = panel_cache.PanelIdentity(
                 job_id=job.job_id,
                 dtype=job.product.types.compute.str,
                 panel=job.panels[self.order[-1]],
                 rows=(task.row0, task.row1),
                 cols=(task.col0, task.col1),
+                a_entry=a_entry,
+                b_entry=b_entry,
             )
             worker_context().keep_panels(
                 panel_cache.KeptPanels(identity, job.backend, last_a, last_b, tuple(others))
@@ -259,7 +267,7 @@ class _PanelLoop:
         self.sink = sink or (lambda r0, rows: write_finished_rows(job, task, r0, rows))
         #: Whether this task writes the mirror of its tile too (not a part of a split tile).
         self.mirror = sink is None and job.product.symmetric and task.i != task.j
-        self.block = write_block_rows((job.c.shards or job.c.chunks)[0], task.shape[0])
+        self.block = write_block_rows(output_grid(job)[0], task.shape[0])
         self.read_wait = self.compute = self.write = 0.0
         self.bytes_read = 0
 
@@ -355,8 +363,20 @@ def write_finished_rows(job: TileJob, task: TileTask, r0: int, rows: np.ndarray)
     """Write accumulated ``rows`` at row ``r0`` of ``task``'s tile: scaled (in place), addend
     added, converted to the output dtype."""
     origin = (task.row0 + r0, task.col0)
-    values = job.product.finish_rows(rows, origin) if job.product.scaled else rows
-    write_region(job.c, origin, values)
+    values = job.product.finish_rows(rows, origin, task.batch) if job.product.scaled else rows
+    out = job.product.matrix("out", task.batch)
+    write_region(job.c, out.start(*origin), out.view(values))
+
+
+def operand_entries(job: TileJob, task: TileTask) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The batch indices into A and into B of ``task``'s matrices (``()`` without a batch)."""
+    return job.product.stack.operand_index(task.batch or 0)
+
+
+def output_grid(job: TileJob) -> tuple[int, int]:
+    """``(rows, cols)`` of the grid the output's matrices are written in (its shards, else
+    its chunks, on the matrix axes): whole blocks of it are written at once."""
+    return job.product.matrix("out").chunks2d(job.c.shards or job.c.chunks)
 
 
 def is_diagonal(job: TileJob, task: TileTask) -> bool:
@@ -390,13 +410,14 @@ def write_mirror(
     ``tile``), each transposed into a contiguous block; the values are the
     same bits as the tile's, so the output is exactly symmetric.
     """
-    block = write_block_rows((job.c.shards or job.c.chunks)[0], tile.shape[1])
+    block = write_block_rows(output_grid(job)[0], tile.shape[1])
     output = job.product.types.output
+    out = job.product.matrix("out", task.batch)
     for q0 in range(0, tile.shape[1], block):
         if before_write is not None:
             before_write()
-        rows = np.ascontiguousarray(tile[:, q0 : q0 + block].T)
-        write_region(job.c, (task.col0 + q0, task.row0), rows.astype(output, copy=False))
+        rows = np.ascontiguousarray(tile[:, q0 : q0 + block].T).astype(output, copy=False)
+        write_region(job.c, out.start(task.col0 + q0, task.row0), out.view(rows))
 
 
 #: The last panels of a tile are multiplied row block by row block, so that the
@@ -419,9 +440,8 @@ def _decoded_bytes(
 ) -> int:
     """Bytes of A and B decoded to read this panel (whole chunks along k)."""
     product = job.product
-    a_axis = 0 if product.transpose_a else 1
-    b_axis = 1 if product.transpose_b else 0
-    a_k = chunk_span(k0, k1, product.a.chunks[a_axis], product.k) if a else 0
-    b_k = chunk_span(k0, k1, product.b.chunks[b_axis], product.k) if b else 0
+    a_view, b_view = product.op_view("A"), product.op_view("B")
+    a_k = chunk_span(k0, k1, a_view.chunks[1], product.k) if a else 0
+    b_k = chunk_span(k0, k1, b_view.chunks[0], product.k) if b else 0
     rows, cols = task.shape
     return product.a.dtype.itemsize * rows * a_k + product.b.dtype.itemsize * b_k * cols

@@ -60,7 +60,7 @@ def reference_gemm(
     Exact int64 arithmetic when every operand is an integer (the magnitude is
     then None); else float64, or complex128 when any operand is complex.
     """
-    op_a, op_b = (a.T if transpose_a else a), (b.T if transpose_b else b)
+    op_a, op_b = _op(a, transpose_a), _op(b, transpose_b)
     operands = [op_a, op_b] + ([] if addend is None else [addend])
     if all(x.dtype.kind in "iu" for x in operands):
         ref = int(np.real(alpha)) * (op_a.astype(np.int64) @ op_b.astype(np.int64))
@@ -74,6 +74,11 @@ def reference_gemm(
         ref = ref + beta * addend.astype(wide)
         size = size + abs(beta) * np.abs(addend.astype(wide))
     return ref, size
+
+
+def _op(x: np.ndarray, transposed: bool) -> np.ndarray:
+    """``x`` with its last two axes swapped (numpy.matmul's transpose; a vector is its own)."""
+    return np.swapaxes(x, -1, -2) if transposed and x.ndim > 1 else x
 
 
 def assert_gemm_close(
@@ -99,7 +104,7 @@ def assert_gemm_close(
         mismatch = np.argwhere(got.astype(np.int64) != ref)
         assert mismatch.size == 0, f"{len(mismatch)} elements differ, first at {mismatch[:1]}"
         return
-    k = a.shape[0] if product.get("transpose_a") else a.shape[1]
+    k = _op(a, product.get("transpose_a", False)).shape[-1]
     unit = np.finfo(np.dtype(accumulated_in)).eps / 2
     out_unit = 0.0 if rounded_to is None else np.finfo(np.dtype(rounded_to)).eps / 2
     tolerance = 2 * (k * unit + out_unit) * size + np.finfo(np.dtype(accumulated_in)).tiny

@@ -51,11 +51,22 @@ def run(a, b, out, **kwargs):
     return outofcore.matmul(a, b, out, client="sync", progress=False, **kwargs)
 
 
-def test_not_two_dimensional(inputs):
+def test_zero_dimensional(inputs):
+    """numpy.matmul refuses 0-d operands; so does outofcore, naming the array."""
     folder, _, b = inputs
-    zarr.create_array(str(folder / "v.zarr"), shape=(30,), chunks=(10,), dtype="f4")[...] = 1
+    zarr.create_array(str(folder / "s.zarr"), shape=(), chunks=(), dtype="f4")[...] = 1.5
     before = snapshot(folder)
-    with pytest.raises(InputError, match=r"1 dimensions with shape \(30,\)"):
+    with pytest.raises(InputError, match=r"input A \(file://.*s\.zarr\) is 0-d \(shape \(\)\)"):
+        run(folder / "s.zarr", b, folder / "c.zarr")
+    assert snapshot(folder) == before
+
+
+def test_vector_of_another_length(inputs):
+    """A 1-D operand of the wrong length names both shapes, as numpy does."""
+    folder, _, b = inputs
+    zarr.create_array(str(folder / "v.zarr"), shape=(31,), chunks=(10,), dtype="f4")[...] = 1
+    before = snapshot(folder)
+    with pytest.raises(InputError, match=r"A is a vector of 31 and B is 30x20 \(31 != 30\)"):
         run(folder / "v.zarr", b, folder / "c.zarr")
     assert snapshot(folder) == before
 
