@@ -33,7 +33,12 @@ Cases (``--scale S`` divides every dimension and chunk by S, every budget by S²
   4x4 chunks (zarr v3 ``shards=``), 512 MiB: outofcore reads the shard files' inner
   chunks one at a time, as chunk files;
 * ``sharded-zarr``: the same with blosc inner chunks, which zarr's sharding codec reads
-  (as it reads shards on object stores): a read holds a shard's part of a panel.
+  (as it reads shards on object stores): a read holds a shard's part of a panel;
+* ``vector``: a matrix-vector product, 16384x8192 float32 in 1024² chunks @ a vector of
+  8192 in chunks of 1024, 256 MiB: tiles one column wide;
+* ``stack``: a stack of 16 products, A 16x1024x2048 in chunks of 2x512x512 (each chunk
+  holds two matrices: both are decoded for either) @ one B 2048x1024 for all 16
+  (broadcast), 128 MiB.  The batch dimension is not scaled.
 
 Writes ``benchmarks/results/task-memory-<date>.json``.
 
@@ -71,8 +76,8 @@ class Operand:
     """An input the case writes: its name, shape, chunks and dtype."""
 
     name: str
-    shape: tuple[int, int]
-    chunks: tuple[int, int]
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
     dtype: str = "float32"
     #: Shards of ``chunks`` (zarr v3), or None: plain chunks.
     shards: tuple[int, int] | None = None
@@ -150,6 +155,16 @@ CASES: dict[str, Case] = {
         ),
         512 * MiB,
     ),
+    "vector": Case(
+        "16384x8192 float32 @ a vector of 8192, 1024^2 chunks",
+        (Operand("a", (16384, 8192), (1024, 1024)), Operand("b", (8192,), (1024,))),
+        256 * MiB,
+    ),
+    "stack": Case(
+        "16 x (1024x2048 @ 2048x1024) float32, A in 2x512x512 chunks, one B for all",
+        (Operand("a", (16, 1024, 2048), (2, 512, 512)), Operand("b", (2048, 1024), (512, 512))),
+        128 * MiB,
+    ),
 }
 
 
@@ -158,8 +173,10 @@ def scaled(case: Case, scale: int) -> Case:
     if scale == 1:
         return case
 
-    def div(pair: tuple[int, int]) -> tuple[int, int]:
-        return tuple(max(1, v // scale) for v in pair)
+    def div(sizes: tuple[int, ...]) -> tuple[int, ...]:
+        """The matrix (or vector) dimensions divided; a stack's batch dimensions kept."""
+        batch = sizes[:-2] if len(sizes) > 2 else ()
+        return batch + tuple(max(1, v // scale) for v in sizes[len(batch) :])
 
     operands = tuple(
         Operand(o.name, div(o.shape), div(o.chunks), o.dtype, o.shards and div(o.shards), o.codec)
@@ -179,7 +196,7 @@ def task_kind(key: str, splits: int, symmetric: bool) -> tuple[str, str]:
     if splits > 1:
         return "reduction", "reduction"
     if symmetric:
-        _, i, j = key.split("-")
+        _, i, j, *_ = key.split("-")
         return ("gram diagonal" if i == j else "gram off-diagonal"), "tile"
     return "tile", "tile"
 

@@ -40,7 +40,7 @@ NOT_HERE = {
     "python benchmarks/": "a benchmark: tests/system/test_benchmarks.py runs each on small sizes",
 }
 #: Shapes and chunks a hundred times smaller (at least 1), so the examples take seconds.
-SMALLER = re.compile(r"--(shape|chunks) (\d+),(\d+)")
+SMALLER = re.compile(r"--(shape|chunks) (\d+(?:,\d+)*)")
 OPTIONAL = re.compile(r"\s*\[[^\]]*\]")
 BLOCK = re.compile(r"^```(bash|python)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 #: Documents a reader follows from the top in one folder: run whole, in order.
@@ -67,8 +67,11 @@ def smaller(command: str) -> str:
     """A command line with its optional parts left out and its shapes made smaller."""
 
     def shrink(match: re.Match) -> str:
-        rows, cols = (max(1, math.ceil(int(x) / 100)) for x in match.group(2, 3))
-        return f"--{match.group(1)} {rows},{cols}"
+        """The matrix (or vector) sizes a hundred times smaller; a stack's batch kept."""
+        sizes = [int(x) for x in match.group(2).split(",")]
+        batch = sizes[:-2] if len(sizes) > 2 else []
+        smaller = [max(1, math.ceil(x / 100)) for x in sizes[len(batch) :]]
+        return f"--{match.group(1)} {','.join(map(str, batch + smaller))}"
 
     return SMALLER.sub(shrink, OPTIONAL.sub("", command))
 

@@ -547,3 +547,30 @@ def test_gram_on_the_simulator_is_exactly_symmetric(tmp_path, monkeypatch):
     g = result.output[...]
     assert (g == g.T).all()
     assert_gemm_close(g, x, x, accumulated_in="float32", transpose_a=True)
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "a_chunks", "b_chunks"),
+    [
+        ((23, 19), (19,), (6, 5), (7,)),  # matrix @ vector: tiles one column wide
+        ((19,), (19, 13), (5,), (4, 6)),  # vector @ matrix: tiles one row high
+        ((3, 11, 19), (19, 13), (2, 4, 5), (4, 6)),  # a stack times one matrix
+    ],
+)
+def test_vectors_and_stacks_on_the_simulator(
+    tmp_path, monkeypatch, a_shape, b_shape, a_chunks, b_chunks
+):
+    """numpy.matmul's shapes reach the CUDA engine as 2-D panels of each task's matrix."""
+    from outofcore.generate import random_values
+
+    rng = np.random.default_rng(14)
+    a = random_values(rng, a_shape, np.dtype("float32"))
+    b = random_values(rng, b_shape, np.dtype("float32"))
+    write_zarr(tmp_path / "a.zarr", a, a_chunks)
+    write_zarr(tmp_path / "b.zarr", b, b_chunks)
+    monkeypatch.setitem(worker_context().thread().engines, "cuda", fresh_engine())
+    paths = [str(tmp_path / f"{name}.zarr") for name in ("a", "b", "c")]
+    job = {**SIMULATED_JOB, "tile": None, "tk": None, "memory": "64KiB", "device_memory": 4096}
+    result = run_job(*paths, **job)
+    assert result.output.shape == np.matmul(a, b).shape
+    assert_gemm_close(result.output[...], a, b, accumulated_in="float32")

@@ -8,7 +8,13 @@ through the command line and on a real Dask cluster.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import dask.array as da
 import numpy as np
@@ -18,8 +24,9 @@ import zarr
 import outofcore
 from outofcore.errors import BudgetError, InputError
 from outofcore.freivalds import verify
-from outofcore.generate import random_values
-from tests.helpers import assert_gemm_close, cli, write_zarr
+from outofcore.generate import random_array, random_values
+from outofcore.journal import JOURNAL_DIR
+from tests.helpers import assert_gemm_close, cli, tile_records, wait_for, write_zarr
 
 #: (A's shape, B's shape, A's chunks, B's chunks, transpose_a, transpose_b): every rule of
 #: numpy.matmul's documentation, on sizes that no chunk divides.
@@ -240,3 +247,49 @@ def test_command_line_vectors_and_stacks(tmp_path):
     s, m, x = (zarr.open_array(paths[n])[...] for n in "smx")
     check_against_numpy(zarr.open_array(paths["c"])[...], s, m, False, False)
     check_against_numpy(zarr.open_array(paths["y"])[...], s, x, False, False)
+
+
+def test_a_stack_killed_mid_job_resumes_and_recomputes_a_damaged_record(tmp_path):
+    """SIGKILL of ``outofcore matmul`` on a stack; one matrix's record then damaged; the
+    rerun skips the other recorded tiles (``tile-I-J-bE``), computes the rest, and the
+    output equals numpy's."""
+    a, b, c = (str(tmp_path / name) for name in ("s.zarr", "t.zarr", "c.zarr"))
+    random_array(a, (6, 700, 600), (1, 100, 100), seed=1)
+    random_array(b, (600, 500), (100, 100), seed=2)  # one B for every matrix
+    command = [a, b, "-o", c, "--memory", "512KiB", "--scheduler", "sync", "--json"]
+    job = subprocess.Popen(
+        [sys.executable, "-m", "outofcore.cli", "matmul", *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OUTOFCORE_LEASE_TIMEOUT": "1"},
+    )
+    try:
+        total = None
+
+        def enough() -> bool:
+            nonlocal total
+            document = Path(c) / JOURNAL_DIR / "job.json"
+            if total is None and document.exists():
+                total = json.loads(document.read_text())["tiles_total"]
+            return total is not None and len(tile_records(Path(c))) >= total // 3
+
+        wait_for(enough, 120, "a third of the tiles")
+        assert job.poll() is None, "the job finished before the kill; make it longer"
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+    records = tile_records(Path(c))
+    assert all(re.fullmatch(r"tile-\d+-\d+-b[0-5]\.json", r.name) for r in records), records
+    records[-1].write_text('{"damaged": ')  # a record cut short
+    rerun = cli("matmul", *command)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["tiles"] == total and summary["tiles_skipped"] == len(records) - 1
+    expected = zarr.open_array(a)[...].astype(np.float64) @ zarr.open_array(b)[...]
+    assert_gemm_close(
+        zarr.open_array(c)[...], zarr.open_array(a)[...], zarr.open_array(b)[...],
+        accumulated_in="float32",
+    )  # fmt: skip
+    assert zarr.open_array(c).shape == expected.shape
+    checked = cli("verify", a, b, c, "--json")
+    assert checked.returncode == 0 and json.loads(checked.stdout)["passed"] is True

@@ -421,6 +421,8 @@ def test_task_memory_benchmark_measures_every_kind_of_task(tmp_path, moto_server
         "s3": {"tile"},
         "sharded": {"tile"},
         "sharded-zarr": {"tile"},
+        "vector": {"tile"},
+        "stack": {"tile"},
     }
     for name, figures in cases.items():
         assert figures["verified"], name
