@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"  # the package's version: pyproject.toml reads it from here
-__all__ = ["JobSpec", "gram", "job_status", "matmul", "verify", "__version__"]
+__all__ = ["JobSpec", "gram", "job_status", "matmul", "to_zarr", "verify", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,6 +26,10 @@ def __getattr__(name: str) -> Any:
         from outofcore.api import gram
 
         return gram
+    if name == "to_zarr":
+        from outofcore.dask_store import to_zarr
+
+        return to_zarr
     if name == "job_status":
         from outofcore.status import job_status
 

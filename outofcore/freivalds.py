@@ -31,10 +31,8 @@ most 1/2; the tolerance is 0.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -50,6 +48,7 @@ from outofcore.product import Product
 from outofcore.reading import ReadError, read_panel
 from outofcore.targets import JOB_ATTRIBUTE
 from outofcore.worker_context import worker_context
+from scheduler.addresses import computing_on
 
 SAFETY = 16.0
 
@@ -179,7 +178,7 @@ def verify(
     rng = np.random.default_rng(seed)
     r = rng.choice(np.array([-1, 1]), size=(product.matrix_shape[1], rounds))
     try:
-        with _running_on(client):
+        with computing_on(client, config.number("connect-timeout", positive=True)):
             if product.types.exact:
                 return _verify_exact(product, c_arr, r)
             return _verify_rounded(product, c_arr, r)
@@ -188,32 +187,6 @@ def verify(
         raise ReadError(f"a chunk of {', '.join(read)} is corrupt: {exc}") from exc
     finally:  # the chunk-file buffers the reads kept (outofcore.reading, as a job's tasks)
         worker_context().release_in_process()
-
-
-@contextlib.contextmanager
-def _running_on(client: Any) -> Iterator[None]:
-    """Run the ``dask.compute`` calls inside on ``client`` (resolved as a job resolves it,
-    :func:`scheduler.addresses.resolve_client`): a ``distributed.Client`` as it is, a
-    scheduler address through a Client of its own (closed after), ``"sync"`` in this
-    thread, and no cluster at all in threads of this process."""
-    from scheduler.addresses import SYNC, check_client, resolve_client  # noqa: PLC0415
-
-    client = resolve_client(client)
-    with contextlib.ExitStack() as held:
-        if client is None:
-            scheduler: Any = "threads"
-        elif isinstance(client, str) and client.lower() in SYNC:
-            scheduler = "sync"
-        elif isinstance(client, str):
-            from distributed import Client  # noqa: PLC0415
-
-            timeout = config.number("connect-timeout", positive=True)
-            check_client(client, timeout)  # an address where no scheduler answers: at once
-            scheduler = held.enter_context(Client(client, timeout=timeout, set_as_default=False))
-        else:
-            scheduler = client
-        held.enter_context(dask.config.set(scheduler=scheduler))
-        yield
 
 
 def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Array, ...]:

@@ -16,10 +16,10 @@ from outofcore.dtypes import check_input_dtype
 from outofcore.errors import InputError, OutputExistsError
 from outofcore.journal import Journal
 from outofcore.lease import check_not_held
-from outofcore.locations import locate
+from outofcore.locations import Location, locate
 from outofcore.stacking import shape_text
 from outofcore.stores import zarr_options
-from outofcore.targets import GENERATED_ATTRIBUTE, check_replaceable
+from outofcore.targets import GENERATED_ATTRIBUTE, Occupant, check_replaceable
 from outofcore.writing import disk_usage_of
 
 
@@ -59,14 +59,7 @@ def random_array(
     occupant = check_replaceable(where, deep=overwrite)
     workers = threads or os.cpu_count() or 1
     check_room(where, shape, chunks, np_dtype, workers)
-    if occupant.kind != "nothing":
-        if not overwrite:
-            raise OutputExistsError(
-                f"{str(where)!r} already exists; pass overwrite=True to replace it"
-            )
-        journal = Journal.for_output(where)
-        check_not_held(journal, str(where))
-        journal.clear_output()
+    clear_own_array(where, occupant, overwrite)
     array = zarr.create_array(
         where.target,
         shape=shape,
@@ -91,6 +84,25 @@ def random_array(
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(write_chunk, itertools.product(*grid)))
     return array
+
+
+def clear_own_array(where: Location, occupant: Occupant, overwrite: bool) -> None:
+    """Make room for a new array at ``where``, where :func:`check_replaceable` found
+    ``occupant``: nothing to do for nothing, else (with ``overwrite``) delete the keys of
+    the array outofcore made there, once no live job holds it.
+
+    Raises
+    ------
+    OutputExistsError
+        When something is there and ``overwrite`` is False.
+    """
+    if occupant.kind == "nothing":
+        return
+    if not overwrite:
+        raise OutputExistsError(f"{str(where)!r} already exists; pass overwrite=True to replace it")
+    journal = Journal.for_output(where)
+    check_not_held(journal, str(where))
+    journal.clear_output()
 
 
 #: Bytes of memory a chunk being written takes, per byte of its dtype: the values drawn

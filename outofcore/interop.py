@@ -92,11 +92,26 @@ def zarr_behind(x: Any) -> tuple[zarr.Array, bool] | None:
     ``.mT`` or ``swapaxes(-1, -2)`` of any; ``.T`` of a 1-D array is itself).
     """
     graph = x.__dask_graph__()
-    layers = getattr(graph, "layers", None)
-    if layers is None or x.ndim < 1:
+    if getattr(graph, "layers", None) is None or x.ndim < 1:
         return None
-    name, transposed, seen = x.name, False, set()
-    while (swaps := _transpose_swaps(layers.get(name), x.ndim)) is not None:
+    found = layer_reads(graph, x.name, x.ndim)
+    if found is None:
+        return None
+    source, transposed = found
+    shape = tuple(x.shape[:-2]) + tuple(x.shape[-2:][::-1]) if transposed else tuple(x.shape)
+    if shape != tuple(source.shape) or np.dtype(x.dtype) != np.dtype(source.dtype):
+        return None
+    return source, transposed
+
+
+def layer_reads(graph: Any, name: str, ndim: int) -> tuple[zarr.Array, bool] | None:
+    """The zarr array that layer ``name`` of a high-level dask ``graph`` (an array of
+    ``ndim`` dimensions) only reads, and whether the layer is its transpose; None when
+    the layer, or any layer below it, does anything more (:func:`zarr_behind`'s rule)."""
+    layers = graph.layers
+    below_all = _below(graph, name)
+    transposed, seen = False, set()
+    while (swaps := _transpose_swaps(layers.get(name), ndim)) is not None:
         seen.add(name)
         transposed = transposed != swaps
         below = graph.dependencies.get(name, set())
@@ -115,12 +130,20 @@ def zarr_behind(x: Any) -> tuple[zarr.Array, bool] | None:
             return None
         seen.add(key)
         source = holder[key]
-    if not isinstance(source, zarr.Array) or seen != set(layers):
-        return None
-    shape = tuple(x.shape[:-2]) + tuple(x.shape[-2:][::-1]) if transposed else tuple(x.shape)
-    if shape != tuple(source.shape) or np.dtype(x.dtype) != np.dtype(source.dtype):
+    if not isinstance(source, zarr.Array) or seen != below_all or source.ndim != ndim:
         return None
     return _by_path(source), transposed
+
+
+def _below(graph: Any, name: str) -> set[str]:
+    """Layer ``name`` and every layer it depends on, directly or not."""
+    found, todo = set(), [name]
+    while todo:
+        layer = todo.pop()
+        if layer not in found:
+            found.add(layer)
+            todo.extend(graph.dependencies.get(layer, ()))
+    return found
 
 
 def check_shareable(named: dict[str, Any], client: Any, gpus: tuple[int, ...] | None) -> None:

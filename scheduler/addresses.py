@@ -7,7 +7,9 @@ and protocol (:func:`check_client`) and whether a scheduler answers there
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from scheduler.errors import ClusterError
@@ -63,6 +65,31 @@ def resolve_client(client: Any, gpus: tuple[int, ...] | None = None) -> Any:
             "cluster: leave out gpus to run there, or close that Client first"
         )
     return found
+
+
+@contextlib.contextmanager
+def computing_on(client: Any, timeout: float = CONNECT_TIMEOUT_SECONDS) -> Iterator[None]:
+    """Run the ``dask.compute`` calls inside on ``client`` (resolved as a job resolves it,
+    :func:`resolve_client`): a ``distributed.Client`` as it is, a scheduler address
+    through a Client of its own (closed after; ``timeout`` seconds to connect), ``"sync"``
+    in this thread, and no cluster at all in threads of this process."""
+    import dask  # noqa: PLC0415
+
+    client = resolve_client(client)
+    with contextlib.ExitStack() as held:
+        if client is None:
+            scheduler: Any = "threads"
+        elif isinstance(client, str) and client.lower() in SYNC:
+            scheduler = "sync"
+        elif isinstance(client, str):
+            from distributed import Client  # noqa: PLC0415
+
+            check_client(client, timeout)  # an address where no scheduler answers: at once
+            scheduler = held.enter_context(Client(client, timeout=timeout, set_as_default=False))
+        else:
+            scheduler = client
+        held.enter_context(dask.config.set(scheduler=scheduler))
+        yield
 
 
 def client_address(client: Any) -> str:

@@ -1,0 +1,160 @@
+"""``outofcore.to_zarr``: dask.array code reaches outofcore with one line (issue 31, item 1).
+
+The product at the top of a dask graph is found from the layers dask.array builds
+(:mod:`outofcore.dask_products`), never guessed: every form is compared with numpy,
+and graphs that are anything else are stored by dask, as they compute.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import outofcore
+from outofcore.dask_products import product_at_top, top_product
+from outofcore.errors import InputError, OutputExistsError
+from tests.helpers import assert_gemm_close, random_matrix, write_zarr
+
+
+@pytest.fixture
+def stored(tmp_path):
+    """A (97x61, ragged chunks) and B (61x43) as zarr arrays and numpy arrays."""
+    rng = np.random.default_rng(31)
+    a, b = random_matrix(rng, (97, 61), "float32"), random_matrix(rng, (61, 43), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (20, 13))
+    write_zarr(tmp_path / "b.zarr", b, (13, 9))
+    return tmp_path, a, b
+
+
+def forms(folder):
+    """Each dask spelling of a product, with the numpy product it is and its flags."""
+    a, b = da.from_zarr(str(folder / "a.zarr")), da.from_zarr(str(folder / "b.zarr"))
+    return {
+        "a @ b": (a @ b, lambda x, y: x @ y, (False, False)),
+        "a.T @ a": (a.T @ a, lambda x, y: x.T @ x, (True, False)),
+        "a @ a.T": (a @ a.T, lambda x, y: x @ x.T, (False, True)),
+        "da.matmul": (da.matmul(a, b), lambda x, y: x @ y, (False, False)),
+        "da.dot(a, b.T.T)": (da.dot(a, b.T.T), lambda x, y: x @ y, (False, False)),
+        "einsum ij,jk->ik": (da.einsum("ij,jk->ik", a, b), lambda x, y: x @ y, (False, False)),
+        "einsum ji,jk->ik": (da.einsum("ji,jk->ik", a.T, b), lambda x, y: x @ y, (False, False)),
+        "einsum ij,jk->ki": (da.einsum("ij,jk->ki", a, b), lambda x, y: (x @ y).T, (True, True)),
+        "tensordot axes=1": (da.tensordot(a, b, axes=1), lambda x, y: x @ y, (False, False)),
+        "tensordot axes 0,0": (
+            da.tensordot(a.T, b.T.T, axes=((0,), (0,))),
+            lambda x, y: x @ y,
+            (False, False),
+        ),
+    }
+
+
+def test_every_form_is_found_with_its_flags(stored):
+    folder = stored[0]
+    for name, (x, _, flags) in forms(folder).items():
+        found = product_at_top(x)
+        assert found is not None, name
+        assert (found.transpose_a, found.transpose_b) == flags, name
+
+
+def test_anything_more_than_a_product_of_stored_arrays_is_not_a_product(stored):
+    folder = stored[0]
+    a, b = da.from_zarr(str(folder / "a.zarr")), da.from_zarr(str(folder / "b.zarr"))
+    one_k = da.from_zarr(str(folder / "a.zarr"), chunks=(20, 61))
+    one_k_b = da.from_zarr(str(folder / "b.zarr"), chunks=(61, 9))
+    assert product_at_top(one_k @ one_k_b) is not None  # one block of k: squeezed, not summed
+    for x in (
+        2 * (a @ b),
+        (a @ b).sum(axis=0),
+        (a @ b)[:5],
+        (one_k @ one_k_b)[:5],
+        one_k @ b,  # dask rechunks b to one_k's k blocks: an operand that computes
+        a.astype("float64") @ b,
+        (a - a.mean(axis=0)).T @ a,
+        a + 1,
+        da.outer(a[:, 0], b[0]),
+    ):
+        assert product_at_top(x) is None, x.name
+    assert top_product(a.astype("float64") @ b)[1] == "matmul"  # a product; operands compute
+    assert top_product(a + 1) is None
+
+
+def test_to_zarr_runs_every_form_on_a_cluster_as_outofcore_tasks(stored):
+    """On a distributed Client of 2 workers: outofcore's tile tasks ran there (its task
+    stream), and every form equals numpy's product."""
+    from distributed import Client, LocalCluster, get_task_stream  # noqa: PLC0415
+
+    folder, a, b = stored
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        for number, (name, (x, product, _)) in enumerate(forms(folder).items()):
+            with get_task_stream(client) as stream:
+                out = outofcore.to_zarr(
+                    x, str(folder / f"c{number}.zarr"), client=client, memory="4MiB",
+                    progress=False,
+                )  # fmt: skip
+            assert any("tile-" in str(task["key"]) for task in stream.data), name
+            assert out.dtype == np.float32, name
+            expected = product(a.astype(np.float64), b.astype(np.float64))
+            np.testing.assert_allclose(out[...], expected, rtol=1e-4, atol=1e-3, err_msg=name)
+        gram = zarr.open_array(str(folder / "c1.zarr"))
+        assert gram.attrs["outofcore"]["product"]["symmetric"] is True  # half the tiles
+
+
+def test_anything_else_is_stored_by_dask_and_says_so(stored, caplog):
+    folder, a, _ = stored
+    x = da.from_zarr(str(folder / "a.zarr"))
+    with caplog.at_level(logging.INFO, logger="outofcore"):
+        out = outofcore.to_zarr(x[:, :40] * 2 + 1, str(folder / "s.zarr"), client="sync")
+    np.testing.assert_array_equal(out[...], a[:, :40] * 2 + 1)
+    assert out.attrs["outofcore"] == {"complete": True, "stored_by": "dask.array.to_zarr"}
+    assert "has no matrix product at its top; dask.array stores it" in caplog.text
+    centered = x - x.mean(axis=0)
+    with caplog.at_level(logging.INFO, logger="outofcore"):
+        out = outofcore.to_zarr(centered.T @ centered, str(folder / "g.zarr"), client="sync")
+    assert "is a matmul whose operands compute" in caplog.text
+    c = a.astype(np.float64) - a.astype(np.float64).mean(axis=0)
+    np.testing.assert_allclose(out[...], c.T @ c, rtol=1e-4, atol=1e-3)
+
+
+def test_refusals_before_anything_is_written(stored):
+    folder, a, _ = stored
+    x = da.from_zarr(str(folder / "a.zarr"))
+    with pytest.raises(InputError, match="to_zarr stores a dask array; got a numpy.ndarray"):
+        outofcore.to_zarr(a, str(folder / "n.zarr"))
+    with pytest.raises(InputError, match=r"\['memory'\] are options of an outofcore product"):
+        outofcore.to_zarr(x + 1, str(folder / "m.zarr"), memory="1GiB")
+    assert not (folder / "n.zarr").exists() and not (folder / "m.zarr").exists()
+    outofcore.to_zarr(x + 1, str(folder / "p.zarr"), client="sync")
+    with pytest.raises(OutputExistsError):
+        outofcore.to_zarr(x + 2, str(folder / "p.zarr"), client="sync")
+    mine = folder / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    for y in (x + 1, x.T @ x):
+        with pytest.raises(InputError, match="is a folder that is not a zarr array"):
+            outofcore.to_zarr(y, str(mine), overwrite=True, client="sync")
+    assert (mine / "notes.txt").read_text() == "mine"
+    replaced = outofcore.to_zarr(x - 1, str(folder / "p.zarr"), overwrite=True, client="sync")
+    np.testing.assert_array_equal(replaced[...], a - 1)
+
+
+def test_integer_products_are_exact_in_dasks_dtype(stored):
+    """dask types int8 @ int8 as int64: outofcore writes that dtype, exactly.  An operand
+    that computes (``astype``) is stored by dask."""
+    folder = stored[0]
+    rng = np.random.default_rng(5)
+    i8 = rng.integers(-128, 128, size=(30, 50), dtype=np.int8)
+    write_zarr(folder / "i8.zarr", i8, (7, 11))
+    x8 = da.from_zarr(str(folder / "i8.zarr"))
+    product = x8 @ x8.T
+    out = outofcore.to_zarr(product, str(folder / "n.zarr"), client="sync")
+    assert out.dtype == product.dtype and out.attrs["outofcore"]["product"]["exact"] is True
+    assert_gemm_close(out[...], i8, i8.T, accumulated_in=None)
+    computes = x8.astype(np.int16) @ x8.T  # dask's blocks wrap in int16, summed in int64
+    written = outofcore.to_zarr(computes, str(folder / "w.zarr"), client="sync")
+    np.testing.assert_array_equal(written[...], computes.compute(scheduler="sync"))
