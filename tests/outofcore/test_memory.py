@@ -291,3 +291,28 @@ def test_a_gpu_worker_with_its_engine_stays_below_the_pause_threshold():
         [measured] = client.run(engine_rss).values()
     assert measured["limit"] == limit
     assert measured["after"] < pause * limit, (measured, pause)
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "a_chunks", "b_chunks"),
+    [
+        ((1601, 997), (997,), (100, 97), (97,)),  # a matrix-vector product: tiles of 1 column
+        ((6, 301, 499), (499, 211), (2, 50, 97), (97, 50)),  # chunks of 2 matrices; B broadcast
+    ],
+    ids=["vector", "stack"],
+)
+def test_vectors_and_stacks_stay_within_their_projection(
+    tmp_path, task_peaks, a_shape, b_shape, a_chunks, b_chunks
+):
+    """A matrix-vector product, and a stack whose A chunks hold two matrices each (an
+    entry decodes whole chunks: the codec buffers count both)."""
+    rng = np.random.default_rng(27)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    result = measured_job(tmp_path, a, b, a_chunks, b_chunks, memory=4 * 2**20)
+    if len(a_shape) == 3:
+        assert result.plan.problem.chunk_batch == (2, 1) and result.plan.problem.batch == 6
+    within_projection(task_peaks, result.plan)
+    got = zarr.open_array(str(tmp_path / "c.zarr"))[...]
+    assert got.shape == np.matmul(a, b).shape
+    np.testing.assert_allclose(got, np.matmul(a.astype(np.float64), b), rtol=1e-3, atol=1e-3)
