@@ -108,24 +108,23 @@ def layer_reads(graph: Any, name: str, ndim: int) -> tuple[zarr.Array, bool] | N
     """The zarr array that layer ``name`` of a high-level dask ``graph`` (an array of
     ``ndim`` dimensions) only reads, and whether the layer is its transpose; None when
     the layer, or any layer below it, does anything more (:func:`zarr_behind`'s rule)."""
-    layers = graph.layers
     below_all = _below(graph, name)
     transposed, seen = False, set()
-    while (swaps := _transpose_swaps(layers.get(name), ndim)) is not None:
+    while (swaps := _transpose_swaps(_layer(graph, name), ndim)) is not None:
         seen.add(name)
         transposed = transposed != swaps
         below = graph.dependencies.get(name, set())
         if len(below) != 1:
             return None
         (name,) = below
-    reader = layers.get(name)
+    reader = _layer(graph, name)
     if not _is_getter(reader) or len(reader.indices) != 2:
         return None
     seen.add(name)
     source = reader.indices[0][0]  # the array, or a reference to the layer holding it
     if not isinstance(source, zarr.Array):
         key = getattr(source, "key", None)
-        holder = layers.get(key)
+        holder = _layer(graph, key)
         if holder is None or graph.dependencies.get(name) != {key} or len(holder) != 1:
             return None
         seen.add(key)
@@ -133,6 +132,11 @@ def layer_reads(graph: Any, name: str, ndim: int) -> tuple[zarr.Array, bool] | N
     if not isinstance(source, zarr.Array) or seen != below_all or source.ndim != ndim:
         return None
     return _by_path(source), transposed
+
+
+def _layer(graph: Any, name: Any) -> Any:
+    """Layer ``name`` of a high-level dask ``graph``, or None."""
+    return graph.layers.get(name)
 
 
 def _below(graph: Any, name: str) -> set[str]:
@@ -157,9 +161,9 @@ def check_shareable(named: dict[str, Any], client: Any, gpus: tuple[int, ...] | 
     (``{"input A": a, "input B": b, "the addend": addend}``), before anything is
     opened, so the message names what the user passed.
     """
-    from outofcore import config  # noqa: PLC0415 (imports dask)
+    from outofcore.config import flag  # noqa: PLC0415 (imports dask)
 
-    if tasks_run_here(client, gpus, config.flag("in-process-worker")):
+    if tasks_run_here(client, gpus, flag("in-process-worker")):
         return
     for label, value in named.items():
         if isinstance(value, np.ndarray):
