@@ -5,6 +5,8 @@
 >>> outofcore.verify("a.zarr", "b.zarr", c).passed                        # doctest: +SKIP
 True
 
+``outofcore.xarray.dot`` is ``xr.dot`` of zarr-backed DataArrays, out of core.
+
 The heavy modules (Dask, zarr, BLAS) load on first use of ``matmul`` or
 ``verify``, so ``import scheduler.plan`` and ``outofcore.errors`` stay light.
 """

@@ -26,7 +26,7 @@ from outofcore.dask_products import FoundProduct, product_at_top, top_product
 from outofcore.dtypes import product_types
 from outofcore.errors import InputError
 from outofcore.generate import clear_own_array
-from outofcore.interop import type_name
+from outofcore.interop import by_path, type_name
 from outofcore.locations import locate
 from outofcore.spec import JobSpec
 from outofcore.stores import zarr_options
@@ -84,7 +84,7 @@ def to_zarr(
         describe(found.b),
         ".T" if found.transpose_b else "",
     )
-    out = matmul(found.a, found.b, url, spec, client=client)
+    out = matmul(by_path(found.a), by_path(found.b), url, spec, client=client)
     if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
         raise RuntimeError(f"the product {out.shape} is not x's {x.shape}")
     return out

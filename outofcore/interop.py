@@ -26,6 +26,7 @@ taken only where those guarantees still hold:
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,8 @@ def resolve(
     """
     if isinstance(source, zarr.Array | str | os.PathLike):
         return source, False
+    if _is_data_array(source):
+        return _data_array_behind(source, label, dtypes)
     if _is_dask_array(source):
         found = zarr_behind(source)
         if found is None:
@@ -72,7 +75,7 @@ def resolve(
                 "bound its memory). Store it first, then pass the path: "
                 f"{store_line(label, source)}"
             )
-        return found
+        return by_path(found[0]), found[1]
     if isinstance(source, np.ndarray) and not isinstance(source, np.ma.MaskedArray):
         return _in_memory(source, label, dtypes), False
     raise InputError(
@@ -128,10 +131,83 @@ def layer_reads(graph: Any, name: str, ndim: int) -> tuple[zarr.Array, bool] | N
         if holder is None or graph.dependencies.get(name) != {key} or len(holder) != 1:
             return None
         seen.add(key)
-        source = holder[key]
+        source = _unwrap_xarray(holder[key])  # xarray's adapters of a zarr array, or it
     if not isinstance(source, zarr.Array) or seen != below_all or source.ndim != ndim:
         return None
-    return _by_path(source), transposed
+    return source, transposed
+
+
+def _is_data_array(value: Any) -> bool:
+    """Whether ``value`` is an ``xarray.DataArray`` (xarray is not imported for it)."""
+    xarray = sys.modules.get("xarray")
+    return xarray is not None and isinstance(value, xarray.DataArray)
+
+
+def _data_array_behind(
+    x: Any, label: str, dtypes: tuple[np.dtype, ...] | None
+) -> tuple[zarr.Array, bool]:
+    """The zarr array an ``xarray.DataArray`` holds (lazily, or through dask), and whether
+    the DataArray is its transpose; a DataArray in memory is a numpy array (this process
+    only).  Values xarray decodes on reading (a fill value masked to NaN, a scale or an
+    offset) are refused: outofcore reads the stored values."""
+    data = x.variable._data
+    what = f"{label} (the xarray.DataArray {x.name!r}, dims {x.dims})"
+    decoded = sorted(k for k in ("scale_factor", "add_offset") if k in x.encoding)
+    fill = x.encoding.get("_FillValue")
+    if fill is not None and not (isinstance(fill, float | np.floating) and np.isnan(fill)):
+        decoded.append(f"_FillValue {fill!r}")
+    if not _is_dask_array(data):
+        data = _unwrap_xarray(data)  # a zarr array, or values loaded into memory
+    if isinstance(data, np.ndarray):
+        return _in_memory(data, what, dtypes), False
+    found = zarr_behind(data) if _is_dask_array(data) else None
+    if isinstance(data, zarr.Array):
+        found = (data, False)
+    if found is None or decoded or np.dtype(found[0].dtype) != np.dtype(x.dtype):
+        why = (
+            f"values decoded on reading ({', '.join(decoded)})"
+            if decoded
+            else ("data that is not one zarr array read whole")
+        )
+        raise InputError(
+            f"{what} holds {why}; outofcore reads stored zarr arrays as they are: open it "
+            "with xr.open_dataarray(path, engine='zarr') (or xr.open_zarr) without "
+            "subsetting, or store it first: x.to_dataset(name='x').to_zarr('x.zarr') and "
+            "pass 'x.zarr/x'"
+        )
+    return by_path(found[0]), found[1]
+
+
+#: xarray's lazy wrappers that hand a backend array on unchanged (by their class name).
+_XARRAY_PASSING = {"ImplicitToExplicitIndexingAdapter", "CopyOnWriteArray", "MemoryCachedArray"}
+
+
+def _unwrap_xarray(value: Any) -> Any:
+    """The zarr array under xarray's lazy wrappers of one (read whole, nothing decoded),
+    or the numpy array of values xarray has loaded; ``value`` itself when it is either;
+    None for anything else."""
+    for _ in range(8):  # a few wrappers deep, never a cycle
+        if isinstance(value, zarr.Array | np.ndarray):
+            return value
+        kind = type(value).__name__
+        if kind == "LazilyIndexedArray":
+            shape = getattr(value.array, "shape", None)
+            key = getattr(getattr(value, "key", None), "tuple", None)
+            if shape is None or key is None or len(key) != len(shape):
+                return None
+            if any(
+                not isinstance(k, slice) or k.indices(n) != (0, n, 1)
+                for k, n in zip(key, shape, strict=True)
+            ):
+                return None
+            value = value.array
+        elif kind in _XARRAY_PASSING or kind == "NumpyIndexingAdapter":
+            value = value.array
+        elif kind == "ZarrArrayWrapper":
+            value = getattr(value, "_array", None)
+        else:
+            return None
+    return None
 
 
 def _layer(graph: Any, name: Any) -> Any:
@@ -218,7 +294,7 @@ def _in_memory(x: np.ndarray, label: str, dtypes: tuple[np.dtype, ...] | None) -
     return zarr.create_array(MemoryStore(), data=x, chunks=chunks, compressors=None)
 
 
-def _by_path(array: zarr.Array) -> zarr.Array:
+def by_path(array: zarr.Array) -> zarr.Array:
     """``array``, reopened by its path when it is on this machine's disks behind fsspec
     (as ``da.from_zarr("a.zarr")`` opens it): one array, one fingerprint, however spelled."""
     if not isinstance(array.store, FsspecStore):

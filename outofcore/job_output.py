@@ -73,7 +73,7 @@ def start_output(
             spec.output_codec,
             shards=None if plan.out_shards is None else stack.out_grid(*plan.out_shards),
             zarr_format=spec.zarr_format,
-            dimension_names=operands.product.dimension_names,
+            dimension_names=spec.dimension_names or operands.product.dimension_names,
         )
     else:
         output = start.existing
@@ -144,7 +144,7 @@ def write_empty_product(operands: Operands, start: Start, spec: JobSpec) -> JobR
             output = arrays.create_output(
                 operands.out, operands.shape, operands.dtype, grid, False,
                 {JOB_ATTRIBUTE: record}, spec.output_codec, zarr_format=spec.zarr_format,
-                dimension_names=product.dimension_names,
+                dimension_names=spec.dimension_names or product.dimension_names,
             )  # fmt: skip
         else:
             output = start.existing

@@ -76,6 +76,12 @@ class Operands:
         """Open and check the product, check the output target and fingerprint the inputs
         (timed as the phase ``fingerprints`` of ``phases``)."""
         product = open_product(a, b, spec)
+        names = spec.dimension_names
+        if names is not None and len(names) != len(product.shape):
+            raise InputError(
+                f"dimension_names = {names}: {len(names)} names for an output of "
+                f"{len(product.shape)} dimensions (shape {product.shape})"
+            )
         inputs = product.inputs
         if not isinstance(out, zarr.Array):  # located once, with the options that open it
             out = locate(out, spec.storage_options)

@@ -94,6 +94,9 @@ class JobSpec:
         A shorter job is over before the page loads, and the dashboard's import (bokeh)
         costs 0.5 to 1 s of the cluster's start.  A cluster the job does not start
         keeps its own.
+    dimension_names
+        The output's dimension names, one a dimension (a name or None); default: from
+        the inputs' (:attr:`outofcore.product.Product.dimension_names`).
     storage_options
         fsspec options for every URL of the job (inputs, addend, output and
         its journal), e.g. ``{"endpoint_url": ..., "key": ..., "secret": ...}``
@@ -121,6 +124,7 @@ class JobSpec:
     gpus: tuple[int, ...] | None = None
     progress: bool = True
     dashboard: bool | None = None
+    dimension_names: tuple[str | None, ...] | None = None
     storage_options: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -144,6 +148,7 @@ class JobSpec:
             "workers": None if self.workers is None else _positive(self.workers, "workers"),
             "gpus": None if self.gpus is None else _gpus(self.gpus),
             "dashboard": None if dashboard is None else check_flag(dashboard, "dashboard"),
+            "dimension_names": _names(self.dimension_names),
             "storage_options": check_storage_options(self.storage_options),
         }
         for name, value in parsed.items():
@@ -172,6 +177,17 @@ class JobSpec:
     def on_gpu(self) -> bool:
         """Whether the job's engines run on a GPU."""
         return self.backend in ("cuda", "cupy")
+
+
+def _names(value: Any) -> tuple[str | None, ...] | None:
+    """Dimension names: None, or a sequence of names (str) and None."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise InputError(f"dimension_names = {value!r}: need a list of names (str or None)")
+    if any(name is not None and not isinstance(name, str) for name in value):
+        raise InputError(f"dimension_names = {value!r}: each must be a str or None")
+    return tuple(value)
 
 
 def _positive(value: Any, name: str) -> int:
