@@ -61,10 +61,10 @@ def resolve(
         of a dtype not taken, or an object of any other type,
         naming its type and what to do.
     """
+    if _is_data_array(source):  # its zarr array, dask array or numpy values
+        source, label = _data_array_data(source, label)
     if isinstance(source, zarr.Array | str | os.PathLike):
         return source, False
-    if _is_data_array(source):
-        return _data_array_behind(source, label, dtypes)
     if _is_dask_array(source):
         found = zarr_behind(source)
         if found is None:
@@ -75,7 +75,7 @@ def resolve(
                 "bound its memory). Store it first, then pass the path: "
                 f"{store_line(label, source)}"
             )
-        return by_path(found[0]), found[1]
+        return found
     if isinstance(source, np.ndarray) and not isinstance(source, np.ma.MaskedArray):
         return _in_memory(source, label, dtypes), False
     raise InputError(
@@ -104,7 +104,7 @@ def zarr_behind(x: Any) -> tuple[zarr.Array, bool] | None:
     shape = tuple(x.shape[:-2]) + tuple(x.shape[-2:][::-1]) if transposed else tuple(x.shape)
     if shape != tuple(source.shape) or np.dtype(x.dtype) != np.dtype(source.dtype):
         return None
-    return source, transposed
+    return by_path(source), transposed
 
 
 def layer_reads(graph: Any, name: str, ndim: int) -> tuple[zarr.Array, bool] | None:
@@ -143,27 +143,20 @@ def _is_data_array(value: Any) -> bool:
     return xarray is not None and isinstance(value, xarray.DataArray)
 
 
-def _data_array_behind(
-    x: Any, label: str, dtypes: tuple[np.dtype, ...] | None
-) -> tuple[zarr.Array, bool]:
-    """The zarr array an ``xarray.DataArray`` holds (lazily, or through dask), and whether
-    the DataArray is its transpose; a DataArray in memory is a numpy array (this process
-    only).  Values xarray decodes on reading (a fill value masked to NaN, a scale or an
-    offset) are refused: outofcore reads the stored values."""
-    data = x.variable._data
+def _data_array_data(x: Any, label: str) -> tuple[Any, str]:
+    """The data of an ``xarray.DataArray`` as outofcore takes it: the zarr array under
+    xarray's lazy wrappers, its dask array, or the numpy array of values in memory; and
+    how messages call it.  Values xarray decodes on reading (a fill value masked to NaN,
+    a scale or an offset) are refused: outofcore reads the stored values."""
     what = f"{label} (the xarray.DataArray {x.name!r}, dims {x.dims})"
     decoded = sorted(k for k in ("scale_factor", "add_offset") if k in x.encoding)
     fill = x.encoding.get("_FillValue")
     if fill is not None and not (isinstance(fill, float | np.floating) and np.isnan(fill)):
         decoded.append(f"_FillValue {fill!r}")
+    data = x.variable._data
     if not _is_dask_array(data):
         data = _unwrap_xarray(data)  # a zarr array, or values loaded into memory
-    if isinstance(data, np.ndarray):
-        return _in_memory(data, what, dtypes), False
-    found = zarr_behind(data) if _is_dask_array(data) else None
-    if isinstance(data, zarr.Array):
-        found = (data, False)
-    if found is None or decoded or np.dtype(found[0].dtype) != np.dtype(x.dtype):
+    if decoded or data is None or np.dtype(data.dtype) != np.dtype(x.dtype):
         why = (
             f"values decoded on reading ({', '.join(decoded)})"
             if decoded
@@ -175,7 +168,7 @@ def _data_array_behind(
             "subsetting, or store it first: x.to_dataset(name='x').to_zarr('x.zarr') and "
             "pass 'x.zarr/x'"
         )
-    return by_path(found[0]), found[1]
+    return data, what
 
 
 #: xarray's lazy wrappers that hand a backend array on unchanged (by their class name).
