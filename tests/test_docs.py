@@ -31,7 +31,13 @@ import pytest
 from outofcore.generate import random_array
 from tests.helpers import ROOT
 
-DOCUMENTS = ("README.md", "docs/cli.md", "docs/getting-started.md", "docs/object-stores.md")
+DOCUMENTS = (
+    "README.md",
+    "docs/cli.md",
+    "docs/getting-started.md",
+    "docs/object-stores.md",
+    "docs/dask-and-xarray.md",
+)
 #: Lines of bash blocks that are not run here, by their start, and why.
 NOT_HERE = {
     "python3 -m venv": "the install: .ci/run runs the README's commands themselves",
@@ -44,7 +50,7 @@ SMALLER = re.compile(r"--(shape|chunks) (\d+(?:,\d+)*)")
 OPTIONAL = re.compile(r"\s*\[[^\]]*\]")
 BLOCK = re.compile(r"^```(bash|python)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 #: Documents a reader follows from the top in one folder: run whole, in order.
-IN_ORDER = ("README.md", "docs/getting-started.md")
+IN_ORDER = ("README.md", "docs/getting-started.md", "docs/dask-and-xarray.md")
 
 
 def examples(document: str) -> list[tuple[str, str]]:
