@@ -184,48 +184,59 @@ def _dry_job(folder: Path, a_url: str, b_url: str, c_url: str) -> dict:
 
 
 def phase_job() -> dict:
-    """``random`` -> ``matmul --backend cuda --gpus 0`` -> ``verify``, resident and sub-tiled."""
+    """``random`` -> ``matmul --backend cuda --gpus 0`` -> ``verify``: resident and
+    sub-tiled, ``A.T @ A``, a stack of matrices times one, and a matrix-vector product."""
     folder = Path(tempfile.mkdtemp(prefix="gpu-check-job-"))
     try:
-        a, b = str(folder / "a.zarr"), str(folder / "b.zarr")
-        shape_a, shape_b, chunks = (
-            ("21,17", "17,23", "4,4") if dry_run() else ("8192,6144", "6144,7168", "2048,2048")
-        )
-        out: dict[str, Any] = {"a": shape_a, "b": shape_b, "chunks": chunks}
+        a, b, s, v = (str(folder / f"{name}.zarr") for name in ("a", "b", "s", "v"))
+        if dry_run():
+            shapes = {a: ("21,17", "4,4"), b: ("17,23", "4,4"), s: ("3,21,17", "1,4,4")}
+        else:
+            shapes = {
+                a: ("8192,6144", "2048,2048"),
+                b: ("6144,7168", "2048,2048"),
+                s: ("8,2048,6144", "1,2048,2048"),  # 8 matrices of 2048x6144, times B
+                v: ("6144", "2048"),  # A @ v: tiles one column wide
+            }
+        out: dict[str, Any] = {"shapes": {Path(p).stem: shape for p, shape in shapes.items()}}
         out["random_s"] = sum(
             _cli("random", path, "--shape", shape, "--chunks", chunks, "--seed", str(seed))["s"]
-            for path, shape, seed in ((a, shape_a, 1), (b, shape_b, 2))
+            for seed, (path, (shape, chunks)) in enumerate(shapes.items(), start=1)
         )
         runs = {
-            "resident": ([], b),
-            "sub_tiled": (["--device-memory", "64MiB"], b),
-            "transposed_a": (["--transpose-a"], a),  # A.T @ A: every panel arrives transposed
+            "resident": ([], a, b),
+            "sub_tiled": (["--device-memory", "64MiB"], a, b),
+            "transposed_a": (["--transpose-a"], a, a),  # A.T @ A: every panel arrives transposed
+            "stack": ([], s, b),
+            "vector": ([], a, v),
         }
         keep = ("tasks", "gflops", "seconds", "compute_seconds", "read_wait_seconds",
                 "write_seconds", "peak_worker_bytes", "phases", "device")  # fmt: skip
 
-        def job(label: str, extra: list[str], second: str) -> dict[str, Any]:
+        def job(label: str, extra: list[str], first: str, second: str) -> dict[str, Any]:
             c = str(folder / f"c_{label}.zarr")
             if dry_run():
-                row = _dry_job(folder, a, b, c)
+                row = _dry_job(folder, first, second, c)
             else:
                 options = ["--memory", "1GiB", "--no-dashboard", "--json", *extra]
-                command = ["matmul", a, second, "-o", c, "--backend", "cuda", "--gpus", "0"]
+                command = ["matmul", first, second, "-o", c, "--backend", "cuda", "--gpus", "0"]
                 result = _cli(*command, *options, timeout=60)
                 row = {"s": result["s"], "stderr_tail": result["tail"][-800:]}
                 with contextlib.suppress(ValueError):
                     summary = json.loads(result["stdout"][result["stdout"].index("{") :])
                     row["summary"] = {key: summary[key] for key in keep if key in summary}
             transposes = [flag for flag in extra if flag.startswith("--transpose")]
-            row["verify_s"] = _cli("verify", a, second, c, *transposes, timeout=60)["s"]
+            row["verify_s"] = _cli("verify", first, second, c, *transposes, timeout=60)["s"]
             return row
 
         parts = Parts(out)
-        for label, (extra, second) in runs.items():
-            if dry_run() and "--transpose-a" in extra:
-                continue  # tests/cuda runs transposed jobs on the simulator
-            parts.run(label, lambda label=label, extra=extra, second=second: job(
-                label, extra, second))  # fmt: skip
+        for label, (extra, first, second) in runs.items():
+            if dry_run() and (
+                first not in shapes or second not in shapes or extra[:1] == ["--transpose-a"]
+            ):
+                continue  # tests/cuda runs transposed jobs and vectors on the simulator
+            parts.run(label, lambda label=label, extra=extra, first=first, second=second: job(
+                label, extra, first, second))  # fmt: skip
         return parts.finish()
     finally:
         shutil.rmtree(folder, ignore_errors=True)

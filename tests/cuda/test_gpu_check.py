@@ -42,6 +42,9 @@ def test_the_dry_run_passes_every_phase_and_prints_each_phase_time(tmp_path):
     engine = summary["phases"]["engine"]
     assert engine["transposed_a"]["copy_layouts"].get("columns", 0) > 0
     assert "strided" not in engine["sub_tiled"]["copy_layouts"]
+    job = summary["phases"]["job"]
+    assert job["shapes"]["s"] == ["3,21,17", "1,4,4"]  # a stack of 3 times one matrix
+    assert job["stack"]["tasks"] > 3 and job["stack"]["verify_s"] > 0
     assert (tmp_path / check.LOG).stat().st_size > 0
 
 
