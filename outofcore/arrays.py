@@ -17,6 +17,7 @@ from zarr.storage import FsspecStore, LocalStore, MemoryStore
 
 from outofcore import interop
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
+from outofcore.derived import Step
 from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import Location, locate
@@ -60,7 +61,13 @@ def open_input(
         Also for a transposed dask array (``x.T``): only A and B have a transpose
         flag (:func:`open_operand`).
     """
-    array, transposed = open_operand(source, name, dtypes)
+    array, transposed, steps = open_operand(source, name, dtypes)
+    if steps:
+        raise InputError(
+            f"{_label(name)} computes something ({len(steps)} elementwise steps on "
+            f"{describe(array)}); it is read as stored, so store it first: "
+            f"{interop.store_line(_label(name), source)}"
+        )
     if transposed:
         raise InputError(
             f"{_label(name)} is the transpose of the zarr array {describe(array)} (a dask "
@@ -74,15 +81,16 @@ def open_operand(
     source: ArrayLike | Location,
     name: str,
     dtypes: tuple[np.dtype, ...] | None = INPUT_DTYPES,
-) -> tuple[zarr.Array, bool]:
-    """Open operand ``name`` as :func:`open_input` does; return the zarr array and whether
+) -> tuple[zarr.Array, bool, tuple[Step, ...]]:
+    """Open operand ``name`` as :func:`open_input` does; return the zarr array, whether
     ``source`` is its transpose (a dask array ``da.from_zarr(...).T``), which the
-    product turns into its transpose flag."""
+    product turns into its transpose flag, and the elementwise steps that compute the
+    operand from it as it is read (:mod:`outofcore.derived`)."""
     label = _label(name)
+    transposed, steps = False, ()
     if not isinstance(source, Location):
-        source, transposed = interop.resolve(source, label, dtypes)
-    else:
-        transposed = False
+        resolved = interop.resolve(source, label, dtypes)
+        source, transposed, steps = resolved.source, resolved.transposed, resolved.steps
     if isinstance(source, zarr.Array):
         array = source
     else:
@@ -110,7 +118,7 @@ def open_operand(
         )
     if dtypes is not None:
         check_input_dtype(array.dtype, f"{label} ({describe(array)})", dtypes)
-    return array, transposed
+    return array, transposed, steps
 
 
 def _label(name: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 import zarr
 
+from outofcore.derived import Step, applicable, steps_behind
 from outofcore.interop import layer_reads
 
 #: The functions of dask.array's blockwise product layers, by the call that makes them.
@@ -37,6 +38,9 @@ class FoundProduct:
     transpose_b: bool
     #: "matmul", "tensordot" or "einsum": the dask call (for messages).
     call: str
+    #: Elementwise steps that compute A (B) from its stored array as it is read.
+    a_steps: tuple[Step, ...] = ()
+    b_steps: tuple[Step, ...] = ()
 
 
 def product_at_top(x: Any) -> FoundProduct | None:
@@ -50,13 +54,23 @@ def product_at_top(x: Any) -> FoundProduct | None:
     if contraction is None:
         return None
     (a_name, ta), (b_name, tb), swapped = contraction
-    a, b = layer_reads(graph, a_name, 2), layer_reads(graph, b_name, 2)
+    a, b = _operand(graph, a_name), _operand(graph, b_name)
     if a is None or b is None:
         return None
     ta, tb = ta != a[1], tb != b[1]
     if swapped:  # the output is (A @ B).T = B.T @ A.T
-        return FoundProduct(b[0], a[0], not tb, not ta, call)
-    return FoundProduct(a[0], b[0], ta, tb, call)
+        return FoundProduct(b[0], a[0], not tb, not ta, call, b[2], a[2])
+    return FoundProduct(a[0], b[0], ta, tb, call, a[2], b[2])
+
+
+def _operand(graph: Any, name: str) -> tuple[zarr.Array, bool, tuple[Step, ...]] | None:
+    """The zarr array a product's operand layer reads, whether it is its transpose, and
+    the elementwise steps that compute it (:mod:`outofcore.derived`); None otherwise."""
+    plain = layer_reads(graph, name, 2)
+    if plain is not None:
+        return plain[0], plain[1], ()
+    found = steps_behind(graph, name, lambda graph, name: layer_reads(graph, name, 2))
+    return found if found is not None and applicable(found[2], found[0].dtype) else None
 
 
 def top_product(x: Any) -> tuple[str, str] | None:

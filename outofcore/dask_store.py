@@ -23,10 +23,11 @@ from outofcore import config
 from outofcore.api import matmul
 from outofcore.arrays import WRITE_CONFIG, describe
 from outofcore.dask_products import FoundProduct, product_at_top, top_product
+from outofcore.derived import result_dtype
 from outofcore.dtypes import product_types
 from outofcore.errors import InputError
 from outofcore.generate import clear_own_array
-from outofcore.interop import by_path, type_name
+from outofcore.interop import Operand, by_path, type_name
 from outofcore.locations import locate
 from outofcore.spec import JobSpec
 from outofcore.stores import zarr_options
@@ -84,7 +85,9 @@ def to_zarr(
         describe(found.b),
         ".T" if found.transpose_b else "",
     )
-    out = matmul(by_path(found.a), by_path(found.b), url, spec, client=client)
+    a = Operand(by_path(found.a), steps=found.a_steps)  # the flags are the spec's
+    b = Operand(by_path(found.b), steps=found.b_steps)
+    out = matmul(a, b, url, spec, client=client)
     if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
         raise RuntimeError(f"the product {out.shape} is not x's {x.shape}")
     return out
@@ -94,13 +97,15 @@ def _dtype_kept(found: FoundProduct, x: Any) -> np.dtype | None:
     """``x``'s dtype (dask's, numpy's) where outofcore can write the product in it; else
     None (the product's own: numpy's int8 @ int8 wraps in int8, outofcore's is exact)."""
     k = found.a.shape[0 if found.transpose_a else 1]
+    a_dtype = result_dtype(found.a_steps, found.a.dtype)
+    b_dtype = result_dtype(found.b_steps, found.b.dtype)
     try:
-        product_types(found.a.dtype, found.b.dtype, k, out_dtype=x.dtype)
+        product_types(a_dtype, b_dtype, k, out_dtype=x.dtype)
     except InputError:
         logger.warning(
             "outofcore.to_zarr: the product is written as outofcore's exact %s, not as "
             "%s (which dask's product would wrap in)",
-            product_types(found.a.dtype, found.b.dtype, k).output,
+            product_types(a_dtype, b_dtype, k).output,
             np.dtype(x.dtype),
         )
         return None

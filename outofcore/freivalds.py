@@ -43,6 +43,7 @@ import zarr
 
 from outofcore import arrays, config
 from outofcore.codecs import ChunkSizeError
+from outofcore.derived import on_dask
 from outofcore.locations import locate
 from outofcore.product import Product
 from outofcore.reading import ReadError, read_panel
@@ -208,7 +209,8 @@ def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Arra
             x = da.expand_dims(x, axis=x.ndim - (0 if stack.b_vector else 1))
         return da.expand_dims(x, axis=x.ndim) if stack.b_vector else x
 
-    a, b = read(product.a), read(product.b)
+    a = on_dask(product.a_steps, read(product.a))  # an operand computed as it is read
+    b = on_dask(product.b_steps, read(product.b))
     a = a[None, :] if stack.a_vector else da.swapaxes(a, -1, -2) if stack.transpose_a else a
     b = b[:, None] if stack.b_vector else da.swapaxes(b, -1, -2) if stack.transpose_b else b
     addend = None if product.addend is None else matrices(read(product.addend)).astype(dtype)

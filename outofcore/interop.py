@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import zarr
 from zarr.storage import FsspecStore, MemoryStore
 
+from outofcore.derived import Step, applicable, result_dtype, steps_behind
 from outofcore.dtypes import check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import locate
@@ -44,15 +46,24 @@ IN_MEMORY_CHUNK = 1024
 SUGGESTED_CHUNK = 2048
 
 
-def resolve(
-    source: Any, label: str, dtypes: tuple[np.dtype, ...] | None
-) -> tuple[zarr.Array | str | os.PathLike, bool]:
-    """What to open for the argument ``source`` (called ``label`` in messages), and
-    whether the argument is the transpose of it.
+@dataclass(frozen=True)
+class Operand:
+    """An argument as outofcore reads it: a zarr array (or its path or URL), whether the
+    argument is its transpose, and the elementwise steps applied as it is read
+    (:mod:`outofcore.derived`; ``()`` for a stored array read as it is)."""
+
+    source: Any
+    transposed: bool = False
+    steps: tuple[Step, ...] = ()
+
+
+def resolve(source: Any, label: str, dtypes: tuple[np.dtype, ...] | None) -> Operand:
+    """What to open for the argument ``source`` (called ``label`` in messages): the
+    array, whether the argument is its transpose, and the steps that compute it.
 
     Zarr arrays, paths and URLs are returned as they are; see the module docstring
     for dask and numpy arrays.  ``dtypes``: the dtypes a numpy array may have (None:
-    any), checked before it is copied.
+    any), checked before it is copied.  An :class:`Operand` is returned as it is.
 
     Raises
     ------
@@ -61,12 +72,17 @@ def resolve(
         of a dtype not taken, or an object of any other type,
         naming its type and what to do.
     """
+    if isinstance(source, Operand):
+        return source
     if _is_data_array(source):  # its zarr array, dask array or numpy values
         source, label = _data_array_data(source, label)
     if isinstance(source, zarr.Array | str | os.PathLike):
-        return source, False
+        return Operand(source)
     if _is_dask_array(source):
         found = zarr_behind(source)
+        if found is not None:
+            return Operand(*found)
+        found = _computed_behind(source)
         if found is None:
             raise InputError(
                 f"{label} is a dask array ({type_name(source)} {source.name!r}) that computes "
@@ -77,7 +93,7 @@ def resolve(
             )
         return found
     if isinstance(source, np.ndarray) and not isinstance(source, np.ma.MaskedArray):
-        return _in_memory(source, label, dtypes), False
+        return Operand(_in_memory(source, label, dtypes))
     raise InputError(
         f"{label} is a {type_name(source)}; outofcore reads a zarr.Array, a path or URL of one, "
         "a dask array made by da.from_zarr (or its .T), or a numpy array (in this process, "
@@ -105,6 +121,25 @@ def zarr_behind(x: Any) -> tuple[zarr.Array, bool] | None:
     if shape != tuple(source.shape) or np.dtype(x.dtype) != np.dtype(source.dtype):
         return None
     return by_path(source), transposed
+
+
+def _computed_behind(x: Any) -> Operand | None:
+    """A 2-D dask array that is a stored zarr array with elementwise steps (a centred
+    or scaled matrix, ``astype``): that array, its flag and the steps, with the vectors
+    the steps use computed now (:func:`outofcore.derived.steps_behind`); None otherwise."""
+    if x.ndim != 2:
+        return None
+    graph = x.__dask_graph__()
+    found = steps_behind(graph, x.name, lambda graph, name: layer_reads(graph, name, 2))
+    if found is None:
+        return None
+    array, transposed, steps = found
+    shape = tuple(x.shape[::-1]) if transposed else tuple(x.shape)
+    if shape != tuple(array.shape) or result_dtype(steps, array.dtype) != np.dtype(x.dtype):
+        return None
+    if not applicable(steps, array.dtype):
+        return None
+    return Operand(by_path(array), transposed, steps)
 
 
 def layer_reads(graph: Any, name: str, ndim: int) -> tuple[zarr.Array, bool] | None:

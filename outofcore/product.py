@@ -23,6 +23,8 @@ import numpy as np
 import zarr
 
 from outofcore import arrays
+from outofcore.derived import Step, applicable, result_dtype, vector_bytes
+from outofcore.derived import describe as describe_steps
 from outofcore.dtypes import (
     ADDEND_DTYPES,
     OpView,
@@ -61,6 +63,10 @@ class Product:
     #: ``X.T @ X`` or ``X @ X.T`` of one array and no addend: the output is symmetric,
     #: so only the tiles on and above the diagonal are computed (:mod:`scheduler.plan`).
     symmetric: bool = False
+    #: Elementwise steps that compute A (B) from the stored array as it is read, in the
+    #: stored orientation (:mod:`outofcore.derived`: a centred matrix, ``astype``).
+    a_steps: tuple[Step, ...] = ()
+    b_steps: tuple[Step, ...] = ()
 
     @classmethod
     def open(
@@ -89,8 +95,8 @@ class Product:
             without an addend (or an addend with ``beta == 0``), an addend of
             another shape, or an addend that is A or B.
         """
-        a_array, a_flipped = arrays.open_operand(a, "A")
-        b_array, b_flipped = arrays.open_operand(b, "B")
+        a_array, a_flipped, a_steps = arrays.open_operand(a, "A")
+        b_array, b_flipped, b_steps = arrays.open_operand(b, "B")
         addend_array = None
         if addend is not None:
             addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)
@@ -110,9 +116,11 @@ class Product:
                 f"the addend ({arrays.describe(addend_array)}) has shape "
                 f"{tuple(addend_array.shape)}; the output is {stack.out_shape}"
             )
+        for name, array, steps in (("A", a_array, a_steps), ("B", b_array, b_steps)):
+            _check_steps(name, array, steps)
         types = product_types(
-            a_array.dtype,
-            b_array.dtype,
+            result_dtype(a_steps, a_array.dtype),
+            result_dtype(b_steps, b_array.dtype),
             stack.k,
             addend=None if addend_array is None else addend_array.dtype,
             alpha=alpha,
@@ -137,7 +145,10 @@ class Product:
             addend=addend_array,
             symmetric=transpose_a != transpose_b
             and addend_array is None
-            and arrays.same_array(a_array, b_array),
+            and arrays.same_array(a_array, b_array)
+            and describe_steps(a_steps) == describe_steps(b_steps),
+            a_steps=a_steps,
+            b_steps=b_steps,
         )
 
     @property
@@ -232,6 +243,7 @@ class Product:
                 zarr_read_shards(self.a, self.transpose_a),
                 zarr_read_shards(self.b, self.transpose_b),
             ),
+            held_bytes=vector_bytes(self.a_steps) + vector_bytes(self.b_steps),
             batch=stack.count if stack.batch else None,
             a_matrices=math.prod(stack.a_batch),
             b_matrices=math.prod(stack.b_batch),
@@ -263,15 +275,17 @@ class Product:
         ``"stack"``, the output's shape and which operands are vectors.
         """
         stack = self.stack
-        shapes = {}
+        shapes: dict[str, Any] = {
+            f"{name}_steps": describe_steps(steps)
+            for name, steps in (("a", self.a_steps), ("b", self.b_steps))
+            if steps
+        }
         if not stack.plain:
-            shapes = {
-                "stack": {
-                    "out_shape": list(stack.out_shape),
-                    "batch": list(stack.batch),
-                    "a_vector": stack.a_vector,
-                    "b_vector": stack.b_vector,
-                }
+            shapes["stack"] = {
+                "out_shape": list(stack.out_shape),
+                "batch": list(stack.batch),
+                "a_vector": stack.a_vector,
+                "b_vector": stack.b_vector,
             }
         return {
             "transpose_a": self.transpose_a,
@@ -314,6 +328,20 @@ class Product:
         if self.types.output == rows.dtype:
             return rows
         return rows.astype(self.types.output)
+
+
+def _check_steps(name: str, array: zarr.Array, steps: tuple[Step, ...]) -> None:
+    """Refuse elementwise steps outofcore does not apply as it reads: on an operand that
+    is not a matrix, or giving an integer or bool operand (whose product is exact)."""
+    if not steps:
+        return
+    dtype = result_dtype(steps, array.dtype)
+    if array.ndim != 2 or not applicable(steps, array.dtype):
+        raise InputError(
+            f"input {name} computes {dtype} values from {arrays.describe(array)} (shape "
+            f"{tuple(array.shape)}) by elementwise steps; outofcore applies steps to "
+            "matrices of float or complex values as it reads them: store the operand first"
+        )
 
 
 def _entries_a_chunk(array: zarr.Array, batch: tuple[int, ...]) -> int:

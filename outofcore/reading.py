@@ -24,6 +24,8 @@ import zarr
 from outofcore import arrays, chunkfiles, config
 from outofcore.chunk_layout import check_selection, index_text, region_text
 from outofcore.chunkfiles import DECODE_ERRORS, ChunkDecodeError
+from outofcore.derived import Step
+from outofcore.derived import apply as apply_steps
 from outofcore.errors import JobFailedError
 from outofcore.stacking import Matrix
 
@@ -163,16 +165,20 @@ def read_operand(
     cols: slice,
     out: np.ndarray,
     staging: np.ndarray | None = None,
+    steps: tuple[Step, ...] = (),
 ) -> None:
     """Read ``op(M)[rows, cols]`` into the 2-D ``out``, where ``M`` is ``matrix`` of
     ``array`` (a stack's entry, or a vector as a one-row or one-column matrix) and
-    ``op`` is the identity or ``.T``.
+    ``op`` is the identity or ``.T``; then apply ``steps`` (an operand computed as it
+    is read, :mod:`outofcore.derived`) to it, in place.
 
     A transposed operand's region is ``M[cols, rows]``, read as stored into
     ``out.T`` (``out`` is then a column-major view over a row-major buffer).
     """
     stored, (r, c) = (out.T, (cols, rows)) if transposed else (out, (rows, cols))
     read_converted(array, matrix.selection(r, c), matrix.view(stored), staging)
+    if steps:
+        apply_steps(steps, stored, r.start or 0, c.start or 0)
 
 
 def zarr_read_shards(array: zarr.Array, transposed: bool = False) -> tuple[int, int] | None:

@@ -195,11 +195,17 @@ class TilePanels:
         if read_a:
             staging = self._staging("a", tm * depth)
             a_matrix = product.matrix("A", task.batch)
-            read_operand(product.a, a_matrix, product.transpose_a, rows, ks, a_panel, staging)
+            read_operand(
+                product.a, a_matrix, product.transpose_a, rows, ks, a_panel, staging,
+                product.a_steps,
+            )  # fmt: skip
         if read_b:
             staging = self._staging("b", depth * tn)
             b_matrix = product.matrix("B", task.batch)
-            read_operand(product.b, b_matrix, product.transpose_b, ks, cols, b_panel, staging)
+            read_operand(
+                product.b, b_matrix, product.transpose_b, ks, cols, b_panel, staging,
+                product.b_steps,
+            )  # fmt: skip
         if is_diagonal(job, task):
             a_panel, b_panel = (b_panel.T, b_panel) if product.transpose_a else (a_panel, a_panel.T)
         return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, read_a, read_b)

@@ -71,7 +71,8 @@ def loop_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
 
     ``w * (tm*tn + depth*tk*(tm + tn))`` for the tile and the panels in flight,
     live throughout (the last panels' rows are written while they are
-    multiplied); the staging panels of inputs stored in another dtype; and the
+    multiplied); the staging panels of inputs stored in another dtype; the vectors
+    of operands computed as they are read (``held_bytes``); and the
     codec buffers, kept from reads to writes and task to task: a file and a chunk
     buffer for each of the ``c = io_concurrency`` I/O threads, of the largest input
     chunk, and on object stores each request's own objects (``request_bytes``); or,
@@ -92,7 +93,10 @@ def loop_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     )
     codec_buffers = max(2 * io_concurrency * input_chunk, shard_reads)
     codec_buffers += io_concurrency * p.request_bytes
-    return p.itemsize * tm * tn + panels + staging + codec_buffers + limb_bytes(p, tm, tn, tk)
+    held = p.held_bytes  # the vectors of operands computed as they are read
+    return (
+        p.itemsize * tm * tn + panels + staging + codec_buffers + limb_bytes(p, tm, tn, tk) + held
+    )
 
 
 def input_chunk_bytes(problem: Problem) -> int:

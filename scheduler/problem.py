@@ -58,6 +58,9 @@ class Problem:
     #: A wide integer product multiplied through 16-bit limbs: how many limbs B's values
     #: take (their float64 copies are held while a panel is multiplied); 0: none.
     limbs: int = 0
+    #: Bytes every task holds beside its buffers: the vectors of the elementwise steps
+    #: that compute an operand as it is read (:mod:`outofcore.derived`).
+    held_bytes: int = 0
     #: Matrices of a stacked output ``(E..., m, n)`` (the product of its leading
     #: dimensions); None: one matrix, no batch axis (keys, journals and summaries as ever).
     batch: int | None = None

@@ -275,9 +275,9 @@ def computed(folder: Path):
     x = from_path(folder / "a.zarr")
     return {
         "slice": x[:40],
-        "arithmetic": x + 1,
+        "arithmetic": x * x,  # two stored operands (x + 1 is read as x, then computed)
         "rechunk": x.rechunk((5, 5)),
-        "astype": x.astype("float32"),
+        "astype": x.astype("int32"),  # integers: exact products do not take steps
         "random": da.random.default_rng(1).random((47, 31), chunks=(10, 10)),
         "numpy-backed": da.from_array(np.ones((47, 31))),
     }
@@ -303,7 +303,7 @@ def test_a_computed_dask_b_or_addend_is_refused_naming_it(stored, two_process_cl
     folder, _, _ = stored
     b = from_path(folder / "b.zarr")
     with pytest.raises(InputError, match=r"^input B is a dask array.*da.to_zarr\(b, 'b.zarr'\)$"):
-        outofcore.matmul(folder / "a.zarr", b * 2, folder / "c.zarr", **SYNC)
+        outofcore.matmul(folder / "a.zarr", b * b, folder / "c.zarr", **SYNC)
     addend = da.zeros((47, 23), chunks=(10, 10))
     with pytest.raises(
         InputError, match=r"^the addend is a dask array.*da.to_zarr\(addend, 'addend.zarr'\)$"

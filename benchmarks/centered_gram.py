@@ -1,0 +1,157 @@
+"""The centred Gram matrix of a tall X, through dask.array code: outofcore against dask.
+
+Issue 31: ``xc = x - x.mean(axis=0)`` and ``xc.T @ xc`` written to zarr, on one
+LocalCluster of 2 worker processes, in one run:
+
+* ``outofcore``: ``outofcore.to_zarr(xc.T @ xc, url)``: the product found at the top
+  of the graph, ``xc`` read from the stored X with the column means subtracted as each
+  panel is read (:mod:`outofcore.derived`), half the tiles (a Gram product);
+* ``dask``: ``(xc.T @ xc).to_zarr(url)``.
+
+Both results are compared with each other and with float64 numpy on a sample of
+columns.  Prints the seconds of each, the ratio, and outofcore's peak worker memory
+against its projection (plus the allowance beside a task).
+
+Usage::
+
+    python benchmarks/centered_gram.py              # X 262144x1024 float32, 1 GiB, zstd
+    python benchmarks/centered_gram.py --quick      # 16384x256, a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.runner import ChildFailed, run_json  # noqa: E402
+
+#: The issue's target: outofcore at least this much faster than dask.
+TARGET = 1.3
+
+
+def child(folder: Path, memory: str) -> dict[str, Any]:
+    """Both systems on one LocalCluster (in this fresh process); their figures."""
+    import dask.array as da  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+    import zarr  # noqa: PLC0415
+    from distributed import Client, LocalCluster  # noqa: PLC0415
+
+    import outofcore  # noqa: PLC0415
+    from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES  # noqa: PLC0415
+
+    x_path = str(folder / "x.zarr")
+    figures: dict[str, Any] = {}
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        x = da.from_zarr(x_path)
+        xc = x - x.mean(axis=0)
+        started = time.perf_counter()
+        ours = outofcore.to_zarr(
+            xc.T @ xc, str(folder / "g_outofcore.zarr"), memory=memory, progress=False,
+            overwrite=True,
+        )  # fmt: skip
+        figures["outofcore_s"] = time.perf_counter() - started
+        summary = ours.attrs["outofcore"]["summary"]
+        figures["outofcore_summary"] = {
+            key: summary.get(key)
+            for key in ("tiles", "tile", "tk", "peak_worker_bytes", "task_bytes_projected")
+        }
+        figures["symmetric"] = ours.attrs["outofcore"]["product"]["symmetric"]
+        x = da.from_zarr(x_path)
+        xc = x - x.mean(axis=0)
+        started = time.perf_counter()
+        (xc.T @ xc).to_zarr(str(folder / "g_dask.zarr"), overwrite=True)
+        figures["dask_s"] = time.perf_counter() - started
+        del client
+    g, d = (zarr.open_array(str(folder / f"g_{n}.zarr"))[...] for n in ("outofcore", "dask"))
+    sample = zarr.open_array(x_path)[:, :8].astype(np.float64)
+    sample -= sample.mean(axis=0)
+    reference = sample.T @ sample
+    scale = float(np.abs(reference).max())
+    figures["error_vs_float64"] = float(np.abs(g[:8, :8] - reference).max() / scale)
+    figures["outofcore_vs_dask"] = float(np.abs(g - d).max() / max(float(np.abs(d).max()), 1e-30))
+    figures["allowance_bytes"] = WORKER_OVERHEAD_BYTES
+    return figures
+
+
+def write_input(folder: Path, rows: int, cols: int, chunk_rows: int) -> None:
+    """X: seeded normal float32 with column means far from 0 (centring matters)."""
+    import numpy as np  # noqa: PLC0415
+    import zarr  # noqa: PLC0415
+
+    x = zarr.create_array(
+        str(folder / "x.zarr"), shape=(rows, cols), chunks=(chunk_rows, cols), dtype="float32",
+        overwrite=True,
+    )  # fmt: skip
+    rng = np.random.default_rng(7)
+    means = rng.uniform(-50, 50, cols).astype(np.float32)
+    for r0 in range(0, rows, chunk_rows):
+        n = min(chunk_rows, rows - r0)
+        x[r0 : r0 + n] = rng.standard_normal((n, cols), dtype=np.float32) * 3 + means
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="16384x256: a smoke run")
+    parser.add_argument("--dir", type=Path, help="where X is written (default: a temp folder)")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--memory", default="1GiB", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(child(args.child, args.memory)))
+        return 0
+    rows, cols, chunk = (16384, 256, 4096) if args.quick else (262144, 1024, 16384)
+    memory = "64MiB" if args.quick else "1GiB"
+    folder = args.dir or Path(tempfile.mkdtemp(prefix="centered-gram-", dir=HERE / "data"))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        if not (folder / "x.zarr").exists():
+            write_input(folder, rows, cols, chunk)
+        print(f"centred Gram: X {rows}x{cols} float32 (zstd chunks {chunk}x{cols}), 2 workers")
+        try:
+            figures = run_json(
+                [__file__, "--child", folder, "--memory", memory], timeout=3600
+            )  # fmt: skip
+        except ChildFailed as failed:
+            print(f"failed:\n{failed.stderr[-3000:]}")
+            return 1
+    finally:
+        if args.dir is None:
+            shutil.rmtree(folder, ignore_errors=True)
+    ratio = figures["dask_s"] / figures["outofcore_s"]
+    summary = figures["outofcore_summary"]
+    peak, projected = summary["peak_worker_bytes"], summary["task_bytes_projected"]
+    within = peak <= projected + figures["allowance_bytes"]
+    tiles = f"tiles {summary['tiles']} of {summary['tile']}, symmetric {figures['symmetric']}"
+    print(f"  outofcore.to_zarr(xc.T @ xc)   {figures['outofcore_s']:8.2f} s  ({tiles})")
+    print(f"  (xc.T @ xc).to_zarr, dask      {figures['dask_s']:8.2f} s")
+    print(f"  dask / outofcore               {ratio:8.2f}x  (target >= {TARGET}x)")
+    print(f"  outofcore peak worker RSS      {peak / 2**20:8.1f} MiB, task projected "
+          f"{projected / 2**20:.1f} MiB + {figures['allowance_bytes'] / 2**20:.0f} MiB beside: "
+          f"{'within' if within else 'OVER'}")  # fmt: skip
+    print(f"  error vs float64 {figures['error_vs_float64']:.2e}, outofcore vs dask "
+          f"{figures['outofcore_vs_dask']:.2e} (relative to the largest entry)")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps({**figures, "ratio": ratio, "within": within}, indent=2))
+    wrong = figures["error_vs_float64"] > 1e-4 or figures["outofcore_vs_dask"] > 1e-4
+    if wrong or not within:
+        return 1
+    return 0 if args.quick or ratio >= TARGET else 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

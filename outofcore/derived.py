@@ -1,0 +1,254 @@
+"""Operands that compute: a stored zarr array with elementwise steps, applied as it is read.
+
+``x - x.mean(axis=0)`` (a centred matrix), ``(x - mu) / sigma``, ``x * weights``,
+``2 * x + 1`` and ``x.astype("float64")`` are a stored array ``x`` and a few elementwise
+steps, each with a scalar or a vector broadcast along the rows or the columns.  A job
+reads ``x`` as it reads any operand and applies the steps to each panel in place, in
+the accumulation dtype, so the operand is never stored.  The vectors (a column mean, a
+weight vector) are computed once before the job (:func:`steps_behind` computes them
+from the dask graph), held by every task (counted in its memory), and checksummed in
+the job's identity with the steps: a resume refuses a changed expression or changed
+values.
+
+:func:`steps_behind` reads dask.array's graph: blockwise layers of ``+ - * /`` and
+``astype`` over one 2-D operand, down to a read of one zarr array (with transposes).
+Anything else is not an operand outofcore reads (None), and the caller says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: The elementwise operations a step may be, by dask's function.
+OPERATIONS = {
+    operator.add: "add",
+    operator.sub: "sub",
+    operator.mul: "mul",
+    operator.truediv: "div",
+    np.add: "add",
+    np.subtract: "sub",
+    np.multiply: "mul",
+    np.true_divide: "div",
+}
+#: The largest vector a step holds (every task holds it): a larger one is refused.
+MAX_VECTOR_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One elementwise step ``values = values <op> other`` (or ``other <op> values``).
+
+    ``other`` is a scalar, or a vector along ``axis`` of the stored array (0: one value
+    a row, 1: one value a column).  ``astype`` steps only change the dtype.
+    """
+
+    op: str
+    #: The dtype the values have after the step (numpy's promotion, as dask typed it).
+    dtype: np.dtype
+    other: Any = None
+    axis: int | None = None
+    #: Whether the operand is the right-hand side: ``other - values``, ``other / values``.
+    reflected: bool = False
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready: the step, with a vector's length and checksum (the job's identity)."""
+        said: dict[str, Any] = {"op": self.op, "dtype": str(self.dtype)}
+        if self.reflected:
+            said["reflected"] = True
+        if isinstance(self.other, np.ndarray):
+            data = np.ascontiguousarray(self.other)
+            said["vector"] = {
+                "axis": self.axis,
+                "length": int(data.size),
+                "dtype": str(data.dtype),
+                "sha256": hashlib.sha256(data.tobytes()).hexdigest(),
+            }
+        elif self.other is not None:
+            said["scalar"] = _json_scalar(self.other)
+        return said
+
+
+def describe(steps: Sequence[Step]) -> list[dict[str, Any]]:
+    """The steps as the job's identity and the product's record write them."""
+    return [step.describe() for step in steps]
+
+
+def vector_bytes(steps: Sequence[Step]) -> int:
+    """Bytes of the vectors the steps hold."""
+    return sum(s.other.nbytes for s in steps if isinstance(s.other, np.ndarray))
+
+
+def result_dtype(steps: Sequence[Step], stored: np.dtype) -> np.dtype:
+    """The dtype of the values after the steps (the stored dtype without any)."""
+    return np.dtype(steps[-1].dtype) if steps else np.dtype(stored)
+
+
+def applicable(steps: Sequence[Step], stored: np.dtype) -> bool:
+    """Whether outofcore applies these steps as it reads: they give float or complex
+    values (an integer or bool product is exact, summed from the stored values)."""
+    return result_dtype(steps, stored).kind in "fc"
+
+
+def apply(steps: Sequence[Step], block: np.ndarray, r0: int, c0: int) -> None:
+    """Apply the steps, in place, to ``block``: rows ``r0:`` and columns ``c0:`` of the
+    stored array (2-D, in the stored orientation; a transposed view is fine).  The block
+    keeps its dtype (the accumulation dtype, at least as wide as the steps')."""
+    rows, cols = block.shape
+    for step in steps:
+        if step.op == "astype":
+            continue  # the block is already in a dtype that holds the step's
+        other = step.other
+        if isinstance(other, np.ndarray):
+            other = other[r0 : r0 + rows, None] if step.axis == 0 else other[c0 : c0 + cols]
+        function = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+        ufunc = function[step.op]
+        if step.reflected:
+            ufunc(other, block, out=block, casting="unsafe")
+        else:
+            ufunc(block, other, out=block, casting="unsafe")
+
+
+def on_dask(steps: Sequence[Step], x: Any) -> Any:
+    """The steps on a dask array ``x`` (the stored array): for Freivalds' check."""
+    for step in steps:
+        if step.op == "astype":
+            x = x.astype(step.dtype)
+            continue
+        other = step.other
+        if isinstance(other, np.ndarray):
+            other = other[:, None] if step.axis == 0 else other[None, :]
+        function = {
+            "add": operator.add,
+            "sub": operator.sub,
+            "mul": operator.mul,
+            "div": operator.truediv,
+        }[step.op]
+        x = function(other, x) if step.reflected else function(x, other)
+    return x
+
+
+def steps_behind(graph: Any, name: str, reads: Any) -> tuple[Any, bool, tuple[Step, ...]] | None:
+    """The zarr array layer ``name`` of a dask ``graph`` (a 2-D array) reads, whether the
+    layer is its transpose, and the elementwise steps on the way (in the stored
+    orientation, first applied first); None when the layer is anything else.
+
+    ``reads(graph, name)`` is the reader of a plain operand
+    (:func:`outofcore.interop.layer_reads`, 2-D): where it finds the zarr array the walk
+    ends.  Vectors are computed here, with dask's threads.
+    """
+    from dask.utils import key_split  # noqa: PLC0415
+
+    found: list[tuple[Step, bool]] = []  # each step with the transposes above it (parity)
+    flipped = False
+    for _ in range(64):  # a few dozen layers at most
+        plain = reads(graph, name)
+        if plain is not None:
+            array, transposed = plain
+            stored = [_in_stored(step, flips != (transposed != flipped)) for step, flips in found]
+            return array, transposed != flipped, _typed(reversed(stored), array.dtype)
+        layer = graph.layers.get(name)
+        swap = _transposes(layer)
+        if swap is not None:  # a transpose of the 2-D array
+            flipped = not flipped
+            below = graph.dependencies.get(name, set())
+            if len(below) != 1:
+                return None
+            (name,) = below
+            continue
+        step = _step(graph, layer, key_split(name))
+        if step is None:
+            return None
+        step, below_name = step
+        found.append((step, flipped))
+        name = below_name
+    return None
+
+
+def _typed(steps: Any, stored: np.dtype) -> tuple[Step, ...]:
+    """The steps with the dtype each gives, by numpy's promotion (Python scalars weak)."""
+    typed, dtype = [], np.dtype(stored)
+    for step in steps:
+        if step.op == "astype":
+            dtype = np.dtype(step.dtype)
+        else:
+            dtype = np.result_type(np.empty(0, dtype), step.other)
+        typed.append(Step(step.op, dtype, step.other, step.axis, step.reflected))
+    return tuple(typed)
+
+
+def _in_stored(step: Step, flips: bool) -> Step:
+    """``step`` with its vector's axis in the stored orientation (``flips``: an odd
+    number of transposes lie between the step and the stored array)."""
+    if step.axis is None or not flips:
+        return step
+    return Step(step.op, step.dtype, step.other, 1 - step.axis, step.reflected)
+
+
+def _transposes(layer: Any) -> bool | None:
+    """True for a 2-D transpose layer; None for anything else."""
+    task = getattr(layer, "task", None)
+    if getattr(task, "func", None) is not np.transpose or len(layer.indices) != 1:
+        return None
+    return True if tuple(task.kwargs.get("axes", ())) == (1, 0) else None
+
+
+def _step(graph: Any, layer: Any, kind: str) -> tuple[Step, str] | None:
+    """The step a blockwise layer is, and the layer of its 2-D operand; None otherwise."""
+    task = getattr(layer, "task", None)
+    func = getattr(task, "func", None)
+    indices = getattr(layer, "indices", None)
+    out = tuple(getattr(layer, "output_indices", ()))
+    if task is None or indices is None or len(out) != 2:
+        return None
+    arrays = [(i, (n, ix)) for i, (n, ix) in enumerate(indices) if ix is not None]
+    main = [(i, n) for i, (n, ix) in arrays if tuple(ix) == out]
+    if not main:
+        return None
+    position, below = main[0]
+    dtype = np.dtype("f8")  # set by _typed, from the stored dtype up
+    if getattr(func, "__name__", "") == "astype" and len(indices) == 1:
+        target = task.kwargs.get("astype_dtype")
+        return (Step("astype", np.dtype(target)), below) if target is not None else None
+    op = OPERATIONS.get(func)
+    if op is None or len(indices) != 2 or task.kwargs:
+        return None
+    other_index = 1 - position
+    name, index = indices[other_index]
+    if index is None:  # a scalar, inlined
+        if isinstance(name, bool) or not isinstance(name, int | float | complex | np.number):
+            return None
+        other, axis = name, None
+    else:
+        if len(index) != 1 or index[0] not in out:
+            return None  # a 2-D other operand: not a broadcast vector
+        axis = out.index(index[0])
+        other = _compute_vector(graph, name, layer.numblocks.get(name))
+        if other is None:
+            return None
+    return Step(op, dtype, other, axis, reflected=position == 1), below
+
+
+def _compute_vector(graph: Any, name: str, blocks: tuple[int, ...] | None) -> np.ndarray | None:
+    """The values of a 1-D layer (a column mean, a weight vector), computed now with
+    dask's threads; None when it is larger than :data:`MAX_VECTOR_BYTES` or not 1-D."""
+    import dask  # noqa: PLC0415
+
+    if blocks is None or len(blocks) != 1:
+        return None
+    keys = [(name, j) for j in range(blocks[0])]
+    culled = graph.cull(set(keys))
+    parts = dask.threaded.get(culled, keys)
+    vector = np.concatenate([np.asarray(p).reshape(-1) for p in parts])
+    return vector if vector.nbytes <= MAX_VECTOR_BYTES else None
+
+
+def _json_scalar(value: Any) -> float | int | list[float]:
+    if isinstance(value, complex | np.complexfloating):
+        return [float(value.real), float(value.imag)]
+    return value.item() if isinstance(value, np.generic) else value
