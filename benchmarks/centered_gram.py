@@ -67,7 +67,19 @@ def child(folder: Path, memory: str) -> dict[str, Any]:
         summary = ours.attrs["outofcore"]["summary"]
         figures["outofcore_summary"] = {
             key: summary.get(key)
-            for key in ("tiles", "tile", "tk", "peak_worker_bytes", "task_bytes_projected")
+            for key in (
+                "tiles",
+                "tile",
+                "tk",
+                "splits",
+                "workers",
+                "peak_worker_bytes",
+                "task_bytes_projected",
+                "seconds",
+                "compute_seconds",
+                "read_wait_seconds",
+                "phases",
+            )
         }
         figures["symmetric"] = ours.attrs["outofcore"]["product"]["symmetric"]
         x = da.from_zarr(x_path)

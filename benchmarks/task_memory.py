@@ -36,6 +36,10 @@ Cases (``--scale S`` divides every dimension and chunk by S, every budget by S²
   (as it reads shards on object stores): a read holds a shard's part of a panel;
 * ``vector``: a matrix-vector product, 16384x8192 float32 in 1024² chunks @ a vector of
   8192 in chunks of 1024, 256 MiB: tiles one column wide;
+* ``centered``: the centred Gram ``xc.T @ xc`` of X 65536x2048 float32 in 4096x1024
+  chunks, ``xc = x - x.mean(axis=0)`` from dask (issue 31: an operand that computes:
+  the column means held by every task, subtracted from each panel as it is read),
+  256 MiB;
 * ``stack``: a stack of 16 products, A 16x1024x2048 in chunks of 2x512x512 (each chunk
   holds two matrices: both are decoded for either) @ one B 2048x1024 for all 16
   (broadcast), 128 MiB.  The batch dimension is not scaled.
@@ -160,6 +164,12 @@ CASES: dict[str, Case] = {
         (Operand("a", (16384, 8192), (1024, 1024)), Operand("b", (8192,), (1024,))),
         256 * MiB,
     ),
+    "centered": Case(
+        "xc.T @ xc, xc = x - x.mean(axis=0) from dask, X 65536x2048 float32",
+        (Operand("x", (65536, 2048), (4096, 1024)),),
+        256 * MiB,
+        {"centered": True},
+    ),
     "stack": Case(
         "16 x (1024x2048 @ 2048x1024) float32, A in 2x512x512 chunks, one B for all",
         (Operand("a", (16, 1024, 2048), (2, 512, 512)), Operand("b", (2048, 1024), (512, 512))),
@@ -234,6 +244,12 @@ def measure(case: Case, data: Path) -> dict[str, Any]:
         a = paths.get("a", paths.get("x"))
         b = paths.get("b", paths.get("x"))
         job_options = {**case.options, **options}
+        if job_options.pop("centered", False):  # an operand that computes: dask's expression
+            import dask.array as da  # noqa: PLC0415
+
+            x = da.from_zarr(a)
+            b = x - x.mean(axis=0)
+            a = b.T
         if "d" in paths:
             job_options["addend"] = paths["d"]
         # Warm-up: imports, first-use set-up and BLAS's buffers, so the baseline holds them.
@@ -252,7 +268,7 @@ def measure(case: Case, data: Path) -> dict[str, Any]:
         )  # fmt: skip
         seconds = time.perf_counter() - started
         report = verify(
-            a, b, result.output, seed=1, transpose_a=case.options.get("transpose_a", False),
+            a, b, result.output, seed=1, transpose_a=job_options.get("transpose_a", False),
             beta=case.options.get("beta", 0.0), addend=job_options.get("addend"), **options,
         )  # fmt: skip
     finally:

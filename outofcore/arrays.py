@@ -81,15 +81,17 @@ def open_operand(
     source: ArrayLike | Location,
     name: str,
     dtypes: tuple[np.dtype, ...] | None = INPUT_DTYPES,
+    computed: dict[str, Any] | None = None,
 ) -> tuple[zarr.Array, bool, tuple[Step, ...]]:
     """Open operand ``name`` as :func:`open_input` does; return the zarr array, whether
     ``source`` is its transpose (a dask array ``da.from_zarr(...).T``), which the
     product turns into its transpose flag, and the elementwise steps that compute the
-    operand from it as it is read (:mod:`outofcore.derived`)."""
+    operand from it as it is read (:mod:`outofcore.derived`; ``computed`` keeps their
+    vectors for the product's other operand)."""
     label = _label(name)
     transposed, steps = False, ()
     if not isinstance(source, Location):
-        resolved = interop.resolve(source, label, dtypes)
+        resolved = interop.resolve(source, label, dtypes, computed)
         source, transposed, steps = resolved.source, resolved.transposed, resolved.steps
     if isinstance(source, zarr.Array):
         array = source

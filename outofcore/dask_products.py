@@ -54,7 +54,8 @@ def product_at_top(x: Any) -> FoundProduct | None:
     if contraction is None:
         return None
     (a_name, ta), (b_name, tb), swapped = contraction
-    a, b = _operand(graph, a_name), _operand(graph, b_name)
+    computed: dict[str, Any] = {}  # vectors both operands use are computed once
+    a, b = _operand(graph, a_name, computed), _operand(graph, b_name, computed)
     if a is None or b is None:
         return None
     ta, tb = ta != a[1], tb != b[1]
@@ -63,13 +64,15 @@ def product_at_top(x: Any) -> FoundProduct | None:
     return FoundProduct(a[0], b[0], ta, tb, call, a[2], b[2])
 
 
-def _operand(graph: Any, name: str) -> tuple[zarr.Array, bool, tuple[Step, ...]] | None:
+def _operand(
+    graph: Any, name: str, computed: dict[str, Any]
+) -> tuple[zarr.Array, bool, tuple[Step, ...]] | None:
     """The zarr array a product's operand layer reads, whether it is its transpose, and
     the elementwise steps that compute it (:mod:`outofcore.derived`); None otherwise."""
     plain = layer_reads(graph, name, 2)
     if plain is not None:
         return plain[0], plain[1], ()
-    found = steps_behind(graph, name, lambda graph, name: layer_reads(graph, name, 2))
+    found = steps_behind(graph, name, lambda graph, name: layer_reads(graph, name, 2), computed)
     return found if found is not None and applicable(found[2], found[0].dtype) else None
 
 

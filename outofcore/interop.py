@@ -57,13 +57,20 @@ class Operand:
     steps: tuple[Step, ...] = ()
 
 
-def resolve(source: Any, label: str, dtypes: tuple[np.dtype, ...] | None) -> Operand:
+def resolve(
+    source: Any,
+    label: str,
+    dtypes: tuple[np.dtype, ...] | None,
+    computed: dict[str, Any] | None = None,
+) -> Operand:
     """What to open for the argument ``source`` (called ``label`` in messages): the
     array, whether the argument is its transpose, and the steps that compute it.
 
     Zarr arrays, paths and URLs are returned as they are; see the module docstring
     for dask and numpy arrays.  ``dtypes``: the dtypes a numpy array may have (None:
     any), checked before it is copied.  An :class:`Operand` is returned as it is.
+    ``computed`` keeps the vectors of elementwise steps between the operands of one
+    product (:func:`outofcore.derived.steps_behind`).
 
     Raises
     ------
@@ -82,7 +89,7 @@ def resolve(source: Any, label: str, dtypes: tuple[np.dtype, ...] | None) -> Ope
         found = zarr_behind(source)
         if found is not None:
             return Operand(*found)
-        found = _computed_behind(source)
+        found = _computed_behind(source, computed)
         if found is None:
             raise InputError(
                 f"{label} is a dask array ({type_name(source)} {source.name!r}) that computes "
@@ -123,14 +130,14 @@ def zarr_behind(x: Any) -> tuple[zarr.Array, bool] | None:
     return by_path(source), transposed
 
 
-def _computed_behind(x: Any) -> Operand | None:
+def _computed_behind(x: Any, computed: dict[str, Any] | None = None) -> Operand | None:
     """A 2-D dask array that is a stored zarr array with elementwise steps (a centred
     or scaled matrix, ``astype``): that array, its flag and the steps, with the vectors
     the steps use computed now (:func:`outofcore.derived.steps_behind`); None otherwise."""
     if x.ndim != 2:
         return None
     graph = x.__dask_graph__()
-    found = steps_behind(graph, x.name, lambda graph, name: layer_reads(graph, name, 2))
+    found = steps_behind(graph, x.name, lambda graph, name: layer_reads(graph, name, 2), computed)
     if found is None:
         return None
     array, transposed, steps = found

@@ -95,8 +95,9 @@ class Product:
             without an addend (or an addend with ``beta == 0``), an addend of
             another shape, or an addend that is A or B.
         """
-        a_array, a_flipped, a_steps = arrays.open_operand(a, "A")
-        b_array, b_flipped, b_steps = arrays.open_operand(b, "B")
+        computed: dict[str, Any] = {}  # vectors both operands use, computed once
+        a_array, a_flipped, a_steps = arrays.open_operand(a, "A", computed=computed)
+        b_array, b_flipped, b_steps = arrays.open_operand(b, "B", computed=computed)
         addend_array = None
         if addend is not None:
             addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)

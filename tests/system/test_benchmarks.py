@@ -422,6 +422,7 @@ def test_task_memory_benchmark_measures_every_kind_of_task(tmp_path, moto_server
         "sharded": {"tile"},
         "sharded-zarr": {"tile"},
         "vector": {"tile"},
+        "centered": {"gram diagonal"},  # at 1/16 the Gram is one tile
         "stack": {"tile"},
     }
     for name, figures in cases.items():
@@ -459,3 +460,31 @@ def test_host_packing_benchmark_compares_packing_with_the_2d_copy(tmp_path):
     assert figures["ratio"] == pytest.approx(figures["packing_ms"] / figures["two_d_copy_host_ms"])
     assert result.returncode == (0 if figures["ratio"] >= 10 else 1), result.stdout
     assert "less host time" in result.stdout
+
+
+def test_matvec_and_stack_benchmarks_check_every_system(tmp_path):
+    """benchmarks/matvec.py and matmul_stack.py in their quick modes: every system ran,
+    every output agreed with numpy's (issue 30)."""
+    for name in ("matvec", "matmul_stack"):
+        bench, out = load_benchmark(name), tmp_path / f"{name}.json"
+        args = ["--quick", "--dir", str(tmp_path / "data"), "--json", str(out)]
+        assert bench.main([*args, "--systems", "numpy,dask,outofcore"]) == 0, name
+        report = json.loads(out.read_text())
+        assert not report["failed"] and not report["wrong"], name
+        assert "outofcore" in report["medians"], name
+
+
+def test_centered_gram_benchmark_runs_both_systems_on_one_cluster(tmp_path):
+    """benchmarks/centered_gram.py --quick: outofcore.to_zarr(xc.T @ xc) and dask's,
+    agreeing with each other and with float64, within the memory projection (issue 31)."""
+    out = tmp_path / "gram.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/centered_gram.py", "--quick", "--dir", str(tmp_path),
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(out.read_text())
+    assert figures["symmetric"] is True and figures["within"] is True
+    assert figures["error_vs_float64"] < 1e-5 and figures["outofcore_vs_dask"] < 1e-5
+    assert figures["outofcore_s"] > 0 and figures["dask_s"] > 0
