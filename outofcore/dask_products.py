@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import zarr
 
 from outofcore.derived import Step, applicable, steps_behind
@@ -41,6 +42,8 @@ class FoundProduct:
     #: Elementwise steps that compute A (B) from its stored array as it is read.
     a_steps: tuple[Step, ...] = ()
     b_steps: tuple[Step, ...] = ()
+    #: A scale on top of the product: ``(a @ b) * 2``, ``xc.T @ xc / (n - 1)``.
+    alpha: float = 1.0
 
 
 def product_at_top(x: Any) -> FoundProduct | None:
@@ -49,7 +52,7 @@ def product_at_top(x: Any) -> FoundProduct | None:
     if top is None:
         return None
     graph = x.__dask_graph__()
-    name, call = top
+    name, call, alpha = top
     contraction = _contraction(graph.layers[name])
     if contraction is None:
         return None
@@ -60,8 +63,8 @@ def product_at_top(x: Any) -> FoundProduct | None:
         return None
     ta, tb = ta != a[1], tb != b[1]
     if swapped:  # the output is (A @ B).T = B.T @ A.T
-        return FoundProduct(b[0], a[0], not tb, not ta, call, b[2], a[2])
-    return FoundProduct(a[0], b[0], ta, tb, call, a[2], b[2])
+        return FoundProduct(b[0], a[0], not tb, not ta, call, b[2], a[2], alpha)
+    return FoundProduct(a[0], b[0], ta, tb, call, a[2], b[2], alpha)
 
 
 def _operand(
@@ -76,17 +79,22 @@ def _operand(
     return found if found is not None and applicable(found[2], found[0].dtype) else None
 
 
-def top_product(x: Any) -> tuple[str, str] | None:
+def top_product(x: Any) -> tuple[str, str, float] | None:
     """The product layer at the top of 2-D ``x`` (under the sum over the contracted axis,
-    or the squeeze of its one block) and the call that made it ("matmul", "tensordot",
-    "einsum"), whatever its operands are; None when ``x`` is not such a product."""
+    or the squeeze of its one block), the call that made it ("matmul", "tensordot",
+    "einsum") and the real scale on top of it (``* 2``, ``/ (n - 1)``: 1.0 for none),
+    whatever its operands are; None when ``x`` is not such a product."""
     from dask.utils import key_split  # noqa: PLC0415
 
     graph = x.__dask_graph__()
     layers = getattr(graph, "layers", None)
     if layers is None or x.ndim != 2:
         return None
-    name, summed = x.name, []
+    name, alpha = x.name, 1.0
+    while (scaled := _scaled(layers.get(name))) is not None:
+        factor, name = scaled
+        alpha *= factor
+    summed: list[str] = []
     while key_split(name).split("-")[0] in SUM_LAYERS:  # sum, partial sums, aggregate
         summed.append(name)
         below = graph.dependencies.get(name, set())
@@ -106,7 +114,32 @@ def top_product(x: Any) -> tuple[str, str] | None:
         return None
     if not (_one_block_of_k(product) if squeezed else _sums_over(layers[summed[-1]], product)):
         return None
-    return name, call
+    return name, call, alpha
+
+
+def _scaled(layer: Any) -> tuple[float, str] | None:
+    """For a layer multiplying its one 2-D operand by a real scalar (or dividing it by
+    one): the factor and the operand's layer; None for anything else."""
+    import operator  # noqa: PLC0415
+
+    task = getattr(layer, "task", None)
+    func = getattr(task, "func", None)
+    indices = getattr(layer, "indices", None)
+    if func not in (operator.mul, operator.truediv) or indices is None or len(indices) != 2:
+        return None
+    out = tuple(layer.output_indices)
+    (first, first_index), (second, second_index) = indices
+    if first_index is not None and tuple(first_index) == out and second_index is None:
+        operand, scalar, reflected = first, second, False
+    elif func is operator.mul and second_index is not None and tuple(second_index) == out:
+        operand, scalar, reflected = second, first, True
+    else:
+        return None
+    if isinstance(scalar, bool) or not isinstance(scalar, int | float | np.integer | np.floating):
+        return None
+    if func is operator.truediv and (reflected or scalar == 0):
+        return None
+    return (float(scalar) if func is operator.mul else 1.0 / float(scalar)), operand
 
 
 def _contraction(product: Any) -> tuple[tuple[str, bool], tuple[str, bool], bool] | None:

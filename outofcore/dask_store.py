@@ -75,7 +75,11 @@ def to_zarr(
         return _store_with_dask(x, url, client, spec, why)
     out_dtype = spec.out_dtype if spec.out_dtype is not None else _dtype_kept(found, x)
     spec = replace(
-        spec, transpose_a=found.transpose_a, transpose_b=found.transpose_b, out_dtype=out_dtype
+        spec,
+        transpose_a=found.transpose_a,
+        transpose_b=found.transpose_b,
+        out_dtype=out_dtype,
+        alpha=spec.alpha * found.alpha,  # (a @ b) / (n - 1): the scale on top
     )
     logger.info(
         "outofcore.to_zarr: %s of %s%s and %s%s runs as an outofcore job",

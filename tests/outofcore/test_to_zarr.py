@@ -43,6 +43,8 @@ def forms(folder):
         "einsum ji,jk->ik": (da.einsum("ji,jk->ik", a.T, b), lambda x, y: x @ y, (False, False)),
         "einsum ij,jk->ki": (da.einsum("ij,jk->ki", a, b), lambda x, y: (x @ y).T, (True, True)),
         "tensordot axes=1": (da.tensordot(a, b, axes=1), lambda x, y: x @ y, (False, False)),
+        "2 * (a @ b)": (2 * (a @ b), lambda x, y: 2 * (x @ y), (False, False)),
+        "(a.T @ a) / 96": ((a.T @ a) / 96, lambda x, y: (x.T @ x) / 96, (True, False)),
         "tensordot axes 0,0": (
             da.tensordot(a.T, b.T.T, axes=((0,), (0,))),
             lambda x, y: x @ y,
@@ -65,8 +67,11 @@ def test_anything_more_than_a_product_of_stored_arrays_is_not_a_product(stored):
     one_k = da.from_zarr(str(folder / "a.zarr"), chunks=(20, 61))
     one_k_b = da.from_zarr(str(folder / "b.zarr"), chunks=(61, 9))
     assert product_at_top(one_k @ one_k_b) is not None  # one block of k: squeezed, not summed
+    assert product_at_top(2 * (a @ b)).alpha == 2.0  # a scale on top: the job's alpha
+    assert product_at_top((a.T @ a) / 96).alpha == 1 / 96
     for x in (
-        2 * (a @ b),
+        (a @ b) + 1,
+        1 / (a @ b),
         (a @ b).sum(axis=0),
         (a @ b)[:5],
         (one_k @ one_k_b)[:5],
