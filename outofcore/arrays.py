@@ -17,7 +17,7 @@ from zarr.storage import FsspecStore, LocalStore, MemoryStore
 
 from outofcore import interop
 from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
-from outofcore.derived import Step
+from outofcore.derived import Step, Vectors
 from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import Location, locate
@@ -81,17 +81,17 @@ def open_operand(
     source: ArrayLike | Location,
     name: str,
     dtypes: tuple[np.dtype, ...] | None = INPUT_DTYPES,
-    computed: dict[str, Any] | None = None,
+    vectors: Vectors | None = None,
 ) -> tuple[zarr.Array, bool, tuple[Step, ...]]:
     """Open operand ``name`` as :func:`open_input` does; return the zarr array, whether
     ``source`` is its transpose (a dask array ``da.from_zarr(...).T``), which the
     product turns into its transpose flag, and the elementwise steps that compute the
-    operand from it as it is read (:mod:`outofcore.derived`; ``computed`` keeps their
+    operand from it as it is read (:mod:`outofcore.derived`; ``vectors`` keeps their
     vectors for the product's other operand)."""
     label = _label(name)
     transposed, steps = False, ()
     if not isinstance(source, Location):
-        resolved = interop.resolve(source, label, dtypes, computed)
+        resolved = interop.resolve(source, label, dtypes, vectors)
         source, transposed, steps = resolved.source, resolved.transposed, resolved.steps
     if isinstance(source, zarr.Array):
         array = source

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from outofcore.derived import Step, applicable, steps_behind
+from outofcore.derived import Step, Vectors, applicable, steps_behind
 from outofcore.interop import layer_reads
 
 #: The functions of dask.array's blockwise product layers, by the call that makes them.
@@ -46,8 +46,9 @@ class FoundProduct:
     alpha: float = 1.0
 
 
-def product_at_top(x: Any) -> FoundProduct | None:
-    """The 2-D matrix product ``x`` is, over zarr arrays it only reads; else None."""
+def product_at_top(x: Any, vectors: Vectors | None = None) -> FoundProduct | None:
+    """The 2-D matrix product ``x`` is, over zarr arrays it only reads (or computes from
+    one by elementwise steps, their vectors computed into ``vectors``); else None."""
     top = top_product(x)
     if top is None:
         return None
@@ -57,8 +58,8 @@ def product_at_top(x: Any) -> FoundProduct | None:
     if contraction is None:
         return None
     (a_name, ta), (b_name, tb), swapped = contraction
-    computed: dict[str, Any] = {}  # vectors both operands use are computed once
-    a, b = _operand(graph, a_name, computed), _operand(graph, b_name, computed)
+    vectors = Vectors() if vectors is None else vectors  # both operands' vectors, once
+    a, b = _operand(graph, a_name, vectors), _operand(graph, b_name, vectors)
     if a is None or b is None:
         return None
     ta, tb = ta != a[1], tb != b[1]
@@ -68,14 +69,14 @@ def product_at_top(x: Any) -> FoundProduct | None:
 
 
 def _operand(
-    graph: Any, name: str, computed: dict[str, Any]
+    graph: Any, name: str, vectors: Vectors
 ) -> tuple[zarr.Array, bool, tuple[Step, ...]] | None:
     """The zarr array a product's operand layer reads, whether it is its transpose, and
     the elementwise steps that compute it (:mod:`outofcore.derived`); None otherwise."""
     plain = layer_reads(graph, name, 2)
     if plain is not None:
         return plain[0], plain[1], ()
-    found = steps_behind(graph, name, lambda graph, name: layer_reads(graph, name, 2), computed)
+    found = steps_behind(graph, name, lambda graph, name: layer_reads(graph, name, 2), vectors)
     return found if found is not None and applicable(found[2], found[0].dtype) else None
 
 

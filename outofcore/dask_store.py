@@ -23,12 +23,13 @@ from outofcore import config
 from outofcore.api import matmul
 from outofcore.arrays import WRITE_CONFIG, describe
 from outofcore.dask_products import FoundProduct, product_at_top, top_product
-from outofcore.derived import result_dtype
+from outofcore.derived import Vectors, result_dtype
 from outofcore.dtypes import product_types
 from outofcore.errors import InputError
 from outofcore.generate import clear_own_array
 from outofcore.interop import Operand, by_path, type_name
 from outofcore.locations import locate
+from outofcore.reading import sums_along
 from outofcore.spec import JobSpec
 from outofcore.stores import zarr_options
 from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
@@ -63,7 +64,7 @@ def to_zarr(
             "numpy arrays call outofcore.matmul(a, b, out)"
         )
     spec = JobSpec.of(spec, options)
-    found = product_at_top(x)
+    found = product_at_top(x, Vectors(reduce=sums_along))
     if found is None:
         top = top_product(x)
         why = (

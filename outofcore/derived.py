@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -72,6 +72,16 @@ class Step:
         elif self.other is not None:
             said["scalar"] = _json_scalar(self.other)
         return said
+
+
+@dataclass
+class Vectors:
+    """The vectors of the steps of one product's operands, computed once for both
+    (``x.T @ x`` of a centred ``x`` reads its column means once), and how a column or
+    row sum of a stored array is read (``reduce(array, axis)``; None: dask computes it)."""
+
+    reduce: Callable[[Any, int], np.ndarray] | None = None
+    values: dict[str, np.ndarray | None] = field(default_factory=dict)
 
 
 def describe(steps: Sequence[Step]) -> list[dict[str, Any]]:
@@ -134,7 +144,7 @@ def on_dask(steps: Sequence[Step], x: Any) -> Any:
 
 
 def steps_behind(
-    graph: Any, name: str, reads: Any, computed: dict[str, np.ndarray] | None = None
+    graph: Any, name: str, reads: Any, vectors: Vectors | None = None
 ) -> tuple[Any, bool, tuple[Step, ...]] | None:
     """The zarr array layer ``name`` of a dask ``graph`` (a 2-D array) reads, whether the
     layer is its transpose, and the elementwise steps on the way (in the stored
@@ -142,11 +152,11 @@ def steps_behind(
 
     ``reads(graph, name)`` is the reader of a plain operand
     (:func:`outofcore.interop.layer_reads`, 2-D): where it finds the zarr array the walk
-    ends.  Vectors are computed here, with dask's threads, once: ``computed`` keeps them
-    by layer for the caller's next operand (``x.T @ x`` of a centred ``x`` reads its
-    column means once).
+    ends.  Vectors are computed here once (``vectors`` keeps them for the product's
+    other operand): a mean or sum of the stored array by ``vectors.reduce``, any other
+    with dask's threads.
     """
-    computed = {} if computed is None else computed
+    vectors = Vectors() if vectors is None else vectors
 
     found: list[tuple[Step, bool]] = []  # each step with the transposes above it (parity)
     flipped = False
@@ -165,7 +175,7 @@ def steps_behind(
                 return None
             (name,) = below
             continue
-        step = _step(graph, layer, reads, computed)
+        step = _step(graph, layer, reads, vectors)
         if step is None:
             return None
         step, below_name = step
@@ -202,9 +212,7 @@ def _transposes(layer: Any) -> bool | None:
     return True if tuple(task.kwargs.get("axes", ())) == (1, 0) else None
 
 
-def _step(
-    graph: Any, layer: Any, reads: Any, computed: dict[str, np.ndarray]
-) -> tuple[Step, str] | None:
+def _step(graph: Any, layer: Any, reads: Any, vectors: Vectors) -> tuple[Step, str] | None:
     """The step a blockwise layer is, and the layer of its 2-D operand; None otherwise."""
     task = getattr(layer, "task", None)
     func = getattr(task, "func", None)
@@ -234,11 +242,11 @@ def _step(
         if len(index) != 1 or index[0] not in out:
             return None  # a 2-D other operand: not a broadcast vector
         axis = out.index(index[0])
-        if name not in computed:
-            computed[name] = _reduction(graph, name, reads)
-        if computed[name] is None:
-            computed[name] = _compute_vector(graph, name, layer.numblocks.get(name))
-        other = computed[name]
+        if vectors.values.get(name) is None:
+            vectors.values[name] = _reduction(graph, name, reads, vectors.reduce)
+        if vectors.values[name] is None:
+            vectors.values[name] = _compute_vector(graph, name, layer.numblocks.get(name))
+        other = vectors.values[name]
         if other is None:
             return None
     return Step(op, dtype, other, axis, reflected=position == 1), below
@@ -251,15 +259,15 @@ _REDUCTION_LAYERS = {
     "sum-aggregate": "sum",
     "sum-partial": "sum",
 }
-#: Bytes of one block a reduction reads at a time, in each of its threads.
-_REDUCTION_BLOCK_BYTES = 64 * 2**20
 
 
-def _reduction(graph: Any, name: str, reads: Any) -> np.ndarray | None:
-    """A column or row mean (or sum) of a stored array, ``x.mean(axis=0)``: read with
-    outofcore's reader (:func:`outofcore.reading.read_panel`, chunk files decoded in
-    this process's threads, summed in float64), which is about twice as fast as dask's
-    read; None for any other layer (dask computes it)."""
+def _reduction(graph: Any, name: str, reads: Any, reduce: Any) -> np.ndarray | None:
+    """A column or row mean (or sum) of a stored array, ``x.mean(axis=0)``, from
+    ``reduce(array, axis)``: float64 sums read with outofcore's reader
+    (:func:`outofcore.reading.sums_along`), about twice as fast as dask's read; None for
+    any other layer, or without ``reduce`` (dask computes it)."""
+    if reduce is None:
+        return None
     from dask.utils import key_split  # noqa: PLC0415
 
     kinds = set()
@@ -284,34 +292,9 @@ def _reduction(graph: Any, name: str, reads: Any) -> np.ndarray | None:
         return None
     array, transposed = found
     stored_axis = axis[0] if not transposed else 1 - axis[0]
-    sums = _sums(array, stored_axis)
+    sums = reduce(array, stored_axis)
     values = sums / array.shape[stored_axis] if kind == "mean" else sums
     return values.astype(dtype)
-
-
-def _sums(array: Any, axis: int) -> np.ndarray:
-    """Sums of a stored 2-D array along ``axis``, in float64, by blocks of rows read in
-    threads."""
-    import os  # noqa: PLC0415
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
-
-    from outofcore.reading import read_panel  # noqa: PLC0415
-
-    rows, cols = array.shape
-    step = max(array.chunks[0], 1)
-    per_block = max(1, _REDUCTION_BLOCK_BYTES // max(1, step * cols * array.dtype.itemsize))
-    step *= per_block  # whole chunks of rows
-    starts = range(0, rows, step)
-
-    def block(r0: int) -> np.ndarray:
-        values = np.empty((min(step, rows - r0), cols), dtype=array.dtype)
-        read_panel(array, (slice(r0, r0 + len(values)), slice(0, cols)), values)
-        return values.sum(axis=axis, dtype=np.float64)
-
-    threads = max(1, min(len(starts), os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="outofcore-mean") as pool:
-        parts = list(pool.map(block, starts))
-    return np.sum(parts, axis=0) if axis == 0 else np.concatenate(parts)
 
 
 def _compute_vector(graph: Any, name: str, blocks: tuple[int, ...] | None) -> np.ndarray | None:

@@ -34,7 +34,7 @@ import numpy as np
 import zarr
 from zarr.storage import FsspecStore, MemoryStore
 
-from outofcore.derived import Step, applicable, result_dtype, steps_behind
+from outofcore.derived import Step, Vectors, applicable, result_dtype, steps_behind
 from outofcore.dtypes import check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import locate
@@ -61,7 +61,7 @@ def resolve(
     source: Any,
     label: str,
     dtypes: tuple[np.dtype, ...] | None,
-    computed: dict[str, Any] | None = None,
+    vectors: Vectors | None = None,
 ) -> Operand:
     """What to open for the argument ``source`` (called ``label`` in messages): the
     array, whether the argument is its transpose, and the steps that compute it.
@@ -69,8 +69,8 @@ def resolve(
     Zarr arrays, paths and URLs are returned as they are; see the module docstring
     for dask and numpy arrays.  ``dtypes``: the dtypes a numpy array may have (None:
     any), checked before it is copied.  An :class:`Operand` is returned as it is.
-    ``computed`` keeps the vectors of elementwise steps between the operands of one
-    product (:func:`outofcore.derived.steps_behind`).
+    ``vectors`` keeps the vectors of elementwise steps between the operands of one
+    product (:class:`outofcore.derived.Vectors`).
 
     Raises
     ------
@@ -89,7 +89,7 @@ def resolve(
         found = zarr_behind(source)
         if found is not None:
             return Operand(*found)
-        found = _computed_behind(source, computed)
+        found = _computed_behind(source, vectors)
         if found is None:
             raise InputError(
                 f"{label} is a dask array ({type_name(source)} {source.name!r}) that computes "
@@ -130,14 +130,14 @@ def zarr_behind(x: Any) -> tuple[zarr.Array, bool] | None:
     return by_path(source), transposed
 
 
-def _computed_behind(x: Any, computed: dict[str, Any] | None = None) -> Operand | None:
+def _computed_behind(x: Any, vectors: Vectors | None = None) -> Operand | None:
     """A 2-D dask array that is a stored zarr array with elementwise steps (a centred
     or scaled matrix, ``astype``): that array, its flag and the steps, with the vectors
     the steps use computed now (:func:`outofcore.derived.steps_behind`); None otherwise."""
     if x.ndim != 2:
         return None
     graph = x.__dask_graph__()
-    found = steps_behind(graph, x.name, lambda graph, name: layer_reads(graph, name, 2), computed)
+    found = steps_behind(graph, x.name, lambda graph, name: layer_reads(graph, name, 2), vectors)
     if found is None:
         return None
     array, transposed, steps = found

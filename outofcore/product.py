@@ -23,7 +23,7 @@ import numpy as np
 import zarr
 
 from outofcore import arrays
-from outofcore.derived import Step, applicable, result_dtype, vector_bytes
+from outofcore.derived import Step, Vectors, applicable, result_dtype, vector_bytes
 from outofcore.derived import describe as describe_steps
 from outofcore.dtypes import (
     ADDEND_DTYPES,
@@ -36,7 +36,7 @@ from outofcore.dtypes import (
 from outofcore.errors import InputError
 from outofcore.locations import Location
 from outofcore.presence import listed_array
-from outofcore.reading import read_converted, zarr_read_shards
+from outofcore.reading import read_converted, sums_along, zarr_read_shards
 from outofcore.stacking import Matrix, Stack
 from outofcore.stores import request_bytes
 from scheduler.problem import Problem
@@ -95,9 +95,9 @@ class Product:
             without an addend (or an addend with ``beta == 0``), an addend of
             another shape, or an addend that is A or B.
         """
-        computed: dict[str, Any] = {}  # vectors both operands use, computed once
-        a_array, a_flipped, a_steps = arrays.open_operand(a, "A", computed=computed)
-        b_array, b_flipped, b_steps = arrays.open_operand(b, "B", computed=computed)
+        vectors = Vectors(reduce=sums_along)  # computed once for both operands
+        a_array, a_flipped, a_steps = arrays.open_operand(a, "A", vectors=vectors)
+        b_array, b_flipped, b_steps = arrays.open_operand(b, "B", vectors=vectors)
         addend_array = None
         if addend is not None:
             addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)

@@ -215,3 +215,32 @@ def read_panel(array: zarr.Array, selection: tuple[slice, ...], out: np.ndarray)
     with_retries(
         lambda: chunkfiles.read_region(layout, selection, out), lambda: _region(array, selection)
     )
+
+
+#: Bytes of one block :func:`sums_along` reads at a time, in each of its threads.
+SUM_BLOCK_BYTES = 64 * 2**20
+
+
+def sums_along(array: zarr.Array, axis: int) -> np.ndarray:
+    """Sums of a stored 2-D array along ``axis`` (0: one a column), in float64: blocks of
+    whole chunk rows read with :func:`read_panel` in this process's threads (a column
+    mean for an operand that computes, :mod:`outofcore.derived`)."""
+    import os  # noqa: PLC0415
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    rows, cols = array.shape
+    step = max(array.chunks[0], 1)
+    step *= max(1, SUM_BLOCK_BYTES // max(1, step * cols * array.dtype.itemsize))
+    starts = range(0, rows, step)
+
+    def block(r0: int) -> np.ndarray:
+        values = np.empty((min(step, rows - r0), cols), dtype=array.dtype)
+        read_panel(array, (slice(r0, r0 + len(values)), slice(0, cols)), values)
+        return values.sum(axis=axis, dtype=np.float64)
+
+    threads = max(1, min(len(starts), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="outofcore-sum") as pool:
+        parts = list(pool.map(block, starts))
+    if axis == 0:
+        return np.sum(parts, axis=0) if parts else np.zeros(cols)
+    return np.concatenate(parts) if parts else np.zeros(0)
