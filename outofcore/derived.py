@@ -165,6 +165,11 @@ def steps_behind(
         if plain is not None:
             array, transposed = plain
             stored = [_in_stored(step, flips != (transposed != flipped)) for step, flips in found]
+            if any(  # a vector of another length (numpy would broadcast a length-1 one)
+                isinstance(step.other, np.ndarray) and step.other.size != array.shape[step.axis]
+                for step in stored
+            ):
+                return None
             return array, transposed != flipped, _typed(reversed(stored), array.dtype)
         layer = graph.layers.get(name)
         swap = _transposes(layer)
