@@ -195,7 +195,7 @@ def _data_array_data(x: Any, label: str) -> tuple[Any, str]:
     fill = x.encoding.get("_FillValue")
     if fill is not None and not (isinstance(fill, float | np.floating) and np.isnan(fill)):
         decoded.append(f"_FillValue {fill!r}")
-    data = x.variable._data
+    data = getattr(x.variable, "_data", None)  # xarray's lazy array (None: refused below)
     if not _is_dask_array(data):
         data = _unwrap_xarray(data)  # a zarr array, or values loaded into memory
     if decoded or data is None or np.dtype(data.dtype) != np.dtype(x.dtype):
