@@ -65,6 +65,9 @@ def to_zarr(
         )
     spec = JobSpec.of(spec, options)
     found = product_at_top(x, Vectors(reduce=sums_along))
+    if found is not None and found.alpha != int(found.alpha) and _integer_product(found):
+        why = f"is an integer product scaled by {found.alpha:g} (exact products take whole scales)"
+        return _store_with_dask(x, url, client, spec, why)
     if found is None:
         top = top_product(x)
         why = (
@@ -96,6 +99,13 @@ def to_zarr(
     if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
         raise RuntimeError(f"the product {out.shape} is not x's {x.shape}")
     return out
+
+
+def _integer_product(found: FoundProduct) -> bool:
+    """Whether the product is of integer or bool values (exact: whole scales only)."""
+    a = result_dtype(found.a_steps, found.a.dtype)
+    b = result_dtype(found.b_steps, found.b.dtype)
+    return a.kind in "biu" and b.kind in "biu"
 
 
 def _dtype_kept(found: FoundProduct, x: Any) -> np.dtype | None:

@@ -163,6 +163,10 @@ def test_integer_products_are_exact_in_dasks_dtype(stored):
     out = outofcore.to_zarr(product, str(folder / "n.zarr"), client="sync")
     assert out.dtype == product.dtype and out.attrs["outofcore"]["product"]["exact"] is True
     assert_gemm_close(out[...], i8, i8.T, accumulated_in=None)
+    halving = (x8 @ x8.T) / 2  # an exact product takes whole scales: dask computes this
+    halved = outofcore.to_zarr(halving, str(folder / "h.zarr"), client="sync")
+    assert halved.attrs["outofcore"]["stored_by"] == "dask.array.to_zarr"
+    np.testing.assert_array_equal(halved[...], halving.compute(scheduler="sync"))
     computes = x8.astype(np.int16) @ x8.T  # dask's blocks wrap in int16, summed in int64
     written = outofcore.to_zarr(computes, str(folder / "w.zarr"), client="sync")
     np.testing.assert_array_equal(written[...], computes.compute(scheduler="sync"))
