@@ -400,3 +400,15 @@ def serve_folder(folder: Path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def smallest_budget(a, b, out, **options) -> int:
+    """The smallest budget per worker the chunks allow (as the refusal names it)."""
+    import outofcore  # noqa: PLC0415
+    from outofcore.errors import BudgetError  # noqa: PLC0415
+
+    try:
+        outofcore.matmul(a, b, out, client="sync", memory=1, progress=False, **options)
+    except BudgetError as refused:
+        return int(re.search(r"needs (\d+) bytes", str(refused)).group(1))
+    raise AssertionError("1 byte was enough")

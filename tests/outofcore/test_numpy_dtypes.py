@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,10 +22,10 @@ import zarr
 import outofcore
 from outofcore.api import run_job
 from outofcore.dtypes import product_types
-from outofcore.errors import BudgetError, InputError
+from outofcore.errors import InputError
 from outofcore.freivalds import verify
 from outofcore.generate import random_values
-from tests.helpers import assert_gemm_close, cli, write_zarr
+from tests.helpers import assert_gemm_close, cli, smallest_budget, write_zarr
 
 DTYPES = [
     "bool",
@@ -57,15 +56,6 @@ def numpy_64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.matmul(a, b)
     wide = np.uint64 if result.kind == "u" else np.int64
     return np.matmul(a.astype(wide), b.astype(wide))
-
-
-def smallest_budget(a, b, out, **options) -> int:
-    """The smallest budget per worker the chunks allow (as the refusal names it)."""
-    try:
-        outofcore.matmul(a, b, out, client="sync", memory=1, progress=False, **options)
-    except BudgetError as refused:
-        return int(re.search(r"needs (\d+) bytes", str(refused)).group(1))
-    raise AssertionError("1 byte was enough")
 
 
 def values(rng: np.random.Generator, shape: tuple[int, int], dtype: str) -> np.ndarray:

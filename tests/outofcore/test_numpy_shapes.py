@@ -22,11 +22,18 @@ import pytest
 import zarr
 
 import outofcore
-from outofcore.errors import BudgetError, InputError
+from outofcore.errors import InputError
 from outofcore.freivalds import verify
 from outofcore.generate import random_array, random_values
 from outofcore.journal import JOURNAL_DIR
-from tests.helpers import assert_gemm_close, cli, tile_records, wait_for, write_zarr
+from tests.helpers import (
+    assert_gemm_close,
+    cli,
+    smallest_budget,
+    tile_records,
+    wait_for,
+    write_zarr,
+)
 
 #: (A's shape, B's shape, A's chunks, B's chunks, transpose_a, transpose_b): every rule of
 #: numpy.matmul's documentation, on sizes that no chunk divides.
@@ -75,15 +82,6 @@ def numpy_product(a: np.ndarray, b: np.ndarray, ta: bool, tb: bool) -> np.ndarra
         wide = np.uint64 if result.kind == "u" else np.int64
         op = [x.astype(wide) for x in op]
     return np.matmul(*op)
-
-
-def smallest_budget(a, b, out, **options) -> int:
-    """The smallest budget per worker the chunks allow (as the refusal names it)."""
-    try:
-        outofcore.matmul(a, b, out, client="sync", memory=1, progress=False, **options)
-    except BudgetError as refused:
-        return int(re.search(r"needs (\d+) bytes", str(refused)).group(1))
-    raise AssertionError("1 byte was enough")
 
 
 def stored(tmp_path, name, shape, chunks, dtype, seed):
