@@ -21,7 +21,7 @@ from outofcore.derived import Step, Vectors
 from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import Location, locate
-from outofcore.stacking import Stack
+from outofcore.stacking import Stack, Window
 from outofcore.stores import store_errors, url_of, zarr_options
 
 #: An array argument: a ``zarr.Array``, a path or fsspec URL of one, a numpy array, or a
@@ -61,7 +61,12 @@ def open_input(
         Also for a transposed dask array (``x.T``): only A and B have a transpose
         flag (:func:`open_operand`).
     """
-    array, transposed, steps = open_operand(source, name, dtypes)
+    array, transposed, steps, window = open_operand(source, name, dtypes)
+    if window is not None:
+        raise InputError(
+            f"{_label(name)} is the region {window.text()} of {describe(array)} (a slice); "
+            f"it is read as stored, so store it first: {interop.store_line(_label(name), source)}"
+        )
     if steps:
         raise InputError(
             f"{_label(name)} computes something ({len(steps)} elementwise steps on "
@@ -82,17 +87,19 @@ def open_operand(
     name: str,
     dtypes: tuple[np.dtype, ...] | None = INPUT_DTYPES,
     vectors: Vectors | None = None,
-) -> tuple[zarr.Array, bool, tuple[Step, ...]]:
+) -> tuple[zarr.Array, bool, tuple[Step, ...], Window | None]:
     """Open operand ``name`` as :func:`open_input` does; return the zarr array, whether
     ``source`` is its transpose (a dask array ``da.from_zarr(...).T``), which the
-    product turns into its transpose flag, and the elementwise steps that compute the
+    product turns into its transpose flag, the elementwise steps that compute the
     operand from it as it is read (:mod:`outofcore.derived`; ``vectors`` keeps their
-    vectors for the product's other operand)."""
+    vectors for the product's other operand) and the region of it read (a slice
+    ``x[:, :1000]``: :mod:`outofcore.windows`; None for all of it)."""
     label = _label(name)
-    transposed, steps = False, ()
+    transposed, steps, window = False, (), None
     if not isinstance(source, Location):
         resolved = interop.resolve(source, label, dtypes, vectors)
-        source, transposed, steps = resolved.source, resolved.transposed, resolved.steps
+        source, transposed = resolved.source, resolved.transposed
+        steps, window = resolved.steps, resolved.window
     if isinstance(source, zarr.Array):
         array = source
     else:
@@ -120,7 +127,9 @@ def open_operand(
         )
     if dtypes is not None:
         check_input_dtype(array.dtype, f"{label} ({describe(array)})", dtypes)
-    return array, transposed, steps
+    if window is not None:
+        window.check(tuple(array.shape), f"{label} ({describe(array)})")
+    return array, transposed, steps, window
 
 
 def _label(name: str) -> str:

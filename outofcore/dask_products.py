@@ -22,6 +22,7 @@ import zarr
 
 from outofcore.derived import Step, Vectors, applicable, steps_behind
 from outofcore.interop import layer_reads
+from outofcore.stacking import Window
 
 #: The functions of dask.array's blockwise product layers, by the call that makes them.
 PRODUCT_FUNCTIONS = {"_matmul": "matmul", "_tensordot": "tensordot", "chunk_einsum": "einsum"}
@@ -44,6 +45,14 @@ class FoundProduct:
     b_steps: tuple[Step, ...] = ()
     #: A scale on top of the product: ``(a @ b) * 2``, ``xc.T @ xc / (n - 1)``.
     alpha: float = 1.0
+    #: The regions of the stored arrays read (slices); None: all of it.
+    a_window: Window | None = None
+    b_window: Window | None = None
+
+    def read_shape(self, role: str) -> tuple[int, ...]:
+        """The shape of the values operand ``role`` ("A", "B") reads, as stored."""
+        array, window = (self.a, self.a_window) if role == "A" else (self.b, self.b_window)
+        return tuple(array.shape) if window is None else window.shape
 
 
 def product_at_top(x: Any, vectors: Vectors | None = None) -> FoundProduct | None:
@@ -64,20 +73,23 @@ def product_at_top(x: Any, vectors: Vectors | None = None) -> FoundProduct | Non
         return None
     ta, tb = ta != a[1], tb != b[1]
     if swapped:  # the output is (A @ B).T = B.T @ A.T
-        return FoundProduct(b[0], a[0], not tb, not ta, call, b[2], a[2], alpha)
-    return FoundProduct(a[0], b[0], ta, tb, call, a[2], b[2], alpha)
+        return FoundProduct(b[0], a[0], not tb, not ta, call, b[2], a[2], alpha, b[3], a[3])
+    return FoundProduct(a[0], b[0], ta, tb, call, a[2], b[2], alpha, a[3], b[3])
 
 
 def _operand(
     graph: Any, name: str, vectors: Vectors
-) -> tuple[zarr.Array, bool, tuple[Step, ...]] | None:
-    """The zarr array a product's operand layer reads, whether it is its transpose, and
-    the elementwise steps that compute it (:mod:`outofcore.derived`); None otherwise."""
+) -> tuple[zarr.Array, bool, tuple[Step, ...], Window | None] | None:
+    """The zarr array a product's operand layer reads, whether it is its transpose, the
+    elementwise steps that compute it (:mod:`outofcore.derived`) and the region read
+    (a slice: :mod:`outofcore.windows`); None otherwise."""
     plain = layer_reads(graph, name, 2)
     if plain is not None:
-        return plain[0], plain[1], ()
+        return plain[0], plain[1], (), None
     found = steps_behind(graph, name, lambda graph, name: layer_reads(graph, name, 2), vectors)
-    return found if found is not None and applicable(found[2], found[0].dtype) else None
+    if found is None or (found[2] and not applicable(found[2], found[0].dtype)):
+        return None
+    return found
 
 
 def top_product(x: Any) -> tuple[str, str, float] | None:

@@ -86,15 +86,17 @@ def to_zarr(
         alpha=spec.alpha * found.alpha,  # (a @ b) / (n - 1): the scale on top
     )
     logger.info(
-        "outofcore.to_zarr: %s of %s%s and %s%s runs as an outofcore job",
+        "outofcore.to_zarr: %s of %s%s%s and %s%s%s runs as an outofcore job",
         found.call,
         describe(found.a),
+        "" if found.a_window is None else found.a_window.text(),
         ".T" if found.transpose_a else "",
         describe(found.b),
+        "" if found.b_window is None else found.b_window.text(),
         ".T" if found.transpose_b else "",
     )
-    a = Operand(by_path(found.a), steps=found.a_steps)  # the flags are the spec's
-    b = Operand(by_path(found.b), steps=found.b_steps)
+    a = Operand(by_path(found.a), steps=found.a_steps, window=found.a_window)  # flags: spec's
+    b = Operand(by_path(found.b), steps=found.b_steps, window=found.b_window)
     out = matmul(a, b, url, spec, client=client)
     if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
         raise RuntimeError(f"the product {out.shape} is not x's {x.shape}")
@@ -111,7 +113,7 @@ def _integer_product(found: FoundProduct) -> bool:
 def _dtype_kept(found: FoundProduct, x: Any) -> np.dtype | None:
     """``x``'s dtype (dask's, numpy's) where outofcore can write the product in it; else
     None (the product's own: numpy's int8 @ int8 wraps in int8, outofcore's is exact)."""
-    k = found.a.shape[0 if found.transpose_a else 1]
+    k = found.read_shape("A")[0 if found.transpose_a else 1]
     a_dtype = result_dtype(found.a_steps, found.a.dtype)
     b_dtype = result_dtype(found.b_steps, found.b.dtype)
     try:

@@ -25,6 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from outofcore.stacking import Window
+from outofcore.windows import read_chunks, sliced_region
+
 #: The elementwise operations a step may be, by dask's function.
 OPERATIONS = {
     operator.add: "add",
@@ -145,10 +148,13 @@ def on_dask(steps: Sequence[Step], x: Any) -> Any:
 
 def steps_behind(
     graph: Any, name: str, reads: Any, vectors: Vectors | None = None
-) -> tuple[Any, bool, tuple[Step, ...]] | None:
+) -> tuple[Any, bool, tuple[Step, ...], Window | None] | None:
     """The zarr array layer ``name`` of a dask ``graph`` (a 2-D array) reads, whether the
-    layer is its transpose, and the elementwise steps on the way (in the stored
-    orientation, first applied first); None when the layer is anything else.
+    layer is its transpose, the elementwise steps on the way (in the stored
+    orientation, first applied first, their vectors along the window) and the region of
+    the stored array it reads (a :class:`~outofcore.stacking.Window`, from slices on
+    the way: :mod:`outofcore.windows`; None for all of it); None when the layer is
+    anything else.
 
     ``reads(graph, name)`` is the reader of a plain operand
     (:func:`outofcore.interop.layer_reads`, 2-D): where it finds the zarr array the walk
@@ -158,26 +164,29 @@ def steps_behind(
     """
     vectors = Vectors() if vectors is None else vectors
 
-    found: list[tuple[Step, bool]] = []  # each step with the transposes above it (parity)
+    # Top down: each step or slice with the transposes above it (parity).
+    found: list[tuple[Step | tuple[Any, str], bool]] = []
     flipped = False
     for _ in range(64):  # a few dozen layers at most
         plain = reads(graph, name)
         if plain is not None:
             array, transposed = plain
-            stored = [_in_stored(step, flips != (transposed != flipped)) for step, flips in found]
-            if any(  # a vector of another length (numpy would broadcast a length-1 one)
-                isinstance(step.other, np.ndarray) and step.other.size != array.shape[step.axis]
-                for step in stored
-            ):
-                return None
-            return array, transposed != flipped, _typed(reversed(stored), array.dtype)
+            return _in_stored_array(graph, name, array, transposed, found, flipped)
         layer = graph.layers.get(name)
-        swap = _transposes(layer)
-        if swap is not None:  # a transpose of the 2-D array
-            flipped = not flipped
-            below = graph.dependencies.get(name, set())
+        below = graph.dependencies.get(name, set())
+        if _rechunks(name):  # the same values in other blocks: outofcore reads its own
+            if len(below) != 1 or any(not isinstance(item, Step) for item, _ in found):
+                return None  # a slice above it would need the new blocks
+            (name,) = below
+            continue
+        sliced = _slices(name, layer)
+        if _transposes(layer) is not None or sliced:
             if len(below) != 1:
                 return None
+            if sliced:
+                found.append(((layer, next(iter(below))), flipped))
+            else:  # a transpose of the 2-D array
+                flipped = not flipped
             (name,) = below
             continue
         step = _step(graph, layer, reads, vectors)
@@ -187,6 +196,78 @@ def steps_behind(
         found.append((step, flipped))
         name = below_name
     return None
+
+
+def _in_stored_array(
+    graph: Any,
+    name: str,
+    array: Any,
+    transposed: bool,
+    found: list[tuple[Step | tuple[Any, str], bool]],
+    flipped: bool,
+) -> tuple[Any, bool, tuple[Step, ...], Window | None] | None:
+    """:func:`steps_behind`'s result, from the walk's ``found`` steps and slices (top
+    down) over the layer ``name`` that reads ``array`` (``transposed``: the operand is
+    its transpose; ``flipped``: transposes between the operand and ``name``)."""
+    # A level (with ``flips`` transposes above it) holds the stored array's transpose
+    # where the transposes between it and the stored array are odd.
+    window = Window((0, 0), tuple(array.shape))
+    chunks = None
+    placed: list[tuple[Step, Window]] = []  # each step with the window its vector spans
+    for item, flips in reversed(found):  # bottom up: windows compose, steps see theirs
+        stored_side = flips != (transposed != flipped)  # this level is the stored's transpose
+        if isinstance(item, Step):
+            step = _in_stored(item, stored_side)
+            if isinstance(step.other, np.ndarray) and step.other.size != window.shape[step.axis]:
+                return None  # a vector of another length (numpy would broadcast length 1)
+            placed.append((step, window))
+            continue
+        chunks = chunks or read_chunks(graph, _below_transposes(graph, name))
+        if chunks is None:
+            return None
+        layer, below = item
+        seen = chunks[::-1] if stored_side else chunks
+        region = sliced_region(layer, below, seen)  # type: ignore[arg-type]
+        if region is None:
+            return None
+        inner, out_chunks = region
+        window = window.within(inner.transposed() if stored_side else inner)
+        chunks = out_chunks[::-1] if stored_side else out_chunks
+    steps = [_along(step, spans, window) for step, spans in placed]  # first applied first
+    whole = window.start == (0, 0) and window.shape == tuple(array.shape)
+    flipped_operand = transposed != flipped  # the operand is the stored array's transpose
+    return array, flipped_operand, _typed(steps, array.dtype), None if whole else window
+
+
+def _along(step: Step, spans: Window, window: Window) -> Step:
+    """``step`` with its vector cut to ``window`` (it spans ``spans``, a larger one)."""
+    if not isinstance(step.other, np.ndarray):
+        return step
+    at = window.start[step.axis] - spans.start[step.axis]
+    other = step.other[at : at + window.shape[step.axis]]
+    return Step(step.op, step.dtype, other, step.axis, step.reflected)
+
+
+def _below_transposes(graph: Any, name: str) -> str:
+    """The first layer at or below ``name`` that is not a transpose."""
+    while _transposes(graph.layers.get(name)) is not None:
+        (name,) = graph.dependencies[name]
+    return name
+
+
+def _rechunks(name: str) -> bool:
+    """Whether layer ``name`` is a stage of dask.array's rechunk (tasks or p2p)."""
+    from dask.utils import key_split  # noqa: PLC0415
+
+    return key_split(name).startswith("rechunk-")
+
+
+def _slices(name: str, layer: Any) -> bool:
+    """Whether ``layer`` (called ``name``) is dask.array's getitem layer
+    (:mod:`outofcore.windows` reads it)."""
+    from dask.utils import key_split  # noqa: PLC0415
+
+    return key_split(name) == "getitem" and hasattr(layer, "keys")
 
 
 def _typed(steps: Any, stored: np.dtype) -> tuple[Step, ...]:

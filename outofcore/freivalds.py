@@ -47,6 +47,7 @@ from outofcore.derived import on_dask
 from outofcore.locations import locate
 from outofcore.product import Product
 from outofcore.reading import ReadError, read_panel
+from outofcore.stacking import Window
 from outofcore.targets import JOB_ATTRIBUTE
 from outofcore.worker_context import worker_context
 from scheduler.addresses import computing_on
@@ -209,8 +210,16 @@ def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Arra
             x = da.expand_dims(x, axis=x.ndim - (0 if stack.b_vector else 1))
         return da.expand_dims(x, axis=x.ndim) if stack.b_vector else x
 
-    a = on_dask(product.a_steps, read(product.a))  # an operand computed as it is read
-    b = on_dask(product.b_steps, read(product.b))
+    def operand(array: zarr.Array, window: Window | None) -> da.Array:
+        """The values read of ``array``: its window (a slice), or all of it."""
+        if window is None:
+            return read(array)
+        (row, col), (rows, cols) = window.start, window.shape
+        return read(array)[row : row + rows, col : col + cols]
+
+    # Operands computed as they are read: their region, then their steps.
+    a = on_dask(product.a_steps, operand(product.a, product.a_window))
+    b = on_dask(product.b_steps, operand(product.b, product.b_window))
     a = a[None, :] if stack.a_vector else da.swapaxes(a, -1, -2) if stack.transpose_a else a
     b = b[:, None] if stack.b_vector else da.swapaxes(b, -1, -2) if stack.transpose_b else b
     addend = None if product.addend is None else matrices(read(product.addend)).astype(dtype)

@@ -38,6 +38,7 @@ from outofcore.derived import Step, Vectors, applicable, result_dtype, steps_beh
 from outofcore.dtypes import check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import locate
+from outofcore.stacking import Window
 from scheduler.cluster import tasks_run_here
 
 #: Largest chunk edge of the in-memory zarr copy of a numpy input.
@@ -55,6 +56,8 @@ class Operand:
     source: Any
     transposed: bool = False
     steps: tuple[Step, ...] = ()
+    #: The region of the stored array read (a slice ``x[:, :1000]``); None: all of it.
+    window: Window | None = None
 
 
 def resolve(
@@ -132,21 +135,23 @@ def zarr_behind(x: Any) -> tuple[zarr.Array, bool] | None:
 
 def _computed_behind(x: Any, vectors: Vectors | None = None) -> Operand | None:
     """A 2-D dask array that is a stored zarr array with elementwise steps (a centred
-    or scaled matrix, ``astype``): that array, its flag and the steps, with the vectors
-    the steps use computed now (:func:`outofcore.derived.steps_behind`); None otherwise."""
+    or scaled matrix, ``astype``) and slices (``x[:, :1000]``): that array, its flag, the
+    steps, with the vectors they use computed now, and the region read
+    (:func:`outofcore.derived.steps_behind`); None otherwise."""
     if x.ndim != 2:
         return None
     graph = x.__dask_graph__()
     found = steps_behind(graph, x.name, lambda graph, name: layer_reads(graph, name, 2), vectors)
     if found is None:
         return None
-    array, transposed, steps = found
+    array, transposed, steps, window = found
     shape = tuple(x.shape[::-1]) if transposed else tuple(x.shape)
-    if shape != tuple(array.shape) or result_dtype(steps, array.dtype) != np.dtype(x.dtype):
+    read = tuple(array.shape) if window is None else window.shape
+    if shape != read or result_dtype(steps, array.dtype) != np.dtype(x.dtype):
         return None
-    if not applicable(steps, array.dtype):
+    if steps and not applicable(steps, array.dtype):
         return None
-    return Operand(by_path(array), transposed, steps)
+    return Operand(by_path(array), transposed, steps, window)
 
 
 def layer_reads(graph: Any, name: str, ndim: int) -> tuple[zarr.Array, bool] | None:

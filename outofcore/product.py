@@ -37,7 +37,7 @@ from outofcore.errors import InputError
 from outofcore.locations import Location
 from outofcore.presence import listed_array
 from outofcore.reading import read_converted, sums_along, zarr_read_shards
-from outofcore.stacking import Matrix, Stack
+from outofcore.stacking import Matrix, Stack, Window
 from outofcore.stores import request_bytes
 from scheduler.problem import Problem
 
@@ -67,6 +67,10 @@ class Product:
     #: stored orientation (:mod:`outofcore.derived`: a centred matrix, ``astype``).
     a_steps: tuple[Step, ...] = ()
     b_steps: tuple[Step, ...] = ()
+    #: The region of the stored A (B) read: a slice (:mod:`outofcore.windows`); None:
+    #: all of it.  The steps' vectors run along the region.
+    a_window: Window | None = None
+    b_window: Window | None = None
 
     @classmethod
     def open(
@@ -96,8 +100,8 @@ class Product:
             another shape, or an addend that is A or B.
         """
         vectors = Vectors(reduce=sums_along)  # computed once for both operands
-        a_array, a_flipped, a_steps = arrays.open_operand(a, "A", vectors=vectors)
-        b_array, b_flipped, b_steps = arrays.open_operand(b, "B", vectors=vectors)
+        a_array, a_flipped, a_steps, a_window = arrays.open_operand(a, "A", vectors=vectors)
+        b_array, b_flipped, b_steps, b_window = arrays.open_operand(b, "B", vectors=vectors)
         addend_array = None
         if addend is not None:
             addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)
@@ -106,8 +110,8 @@ class Product:
         # numpy.matmul's shape rules (:mod:`outofcore.stacking`); a 1-D operand is its own
         # transpose, so its flag is False (the job's identity does not depend on it).
         stack = Stack.of(
-            a_array.shape,
-            b_array.shape,
+            _read_shape(a_array, a_window),
+            _read_shape(b_array, b_window),
             check_flag(transpose_a, "transpose_a") != a_flipped,
             check_flag(transpose_b, "transpose_b") != b_flipped,
         )
@@ -147,15 +151,23 @@ class Product:
             symmetric=transpose_a != transpose_b
             and addend_array is None
             and arrays.same_array(a_array, b_array)
-            and describe_steps(a_steps) == describe_steps(b_steps),
+            and describe_steps(a_steps) == describe_steps(b_steps)
+            and a_window == b_window,
             a_steps=a_steps,
             b_steps=b_steps,
+            a_window=a_window,
+            b_window=b_window,
         )
 
     @property
     def stack(self) -> Stack:
         """numpy.matmul's shapes of this product: batch, 1-D operands, the output's shape."""
-        return Stack.of(self.a.shape, self.b.shape, self.transpose_a, self.transpose_b)
+        return Stack.of(
+            _read_shape(self.a, self.a_window),
+            _read_shape(self.b, self.b_window),
+            self.transpose_a,
+            self.transpose_b,
+        )
 
     @property
     def dimension_names(self) -> arrays.DimensionNames:
@@ -187,6 +199,9 @@ class Product:
     def matrix(self, role: str, entry: int | None = None) -> Matrix:
         """Matrix ``entry`` (None: the only one) of "A", "B" or "out" (the output, and the
         addend, of the output's shape) inside its array (:class:`~outofcore.stacking.Matrix`)."""
+        window = {"A": self.a_window, "B": self.b_window}.get(role)
+        if window is not None:  # a 2-D region of the stored array
+            return self.stack.matrix(role, window.shape, entry or 0, window.start)
         shape = {"A": self.a.shape, "B": self.b.shape}.get(role, self.shape)
         return self.stack.matrix(role, shape, entry or 0)
 
@@ -281,6 +296,9 @@ class Product:
             for name, steps in (("a", self.a_steps), ("b", self.b_steps))
             if steps
         }
+        for name, window in (("a", self.a_window), ("b", self.b_window)):
+            if window is not None:
+                shapes[f"{name}_window"] = window.describe()
         if not stack.plain:
             shapes["stack"] = {
                 "out_shape": list(stack.out_shape),
@@ -329,6 +347,11 @@ class Product:
         if self.types.output == rows.dtype:
             return rows
         return rows.astype(self.types.output)
+
+
+def _read_shape(array: zarr.Array, window: Window | None) -> tuple[int, ...]:
+    """The shape of the values read of ``array``: its ``window``'s, or its own."""
+    return tuple(array.shape) if window is None else window.shape
 
 
 def _check_steps(name: str, array: zarr.Array, steps: tuple[Step, ...]) -> None:

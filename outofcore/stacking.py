@@ -218,10 +218,13 @@ class Stack:
         full = self.entry_index(entry)
         return _operand_index(full, self.a_batch), _operand_index(full, self.b_batch)
 
-    def matrix(self, role: str, shape: tuple[int, ...], entry: int) -> Matrix:
+    def matrix(
+        self, role: str, shape: tuple[int, ...], entry: int, origin: tuple[int, int] = (0, 0)
+    ) -> Matrix:
         """Matrix ``entry`` of A, B or the output ("out", also the addend's) in its array.
 
-        ``shape`` is that array's shape, checked against the stack's.
+        ``shape`` is that array's shape (of the operand's :class:`Window` where it reads
+        one, starting at ``origin``), checked against the stack's.
         """
         expected = self._role_shape(role)
         shape = tuple(_index(d) for d in shape)
@@ -229,9 +232,9 @@ class Stack:
             raise ValueError(f"{role} of this stack has shape {expected}, not {shape}")
         a_index, b_index = self.operand_index(entry)
         if role == "A":
-            return Matrix(shape, a_index, 0 if self.a_vector else None)
+            return Matrix(shape, a_index, 0 if self.a_vector else None, origin)
         if role == "B":
-            return Matrix(shape, b_index, 1 if self.b_vector else None)
+            return Matrix(shape, b_index, 1 if self.b_vector else None, origin)
         return Matrix(shape, self.entry_index(entry), self._out_unit())
 
     def out_grid(self, rows: int, cols: int) -> tuple[int, ...]:
@@ -267,6 +270,52 @@ def _bounds(s: slice, size: int, what: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
+class Window:
+    """A contiguous region of a stored 2-D array read as an operand (``x[10:70, :300]``
+    of a dask array): its first row and column and its shape, as stored."""
+
+    start: tuple[int, int]
+    shape: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        """Check two non-negative starts and sizes."""
+        start, shape = tuple(self.start), tuple(self.shape)
+        if len(start) != 2 or len(shape) != 2:
+            raise ValueError(f"a window is 2-D: start {start}, shape {shape}")
+        object.__setattr__(self, "start", tuple(_index(i) for i in start))
+        object.__setattr__(self, "shape", tuple(_index(i) for i in shape))
+        if min(self.start + self.shape) < 0:
+            raise ValueError(f"a window starts and spans at least 0: {start}, {shape}")
+
+    def check(self, shape: tuple[int, ...], what: str) -> None:
+        """Refuse a window that is not inside a 2-D array of ``shape`` (``what`` names it)."""
+        if len(shape) != 2 or any(
+            at + size > whole for at, size, whole in zip(self.start, self.shape, shape, strict=True)
+        ):
+            raise InputError(
+                f"{what}: the region {self.text()} is not inside an array of shape {tuple(shape)}"
+            )
+
+    def within(self, inner: Window) -> Window:
+        """``inner`` (a window of this window's values) as a window of the stored array."""
+        start = tuple(a + b for a, b in zip(self.start, inner.start, strict=True))
+        return Window(start, inner.shape)
+
+    def transposed(self) -> Window:
+        """This window of the transposed array."""
+        return Window(self.start[::-1], self.shape[::-1])
+
+    def text(self) -> str:
+        """``[r0:r1, c0:c1]``, as numpy writes the selection."""
+        parts = (f"{at}:{at + size}" for at, size in zip(self.start, self.shape, strict=True))
+        return f"[{', '.join(parts)}]"
+
+    def describe(self) -> dict[str, list[int]]:
+        """JSON-ready (the job's identity)."""
+        return {"start": list(self.start), "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
 class Matrix:
     """One 2-D matrix inside an N-D array, as stored (before any transpose).
 
@@ -286,11 +335,20 @@ class Matrix:
     shape: tuple[int, ...]
     prefix: tuple[int, ...]
     unit: int | None
+    #: Where the matrix starts inside the stored array (a 2-D :class:`Window` of it):
+    #: ``(row, column)`` added to every selection; ``(0, 0)`` for the whole array.
+    origin: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
         """Check that the prefix indexes the array and leaves it 0 to 2 matrix axes."""
         object.__setattr__(self, "shape", tuple(_index(d) for d in self.shape))
         object.__setattr__(self, "prefix", tuple(_index(i) for i in self.prefix))
+        object.__setattr__(self, "origin", tuple(_index(i) for i in self.origin))
+        if self.origin != (0, 0) and (len(self.shape) != 2 or min(self.origin) < 0):
+            raise ValueError(
+                f"origin {self.origin} of a matrix of shape {self.shape}: only a 2-D array's "
+                "window starts elsewhere than (0, 0), at indices of at least 0"
+            )
         stored = len(self.shape) - len(self.prefix)
         if not 0 <= stored <= 2:
             raise ValueError(
@@ -339,7 +397,8 @@ class Matrix:
             if self._inserted(axis) and (start, stop) != (0, 1):
                 raise ValueError(f"{_AXES[axis]} {start}:{stop} of an inserted axis: only 0:1")
         batch = tuple(slice(i, i + 1) for i in self.prefix)
-        return batch + self._stored_of(*(slice(start, stop) for start, stop in bounds))
+        moved = [(a + at, b + at) for (a, b), at in zip(bounds, self.origin, strict=True)]
+        return batch + self._stored_of(*(slice(start, stop) for start, stop in moved))
 
     def view(self, out2d: np.ndarray) -> np.ndarray:
         """``out2d`` (a rows x cols region) as a view with the N-D region's shape.
@@ -369,7 +428,8 @@ class Matrix:
         for axis, value in enumerate((r0, c0)):
             if self._inserted(axis) and value != 0:
                 raise ValueError(f"{_AXES[axis]} start {value} on an inserted axis: only 0")
-        return self.prefix + self._stored_of(_index(r0), _index(c0))
+        row, col = self.origin
+        return self.prefix + self._stored_of(_index(r0) + row, _index(c0) + col)
 
     def chunks2d(self, chunks: tuple[int, ...]) -> tuple[int, int]:
         """``(rows, cols)`` of the array's chunks (or shards) on the matrix, 1 on inserted axes."""

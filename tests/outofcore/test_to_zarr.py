@@ -67,6 +67,8 @@ def test_anything_more_than_a_product_of_stored_arrays_is_not_a_product(stored):
     one_k = da.from_zarr(str(folder / "a.zarr"), chunks=(20, 61))
     one_k_b = da.from_zarr(str(folder / "b.zarr"), chunks=(61, 9))
     assert product_at_top(one_k @ one_k_b) is not None  # one block of k: squeezed, not summed
+    rechunked = product_at_top(one_k @ b)  # dask rechunks b to one_k's k blocks: the same
+    assert rechunked is not None and not rechunked.b_steps  # values, b is read as stored
     assert product_at_top(2 * (a @ b)).alpha == 2.0  # a scale on top: the job's alpha
     assert product_at_top((a.T @ a) / 96).alpha == 1 / 96
     for x in (
@@ -75,14 +77,15 @@ def test_anything_more_than_a_product_of_stored_arrays_is_not_a_product(stored):
         (a @ b).sum(axis=0),
         (a @ b)[:5],
         (one_k @ one_k_b)[:5],
-        one_k @ b,  # dask rechunks b to one_k's k blocks: an operand that computes
-        a[:, :40] @ b[:40],
+        a[:, ::2] @ b[::2],  # strided slices: not a region
         a.astype("int64") @ b.astype("int64"),  # integer steps: not taken
         a + 1,
         da.outer(a[:, 0], b[0]),
     ):
         assert product_at_top(x) is None, x.name
-    assert top_product(a[:50].T @ a[:50])[1] == "matmul"  # a product; operands compute
+    assert top_product(a[::2].T @ a[::2])[1] == "matmul"  # a product; operands compute
+    sliced = product_at_top(a[:50].T @ a[:50])  # a unit-step slice: a region, read
+    assert sliced.a_window == sliced.b_window and sliced.a_window.shape == (50, 61)
     assert top_product(a + 1) is None
     centred = product_at_top((a - a.mean(axis=0)).T @ a.astype("float64"))  # steps: read
     assert [s.op for s in centred.a_steps] == ["sub"] and centred.transpose_a
@@ -121,11 +124,11 @@ def test_anything_else_is_stored_by_dask_and_says_so(stored, caplog):
     np.testing.assert_array_equal(out[...], a[:, :40] * 2 + 1)
     assert out.attrs["outofcore"] == {"complete": True, "stored_by": "dask.array.to_zarr"}
     assert "has no matrix product at its top; dask.array stores it" in caplog.text
-    part = x[:50]  # a slice: computed by dask
+    part = x[:50:2]  # a strided slice: computed by dask
     with caplog.at_level(logging.INFO, logger="outofcore"):
         out = outofcore.to_zarr(part.T @ part, str(folder / "g.zarr"), client="sync")
     assert "is a matmul whose operands compute" in caplog.text
-    c = a[:50].astype(np.float64)
+    c = a[:50:2].astype(np.float64)
     np.testing.assert_allclose(out[...], c.T @ c, rtol=1e-4, atol=1e-3)
 
 
