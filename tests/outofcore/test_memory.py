@@ -319,3 +319,23 @@ def test_vectors_and_stacks_stay_within_their_projection(
     got = zarr.open_array(str(tmp_path / "c.zarr"))[...]
     assert got.shape == np.matmul(a, b).shape
     np.testing.assert_allclose(got, np.matmul(a.astype(np.float64), b), rtol=1e-3, atol=1e-3)
+
+
+def test_a_centred_region_of_a_stored_array_stays_within_its_projection(tmp_path, task_peaks):
+    """A slice whose region starts and ends inside chunks (each panel decodes its edge
+    chunks whole), centred by its column means (held by every task)."""
+    import dask.array as da  # noqa: PLC0415
+
+    rng = np.random.default_rng(28)
+    x = random_matrix(rng, (1201, 803), "float32")
+    xd = da.from_zarr(stored(tmp_path, "x", x, (200, 150)))
+    part = xd[37:1190, 71:790]
+    part = part - part.mean(axis=0)
+    result = run_job(part.T, part, tmp_path / "g.zarr", client="sync", progress=False,
+                     memory=4 * 2**20)  # fmt: skip
+    assert result.plan.problem.held_bytes == 2 * 719 * 4
+    within_projection(task_peaks, result.plan)
+    c = x[37:1190, 71:790].astype(np.float64)
+    c -= c.mean(axis=0)
+    got = zarr.open_array(str(tmp_path / "g.zarr"), mode="r")[...]
+    np.testing.assert_allclose(got, c.T @ c, rtol=1e-4, atol=1e-2)
