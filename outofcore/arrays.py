@@ -297,7 +297,8 @@ REPEATED_SUFFIX = "_2"
 
 def output_names(a: zarr.Array, b: zarr.Array, stack: Stack) -> DimensionNames:
     """The dimension names of ``op(a) @ op(b)`` (``stack``: its shapes), from the inputs'
-    names (:func:`dimension_names`; None where unnamed).
+    names (:func:`dimension_names`), and xarray's ``dim_0``, ``dim_1``, ... (by the
+    output's axis) where they have none, so that xarray opens every output.
 
     Each batch axis takes the name of the operand that has it (A first where both do,
     B where A's is missing or of size 1 and B's is not); then op(a)'s row dimension
@@ -328,4 +329,10 @@ def output_names(a: zarr.Array, b: zarr.Array, stack: Stack) -> DimensionNames:
         while name is not None and name in names:
             name = f"{name}{REPEATED_SUFFIX}"
         names.append(name)
+    for axis, name in enumerate(names):  # xarray's names for unnamed dimensions
+        if name is None:
+            name = f"dim_{axis}"
+            while name in names:
+                name = f"{name}{REPEATED_SUFFIX}"
+            names[axis] = name
     return tuple(names)
