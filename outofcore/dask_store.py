@@ -29,7 +29,7 @@ from outofcore.errors import InputError
 from outofcore.generate import clear_own_array
 from outofcore.interop import Operand, by_path, type_name
 from outofcore.locations import locate
-from outofcore.reading import sums_along
+from outofcore.reading import sample_means, sums_along
 from outofcore.spec import JobSpec
 from outofcore.stores import zarr_options
 from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
@@ -64,7 +64,7 @@ def to_zarr(
             "numpy arrays call outofcore.matmul(a, b, out)"
         )
     spec = JobSpec.of(spec, options)
-    found = product_at_top(x, Vectors(reduce=sums_along))
+    found = product_at_top(x, Vectors(reduce=sums_along, sample=sample_means))
     if found is not None and found.alpha != int(found.alpha) and _integer_product(found):
         why = f"is an integer product scaled by {found.alpha:g} (exact products take whole scales)"
         return _store_with_dask(x, url, client, spec, why)

@@ -58,12 +58,20 @@ class Step:
     axis: int | None = None
     #: Whether the operand is the right-hand side: ``other - values``, ``other / values``.
     reflected: bool = False
+    #: A ``sub`` step of the stored array's own mean over the other axis (``x -
+    #: x.mean(axis=0)``) whose ``other`` is a *shift*: the mean of a sample
+    #: (:func:`outofcore.reading.sample_means`).  The product subtracts the rest of the
+    #: exact mean from its panel sums (:mod:`outofcore.centring`), or the caller makes
+    #: the step exact first (:func:`exact_steps`).
+    shift: bool = False
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready: the step, with a vector's length and checksum (the job's identity)."""
         said: dict[str, Any] = {"op": self.op, "dtype": str(self.dtype)}
         if self.reflected:
             said["reflected"] = True
+        if self.shift:
+            said["shift"] = True  # the mean of a sample; the exact mean from panel sums
         if isinstance(self.other, np.ndarray):
             data = np.ascontiguousarray(self.other)
             said["vector"] = {
@@ -85,6 +93,14 @@ class Vectors:
 
     reduce: Callable[[Any, int], np.ndarray] | None = None
     values: dict[str, np.ndarray | None] = field(default_factory=dict)
+    #: ``sample(array, axis)``: means over ``axis`` of a sample of a stored array.  With
+    #: it, ``x - x.mean(axis=...)`` is a :attr:`Step.shift` step: the product may
+    #: centre from its panel sums (one read of ``x``), else :func:`exact_steps`.
+    sample: Callable[[Any, int], np.ndarray] | None = None
+    #: Exact means already computed, by the stored array's path and axis.
+    exact: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
+    #: The layers whose vectors are shifts (sample means).
+    shifted: set[str] = field(default_factory=set)
 
 
 def describe(steps: Sequence[Step]) -> list[dict[str, Any]]:
@@ -133,6 +149,9 @@ def on_dask(steps: Sequence[Step], x: Any) -> Any:
         if step.op == "astype":
             x = x.astype(step.dtype)
             continue
+        if step.shift:  # what the step means: the exact mean over the other axis
+            x = x - x.mean(axis=1 - step.axis, keepdims=True).astype(step.dtype)
+            continue
         other = step.other
         if isinstance(other, np.ndarray):
             other = other[:, None] if step.axis == 0 else other[None, :]
@@ -171,7 +190,7 @@ def steps_behind(
         plain = reads(graph, name)
         if plain is not None:
             array, transposed = plain
-            return _in_stored_array(graph, name, array, transposed, found, flipped)
+            return _in_stored_array(graph, name, array, transposed, found, flipped, vectors)
         layer = graph.layers.get(name)
         below = graph.dependencies.get(name, set())
         if _rechunks(name):  # the same values in other blocks: outofcore reads its own
@@ -205,6 +224,7 @@ def _in_stored_array(
     transposed: bool,
     found: list[tuple[Step | tuple[Any, str], bool]],
     flipped: bool,
+    vectors: Vectors,
 ) -> tuple[Any, bool, tuple[Step, ...], Window | None] | None:
     """:func:`steps_behind`'s result, from the walk's ``found`` steps and slices (top
     down) over the layer ``name`` that reads ``array`` (``transposed``: the operand is
@@ -214,10 +234,13 @@ def _in_stored_array(
     window = Window((0, 0), tuple(array.shape))
     chunks = None
     placed: list[tuple[Step, Window]] = []  # each step with the window its vector spans
+    windowed = any(not isinstance(item, Step) for item, _ in found)
     for item, flips in reversed(found):  # bottom up: windows compose, steps see theirs
         stored_side = flips != (transposed != flipped)  # this level is the stored's transpose
         if isinstance(item, Step):
             step = _in_stored(item, stored_side)
+            if windowed and step.shift:  # a region's mean is no mean of the stored array
+                step = exact_steps((step,), array, vectors)[0]
             if isinstance(step.other, np.ndarray) and step.other.size != window.shape[step.axis]:
                 return None  # a vector of another length (numpy would broadcast length 1)
             placed.append((step, window))
@@ -245,7 +268,7 @@ def _along(step: Step, spans: Window, window: Window) -> Step:
         return step
     at = window.start[step.axis] - spans.start[step.axis]
     other = step.other[at : at + window.shape[step.axis]]
-    return Step(step.op, step.dtype, other, step.axis, step.reflected)
+    return Step(step.op, step.dtype, other, step.axis, step.reflected, step.shift)
 
 
 def _below_transposes(graph: Any, name: str) -> str:
@@ -278,7 +301,7 @@ def _typed(steps: Any, stored: np.dtype) -> tuple[Step, ...]:
             dtype = np.dtype(step.dtype)
         else:
             dtype = np.result_type(np.empty(0, dtype), step.other)
-        typed.append(Step(step.op, dtype, step.other, step.axis, step.reflected))
+        typed.append(Step(step.op, dtype, step.other, step.axis, step.reflected, step.shift))
     return tuple(typed)
 
 
@@ -287,7 +310,7 @@ def _in_stored(step: Step, flips: bool) -> Step:
     number of transposes lie between the step and the stored array)."""
     if step.axis is None or not flips:
         return step
-    return Step(step.op, step.dtype, step.other, 1 - step.axis, step.reflected)
+    return Step(step.op, step.dtype, step.other, 1 - step.axis, step.reflected, step.shift)
 
 
 def _transposes(layer: Any) -> bool | None:
@@ -329,13 +352,14 @@ def _step(graph: Any, layer: Any, reads: Any, vectors: Vectors) -> tuple[Step, s
             return None  # a 2-D other operand: not a broadcast vector
         axis = out.index(index[0])
         if vectors.values.get(name) is None:
-            vectors.values[name] = _reduction(graph, name, reads, vectors.reduce)
+            vectors.values[name] = _reduction(graph, name, reads, vectors, op == "sub")
         if vectors.values[name] is None:
             vectors.values[name] = _compute_vector(graph, name, layer.numblocks.get(name))
         other = vectors.values[name]
         if other is None:
             return None
-    return Step(op, dtype, other, axis, reflected=position == 1), below
+    shift = op == "sub" and position == 0 and index is not None and name in vectors.shifted
+    return Step(op, dtype, other, axis, reflected=position == 1, shift=shift), below
 
 
 #: The layers of dask.array's ``mean`` and ``sum`` above their chunk layer.
@@ -347,11 +371,16 @@ _REDUCTION_LAYERS = {
 }
 
 
-def _reduction(graph: Any, name: str, reads: Any, reduce: Any) -> np.ndarray | None:
+def _reduction(
+    graph: Any, name: str, reads: Any, vectors: Vectors, subtracted: bool
+) -> np.ndarray | None:
     """A column or row mean (or sum) of a stored array, ``x.mean(axis=0)``, from
-    ``reduce(array, axis)``: float64 sums read with outofcore's reader
+    ``vectors.reduce(array, axis)``: float64 sums read with outofcore's reader
     (:func:`outofcore.reading.sums_along`), about twice as fast as dask's read; None for
-    any other layer, or without ``reduce`` (dask computes it)."""
+    any other layer, or without ``reduce`` (dask computes it).  A mean that is
+    ``subtracted`` is a sample's (``vectors.sample``, marked in ``vectors.shifted``)
+    where the caller takes shifts."""
+    reduce, top = vectors.reduce, name
     if reduce is None:
         return None
     from dask.utils import key_split  # noqa: PLC0415
@@ -378,9 +407,31 @@ def _reduction(graph: Any, name: str, reads: Any, reduce: Any) -> np.ndarray | N
         return None
     array, transposed = found
     stored_axis = axis[0] if not transposed else 1 - axis[0]
+    if kind == "mean" and subtracted and vectors.sample is not None:
+        vectors.shifted.add(top)
+        return vectors.sample(array, stored_axis).astype(dtype)
     sums = reduce(array, stored_axis)
     values = sums / array.shape[stored_axis] if kind == "mean" else sums
     return values.astype(dtype)
+
+
+def exact_steps(steps: Sequence[Step], array: Any, vectors: Vectors) -> tuple[Step, ...]:
+    """``steps`` with every :attr:`Step.shift` made exact: the mean of the stored
+    ``array`` over the other axis (``vectors.reduce``, once an array and axis)."""
+    if not any(step.shift for step in steps):
+        return tuple(steps)
+    exact = []
+    for step in steps:
+        if step.shift:
+            over = 1 - step.axis
+            key = (str(getattr(array, "store_path", id(array))), over)
+            if key not in vectors.exact:
+                sums = vectors.reduce(array, over)  # type: ignore[misc]
+                vectors.exact[key] = sums / array.shape[over]
+            values = vectors.exact[key].astype(step.other.dtype)
+            step = Step(step.op, step.dtype, values, step.axis, step.reflected)
+        exact.append(step)
+    return tuple(exact)
 
 
 def _compute_vector(graph: Any, name: str, blocks: tuple[int, ...] | None) -> np.ndarray | None:

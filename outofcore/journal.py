@@ -7,6 +7,7 @@ Layout, under the output array's own path in its store (next to ``zarr.json``)::
     _outofcore/tiles/<journal_id>/tile-I-J.json one small record per finished tile
     _outofcore/partials/<journal_id>/tile-I-J-kPofS.json      a finished part of a split tile
     _outofcore/partials/<journal_id>/tile-I-J-kPofS/rows-R.npy its partial sum, block by block
+    _outofcore/partials/<journal_id>/tile-I-J-kPofS/sums.npy   its panel sums (centring.py)
     _outofcore/lease.json                      which job writes the output now (lease.py)
 
 A stack's tiles are ``tile-I-J-bE`` (entry E; its parts ``tile-I-J-bE-kPofS``), and

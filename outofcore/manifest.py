@@ -11,7 +11,8 @@ array) those keys are:
 * the job journal's keys (:mod:`outofcore.journal`, :mod:`outofcore.lease`):
   ``_outofcore/job.json``, ``lease.json``, ``inputs/<id>.json``,
   ``tiles/<id>/tile-I-J.json``, ``partials/<id>/tile-I-J-kPofS.json`` and
-  ``partials/<id>/tile-I-J-kPofS/rows-R.npy`` (``tile-I-J-bE`` for entry E of a stack);
+  ``partials/<id>/tile-I-J-kPofS/rows-R.npy`` and ``.../sums.npy`` (its panel sums, for a
+  product centred from them) (``tile-I-J-bE`` for entry E of a stack);
 * the temporary files a killed write leaves of any of these
   (``<key>.<32 hex digits>.partial``, zarr's ``LocalStore`` and
   :mod:`outofcore.chunkfiles`).
@@ -60,6 +61,7 @@ _JOURNAL_KEY = re.compile(
     rf"{re.escape(JOB_NAME)}|{re.escape(LEASE_NAME)}|{INPUTS_DIR}/{_SAFE}\.json"
     rf"|{TILES_DIR}/{_SAFE}/{_TILE}\.json|{PARTIALS_DIR}/{_SAFE}/{_PART}\.json"
     rf"|{PARTIALS_DIR}/{_SAFE}/{_PART}/rows-{_INDEX}\.npy"
+    rf"|{PARTIALS_DIR}/{_SAFE}/{_PART}/sums\.npy"
 )
 #: Journal folders, relative to the journal folder.
 _JOURNAL_FOLDER = re.compile(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from outofcore import arrays
+from outofcore import arrays, centring
 from outofcore.derived import Step, Vectors, applicable, result_dtype, vector_bytes
 from outofcore.derived import describe as describe_steps
 from outofcore.dtypes import (
@@ -36,7 +36,7 @@ from outofcore.dtypes import (
 from outofcore.errors import InputError
 from outofcore.locations import Location
 from outofcore.presence import listed_array
-from outofcore.reading import read_converted, sums_along, zarr_read_shards
+from outofcore.reading import read_converted, sample_means, sums_along, zarr_read_shards
 from outofcore.stacking import Matrix, Stack, Window
 from outofcore.stores import request_bytes
 from scheduler.problem import Problem
@@ -99,7 +99,8 @@ class Product:
             without an addend (or an addend with ``beta == 0``), an addend of
             another shape, or an addend that is A or B.
         """
-        vectors = Vectors(reduce=sums_along)  # computed once for both operands
+        # Vectors computed once for both operands; means to subtract are shifts first.
+        vectors = Vectors(reduce=sums_along, sample=sample_means)
         a_array, a_flipped, a_steps, a_window = arrays.open_operand(a, "A", vectors=vectors)
         b_array, b_flipped, b_steps, b_window = arrays.open_operand(b, "B", vectors=vectors)
         addend_array = None
@@ -121,6 +122,11 @@ class Product:
                 f"the addend ({arrays.describe(addend_array)}) has shape "
                 f"{tuple(addend_array.shape)}; the output is {stack.out_shape}"
             )
+        # Centred over k: from the panel sums, or the exact means read now.
+        a_steps, b_steps = centring.settle(
+            a_array, b_array, (a_steps, b_steps), (transpose_a, transpose_b),
+            (a_window, b_window), vectors,
+        )  # fmt: skip
         for name, array, steps in (("A", a_array, a_steps), ("B", b_array, b_steps)):
             _check_steps(name, array, steps)
         types = product_types(
@@ -158,6 +164,12 @@ class Product:
             a_window=a_window,
             b_window=b_window,
         )
+
+    @property
+    def panel_sums(self) -> bool:
+        """Whether the operands are centred over k from the panel sums the tasks add up
+        (:mod:`outofcore.centring`): each tile subtracts its block of ``s t^T / k``."""
+        return centring.uses_panel_sums(self.a_steps, self.b_steps)
 
     @property
     def stack(self) -> Stack:
@@ -259,7 +271,9 @@ class Product:
                 zarr_read_shards(self.a, self.transpose_a),
                 zarr_read_shards(self.b, self.transpose_b),
             ),
-            held_bytes=vector_bytes(self.a_steps) + vector_bytes(self.b_steps),
+            held_bytes=vector_bytes(self.a_steps)
+            + vector_bytes(self.b_steps)
+            + (centring.held_bytes(m, n, compute) if self.panel_sums else 0),
             batch=stack.count if stack.batch else None,
             a_matrices=math.prod(stack.a_batch),
             b_matrices=math.prod(stack.b_batch),

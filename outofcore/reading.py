@@ -221,26 +221,49 @@ def read_panel(array: zarr.Array, selection: tuple[slice, ...], out: np.ndarray)
 SUM_BLOCK_BYTES = 64 * 2**20
 
 
-def sums_along(array: zarr.Array, axis: int) -> np.ndarray:
-    """Sums of a stored 2-D array along ``axis`` (0: one a column), in float64: blocks of
+def sums_along(array: zarr.Array, axis: int, extent: int | None = None) -> np.ndarray:
+    """Sums of a stored 2-D array along ``axis`` (0: one a column), in float64 (complex128
+    for complex values): blocks of
     whole chunk rows read with :func:`read_panel` in this process's threads (a column
-    mean for an operand that computes, :mod:`outofcore.derived`)."""
+    mean for an operand that computes, :mod:`outofcore.derived`).  ``extent``: only the
+    first ``extent`` entries along ``axis`` are summed (None: all)."""
     import os  # noqa: PLC0415
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     rows, cols = array.shape
+    if extent is not None:
+        rows, cols = (min(rows, extent), cols) if axis == 0 else (rows, min(cols, extent))
     step = max(array.chunks[0], 1)
     step *= max(1, SUM_BLOCK_BYTES // max(1, step * cols * array.dtype.itemsize))
     starts = range(0, rows, step)
+    wide = np.complex128 if array.dtype.kind == "c" else np.float64
 
     def block(r0: int) -> np.ndarray:
         values = np.empty((min(step, rows - r0), cols), dtype=array.dtype)
         read_panel(array, (slice(r0, r0 + len(values)), slice(0, cols)), values)
-        return values.sum(axis=axis, dtype=np.float64)
+        return values.sum(axis=axis, dtype=wide)
 
     threads = max(1, min(len(starts), os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="outofcore-sum") as pool:
         parts = list(pool.map(block, starts))
     if axis == 0:
-        return np.sum(parts, axis=0) if parts else np.zeros(cols)
-    return np.concatenate(parts) if parts else np.zeros(0)
+        return np.sum(parts, axis=0) if parts else np.zeros(cols, wide)
+    return np.concatenate(parts) if parts else np.zeros(0, wide)
+
+
+#: The least share of a stored array :func:`sample_means` reads: a shift from the
+#: exact mean is then at most ``sqrt(SAMPLE_SHARE - 1)`` standard deviations (the
+#: sample is part of the data), so centring from panel sums cancels at most
+#: ``log2(SAMPLE_SHARE)`` bits (:mod:`outofcore.centring`).
+SAMPLE_SHARE = 16
+
+
+def sample_means(array: zarr.Array, axis: int) -> np.ndarray:
+    """Means over ``axis`` of a stored 2-D array's first ``1/SAMPLE_SHARE`` along it
+    (whole chunks, at least one), in float64: the shift of an operand centred from its
+    panel sums (:attr:`outofcore.derived.Step.shift`)."""
+    length = array.shape[axis]
+    chunk = max(array.chunks[axis], 1)
+    share = -(-length // SAMPLE_SHARE)  # rounded up
+    extent = min(length, -(-share // chunk) * chunk)  # whole chunks: at least one
+    return sums_along(array, axis, extent) / max(extent, 1)

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from outofcore.centring import PanelSums
 from outofcore.journal import record_problem
 from outofcore.recorded import RecordedJob, TileResult, run_recorded, worker_name
 from outofcore.tile import (
@@ -76,15 +77,16 @@ class SplitJob:
         """The parts of ``task``'s tile, in the order the reduction adds them."""
         return tile_parts(task, len(self.recorded.tile_job.panels), self.splits)
 
-    def _block_key(self, part: PartialTask, r0: int) -> str:
+    def _block_key(self, part: PartialTask, name: str) -> str:
         journal = self.recorded.journal
-        return journal.partial_key(self.recorded.journal_id, part.key, f"rows-{r0}.npy")
+        return journal.partial_key(self.recorded.journal_id, part.key, name)
 
-    def write_block(self, part: PartialTask, r0: int, rows: np.ndarray) -> str:
-        """Keep ``rows`` (from row ``r0`` of the tile) of ``part``'s partial sum, durably
+    def write_block(self, part: PartialTask, name: str, rows: np.ndarray) -> str:
+        """Keep ``rows`` of ``part``'s partial sum (``rows-R.npy``: from row R of the tile),
+        or its panel sums (``sums.npy``), durably
         (:meth:`outofcore.journal.Journal.put_bytes`); return the SHA-256 of its bytes."""
         journal = self.recorded.journal
-        key = self._block_key(part, r0)
+        key = self._block_key(part, name)
         data = npy_bytes(rows)
         with naming_full_disk(f"writing the partial tile {key}", journal.local_folder):
             journal.put_bytes(key, data)
@@ -108,11 +110,16 @@ class SplitJob:
         return record
 
     def read_block(
-        self, part: PartialTask, r0: int, shape: tuple[int, int], checksum: Any
+        self,
+        part: PartialTask,
+        name: str,
+        shape: tuple[int, ...],
+        checksums: dict[str, Any],
+        dtype: np.dtype | None = None,
     ) -> np.ndarray:
-        """Rows ``r0`` on of ``part``'s partial sum, checked against the SHA-256 its record
-        keeps (``checksum``) and the shape and dtype due (a read-only view of the bytes
-        the store read).
+        """Block ``name`` of ``part``'s partial sum (:meth:`write_block`), checked against
+        the SHA-256 its record keeps (in ``checksums``) and the shape and dtype due (the
+        accumulation dtype when None): a read-only view of the bytes the store read.
 
         Raises
         ------
@@ -120,12 +127,12 @@ class SplitJob:
             When the block is missing, its bytes differ from the checksum, or it is not
             an array of that shape and dtype.
         """
-        key = self._block_key(part, r0)
+        key = self._block_key(part, name)
         data = self.recorded.journal.get_array(key)
-        dtype = self.recorded.tile_job.product.types.compute
+        dtype = self.recorded.tile_job.product.types.compute if dtype is None else dtype
         if data is None:
             raise DamagedPart(part, f"{key} is missing although its part is recorded")
-        if hashlib.sha256(data).hexdigest() != checksum:
+        if hashlib.sha256(data).hexdigest() != checksums.get(name):
             raise DamagedPart(part, f"{key} does not match the checksum its record keeps")
         block = npy_view(data)
         if block is None or block.shape != shape or block.dtype != dtype:
@@ -195,9 +202,14 @@ def _compute_part(
         tile_job = replace(tile_job, backend=backend)
 
     def keep(r0: int, rows: np.ndarray) -> None:
-        checksums[f"rows-{r0}.npy"] = job.write_block(part, r0, rows)
+        checksums[f"rows-{r0}.npy"] = job.write_block(part, f"rows-{r0}.npy", rows)
 
-    io = compute_tile(tile_job, part.tile, before_write=recorded.owner_check, sink=keep)
+    def keep_sums(sums: PanelSums) -> None:  # a product centred from them
+        checksums[SUMS_BLOCK] = job.write_block(part, SUMS_BLOCK, sums.vector())
+
+    io = compute_tile(
+        tile_job, part.tile, before_write=recorded.owner_check, sink=keep, keep_sums=keep_sums
+    )
     return replace(io, scratch_bytes=io.bytes_written, bytes_written=0)  # kept, not output
 
 
@@ -296,13 +308,14 @@ def _add_parts(job: SplitJob, task: TileTask, parts: tuple[PartialTask, ...]) ->
     # The mirror of an off-diagonal tile of a symmetric product is written from the whole sum.
     mirror = tile_job.product.symmetric and task.i != task.j
     whole = np.empty(task.shape, tile_job.product.types.compute) if mirror else None
+    sums = _panel_sums(job, task, parts, checksums)
     for r0 in range(0, rows, block):
         shape = (min(block, rows - r0), cols)
         # Two blocks held, whatever the fan-in: the sum, and the part just read.
         total = None if whole is None else whole[r0 : r0 + shape[0]]
         for index, part in enumerate(parts):
             t0 = time.perf_counter()
-            partial = job.read_block(part, r0, shape, checksums[index].get(f"rows-{r0}.npy"))
+            partial = job.read_block(part, f"rows-{r0}.npy", shape, checksums[index])
             t1 = time.perf_counter()
             if index:
                 total += partial  # in the parts' order: the same bits on every run
@@ -315,6 +328,8 @@ def _add_parts(job: SplitJob, task: TileTask, parts: tuple[PartialTask, ...]) ->
             del partial
         t2 = time.perf_counter()
         recorded.check_owner()
+        if sums is not None:  # centred from the panel sums: before the scales
+            sums.correct(r0, total, tile_job.product.k)
         write_finished_rows(tile_job, task, r0, total)
         write += time.perf_counter() - t2
     if whole is not None:
@@ -329,3 +344,22 @@ def _add_parts(job: SplitJob, task: TileTask, parts: tuple[PartialTask, ...]) ->
         write_seconds=write,
         scratch_bytes=scratch,
     )
+
+
+#: The block a part of a product centred from its panel sums keeps them in.
+SUMS_BLOCK = "sums.npy"
+
+
+def _panel_sums(
+    job: SplitJob, task: TileTask, parts: tuple[PartialTask, ...], checksums: list[dict]
+) -> PanelSums | None:
+    """The panel sums of ``task``'s parts added up, in part order (None where the
+    product is not centred from them); a part without sound sums is damaged."""
+    product = job.recorded.tile_job.product
+    if not product.panel_sums:
+        return None
+    sums = PanelSums.zeros(task.shape, product.types.compute)
+    length = (sum(task.shape),)
+    for part, kept in zip(parts, checksums, strict=True):
+        sums.add_vector(job.read_block(part, SUMS_BLOCK, length, kept, sums.a.dtype))
+    return sums

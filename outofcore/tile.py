@@ -22,6 +22,7 @@ import zarr
 
 from outofcore import chunkfiles, panel_cache
 from outofcore.blas import mirror_upper
+from outofcore.centring import PanelSums
 from outofcore.engines import TileEngine
 from outofcore.product import Product
 from outofcore.reading import read_operand
@@ -80,6 +81,7 @@ def compute_tile(
     task: TileTask,
     before_write: Callable[[], None] | None = None,
     sink: RowSink | None = None,
+    keep_sums: Callable[[PanelSums], None] | None = None,
 ) -> TaskIO:
     """Compute ``C[task] = A[rows, :] @ B[:, cols]`` over ``job.panels``; write it as whole chunks.
 
@@ -88,7 +90,9 @@ def compute_tile(
     takes the finished rows instead of the output (a part of a split tile,
     :mod:`outofcore.splitk`); by default they are finished and written to
     ``job.c`` (:func:`write_finished_rows`).  Returns what it read, wrote and
-    how long each part took.
+    how long each part took.  A product centred from its panel sums
+    (:mod:`outofcore.centring`) corrects the rows it writes; with a ``sink`` the
+    rows are left as summed and ``keep_sums`` takes the panels' sums.
     """
     context = worker_context()
     context.start_task(job.io_concurrency, chunkfiles.buffer_limit(_largest_chunk_bytes(job)))
@@ -103,6 +107,10 @@ def compute_tile(
     ):
         run = _PanelLoop(job, task, engine, panels, reader, writer, before_write, sink)
         tile = run.multiply_and_write()
+    if panels.sums is not None and sink is not None:
+        if keep_sums is None:
+            raise ValueError("a part of a product centred from its panel sums keeps its sums")
+        keep_sums(panels.sums)
     panels.keep_for_next_task(job, task)
     return TaskIO(
         # The addend's region is read when the finished tile is written (not by a part).
@@ -135,6 +143,8 @@ class TilePanels:
     holds_b: bool
     #: Buffers of A's and B's stored dtype that panels are decoded into before conversion.
     staged: dict[str, np.ndarray] = field(default_factory=dict)
+    #: The sums over k of the panels read, for a product centred from them.
+    sums: PanelSums | None = None
 
     @classmethod
     def prepare(cls, job: TileJob, task: TileTask, engine: TileEngine) -> TilePanels:
@@ -163,7 +173,9 @@ class TilePanels:
         reuse.spares.clear()  # unused kept buffers are freed here
         for (slots, size), buffer in zip(needs, taken, strict=True):
             slots.append(buffer if buffer is not None else engine.host_buffer(size, dtype))
-        return cls(job, task, reuse.order, a, b, reuse.a is not None, reuse.b is not None)
+        sums = PanelSums.zeros(task.shape, dtype) if job.product.panel_sums else None
+        holds = (reuse.a is not None, reuse.b is not None)
+        return cls(job, task, reuse.order, a, b, *holds, sums=sums)
 
     def _staging(self, operand: str, size: int) -> np.ndarray | None:
         """A buffer of ``operand``'s stored dtype to decode into before converting (or None).
@@ -208,6 +220,8 @@ class TilePanels:
             )  # fmt: skip
         if is_diagonal(job, task):
             a_panel, b_panel = (b_panel.T, b_panel) if product.transpose_a else (a_panel, a_panel.T)
+        if self.sums is not None:  # loads run one at a time, each panel once
+            self.sums.add(a_panel, b_panel, same=is_diagonal(job, task))
         return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, read_a, read_b)
 
     def drop(self) -> None:
@@ -271,6 +285,8 @@ class _PanelLoop:
         self.job, self.task, self.engine, self.panels = job, task, engine, panels
         self.reader, self.writer, self.before_write = reader, writer, before_write
         self.sink = sink or (lambda r0, rows: write_finished_rows(job, task, r0, rows))
+        #: Whether this task finishes its tile (not a part of a split tile).
+        self.finishes = sink is None
         #: Whether this task writes the mirror of its tile too (not a part of a split tile).
         self.mirror = sink is None and job.product.symmetric and task.i != task.j
         self.block = write_block_rows(output_grid(job)[0], task.shape[0])
@@ -359,9 +375,12 @@ class _PanelLoop:
         return writes
 
     def _write_rows(self, r0: int, rows: np.ndarray) -> None:
-        """Hand finished ``rows`` at row ``r0`` of the tile to the sink (after the owner check)."""
+        """Hand finished ``rows`` at row ``r0`` of the tile to the sink (after the owner
+        check), centred first where the panel sums centre them (every panel is read)."""
         if self.before_write is not None:
             self.before_write()
+        if self.panels.sums is not None and self.finishes:
+            self.panels.sums.correct(r0, rows, self.job.product.k)
         self.sink(r0, rows)
 
 

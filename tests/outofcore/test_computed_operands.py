@@ -102,7 +102,8 @@ def test_the_vectors_are_in_the_memory_contract(stored):
     centred = run_job((xd - xd.mean(0)).T, xd - xd.mean(0), folder / "c.zarr", client="sync",
                       progress=False)  # fmt: skip
     problem = centred.plan.problem
-    assert problem.held_bytes == 2 * 37 * 4  # the column means of A and of B, float32
+    # The column means' shifts of A and of B (float32), and a task's panel sums (float64).
+    assert problem.held_bytes == 2 * 37 * 4 + (37 + 37) * 8
     assert centred.plan.task_bytes == plain.plan.task_bytes + problem.held_bytes
 
 
