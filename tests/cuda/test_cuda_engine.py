@@ -574,3 +574,26 @@ def test_vectors_and_stacks_on_the_simulator(
     result = run_job(*paths, **job)
     assert result.output.shape == np.matmul(a, b).shape
     assert_gemm_close(result.output[...], a, b, accumulated_in="float32")
+
+
+@pytest.mark.parametrize("splits", [None, 2])
+def test_a_centred_gram_from_panel_sums_on_the_simulator(tmp_path, monkeypatch, splits):
+    """A product centred from its panel sums (outofcore/centring.py) through the CUDA
+    engine: the sums come from the host panels, the correction from the finished rows."""
+    import dask.array as da
+
+    rng = np.random.default_rng(15)
+    x = (rng.standard_normal((61, 22)) * 2 + 30).astype(np.float32)
+    write_zarr(tmp_path / "x.zarr", x, (8, 5))
+    monkeypatch.setitem(worker_context().thread().engines, "cuda", fresh_engine())
+    xd = da.from_zarr(str(tmp_path / "x.zarr"))
+    xc = xd - xd.mean(axis=0)
+    options = {**SIMULATED_JOB, "tile": (10, 10), "device_memory": 4096}
+    if splits:
+        options["splits"] = splits
+    result = run_job(xc.T, xc, str(tmp_path / "g.zarr"), **options)
+    assert result.output.attrs["outofcore"]["product"]["a_steps"][0]["shift"] is True
+    g = result.output[...]
+    assert (g == g.T).all()
+    c = x.astype(np.float64) - x.astype(np.float64).mean(axis=0)
+    np.testing.assert_allclose(g, c.T @ c, rtol=1e-4, atol=1e-3 * np.abs(c.T @ c).max())
