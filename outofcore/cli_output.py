@@ -97,7 +97,8 @@ def formula_of(product: dict[str, Any]) -> str:
     alpha, beta = product.get("alpha", 1), product.get("beta", 0)
     scale = "" if alpha == 1 else "-" if alpha == -1 else f"{_number_text(alpha)}*"
     if product.get("symmetric"):
-        return f"G = {scale}{'X @ X.T' if product.get('transpose_b') else 'X.T @ X'}"
+        gram = f"G = {scale}{'X @ X.T' if product.get('transpose_b') else 'X.T @ X'}"
+        return gram + _computed(product, ("X",))
     formula = f"C = {scale}{a} @ {b}"
     if product.get("addend"):
         sign = "+"
@@ -105,7 +106,44 @@ def formula_of(product: dict[str, Any]) -> str:
             sign, beta = "-", -beta
         factor = "" if beta == 1 else f"{_number_text(beta)}*"
         formula += f" {sign} {factor}D (D = {product['addend']})"
-    return formula
+    return formula + _computed(product, ("A", "B"))
+
+
+def _computed(product: dict[str, Any], names: tuple[str, ...]) -> str:
+    """What computes the operands as they are read (a region of the stored array,
+    elementwise steps), as `` (X = stored - its mean over k, from the panel sums)`` or
+    `` (A = stored[0:500, 3:40].astype(float64) * 2)``; empty for stored arrays read as
+    they are."""
+    symbols = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+    said = []
+    for name in names:
+        key = "a" if name in ("A", "X") else "b"
+        window = product.get(f"{key}_window")
+        steps = product.get(f"{key}_steps", [])
+        if not window and not steps:
+            continue
+        expression, loose = "stored", False  # loose: a sum, parenthesised before * or /
+        if window:
+            spans = zip(window["start"], window["shape"], strict=True)
+            expression += "[" + ", ".join(f"{s}:{s + n}" for s, n in spans) + "]"
+        for step in steps:
+            if step["op"] == "astype":
+                expression += f".astype({step['dtype']})"
+                continue
+            if step.get("shift"):
+                expression += " - its mean over k, from the panel sums"
+                continue
+            other = "a vector" if "vector" in step else _number_text(step.get("scalar"))
+            if loose and step["op"] in ("mul", "div"):
+                expression = f"({expression})"
+            loose = step["op"] in ("add", "sub")
+            symbol = symbols[step["op"]]
+            if step.get("reflected"):
+                expression = f"{other} {symbol} {expression}"
+            else:
+                expression = f"{expression} {symbol} {other}"
+        said.append(f"{name} = {expression}")
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _exactly(product: dict[str, Any]) -> str:

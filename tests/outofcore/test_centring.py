@@ -20,6 +20,7 @@ import zarr
 import outofcore
 from outofcore.api import run_job
 from outofcore.centring import PanelSums, centred_over_k
+from outofcore.cli_output import format_summary
 from outofcore.freivalds import verify
 from outofcore.journal import JOURNAL_DIR, PARTIALS_DIR
 from outofcore.reading import SAMPLE_SHARE, sample_means
@@ -70,6 +71,8 @@ def test_a_centred_gram_reads_x_once_and_equals_the_exact_centring(tall, splits)
     assert (got == got.T).all()  # exactly symmetric, corrections included
     assert_centred_gram(got, x, x, bits=0)
     assert verify(xc.T, xc, out, client="sync").passed  # against dask's exact centring
+    said = format_summary(result.summary).splitlines()[0]
+    assert said.startswith("G = X.T @ X (X = stored - its mean over k, from the panel sums)")
     if splits:
         assert result.plan.splits == splits
         assert not (folder / "g.zarr" / JOURNAL_DIR / PARTIALS_DIR).exists()  # sums deleted

@@ -15,6 +15,7 @@ import zarr
 
 import outofcore
 from outofcore.api import run_job
+from outofcore.cli_output import format_summary
 from outofcore.derived import steps_behind
 from outofcore.errors import InputError
 from outofcore.freivalds import verify
@@ -174,6 +175,13 @@ def test_a_resume_refuses_another_slice_and_resumes_the_same(stored, outofcore_s
     result = run_job(xd[:, :60].T, xd[:, :60], out, **options)
     assert result.summary["tiles_skipped"] > 0
     assert_gemm_close(result.output[...], x[:, :60].T, x[:, :60], accumulated_in="float32")
+    said = format_summary(result.summary).splitlines()[0]
+    assert said.startswith("G = X.T @ X (X = stored[0:211, 0:60]) written to"), said
+    scaled = run_job((xd[:, 3:40].astype("float64") * 2 + 1).T, xd[:, :50] / 4,
+                     folder / "s.zarr", **options)  # fmt: skip
+    said = format_summary(scaled.summary).splitlines()[0]
+    expected = "A = stored[0:211, 3:40].astype(float64) * 2 + 1; B = stored[0:211, 0:50] / 4"
+    assert said.startswith(f"C = A.T @ B ({expected}) written to"), said
 
 
 def test_what_is_no_unit_step_slice_is_refused(stored):
