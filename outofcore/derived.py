@@ -245,7 +245,8 @@ def _in_stored_array(
                 return None  # a vector of another length (numpy would broadcast length 1)
             placed.append((step, window))
             continue
-        chunks = chunks or read_chunks(graph, _below_transposes(graph, name))
+        reader = _below_transposes(graph, name)  # the layer that reads the stored array
+        chunks = chunks or read_chunks(graph, reader)
         if chunks is None:
             return None
         layer, below = item

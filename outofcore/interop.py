@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
@@ -38,8 +38,10 @@ from outofcore.derived import Step, Vectors, applicable, result_dtype, steps_beh
 from outofcore.dtypes import check_input_dtype
 from outofcore.errors import InputError
 from outofcore.locations import locate
-from outofcore.stacking import Window
 from scheduler.cluster import tasks_run_here
+
+if TYPE_CHECKING:
+    from outofcore.stacking import Window
 
 #: Largest chunk edge of the in-memory zarr copy of a numpy input.
 IN_MEMORY_CHUNK = 1024

@@ -107,6 +107,14 @@ class Product:
         if addend is not None:
             addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)
             arrays.check_distinct(addend_array, {"A": a_array, "B": b_array}, "the addend")
+        if all(isinstance(flag, bool | np.bool_) for flag in (transpose_a, transpose_b)):
+            # Centred over k: from the panel sums, or the exact means read now (flags of
+            # another type are refused just below).
+            a_steps, b_steps = centring.settle(
+                a_array, b_array, (a_steps, b_steps),
+                (bool(transpose_a) != a_flipped, bool(transpose_b) != b_flipped),
+                (a_window, b_window), vectors,
+            )  # fmt: skip
         # The flags after the arrays: each step below is a lower layer's (dtypes).
         # numpy.matmul's shape rules (:mod:`outofcore.stacking`); a 1-D operand is its own
         # transpose, so its flag is False (the job's identity does not depend on it).
@@ -122,11 +130,6 @@ class Product:
                 f"the addend ({arrays.describe(addend_array)}) has shape "
                 f"{tuple(addend_array.shape)}; the output is {stack.out_shape}"
             )
-        # Centred over k: from the panel sums, or the exact means read now.
-        a_steps, b_steps = centring.settle(
-            a_array, b_array, (a_steps, b_steps), (transpose_a, transpose_b),
-            (a_window, b_window), vectors,
-        )  # fmt: skip
         for name, array, steps in (("A", a_array, a_steps), ("B", b_array, b_steps)):
             _check_steps(name, array, steps)
         types = product_types(
