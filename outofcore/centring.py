@@ -50,7 +50,7 @@ def settle(
     a_centred = centred_over_k(a_steps, 0 if flags[0] else 1)
     if two_d and a_centred and centred_over_k(b_steps, 1 if flags[1] else 0):
         return a_steps, b_steps
-    return exact_steps(a_steps, a, vectors), exact_steps(b_steps, b, vectors)
+    return exact_steps(a_steps, vectors), exact_steps(b_steps, vectors)
 
 
 def centred_over_k(steps: tuple[Step, ...], k_axis: int) -> bool:

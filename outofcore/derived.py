@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,10 @@ class Step:
     #: exact mean from its panel sums (:mod:`outofcore.centring`), or the caller makes
     #: the step exact first (:func:`exact_steps`).
     shift: bool = False
+    #: The stored array a :attr:`shift` is the mean of (its sample's), and the axis of
+    #: that array the mean runs over.
+    mean_of: Any = None
+    mean_axis: int | None = None
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready: the step, with a vector's length and checksum (the job's identity)."""
@@ -99,8 +103,9 @@ class Vectors:
     sample: Callable[[Any, int], np.ndarray] | None = None
     #: Exact means already computed, by the stored array's path and axis.
     exact: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
-    #: The layers whose vectors are shifts (sample means).
-    shifted: set[str] = field(default_factory=set)
+    #: The layers whose vectors are shifts (sample means): the stored array of each and
+    #: the axis the mean runs over.
+    shifted: dict[str, tuple[Any, int]] = field(default_factory=dict)
 
 
 def describe(steps: Sequence[Step]) -> list[dict[str, Any]]:
@@ -239,8 +244,9 @@ def _in_stored_array(
         stored_side = flips != (transposed != flipped)  # this level is the stored's transpose
         if isinstance(item, Step):
             step = _in_stored(item, stored_side)
-            if windowed and step.shift:  # a region's mean is no mean of the stored array
-                step = exact_steps((step,), array, vectors)[0]
+            own = _same(step.mean_of, array) and step.mean_axis == 1 - step.axis
+            if step.shift and (windowed or not own):  # not the operand's own mean: exact
+                step = exact_steps((step,), vectors)[0]
             if isinstance(step.other, np.ndarray) and step.other.size != window.shape[step.axis]:
                 return None  # a vector of another length (numpy would broadcast length 1)
             placed.append((step, window))
@@ -269,7 +275,7 @@ def _along(step: Step, spans: Window, window: Window) -> Step:
         return step
     at = window.start[step.axis] - spans.start[step.axis]
     other = step.other[at : at + window.shape[step.axis]]
-    return Step(step.op, step.dtype, other, step.axis, step.reflected, step.shift)
+    return replace(step, other=other)
 
 
 def _below_transposes(graph: Any, name: str) -> str:
@@ -302,7 +308,7 @@ def _typed(steps: Any, stored: np.dtype) -> tuple[Step, ...]:
             dtype = np.dtype(step.dtype)
         else:
             dtype = np.result_type(np.empty(0, dtype), step.other)
-        typed.append(Step(step.op, dtype, step.other, step.axis, step.reflected, step.shift))
+        typed.append(replace(step, dtype=dtype))
     return tuple(typed)
 
 
@@ -311,7 +317,7 @@ def _in_stored(step: Step, flips: bool) -> Step:
     number of transposes lie between the step and the stored array)."""
     if step.axis is None or not flips:
         return step
-    return Step(step.op, step.dtype, step.other, 1 - step.axis, step.reflected, step.shift)
+    return replace(step, axis=1 - step.axis)
 
 
 def _transposes(layer: Any) -> bool | None:
@@ -359,8 +365,11 @@ def _step(graph: Any, layer: Any, reads: Any, vectors: Vectors) -> tuple[Step, s
         other = vectors.values[name]
         if other is None:
             return None
-    shift = op == "sub" and position == 0 and index is not None and name in vectors.shifted
-    return Step(op, dtype, other, axis, reflected=position == 1, shift=shift), below
+    mean = vectors.shifted.get(name) if op == "sub" and position == 0 else None
+    step = Step(op, dtype, other, axis, reflected=position == 1)
+    if mean is not None:  # the mean of a sample of ``mean[0]`` over its axis ``mean[1]``
+        step = replace(step, shift=True, mean_of=mean[0], mean_axis=mean[1])
+    return step, below
 
 
 #: The layers of dask.array's ``mean`` and ``sum`` above their chunk layer.
@@ -409,23 +418,21 @@ def _reduction(
     array, transposed = found
     stored_axis = axis[0] if not transposed else 1 - axis[0]
     if kind == "mean" and subtracted and vectors.sample is not None:
-        vectors.shifted.add(top)
+        vectors.shifted[top] = (array, stored_axis)
         return vectors.sample(array, stored_axis).astype(dtype)
     sums = reduce(array, stored_axis)
     values = sums / array.shape[stored_axis] if kind == "mean" else sums
     return values.astype(dtype)
 
 
-def exact_steps(steps: Sequence[Step], array: Any, vectors: Vectors) -> tuple[Step, ...]:
-    """``steps`` with every :attr:`Step.shift` made exact: the mean of the stored
-    ``array`` over the other axis (``vectors.reduce``, once an array and axis)."""
-    if not any(step.shift for step in steps):
-        return tuple(steps)
+def exact_steps(steps: Sequence[Step], vectors: Vectors) -> tuple[Step, ...]:
+    """``steps`` with every :attr:`Step.shift` made exact: the mean of its stored array
+    (:attr:`Step.mean_of`) over its axis (``vectors.reduce``, once an array and axis)."""
     exact = []
     for step in steps:
         if step.shift:
-            over = 1 - step.axis
-            key = (str(getattr(array, "store_path", id(array))), over)
+            array, over = step.mean_of, step.mean_axis
+            key = (_path(array), over)
             if key not in vectors.exact:
                 sums = vectors.reduce(array, over)  # type: ignore[misc]
                 vectors.exact[key] = sums / array.shape[over]
@@ -433,6 +440,16 @@ def exact_steps(steps: Sequence[Step], array: Any, vectors: Vectors) -> tuple[St
             step = Step(step.op, step.dtype, values, step.axis, step.reflected)
         exact.append(step)
     return tuple(exact)
+
+
+def _path(array: Any) -> str:
+    """Where a zarr array is stored (its store and path): two opened copies are one."""
+    return str(getattr(array, "store_path", id(array)))
+
+
+def _same(one: Any, other: Any) -> bool:
+    """Whether two zarr arrays are the same stored array."""
+    return one is other or _path(one) == _path(other)
 
 
 def _compute_vector(graph: Any, name: str, blocks: tuple[int, ...] | None) -> np.ndarray | None:

@@ -194,3 +194,26 @@ def test_a_damaged_kept_sum_is_computed_again(tall, outofcore_settings, caplog, 
         rerun = run_job(xc.T, xc, out, splits=4, **SYNC)
     assert rerun.summary["damaged"] == ["tile-0-0-k1of4"]
     assert_centred_gram(rerun.output[...], x, x, bits=0)
+
+
+def test_a_mean_of_another_array_or_axis_is_never_taken_for_the_operands_own(tmp_path):
+    """Only an operand's own mean over k is centred from its panel sums: another array's
+    mean, or a square array's row means broadcast along its columns, are subtracted as
+    the exact vectors they are."""
+    rng = np.random.default_rng(85)
+    x = (rng.standard_normal((120, 120)) + 20).astype(np.float32)
+    y = (rng.standard_normal((120, 120)) - 5).astype(np.float32)
+    xd = da.from_zarr(write_zarr(tmp_path / "x.zarr", x, (32, 40)))
+    yd = da.from_zarr(write_zarr(tmp_path / "y.zarr", y, (32, 40)))
+    wide_x, wide_y = x.astype(np.float64), y.astype(np.float64)
+    cases = {
+        "another array's mean": (yd - xd.mean(axis=0), wide_y - wide_x.mean(axis=0)),
+        "row means along columns": (xd - xd.mean(axis=1), wide_x - wide_x.mean(axis=1)),
+    }
+    for number, (name, (operand, reference)) in enumerate(cases.items()):
+        got = outofcore.matmul(operand.T, operand, str(tmp_path / f"c{number}.zarr"),
+                               memory="128KiB", **SYNC)  # fmt: skip
+        steps = got.attrs["outofcore"]["product"]["a_steps"]
+        assert not any(step.get("shift") for step in steps), name
+        expected = reference.T @ reference
+        assert np.abs(got[...] - expected).max() <= 1e-5 * np.abs(expected).max(), name
