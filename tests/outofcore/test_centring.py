@@ -56,13 +56,16 @@ def tall(tmp_path):
     return tmp_path, x
 
 
-@pytest.mark.parametrize("splits", [None, 3])
+@pytest.mark.parametrize("splits", [None, 3, "tiles"])
 def test_a_centred_gram_reads_x_once_and_equals_the_exact_centring(tall, splits):
     folder, x = tall
     xd = da.from_zarr(str(folder / "x.zarr"))
     xc = xd - xd.mean(axis=0)
     out = str(folder / "g.zarr")
     options = {"memory": "256KiB"} if splits is None else {"splits": splits}
+    if splits == "tiles":  # off-diagonal tiles and their mirrors, rows written as streamed
+        options = {"tile": (26, 26), "tk": 100}
+        splits = None
     result = run_job(xc.T, xc, out, **SYNC, **options)
     record = result.output.attrs["outofcore"]["product"]
     (step,) = record["a_steps"]
