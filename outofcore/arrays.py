@@ -20,6 +20,7 @@ from outofcore.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
 from outofcore.derived import Step, Vectors
 from outofcore.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.errors import InputError
+from outofcore.joined import Joined
 from outofcore.locations import Location, locate
 from outofcore.stacking import Stack, Window
 from outofcore.stores import store_errors, url_of, zarr_options
@@ -62,6 +63,11 @@ def open_input(
         flag (:func:`open_operand`).
     """
     array, transposed, steps, window = open_operand(source, name, dtypes)
+    if isinstance(array, Joined):
+        raise InputError(
+            f"{_label(name)} joins {len(array.arrays)} arrays ({describe(array)}); it is read "
+            f"as stored, so store it first: {interop.store_line(_label(name), source)}"
+        )
     if window is not None:
         raise InputError(
             f"{_label(name)} is the region {window.text()} of {describe(array)} (a slice); "
@@ -100,7 +106,7 @@ def open_operand(
         resolved = interop.resolve(source, label, dtypes, vectors)
         source, transposed = resolved.source, resolved.transposed
         steps, window = resolved.steps, resolved.window
-    if isinstance(source, zarr.Array):
+    if isinstance(source, zarr.Array | Joined):  # a Joined: zarr arrays of one operand
         array = source
     else:
         where = source if isinstance(source, Location) else locate(source)
@@ -147,8 +153,11 @@ def dimension_names(array: zarr.Array) -> DimensionNames:
     return tuple(name if isinstance(name, str) else None for name in names)
 
 
-def describe(array: zarr.Array) -> str:
-    """Where an array lives, for messages: its store URL (absolute for local files) and path."""
+def describe(array: zarr.Array | Joined) -> str:
+    """Where an array lives, for messages: its store URL (absolute for local files) and
+    path (of each part of a :class:`~outofcore.joined.Joined`, joined by ``+``)."""
+    if isinstance(array, Joined):
+        return " + ".join(describe(part) for part in array.arrays)
     store = array.store
     if isinstance(store, LocalStore):
         where = f"file://{os.path.realpath(os.fspath(store.root))}"

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from outofcore.joined import is_rechunk, joined_reads
 from outofcore.stacking import Window
 from outofcore.windows import read_chunks, sliced_region
 
@@ -192,13 +193,13 @@ def steps_behind(
     found: list[tuple[Step | tuple[Any, str], bool]] = []
     flipped = False
     for _ in range(64):  # a few dozen layers at most
-        plain = reads(graph, name)
+        plain = reads(graph, name) or joined_reads(graph, name, reads)  # one array, or parts
         if plain is not None:
             array, transposed = plain
             return _in_stored_array(graph, name, array, transposed, found, flipped, vectors)
         layer = graph.layers.get(name)
         below = graph.dependencies.get(name, set())
-        if _rechunks(name):  # the same values in other blocks: outofcore reads its own
+        if is_rechunk(name):  # the same values in other blocks: outofcore reads its own
             if len(below) != 1 or any(not isinstance(item, Step) for item, _ in found):
                 return None  # a slice above it would need the new blocks
             (name,) = below
@@ -252,7 +253,7 @@ def _in_stored_array(
             placed.append((step, window))
             continue
         reader = _below_transposes(graph, name)  # the layer that reads the stored array
-        chunks = chunks or read_chunks(graph, reader)
+        chunks = chunks or read_chunks(graph, reader)  # (None for a concatenation's)
         if chunks is None:
             return None
         layer, below = item
@@ -283,13 +284,6 @@ def _below_transposes(graph: Any, name: str) -> str:
     while _transposes(graph.layers.get(name)) is not None:
         (name,) = graph.dependencies[name]
     return name
-
-
-def _rechunks(name: str) -> bool:
-    """Whether layer ``name`` is a stage of dask.array's rechunk (tasks or p2p)."""
-    from dask.utils import key_split  # noqa: PLC0415
-
-    return key_split(name).startswith("rechunk-")
 
 
 def _slices(name: str, layer: Any) -> bool:

@@ -44,6 +44,7 @@ import zarr
 from outofcore import arrays, config
 from outofcore.codecs import ChunkSizeError
 from outofcore.derived import on_dask
+from outofcore.joined import Joined
 from outofcore.locations import locate
 from outofcore.product import Product
 from outofcore.reading import ReadError, read_panel
@@ -210,16 +211,21 @@ def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Arra
             x = da.expand_dims(x, axis=x.ndim - (0 if stack.b_vector else 1))
         return da.expand_dims(x, axis=x.ndim) if stack.b_vector else x
 
-    def operand(array: zarr.Array, window: Window | None) -> da.Array:
-        """The values read of ``array``: its window (a slice), or all of it."""
+    def operand(role: str, window: Window | None) -> da.Array:
+        """The values operand ``role`` reads: its array (its parts joined), its window."""
+        values = product.values(role)
+        if isinstance(values, Joined):
+            x = da.concatenate([read(part) for part in values.arrays], axis=values.axis)
+        else:
+            x = read(values)
         if window is None:
-            return read(array)
+            return x
         (row, col), (rows, cols) = window.start, window.shape
-        return read(array)[row : row + rows, col : col + cols]
+        return x[row : row + rows, col : col + cols]
 
     # Operands computed as they are read: their region, then their steps.
-    a = on_dask(product.a_steps, operand(product.a, product.a_window))
-    b = on_dask(product.b_steps, operand(product.b, product.b_window))
+    a = on_dask(product.a_steps, operand("A", product.a_window))
+    b = on_dask(product.b_steps, operand("B", product.b_window))
     a = a[None, :] if stack.a_vector else da.swapaxes(a, -1, -2) if stack.transpose_a else a
     b = b[:, None] if stack.b_vector else da.swapaxes(b, -1, -2) if stack.transpose_b else b
     addend = None if product.addend is None else matrices(read(product.addend)).astype(dtype)

@@ -37,6 +37,7 @@ from zarr.storage import FsspecStore, MemoryStore
 from outofcore.derived import Step, Vectors, applicable, result_dtype, steps_behind
 from outofcore.dtypes import check_input_dtype
 from outofcore.errors import InputError
+from outofcore.joined import Joined
 from outofcore.locations import locate
 from scheduler.cluster import tasks_run_here
 
@@ -336,9 +337,12 @@ def _in_memory(x: np.ndarray, label: str, dtypes: tuple[np.dtype, ...] | None) -
     return zarr.create_array(MemoryStore(), data=x, chunks=chunks, compressors=None)
 
 
-def by_path(array: zarr.Array) -> zarr.Array:
+def by_path(array: Any) -> Any:
     """``array``, reopened by its path when it is on this machine's disks behind fsspec
-    (as ``da.from_zarr("a.zarr")`` opens it): one array, one fingerprint, however spelled."""
+    (as ``da.from_zarr("a.zarr")`` opens it): one array, one fingerprint, however spelled;
+    each part of a :class:`~outofcore.joined.Joined` so."""
+    if isinstance(array, Joined):
+        return Joined(tuple(by_path(part) for part in array.arrays), array.axis)
     if not isinstance(array.store, FsspecStore):
         return array
     location = locate(array)

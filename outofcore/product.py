@@ -34,6 +34,7 @@ from outofcore.dtypes import (
     product_types,
 )
 from outofcore.errors import InputError
+from outofcore.joined import Joined
 from outofcore.locations import Location
 from outofcore.presence import listed_array
 from outofcore.reading import read_converted, sample_means, sums_along, zarr_read_shards
@@ -71,6 +72,10 @@ class Product:
     #: all of it.  The steps' vectors run along the region.
     a_window: Window | None = None
     b_window: Window | None = None
+    #: A (B) as stored arrays joined along one axis (``da.concatenate``,
+    #: :mod:`outofcore.joined`); ``a`` (``b``) is then its first part.  None: one array.
+    a_joined: Joined | None = None
+    b_joined: Joined | None = None
 
     @classmethod
     def open(
@@ -106,7 +111,8 @@ class Product:
         addend_array = None
         if addend is not None:
             addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)
-            arrays.check_distinct(addend_array, {"A": a_array, "B": b_array}, "the addend")
+            read = {**_named_parts("A", a_array), **_named_parts("B", b_array)}
+            arrays.check_distinct(addend_array, read, "the addend")
         if all(isinstance(flag, bool | np.bool_) for flag in (transpose_a, transpose_b)):
             # Centred over k: from the panel sums, or the exact means read now (flags of
             # another type are refused just below).
@@ -149,8 +155,10 @@ class Product:
                 "would be ignored; pass beta (e.g. 1.0) or leave the addend out"
             )
         return cls(
-            a=a_array,
-            b=b_array,
+            a=_first_part(a_array),
+            b=_first_part(b_array),
+            a_joined=a_array if isinstance(a_array, Joined) else None,
+            b_joined=b_array if isinstance(b_array, Joined) else None,
             types=types,
             transpose_a=transpose_a,
             transpose_b=transpose_b,
@@ -159,7 +167,7 @@ class Product:
             addend=addend_array,
             symmetric=transpose_a != transpose_b
             and addend_array is None
-            and arrays.same_array(a_array, b_array)
+            and _same_values(a_array, b_array)
             and describe_steps(a_steps) == describe_steps(b_steps)
             and a_window == b_window,
             a_steps=a_steps,
@@ -178,11 +186,17 @@ class Product:
     def stack(self) -> Stack:
         """numpy.matmul's shapes of this product: batch, 1-D operands, the output's shape."""
         return Stack.of(
-            _read_shape(self.a, self.a_window),
-            _read_shape(self.b, self.b_window),
+            _read_shape(self.values("A"), self.a_window),
+            _read_shape(self.values("B"), self.b_window),
             self.transpose_a,
             self.transpose_b,
         )
+
+    def values(self, role: str) -> zarr.Array | Joined:
+        """What operand ``role`` ("A", "B") is read from: its array, or the arrays joined."""
+        if role == "A":
+            return self.a if self.a_joined is None else self.a_joined
+        return self.b if self.b_joined is None else self.b_joined
 
     @property
     def dimension_names(self) -> arrays.DimensionNames:
@@ -217,19 +231,19 @@ class Product:
         window = {"A": self.a_window, "B": self.b_window}.get(role)
         if window is not None:  # a 2-D region of the stored array
             return self.stack.matrix(role, window.shape, entry or 0, window.start)
-        shape = {"A": self.a.shape, "B": self.b.shape}.get(role, self.shape)
+        shape = self.values(role).shape if role in ("A", "B") else self.shape
         return self.stack.matrix(role, shape, entry or 0)
 
     def op_view(self, role: str) -> OpView:
         """Shape, dtype and chunk grid of one matrix of ``op(A)`` ("A") or ``op(B)`` ("B")."""
-        array = self.a if role == "A" else self.b
+        array = self.values(role)  # a joined operand's chunks: its parts' largest
         transposed = self.transpose_a if role == "A" else self.transpose_b
         return self.matrix(role).op_view(array.dtype, array.chunks, transposed)
 
     @property
     def inputs(self) -> dict[str, zarr.Array]:
         """Every array read (A, B and the addend when there is one), by name."""
-        named = {"A": self.a, "B": self.b}
+        named = {**_named_parts("A", self.values("A")), **_named_parts("B", self.values("B"))}
         return named if self.addend is None else {**named, "addend": self.addend}
 
     @property
@@ -316,6 +330,9 @@ class Product:
         for name, window in (("a", self.a_window), ("b", self.b_window)):
             if window is not None:
                 shapes[f"{name}_window"] = window.describe()
+        for name, joined in (("a", self.a_joined), ("b", self.b_joined)):
+            if joined is not None:
+                shapes[f"{name}_joined"] = joined.describe()
         if not stack.plain:
             shapes["stack"] = {
                 "out_shape": list(stack.out_shape),
@@ -366,7 +383,31 @@ class Product:
         return rows.astype(self.types.output)
 
 
-def _read_shape(array: zarr.Array, window: Window | None) -> tuple[int, ...]:
+def _named_parts(name: str, values: zarr.Array | Joined) -> dict[str, zarr.Array]:
+    """The arrays an operand reads, by name: ``A``, or ``A``, ``A part 2``, ... joined."""
+    if not isinstance(values, Joined):
+        return {name: values}
+    return {
+        name if number == 1 else f"{name} part {number}": part
+        for number, part in enumerate(values.arrays, start=1)
+    }
+
+
+def _first_part(values: zarr.Array | Joined) -> zarr.Array:
+    return values.arrays[0] if isinstance(values, Joined) else values
+
+
+def _same_values(a: zarr.Array | Joined, b: zarr.Array | Joined) -> bool:
+    """Whether two operands read the same stored values (the same parts, joined alike)."""
+    if isinstance(a, Joined) or isinstance(b, Joined):
+        if not (isinstance(a, Joined) and isinstance(b, Joined)) or a.axis != b.axis:
+            return False
+        pairs = zip(a.arrays, b.arrays, strict=False)
+        return len(a.arrays) == len(b.arrays) and all(arrays.same_array(x, y) for x, y in pairs)
+    return arrays.same_array(a, b)
+
+
+def _read_shape(array: zarr.Array | Joined, window: Window | None) -> tuple[int, ...]:
     """The shape of the values read of ``array``: its ``window``'s, or its own."""
     return tuple(array.shape) if window is None else window.shape
 

@@ -27,6 +27,7 @@ from outofcore.chunkfiles import DECODE_ERRORS, ChunkDecodeError
 from outofcore.derived import Step
 from outofcore.derived import apply as apply_steps
 from outofcore.errors import JobFailedError
+from outofcore.joined import Joined
 from outofcore.stacking import Matrix
 
 #: Errors worth retrying: I/O and network failures (timeouts, resets, unreadable or
@@ -158,7 +159,7 @@ def read_converted(
 
 
 def read_operand(
-    array: zarr.Array,
+    array: zarr.Array | Joined,
     matrix: Matrix,
     transposed: bool,
     rows: slice,
@@ -169,16 +170,35 @@ def read_operand(
 ) -> None:
     """Read ``op(M)[rows, cols]`` into the 2-D ``out``, where ``M`` is ``matrix`` of
     ``array`` (a stack's entry, or a vector as a one-row or one-column matrix) and
-    ``op`` is the identity or ``.T``; then apply ``steps`` (an operand computed as it
-    is read, :mod:`outofcore.derived`) to it, in place.
+    ``op`` is the identity or ``.T`` (``array`` may be stored arrays joined along one
+    axis, :mod:`outofcore.joined`); then apply ``steps`` (an operand computed as it is
+    read, :mod:`outofcore.derived`) to it, in place.
 
     A transposed operand's region is ``M[cols, rows]``, read as stored into
     ``out.T`` (``out`` is then a column-major view over a row-major buffer).
     """
     stored, (r, c) = (out.T, (cols, rows)) if transposed else (out, (rows, cols))
-    read_converted(array, matrix.selection(r, c), matrix.view(stored), staging)
+    if isinstance(array, Joined):  # arrays joined along one axis: each part's piece
+        _read_joined(array, matrix.selection(r, c), stored, staging)
+    else:
+        read_converted(array, matrix.selection(r, c), matrix.view(stored), staging)
     if steps:
         apply_steps(steps, stored, r.start or 0, c.start or 0)
+
+
+def _read_joined(
+    joined: Joined, selection: tuple[slice, ...], out: np.ndarray, staging: np.ndarray | None
+) -> None:
+    """Read ``selection`` (rows, cols of the joined arrays) into the 2-D ``out``, each
+    part's piece from that part."""
+    axis = joined.axis
+    span = selection[axis]
+    for index, start, stop, offset in joined.pieces(span.start, span.stop):
+        piece = list(selection)
+        piece[axis] = slice(start, stop)
+        where = [slice(None), slice(None)]
+        where[axis] = slice(offset, offset + stop - start)
+        read_converted(joined.arrays[index], tuple(piece), out[tuple(where)], staging)
 
 
 def zarr_read_shards(array: zarr.Array, transposed: bool = False) -> tuple[int, int] | None:

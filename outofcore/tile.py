@@ -208,14 +208,14 @@ class TilePanels:
             staging = self._staging("a", tm * depth)
             a_matrix = product.matrix("A", task.batch)
             read_operand(
-                product.a, a_matrix, product.transpose_a, rows, ks, a_panel, staging,
+                product.values("A"), a_matrix, product.transpose_a, rows, ks, a_panel, staging,
                 product.a_steps,
             )  # fmt: skip
         if read_b:
             staging = self._staging("b", depth * tn)
             b_matrix = product.matrix("B", task.batch)
             read_operand(
-                product.b, b_matrix, product.transpose_b, ks, cols, b_panel, staging,
+                product.values("B"), b_matrix, product.transpose_b, ks, cols, b_panel, staging,
                 product.b_steps,
             )  # fmt: skip
         if is_diagonal(job, task):
