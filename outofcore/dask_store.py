@@ -27,7 +27,7 @@ from outofcore.derived import Vectors, result_dtype
 from outofcore.dtypes import product_types
 from outofcore.errors import InputError
 from outofcore.generate import clear_own_array
-from outofcore.interop import Operand, by_path, type_name
+from outofcore.interop import Operand, by_path, steps_by_path, type_name
 from outofcore.locations import locate
 from outofcore.reading import sample_means, sums_along
 from outofcore.spec import JobSpec
@@ -95,8 +95,9 @@ def to_zarr(
         "" if found.b_window is None else found.b_window.text(),
         ".T" if found.transpose_b else "",
     )
-    a = Operand(by_path(found.a), steps=found.a_steps, window=found.a_window)  # flags: spec's
-    b = Operand(by_path(found.b), steps=found.b_steps, window=found.b_window)
+    a_steps, b_steps = steps_by_path(found.a_steps), steps_by_path(found.b_steps)
+    a = Operand(by_path(found.a), steps=a_steps, window=found.a_window)  # flags: the spec's
+    b = Operand(by_path(found.b), steps=b_steps, window=found.b_window)
     out = matmul(a, b, url, spec, client=client)
     if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
         raise RuntimeError(f"the product {out.shape} is not x's {x.shape}")

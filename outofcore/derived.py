@@ -24,8 +24,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import zarr
 
-from outofcore.joined import is_rechunk, joined_reads
+from outofcore.joined import below_rechunks, is_rechunk, joined_reads
 from outofcore.stacking import Window
 from outofcore.windows import read_chunks, sliced_region
 
@@ -69,6 +70,14 @@ class Step:
     #: that array the mean runs over.
     mean_of: Any = None
     mean_axis: int | None = None
+    #: Where ``other`` is a stored array of the operand's shape (``x * y``): whether it
+    #: is stored as the transpose of the operand's stored array.
+    other_transposed: bool = False
+
+    @property
+    def stored_other(self) -> bool:
+        """Whether ``other`` is a stored array (``x * y``), read region by region."""
+        return isinstance(self.other, zarr.Array)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready: the step, with a vector's length and checksum (the job's identity)."""
@@ -84,6 +93,13 @@ class Step:
                 "length": int(data.size),
                 "dtype": str(data.dtype),
                 "sha256": hashlib.sha256(data.tobytes()).hexdigest(),
+            }
+        elif self.stored_other:  # its values are the job's input (fingerprinted)
+            said["array"] = {
+                "path": _path(self.other),
+                "shape": list(self.other.shape),
+                "dtype": str(self.other.dtype),
+                "transposed": self.other_transposed,
             }
         elif self.other is not None:
             said["scalar"] = _json_scalar(self.other)
@@ -130,16 +146,33 @@ def applicable(steps: Sequence[Step], stored: np.dtype) -> bool:
     return result_dtype(steps, stored).kind in "fc"
 
 
-def apply(steps: Sequence[Step], block: np.ndarray, r0: int, c0: int) -> None:
+def apply(
+    steps: Sequence[Step],
+    block: np.ndarray,
+    r0: int,
+    c0: int,
+    read: Callable[[Any, tuple[slice, slice], np.ndarray], None] | None = None,
+) -> None:
     """Apply the steps, in place, to ``block``: rows ``r0:`` and columns ``c0:`` of the
     stored array (2-D, in the stored orientation; a transposed view is fine).  The block
-    keeps its dtype (the accumulation dtype, at least as wide as the steps')."""
+    keeps its dtype (the accumulation dtype, at least as wide as the steps').  ``read(
+    array, selection, out)`` reads a stored other operand's region (``x * y``) into a
+    buffer of the block's shape and dtype, made for the step and let go after it."""
     rows, cols = block.shape
     for step in steps:
         if step.op == "astype":
             continue  # the block is already in a dtype that holds the step's
         other = step.other
-        if isinstance(other, np.ndarray):
+        if step.stored_other:
+            if read is None:
+                raise ValueError("a step on a stored array needs a reader of its regions")
+            values = np.empty(block.shape, block.dtype)
+            if step.other_transposed:
+                read(other, (slice(c0, c0 + cols), slice(r0, r0 + rows)), values.T)
+            else:
+                read(other, (slice(r0, r0 + rows), slice(c0, c0 + cols)), values)
+            other = values
+        elif isinstance(other, np.ndarray):
             other = other[r0 : r0 + rows, None] if step.axis == 0 else other[c0 : c0 + cols]
         function = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
         ufunc = function[step.op]
@@ -149,8 +182,9 @@ def apply(steps: Sequence[Step], block: np.ndarray, r0: int, c0: int) -> None:
             ufunc(block, other, out=block, casting="unsafe")
 
 
-def on_dask(steps: Sequence[Step], x: Any) -> Any:
-    """The steps on a dask array ``x`` (the stored array): for Freivalds' check."""
+def on_dask(steps: Sequence[Step], x: Any, read: Callable[[Any], Any] | None = None) -> Any:
+    """The steps on a dask array ``x`` (the stored array): for Freivalds' check.
+    ``read(array)`` is a stored other operand as a dask array (``x * y``)."""
     for step in steps:
         if step.op == "astype":
             x = x.astype(step.dtype)
@@ -159,7 +193,11 @@ def on_dask(steps: Sequence[Step], x: Any) -> Any:
             x = x - x.mean(axis=1 - step.axis, keepdims=True).astype(step.dtype)
             continue
         other = step.other
-        if isinstance(other, np.ndarray):
+        if step.stored_other:
+            if read is None:
+                raise ValueError("a step on a stored array needs a reader of it")
+            other = read(other).T if step.other_transposed else read(other)
+        elif isinstance(other, np.ndarray):
             other = other[:, None] if step.axis == 0 else other[None, :]
         function = {
             "add": operator.add,
@@ -245,6 +283,8 @@ def _in_stored_array(
         stored_side = flips != (transposed != flipped)  # this level is the stored's transpose
         if isinstance(item, Step):
             step = _in_stored(item, stored_side)
+            if step.stored_other and (windowed or not _alike(step, array)):
+                return None  # another shape, chunks or region: dask computes it
             own = _same(step.mean_of, array) and step.mean_axis == 1 - step.axis
             if step.shift and (windowed or not own):  # not the operand's own mean: exact
                 step = exact_steps((step,), vectors)[0]
@@ -300,6 +340,8 @@ def _typed(steps: Any, stored: np.dtype) -> tuple[Step, ...]:
     for step in steps:
         if step.op == "astype":
             dtype = np.dtype(step.dtype)
+        elif step.stored_other:
+            dtype = np.result_type(dtype, step.other.dtype)
         else:
             dtype = np.result_type(np.empty(0, dtype), step.other)
         typed.append(replace(step, dtype=dtype))
@@ -311,6 +353,8 @@ def _in_stored(step: Step, flips: bool) -> Step:
     number of transposes lie between the step and the stored array)."""
     if step.axis is None or not flips:
         return step
+    if step.stored_other:
+        return replace(step, other_transposed=not step.other_transposed) if flips else step
     return replace(step, axis=1 - step.axis)
 
 
@@ -348,6 +392,15 @@ def _step(graph: Any, layer: Any, reads: Any, vectors: Vectors) -> tuple[Step, s
         if isinstance(name, bool) or not isinstance(name, int | float | complex | np.number):
             return None
         other, axis = name, None
+    elif tuple(index) == out:  # an operand of the same shape: one of them stored
+        stored = reads(graph, below_rechunks(graph, name))
+        if stored is None:  # the first is the stored one (``(y + 1) * x``)?
+            stored = reads(graph, below_rechunks(graph, below))
+            if stored is None:
+                return None
+            position, below = other_index, name
+        step = Step(op, dtype, stored[0], reflected=position == 1, other_transposed=stored[1])
+        return step, below
     else:
         if len(index) != 1 or index[0] not in out:
             return None  # a 2-D other operand: not a broadcast vector
@@ -439,6 +492,21 @@ def exact_steps(steps: Sequence[Step], vectors: Vectors) -> tuple[Step, ...]:
 def _path(array: Any) -> str:
     """Where a zarr array is stored (its store and path): two opened copies are one."""
     return str(getattr(array, "store_path", id(array)))
+
+
+def _alike(step: Step, array: Any) -> bool:
+    """Whether a step's stored other operand has ``array``'s shape, chunks and shards as
+    the operand sees it (its reads then need nothing more than the operand's)."""
+    other = step.other
+    flip = (lambda v: tuple(v)[::-1]) if step.other_transposed else tuple
+    shards = array.shards if isinstance(array, zarr.Array) else None
+    return (
+        isinstance(array, zarr.Array)
+        and flip(other.shape) == tuple(array.shape)
+        and flip(other.chunks) == tuple(array.chunks)
+        and other.shards is None
+        and shards is None
+    )
 
 
 def _same(one: Any, other: Any) -> bool:

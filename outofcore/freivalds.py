@@ -224,8 +224,8 @@ def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Arra
         return x[row : row + rows, col : col + cols]
 
     # Operands computed as they are read: their region, then their steps.
-    a = on_dask(product.a_steps, operand("A", product.a_window))
-    b = on_dask(product.b_steps, operand("B", product.b_window))
+    a = on_dask(product.a_steps, operand("A", product.a_window), read)
+    b = on_dask(product.b_steps, operand("B", product.b_window), read)
     a = a[None, :] if stack.a_vector else da.swapaxes(a, -1, -2) if stack.transpose_a else a
     b = b[:, None] if stack.b_vector else da.swapaxes(b, -1, -2) if stack.transpose_b else b
     addend = None if product.addend is None else matrices(read(product.addend)).astype(dtype)

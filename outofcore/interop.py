@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -154,7 +154,12 @@ def _computed_behind(x: Any, vectors: Vectors | None = None) -> Operand | None:
         return None
     if steps and not applicable(steps, array.dtype):
         return None
-    return Operand(by_path(array), transposed, steps, window)
+    return Operand(by_path(array), transposed, steps_by_path(steps), window)
+
+
+def steps_by_path(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+    """``steps`` with their stored other operands (``x * y``) reopened :func:`by_path`."""
+    return tuple(replace(s, other=by_path(s.other)) if s.stored_other else s for s in steps)
 
 
 def layer_reads(graph: Any, name: str, ndim: int) -> tuple[zarr.Array, bool] | None:

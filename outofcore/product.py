@@ -244,6 +244,9 @@ class Product:
     def inputs(self) -> dict[str, zarr.Array]:
         """Every array read (A, B and the addend when there is one), by name."""
         named = {**_named_parts("A", self.values("A")), **_named_parts("B", self.values("B"))}
+        for name, steps in (("A", self.a_steps), ("B", self.b_steps)):  # x * y: y is read
+            stored = [step.other for step in steps if step.stored_other]
+            named.update({f"{name} step {i}": y for i, y in enumerate(stored, start=1)})
         return named if self.addend is None else {**named, "addend": self.addend}
 
     @property
@@ -256,6 +259,15 @@ class Product:
         compute = self.types.compute
         a_chunks, b_chunks = self.op_view("A").chunks, self.op_view("B").chunks
         staged = [x.dtype.itemsize if x.dtype != compute else 0 for x in (self.a, self.b)]
+        for index, steps in enumerate((self.a_steps, self.b_steps)):  # x * y: y's panel
+            staged[index] += max(
+                (
+                    compute.itemsize + (s.other.dtype.itemsize if s.other.dtype != compute else 0)
+                    for s in steps
+                    if s.stored_other
+                ),
+                default=0,
+            )
         block_extra = 0
         if self.types.output != compute:
             block_extra += self.types.output.itemsize

@@ -182,8 +182,8 @@ def read_operand(
         _read_joined(array, matrix.selection(r, c), stored, staging)
     else:
         read_converted(array, matrix.selection(r, c), matrix.view(stored), staging)
-    if steps:
-        apply_steps(steps, stored, r.start or 0, c.start or 0)
+    if steps:  # a stored other operand (x * y) is read as inputs are
+        apply_steps(steps, stored, r.start or 0, c.start or 0, read=read_converted)
 
 
 def _read_joined(

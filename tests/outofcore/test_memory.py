@@ -339,3 +339,22 @@ def test_a_centred_region_of_a_stored_array_stays_within_its_projection(tmp_path
     c -= c.mean(axis=0)
     got = zarr.open_array(str(tmp_path / "g.zarr"), mode="r")[...]
     np.testing.assert_allclose(got, c.T @ c, rtol=1e-4, atol=1e-2)
+
+
+def test_a_product_of_two_stored_arrays_stays_within_its_projection(tmp_path, task_peaks):
+    """``x * w.T`` (w float64, stored transposed): each B panel reads w's region into a
+    buffer of its own (and its staging), counted as B's staging."""
+    import dask.array as da  # noqa: PLC0415
+
+    rng = np.random.default_rng(29)
+    x = random_matrix(rng, (1201, 803), "float32")
+    w = random_matrix(rng, (803, 1201), "float64")
+    xd = da.from_zarr(stored(tmp_path, "x", x, (200, 150)))
+    wd = da.from_zarr(stored(tmp_path, "w", w, (150, 200)))
+    result = run_job(xd.T, xd * wd.T, tmp_path / "g.zarr", client="sync", progress=False,
+                     memory=4 * 2**20)  # fmt: skip
+    assert result.plan.problem.staging == (4, 4 + 8)
+    within_projection(task_peaks, result.plan)
+    p = x.astype(np.float64) * w.T
+    got = zarr.open_array(str(tmp_path / "g.zarr"), mode="r")[...]
+    np.testing.assert_allclose(got, x.astype(np.float64).T @ p, rtol=1e-8, atol=1e-8)
