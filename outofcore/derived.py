@@ -142,8 +142,23 @@ def result_dtype(steps: Sequence[Step], stored: np.dtype) -> np.dtype:
 
 def applicable(steps: Sequence[Step], stored: np.dtype) -> bool:
     """Whether outofcore applies these steps as it reads: they give float or complex
-    values (an integer or bool product is exact, summed from the stored values)."""
-    return result_dtype(steps, stored).kind in "fc"
+    values (applied in the accumulation dtype), or integers of the stored dtype at
+    every step (:func:`in_stored_dtype`: applied to the decoded values, wrapping as
+    numpy's do, before the exact product)."""
+    return result_dtype(steps, stored).kind in "fc" or in_stored_dtype(steps, stored)
+
+
+def in_stored_dtype(steps: Sequence[Step], stored: np.dtype) -> bool:
+    """Whether ``steps`` keep integer values in the stored dtype at every step
+    (``counts + 1``, ``counts * 3``, ``counts - offsets`` of that dtype): numpy computes
+    them in that dtype, wrapping, and so does outofcore, before converting them."""
+    stored = np.dtype(stored)
+    return (
+        bool(steps)
+        and stored.kind in "iu"
+        and all(np.dtype(step.dtype) == stored for step in steps)
+        and not any(step.shift for step in steps)
+    )
 
 
 def apply(

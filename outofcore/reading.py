@@ -24,7 +24,7 @@ import zarr
 from outofcore import arrays, chunkfiles, config
 from outofcore.chunk_layout import check_selection, index_text, region_text
 from outofcore.chunkfiles import DECODE_ERRORS, ChunkDecodeError
-from outofcore.derived import Step
+from outofcore.derived import Step, in_stored_dtype
 from outofcore.derived import apply as apply_steps
 from outofcore.errors import JobFailedError
 from outofcore.joined import Joined
@@ -140,6 +140,7 @@ def read_converted(
     selection: tuple[slice, ...],
     out: np.ndarray,
     staging: np.ndarray | None = None,
+    adjust: Callable[[np.ndarray], None] | None = None,
 ) -> None:
     """Read ``array[selection]`` into ``out``, converting when ``out`` has another dtype.
 
@@ -147,14 +148,20 @@ def read_converted(
 
     The region is decoded into ``staging`` (a flat buffer of the stored dtype
     with room for it; allocated when None) and then converted into ``out``.
+    ``adjust(values)`` changes the decoded values in place, in the stored dtype,
+    before they are converted (integer steps, :func:`outofcore.derived.in_stored_dtype`).
     """
     if out.dtype == array.dtype:
         read_panel(array, selection, out)
+        if adjust is not None:
+            adjust(out)
         return
     if staging is None:
         staging = np.empty(out.size, dtype=array.dtype)
     stage = staging[: out.size].reshape(out.shape)
     read_panel(array, selection, stage)
+    if adjust is not None:
+        adjust(stage)
     np.copyto(out, stage, casting="unsafe")
 
 
@@ -178,19 +185,34 @@ def read_operand(
     ``out.T`` (``out`` is then a column-major view over a row-major buffer).
     """
     stored, (r, c) = (out.T, (cols, rows)) if transposed else (out, (rows, cols))
+    r0, c0 = r.start or 0, c.start or 0
+    early = steps if in_stored_dtype(steps, array.dtype) else ()  # integers: as numpy does
+
+    def adjust(at: tuple[int, int]) -> Callable[[np.ndarray], None] | None:
+        if not early:
+            return None
+        return lambda values: apply_steps(early, values, *at, read=read_converted)
+
     if isinstance(array, Joined):  # arrays joined along one axis: each part's piece
-        _read_joined(array, matrix.selection(r, c), stored, staging)
+        _read_joined(array, matrix.selection(r, c), stored, staging, adjust, (r0, c0))
     else:
-        read_converted(array, matrix.selection(r, c), matrix.view(stored), staging)
-    if steps:  # a stored other operand (x * y) is read as inputs are
-        apply_steps(steps, stored, r.start or 0, c.start or 0, read=read_converted)
+        view = matrix.view(stored)
+        read_converted(array, matrix.selection(r, c), view, staging, adjust((r0, c0)))
+    if steps and not early:  # a stored other operand (x * y) is read as inputs are
+        apply_steps(steps, stored, r0, c0, read=read_converted)
 
 
 def _read_joined(
-    joined: Joined, selection: tuple[slice, ...], out: np.ndarray, staging: np.ndarray | None
+    joined: Joined,
+    selection: tuple[slice, ...],
+    out: np.ndarray,
+    staging: np.ndarray | None,
+    adjust: Callable[[tuple[int, int]], Callable[[np.ndarray], None] | None],
+    at: tuple[int, int],
 ) -> None:
-    """Read ``selection`` (rows, cols of the joined arrays) into the 2-D ``out``, each
-    part's piece from that part."""
+    """Read ``selection`` (rows, cols of the joined arrays, starting ``at``) into the 2-D
+    ``out``, each part's piece from that part (``adjust(start)``: what changes a piece's
+    values before they are converted)."""
     axis = joined.axis
     span = selection[axis]
     for index, start, stop, offset in joined.pieces(span.start, span.stop):
@@ -198,7 +220,10 @@ def _read_joined(
         piece[axis] = slice(start, stop)
         where = [slice(None), slice(None)]
         where[axis] = slice(offset, offset + stop - start)
-        read_converted(joined.arrays[index], tuple(piece), out[tuple(where)], staging)
+        begin = list(at)
+        begin[axis] += offset
+        changed = adjust((begin[0], begin[1]))
+        read_converted(joined.arrays[index], tuple(piece), out[tuple(where)], staging, changed)
 
 
 def zarr_read_shards(array: zarr.Array, transposed: bool = False) -> tuple[int, int] | None:

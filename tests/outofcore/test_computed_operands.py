@@ -117,7 +117,7 @@ def test_what_is_no_elementwise_step_of_one_stored_array_is_refused(stored):
         (xd[:100:3], "that computes something"),  # a strided slice
         (xd - xd.mean(axis=1, keepdims=True), "that computes something"),
         (xd - da.ones(1, dtype=np.float32), "that computes something"),  # broadcast length 1
-        (idx * 2, "that computes something"),  # integer values: an exact product, not steps
+        (idx * np.int64(2), "that computes something"),  # integers widened: not in place
     ]
     for operand, message in cases:
         with pytest.raises(InputError, match=message):
@@ -151,3 +151,24 @@ def test_a_resume_refuses_a_changed_expression_and_resumes_the_same(stored, outo
     assert result.summary["tiles_skipped"] > 0
     xw = x.astype(np.float64) * w
     close(result.output[...], xw.T @ xw, 211)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int32"])
+def test_integer_steps_in_the_stored_dtype_wrap_as_numpys_and_the_product_is_exact(tmp_path, dtype):
+    """``counts + 100``, ``counts * 3``, ``counts - offsets`` keep the stored integer
+    dtype in numpy (wrapping); outofcore applies them to the decoded values the same way,
+    then multiplies exactly: equal bit for bit to numpy's product in 64 bits."""
+    rng = np.random.default_rng(53)
+    info = np.iinfo(dtype)
+    counts = rng.integers(info.min, info.max, (97, 41), endpoint=True).astype(dtype)
+    xd = da.from_zarr(write_zarr(tmp_path / "c.zarr", counts, (20, 9)))
+    offsets = da.from_array(rng.integers(0, 50, 41).astype(dtype), chunks=9)
+    operands = {"plus": xd + 100, "times": xd * 3, "minus a vector": xd - offsets}
+    for number, (name, operand) in enumerate(operands.items()):
+        assert operand.dtype == np.dtype(dtype), name  # numpy keeps the dtype: it wraps
+        out = str(tmp_path / f"p{number}.zarr")
+        got = outofcore.matmul(operand.T, operand, out, client="sync", memory="64KiB")
+        values = operand.compute()
+        wide = np.uint64 if values.dtype.kind == "u" else np.int64
+        np.testing.assert_array_equal(got[...], values.T.astype(wide) @ values.astype(wide))
+        assert verify(operand.T, operand, out, client="sync").passed, name
