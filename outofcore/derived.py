@@ -120,9 +120,9 @@ class Vectors:
     sample: Callable[[Any, int], np.ndarray] | None = None
     #: Exact means already computed, by the stored array's path and axis.
     exact: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
-    #: The layers whose vectors are shifts (sample means): the stored array of each and
-    #: the axis the mean runs over.
-    shifted: dict[str, tuple[Any, int]] = field(default_factory=dict)
+    #: Sample means (the values of shift steps), by the mean's layer: apart from
+    #: ``values`` (exact), so that a mean used otherwise is never a sample's.
+    samples: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def describe(steps: Sequence[Step]) -> list[dict[str, Any]]:
@@ -420,18 +420,22 @@ def _step(graph: Any, layer: Any, reads: Any, vectors: Vectors) -> tuple[Step, s
         if len(index) != 1 or index[0] not in out:
             return None  # a 2-D other operand: not a broadcast vector
         axis = out.index(index[0])
+        reduced = _reduction(graph, name, reads) if vectors.reduce is not None else None
+        subtracted_mean = reduced is not None and reduced[2] == "mean" and op == "sub"
+        if subtracted_mean and position == 0 and vectors.sample is not None:
+            array, over, _, vector_dtype = reduced  # ``x - x.mean(axis=0)``: a shift
+            if name not in vectors.samples:
+                vectors.samples[name] = vectors.sample(array, over).astype(vector_dtype)
+            step = Step(op, dtype, vectors.samples[name], axis, shift=True)
+            return replace(step, mean_of=array, mean_axis=over), below
+        if vectors.values.get(name) is None and reduced is not None:
+            vectors.values[name] = _reduced_values(reduced, vectors)
         if vectors.values.get(name) is None:
-            vectors.values[name] = _reduction(graph, name, reads, vectors, op == "sub")
-        if vectors.values[name] is None:
             vectors.values[name] = _compute_vector(graph, name, layer.numblocks.get(name))
         other = vectors.values[name]
         if other is None:
             return None
-    mean = vectors.shifted.get(name) if op == "sub" and position == 0 else None
-    step = Step(op, dtype, other, axis, reflected=position == 1)
-    if mean is not None:  # the mean of a sample of ``mean[0]`` over its axis ``mean[1]``
-        step = replace(step, shift=True, mean_of=mean[0], mean_axis=mean[1])
-    return step, below
+    return Step(op, dtype, other, axis, reflected=position == 1), below
 
 
 #: The layers of dask.array's ``mean`` and ``sum`` above their chunk layer.
@@ -443,18 +447,10 @@ _REDUCTION_LAYERS = {
 }
 
 
-def _reduction(
-    graph: Any, name: str, reads: Any, vectors: Vectors, subtracted: bool
-) -> np.ndarray | None:
-    """A column or row mean (or sum) of a stored array, ``x.mean(axis=0)``, from
-    ``vectors.reduce(array, axis)``: float64 sums read with outofcore's reader
-    (:func:`outofcore.reading.sums_along`), about twice as fast as dask's read; None for
-    any other layer, or without ``reduce`` (dask computes it).  A mean that is
-    ``subtracted`` is a sample's (``vectors.sample``, marked in ``vectors.shifted``)
-    where the caller takes shifts."""
-    reduce, top = vectors.reduce, name
-    if reduce is None:
-        return None
+def _reduction(graph: Any, name: str, reads: Any) -> tuple[Any, int, str, np.dtype] | None:
+    """What layer ``name`` is when it is a column or row mean (or sum) of a stored array,
+    ``x.mean(axis=0)``: that array, the stored axis it runs over, "mean" or "sum", and
+    the vector's dtype; None for any other layer."""
     from dask.utils import key_split  # noqa: PLC0415
 
     kinds = set()
@@ -478,13 +474,20 @@ def _reduction(
     if found is None:
         return None
     array, transposed = found
-    stored_axis = axis[0] if not transposed else 1 - axis[0]
-    if kind == "mean" and subtracted and vectors.sample is not None:
-        vectors.shifted[top] = (array, stored_axis)
-        return vectors.sample(array, stored_axis).astype(dtype)
-    sums = reduce(array, stored_axis)
-    values = sums / array.shape[stored_axis] if kind == "mean" else sums
-    return values.astype(dtype)
+    return array, axis[0] if not transposed else 1 - axis[0], kind, np.dtype(dtype)
+
+
+def _reduced_values(reduced: tuple[Any, int, str, np.dtype], vectors: Vectors) -> np.ndarray:
+    """The exact values of a mean or sum of a stored array (:func:`_reduction`): float64
+    sums read with outofcore's reader (``vectors.reduce``:
+    :func:`outofcore.reading.sums_along`, about twice as fast as dask's read), once an
+    array and axis."""
+    array, over, kind, dtype = reduced
+    key = (_path(array), over)
+    if key not in vectors.exact:
+        vectors.exact[key] = vectors.reduce(array, over) / array.shape[over]  # type: ignore[misc]
+    means = vectors.exact[key]
+    return (means if kind == "mean" else means * array.shape[over]).astype(dtype)
 
 
 def exact_steps(steps: Sequence[Step], vectors: Vectors) -> tuple[Step, ...]:
@@ -493,12 +496,8 @@ def exact_steps(steps: Sequence[Step], vectors: Vectors) -> tuple[Step, ...]:
     exact = []
     for step in steps:
         if step.shift:
-            array, over = step.mean_of, step.mean_axis
-            key = (_path(array), over)
-            if key not in vectors.exact:
-                sums = vectors.reduce(array, over)  # type: ignore[misc]
-                vectors.exact[key] = sums / array.shape[over]
-            values = vectors.exact[key].astype(step.other.dtype)
+            reduced = (step.mean_of, step.mean_axis, "mean", step.other.dtype)
+            values = _reduced_values(reduced, vectors)  # type: ignore[arg-type]
             step = Step(step.op, step.dtype, values, step.axis, step.reflected)
         exact.append(step)
     return tuple(exact)

@@ -212,6 +212,10 @@ def test_a_mean_of_another_array_or_axis_is_never_taken_for_the_operands_own(tmp
     cases = {
         "another array's mean": (yd - xd.mean(axis=0), wide_y - wide_x.mean(axis=0)),
         "row means along columns": (xd - xd.mean(axis=1), wide_x - wide_x.mean(axis=1)),
+        "the mean used twice": (  # a sample's values are never another step's vector
+            (xd / xd.mean(axis=0)) - xd.mean(axis=0),
+            wide_x / wide_x.mean(axis=0) - wide_x.mean(axis=0),
+        ),
     }
     for number, (name, (operand, reference)) in enumerate(cases.items()):
         got = outofcore.matmul(operand.T, operand, str(tmp_path / f"c{number}.zarr"),
@@ -220,3 +224,14 @@ def test_a_mean_of_another_array_or_axis_is_never_taken_for_the_operands_own(tmp
         assert not any(step.get("shift") for step in steps), name
         expected = reference.T @ reference
         assert np.abs(got[...] - expected).max() <= 1e-5 * np.abs(expected).max(), name
+
+
+def test_a_mean_subtracted_on_one_side_and_scaled_on_the_other_is_exact_on_both(tall):
+    """One mean layer, a shift where it is subtracted, its exact values where it scales."""
+    folder, x = tall
+    xd = da.from_zarr(str(folder / "x.zarr"))
+    m = xd.mean(axis=0)
+    got = outofcore.matmul((xd - m).T, xd * m, str(folder / "c.zarr"), memory="256KiB", **SYNC)
+    wide = x.astype(np.float64)
+    expected = (wide - wide.mean(axis=0)).T @ (wide * wide.mean(axis=0))
+    assert np.abs(got[...] - expected).max() <= 1e-5 * np.abs(expected).max()
