@@ -118,7 +118,7 @@ class Vectors:
     #: it, ``x - x.mean(axis=...)`` is a :attr:`Step.shift` step: the product may
     #: centre from its panel sums (one read of ``x``), else :func:`exact_steps`.
     sample: Callable[[Any, int], np.ndarray] | None = None
-    #: Exact means already computed, by the stored array's path and axis.
+    #: Exact sums already read (float64), by the stored array's path and axis.
     exact: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
     #: Sample means (the values of shift steps), by the mean's layer: apart from
     #: ``values`` (exact), so that a mean used otherwise is never a sample's.
@@ -485,9 +485,9 @@ def _reduced_values(reduced: tuple[Any, int, str, np.dtype], vectors: Vectors) -
     array, over, kind, dtype = reduced
     key = (_path(array), over)
     if key not in vectors.exact:
-        vectors.exact[key] = vectors.reduce(array, over) / array.shape[over]  # type: ignore[misc]
-    means = vectors.exact[key]
-    return (means if kind == "mean" else means * array.shape[over]).astype(dtype)
+        vectors.exact[key] = vectors.reduce(array, over)  # type: ignore[misc]
+    sums = vectors.exact[key]
+    return (sums / array.shape[over] if kind == "mean" else sums).astype(dtype)
 
 
 def exact_steps(steps: Sequence[Step], vectors: Vectors) -> tuple[Step, ...]:
