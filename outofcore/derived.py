@@ -27,6 +27,7 @@ import numpy as np
 import zarr
 
 from outofcore.joined import below_rechunks, is_rechunk, joined_reads
+from outofcore.locations import locate
 from outofcore.stacking import Window
 from outofcore.windows import read_chunks, sliced_region
 
@@ -504,8 +505,9 @@ def exact_steps(steps: Sequence[Step], vectors: Vectors) -> tuple[Step, ...]:
 
 
 def _path(array: Any) -> str:
-    """Where a zarr array is stored (its store and path): two opened copies are one."""
-    return str(getattr(array, "store_path", id(array)))
+    """Where a zarr array is stored, canonically (:func:`outofcore.locations.locate`: one
+    array, however spelled; its fsspec options never shown)."""
+    return str(locate(array))
 
 
 def _alike(step: Step, array: Any) -> bool:
@@ -524,8 +526,10 @@ def _alike(step: Step, array: Any) -> bool:
 
 
 def _same(one: Any, other: Any) -> bool:
-    """Whether two zarr arrays are the same stored array."""
-    return one is other or _path(one) == _path(other)
+    """Whether two zarr arrays are the same stored array (as
+    :func:`outofcore.arrays.same_array` tells, which this layer cannot import)."""
+    arrays = isinstance(one, zarr.Array) and isinstance(other, zarr.Array)
+    return one is other or (arrays and locate(one) == locate(other))
 
 
 def _compute_vector(graph: Any, name: str, blocks: tuple[int, ...] | None) -> np.ndarray | None:
