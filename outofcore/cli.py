@@ -1,6 +1,11 @@
 """The ``outofcore`` command line: matmul, gram, random, plan, status, verify, demo."""
 
+# ruff: noqa: E402 (OpenBLAS's idle spin is set before the imports that load it)
 from __future__ import annotations
+
+from scheduler.blas_idle import shorten_blas_spin
+
+shorten_blas_spin()  # before numpy and SciPy load OpenBLAS (below); scheduler.blas_idle
 
 import argparse
 import gc

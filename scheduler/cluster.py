@@ -32,6 +32,7 @@ from scheduler.addresses import (
     not_answered,
     resolve_client,
 )
+from scheduler.blas_idle import IDLE_SPIN
 from scheduler.errors import ClusterError
 from scheduler.executors import (
     DaskExecutor,
@@ -172,7 +173,7 @@ def start_local_cluster(
             raise
         return cluster
     blas = str(local_blas_threads(n_workers))
-    threads_env = {name: blas for name in BLAS_THREAD_VARIABLES}
+    threads_env = {**IDLE_SPIN, **{name: blas for name in BLAS_THREAD_VARIABLES}}
     with _workers_ignore_interrupts():
         return LocalCluster(
             n_workers=n_workers,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from scheduler.blas_idle import IDLE_SPIN
 from scheduler.errors import ClusterError
 from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST
 
@@ -42,8 +43,9 @@ GPU_EXTRA = "pip install 'outofcore[gpu]'"
 DASK_CUDA_KIND = "LocalCUDACluster (dask-cuda)"
 #: Environment of every GPU worker outofcore starts (beside its ``CUDA_VISIBLE_DEVICES``):
 #: CUDA numbers devices in PCI bus order, as NVML and ``nvidia-smi`` do, so ``--gpus``
-#: and the rotated ``CUDA_VISIBLE_DEVICES`` name the GPUs ``nvidia-smi -L`` lists.
-GPU_WORKER_ENV = MappingProxyType({"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+#: and the rotated ``CUDA_VISIBLE_DEVICES`` name the GPUs ``nvidia-smi -L`` lists; BLAS
+#: threads that sleep soon after a call (:data:`scheduler.blas_idle.IDLE_SPIN`).
+GPU_WORKER_ENV = MappingProxyType({"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **IDLE_SPIN})
 logger = logging.getLogger("outofcore")
 
 
