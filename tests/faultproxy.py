@@ -79,6 +79,8 @@ class FaultProxy:
         self.faults: list[Fault] = []
         #: ``(method, path, what happened)`` per request, in order.
         self.log: list[tuple[str, str, str]] = []
+        #: ``(path, Range header or None)`` of every GET, in order.
+        self.gets: list[tuple[str, str | None]] = []
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -135,6 +137,8 @@ class FaultProxy:
         fault = self._take(request.method, request.path)
         kind = fault.kind if fault else "forward"
         self.log.append((request.method, path, kind))
+        if request.method == "GET":
+            self.gets.append((path, request.headers.get("Range")))
         if kind == "status":
             return web.Response(status=fault.status, text=f"injected {fault.status}")
         if kind == "drop":

@@ -98,9 +98,11 @@ def test_worker_processes_and_the_image_get_it() -> None:
 
     from scheduler.cluster import start_local_cluster
 
-    with start_local_cluster(256 * 2**20, workers=1, dashboard=False) as cluster:
-        with Client(cluster) as client:
-            values = client.run(lambda: os.environ.get("OPENBLAS_THREAD_TIMEOUT"))
+    with (
+        start_local_cluster(256 * 2**20, workers=1, dashboard=False) as cluster,
+        Client(cluster) as client,
+    ):
+        values = client.run(lambda: os.environ.get("OPENBLAS_THREAD_TIMEOUT"))
     assert list(values.values()) == [IDLE_SPIN[VARIABLE]]
     assert GPU_WORKER_ENV[VARIABLE] == IDLE_SPIN[VARIABLE]
     dockerfile = (ROOT / "Dockerfile").read_text()
