@@ -210,10 +210,13 @@ def stored_limit(codecs: Any, chunk_spec: Any) -> int | None:
     return nbytes
 
 
-@dataclass(frozen=True)
 class BoundedShardingCodec(ShardingCodec):
     """zarr's sharding codec, reading only the byte ranges an inner chunk can be stored in
-    and failing where the shard holds less than its index names (module docstring)."""
+    and failing where the shard holds less than its index names (module docstring).
+
+    Not a dataclass of its own: zarr's ``__init__`` (which parses the arguments and
+    caches the chunk specs) stays the constructor.
+    """
 
     async def _decode_single(self, shard_bytes: Any, shard_spec: Any) -> Any:
         checked = _CheckedShard(self, shard_spec, None)
