@@ -10,7 +10,8 @@ Processes (any benchmark):
 Product races (``matvec.py``, ``matmul_stack.py``): :func:`race` writes seeded
 float32 zarr inputs (zstd chunks), runs an untimed numpy reference first (which
 also reads every input, so the page cache is warm for everyone alike: dropping it
-needs root), then ``--repeat`` rounds of every system, each in a fresh process:
+needs root), then ``--repeat`` rounds of every system, each in a fresh process (every
+other round in the reverse order, the page cache's dirty pages written before each):
 
 * ``numpy``: a Python that reads A and B with zarr (``zarr.open_array(p)[...]``),
   computes ``A @ B`` and writes C (uncompressed, as outofcore writes it);
@@ -519,10 +520,14 @@ def _race(
     runs: dict[str, list[dict]] = {s: [] for s in systems}
     failed: dict[str, dict] = {}
     for round_ in range(args.repeat):
-        for system in systems:
+        # Every other round in the reverse order; before each run the dirty pages of the
+        # last (numpy's C, written through the page cache) go to disk, untimed, rather
+        # than in the background of the next system's run.
+        for system in systems if round_ % 2 == 0 else systems[::-1]:
             if system in failed:
                 continue
             out = scratch / f"{system}-{round_}.zarr"
+            os.sync()
             entry = _run(system, spec, paths, out, args)
             if entry["returncode"] != 0:
                 failed[system] = entry

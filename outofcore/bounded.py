@@ -321,18 +321,27 @@ class _CheckedShard:
 
     async def _entries(self, raw: Any) -> list[tuple[tuple[int, ...], int, int]]:
         """The written inner chunks of the index ``raw``: position, first and end byte,
-        each range checked against :attr:`limit`."""
+        each range checked against :attr:`limit` (numpy over the table: a shard may hold
+        a million inner chunks)."""
         index = await self.codec._decode_shard_index(raw, self.per_shard)
-        table = index.offsets_and_lengths
-        entries = []
-        for position in np.ndindex(*self.per_shard):
-            offset, length = (int(value) for value in table[position])
-            if offset == length == MAX_UINT_64:
-                continue
-            if self.limit is not None and length > self.limit:
-                raise CorruptShardError(
-                    f"{self.where}: the shard index names {length} bytes for inner chunk "
-                    f"{position}, stored in at most {self.limit} bytes: a corrupt shard"
-                )
-            entries.append((position, offset, offset + length))
-        return entries
+        table = index.offsets_and_lengths.reshape(-1, 2)
+        written = ~((table[:, 0] == MAX_UINT_64) & (table[:, 1] == MAX_UINT_64))
+        offsets, lengths = table[written, 0], table[written, 1]
+        if self.limit is not None and lengths.size and int(lengths.max()) > self.limit:
+            at = tuple(int(i) for i in np.argwhere(written)[int(lengths.argmax())])
+            position = np.unravel_index(at[0], self.per_shard)
+            raise CorruptShardError(
+                f"{self.where}: the shard index names {int(lengths.max())} bytes for inner "
+                f"chunk {tuple(int(i) for i in position)}, stored in at most {self.limit} "
+                "bytes: a corrupt shard"
+            )
+        ends = offsets + lengths  # uint64: a sum past 2**64 wraps below its offset
+        if (ends < offsets).any():
+            raise CorruptShardError(
+                f"{self.where}: the shard index names bytes past 2**64: a corrupt shard"
+            )
+        positions = np.argwhere(written.reshape(self.per_shard))
+        return [
+            (tuple(int(i) for i in position), int(offset), int(end))
+            for position, offset, end in zip(positions, offsets, ends, strict=True)
+        ]

@@ -127,6 +127,19 @@ def test_an_index_naming_bytes_past_the_shard_fails_not_zeros(tmp_path, location
         read(array, selection)
 
 
+def test_an_index_whose_range_wraps_past_2_to_the_64_is_refused(tmp_path):
+    """An offset near 2**64: its end, summed in uint64 as zarr sums it, wraps below it."""
+    rng = np.random.default_rng(16)
+    path = tmp_path / "a.zarr"
+    array, _ = sharded(path, random_matrix(rng, SHAPE, "float64"))
+    damage(path, "end", lambda e: np.array([*e[:3], (2**64 - 10, e[3, 1])], dtype="<u8"))
+    with config.set({"read-retries": 0}):
+        with pytest.raises(ReadError, match=r"past 2\*\*64"):
+            read(array, WHOLE_SHARD)
+        with pytest.raises(ReadError, match=r"names bytes 18446744073709551606 to \d+ "):
+            read(array, ONE_INNER_CHUNK)
+
+
 @pytest.mark.parametrize("location", ["start", "end"])
 def test_an_index_naming_a_huge_range_is_refused_before_any_fetch(tmp_path, location):
     rng = np.random.default_rng(13)
