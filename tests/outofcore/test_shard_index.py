@@ -16,7 +16,6 @@ import struct
 from pathlib import Path
 
 import google_crc32c
-import numcodecs.zarr3
 import numpy as np
 import pytest
 import zarr
@@ -28,6 +27,7 @@ from zarr.codecs import (
     TransposeCodec,
     ZstdCodec,
 )
+from zarr.codecs.numcodecs import AsType
 
 import outofcore
 from outofcore import chunkfiles, config
@@ -170,7 +170,7 @@ def test_what_an_inner_chunk_can_be_stored_in():
     # dtype): only the shard's end bounds a range
     nested = ShardingCodec(chunk_shape=(5, 4), codecs=[BytesCodec()])
     assert stored_limit([nested], spec) is None
-    widened = numcodecs.zarr3.AsType(encode_dtype="float64", decode_dtype="float32")
+    widened = AsType(encode_dtype="float64", decode_dtype="float32")
     assert stored_limit([widened, BytesCodec()], spec) is None
 
 
