@@ -260,7 +260,7 @@ class _CheckedShard:
         if isinstance(byte_range, RangeByteRequest):
             start, end = int(byte_range.start), int(byte_range.end)
             most = self.index_bytes if first else self.limit
-            if end < start or (most is not None and end - start > most):
+            if end <= start or (most is not None and end - start > most):
                 raise CorruptShardError(
                     f"{self.where}: the shard index names bytes {start} to {end} for an inner "
                     f"chunk stored in at most {most} bytes: a corrupt shard"
@@ -300,9 +300,12 @@ class _CheckedShard:
             return None
         entries = await self._entries(index)
         end = max((stop for _, _, stop in entries), default=0)
+        if not entries:
+            return {}
         if self.limit is not None and end <= self.index_bytes + len(entries) * self.limit:
-            body = await self.getter.get(prototype, RangeByteRequest(0, end)) if end else None
-            body = self._whole_answer(body, end, False) if end else None
+            body = self._whole_answer(
+                await self.getter.get(prototype, RangeByteRequest(0, end)), end, False
+            )
             return {position: body[start:stop] for position, start, stop in entries}
         return {
             position: await self.get(prototype, RangeByteRequest(start, stop))
@@ -311,6 +314,11 @@ class _CheckedShard:
 
     async def check_index(self, shard: Any, size: int) -> None:
         """Check the index of a whole shard of ``size`` bytes: no inner chunk past its end."""
+        if size < self.index_bytes:
+            raise CorruptShardError(
+                f"{self.where}: {size} bytes, shorter than its shard index of "
+                f"{self.index_bytes}: a corrupt or truncated shard"
+            )
         raw = shard[: self.index_bytes] if self.at_start else shard[size - self.index_bytes :]
         end = max((stop for _, _, stop in await self._entries(raw)), default=0)
         if end > size:
@@ -334,6 +342,11 @@ class _CheckedShard:
                 f"{self.where}: the shard index names {int(lengths.max())} bytes for inner "
                 f"chunk {tuple(int(i) for i in position)}, stored in at most {self.limit} "
                 "bytes: a corrupt shard"
+            )
+        if (lengths == 0).any():  # every codec stores a chunk in a byte or more
+            raise CorruptShardError(
+                f"{self.where}: the shard index names an inner chunk of 0 bytes (zarr would "
+                "read it as the fill value): a corrupt shard"
             )
         ends = offsets + lengths  # uint64: a sum past 2**64 wraps below its offset
         if (ends < offsets).any():

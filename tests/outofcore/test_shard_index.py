@@ -127,6 +127,21 @@ def test_an_index_naming_bytes_past_the_shard_fails_not_zeros(tmp_path, location
         read(array, selection)
 
 
+def test_an_inner_chunk_of_zero_bytes_is_refused_not_read_as_fill(tmp_path):
+    """A length of 0 is no chunk zarr writes (never written is offset and length 2**64 - 1);
+    zarr reads it as the fill value."""
+    rng = np.random.default_rng(17)
+    path = tmp_path / "a.zarr"
+    array, _ = sharded(path, random_matrix(rng, SHAPE, "float64"))
+    damage(path, "end", lambda e: np.array([*e[:3], (e[3, 0], 0)], dtype="<u8"))
+    assert (zarr.open_array(path, mode="r")[ONE_INNER_CHUNK] == 0).all()  # zarr: zeros
+    with config.set({"read-retries": 0}):
+        with pytest.raises(ReadError, match="0 bytes"):
+            read(array, WHOLE_SHARD)
+        with pytest.raises(ReadError, match=r"names bytes \d+ to \d+ "):
+            read(array, ONE_INNER_CHUNK)
+
+
 def test_an_index_whose_range_wraps_past_2_to_the_64_is_refused(tmp_path):
     """An offset near 2**64: its end, summed in uint64 as zarr sums it, wraps below it."""
     rng = np.random.default_rng(16)
