@@ -336,8 +336,7 @@ class _CheckedShard:
         written = ~((table[:, 0] == MAX_UINT_64) & (table[:, 1] == MAX_UINT_64))
         offsets, lengths = table[written, 0], table[written, 1]
         if self.limit is not None and lengths.size and int(lengths.max()) > self.limit:
-            at = tuple(int(i) for i in np.argwhere(written)[int(lengths.argmax())])
-            position = np.unravel_index(at[0], self.per_shard)
+            position = np.unravel_index(np.flatnonzero(written)[lengths.argmax()], self.per_shard)
             raise CorruptShardError(
                 f"{self.where}: the shard index names {int(lengths.max())} bytes for inner "
                 f"chunk {tuple(int(i) for i in position)}, stored in at most {self.limit} "

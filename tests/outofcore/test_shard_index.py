@@ -161,11 +161,10 @@ def test_an_index_naming_a_huge_range_is_refused_before_any_fetch(tmp_path, loca
     path = tmp_path / "a.zarr"
     array, _ = sharded(path, random_matrix(rng, SHAPE, "float64"), location)
     damage(path, location, lambda e: np.array([*e[:3], (e[3, 0], 2**40)], dtype="<u8"))
-    most = INNER_LIMIT
     with config.set({"read-retries": 0}):
-        with pytest.raises(ReadError, match=f"names 1099511627776 bytes .* at most {most} bytes"):
+        with pytest.raises(ReadError, match=f"names 1099511627776 bytes .* at most {INNER_LIMIT} "):
             read(array, WHOLE_SHARD)  # the index is read, checked, then one bounded range
-        with pytest.raises(ReadError, match=f"names bytes \\d+ to \\d+ .* at most {most} bytes"):
+        with pytest.raises(ReadError, match=f"names bytes \\d+ to \\d+ .* at most {INNER_LIMIT} "):
             read(array, ONE_INNER_CHUNK)  # the range itself is checked before it is asked for
 
 
