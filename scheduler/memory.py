@@ -28,6 +28,7 @@ entries' (:func:`input_chunk_bytes`).
 
 from __future__ import annotations
 
+import functools
 import math
 
 from scheduler.errors import BudgetError
@@ -256,12 +257,25 @@ def write_block_rows(grid_rows: int, tile_rows: int) -> int:
     return min(block, tile_rows)
 
 
+#: A multiple of every whole number up to :data:`MAX_OUTPUT_CHUNK` (their least common one).
+_CHUNK_MULTIPLE = math.lcm(*range(1, MAX_OUTPUT_CHUNK + 1))
+
+
+@functools.lru_cache(maxsize=2**14)
 def output_chunk(tile_edge: int) -> int:
-    """Largest divisor of the tile edge no bigger than ``MAX_OUTPUT_CHUNK``."""
-    parts = math.ceil(tile_edge / MAX_OUTPUT_CHUNK)
-    while tile_edge % parts:
-        parts += 1
-    return tile_edge // parts
+    """Largest divisor of the tile edge no bigger than ``MAX_OUTPUT_CHUNK``.
+
+    In bounded time, whatever the edge (the planner asks for tens of thousands of
+    edges): the divisors of ``tile_edge`` up to the cap are those of its greatest
+    common divisor with :data:`_CHUNK_MULTIPLE`, which is the answer when it is within
+    the cap, else has one found in at most ``MAX_OUTPUT_CHUNK`` steps down from the cap.
+    """
+    if tile_edge <= MAX_OUTPUT_CHUNK:
+        return tile_edge
+    common = math.gcd(tile_edge, _CHUNK_MULTIPLE)
+    if common <= MAX_OUTPUT_CHUNK:
+        return common
+    return next(size for size in range(MAX_OUTPUT_CHUNK, 0, -1) if common % size == 0)
 
 
 def round_up(value: int, unit: int) -> int:
