@@ -23,7 +23,7 @@ from outofcore.errors import InputError
 from outofcore.joined import Joined
 from outofcore.locations import Location, locate
 from outofcore.stacking import Stack, Window
-from outofcore.stores import store_errors, url_of, zarr_options
+from outofcore.stores import check_metadata, store_errors, url_of, zarr_options
 
 #: An array argument: a ``zarr.Array``, a path or fsspec URL of one, a numpy array, or a
 #: dask array made by ``da.from_zarr`` (its ``.T`` too) (:mod:`outofcore.interop`).
@@ -114,6 +114,7 @@ def open_operand(
         target = where.target  # file:// URLs open as local paths
         try:
             with store_errors(target, where):
+                check_metadata(where, label)  # bounded: zarr's parser has no size or depth cap
                 array = zarr.open_array(target, mode="r", **zarr_options(where))
         except InputError:
             raise

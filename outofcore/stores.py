@@ -16,16 +16,22 @@ an opened store are in :mod:`outofcore.storeops`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import zarr
-from zarr.abc.store import Store
+from zarr.abc.store import RangeByteRequest, Store
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
 from outofcore import config, deadlines, endpoints, obstores
+from outofcore.documents import MAX_DOCUMENT_BYTES, DocumentError, check_size, load_document
 from outofcore.errors import InputError
 from outofcore.locations import Location
 from scheduler.plan import DEFAULT_IO_CONCURRENCY
@@ -63,8 +69,12 @@ def store_errors(url: str, location: Location | None = None) -> Iterator[None]:
 
 
 def _could_be_foreign(exc: BaseException) -> bool:
-    """Whether ``exc`` may come from an endpoint that is not S3 (it answered something)."""
-    if isinstance(exc, deadlines.StoreDeadlineError) or type(exc).__name__ in _NO_ANSWER:
+    """Whether ``exc`` may come from an endpoint that is not S3 (it answered something);
+    not outofcore's own refusals (a metadata document too large or too deep)."""
+    if (
+        isinstance(exc, InputError | deadlines.StoreDeadlineError)
+        or type(exc).__name__ in _NO_ANSWER
+    ):
         return False
     return not type(exc).__name__.endswith("CredentialsError")
 
@@ -205,6 +215,86 @@ def url_of(store: FsspecStore, path: str = "") -> str:
 def fs_path(store: FsspecStore, key: str) -> str:
     """The filesystem path of ``key`` in an fsspec store (``bucket/c.zarr/key``)."""
     return "/".join(part for part in (store.path.rstrip("/"), key.strip("/")) if part)
+
+
+# -- metadata --------------------------------------------------------------------------------
+
+#: zarr's metadata documents at the path of an array or group: format 3's, then format 2's.
+METADATA_DOCUMENTS = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+
+
+def check_metadata(location: Location, what: str) -> None:
+    """Read the metadata documents at ``location`` within a document's bounds before zarr
+    reads them (:func:`outofcore.documents.load_document`: a size cap checked before the
+    bytes are read, a depth cap before they are parsed; zarr itself writes ``NaN`` into
+    attributes, so the constants are taken).  Documents that are not there are skipped:
+    zarr says what is missing.
+
+    Parameters
+    ----------
+    location
+        An array's (or group's) location, opened with its options.
+    what
+        How the error names it, e.g. ``"input A"``.
+
+    Raises
+    ------
+    DocumentError
+        Naming ``what`` and the document: too large (not read), nested too deep, not
+        JSON, or (on this machine's disks) not a regular file.
+    """
+    where = (location.name or str(location)).rstrip("/")
+    found = (
+        _local_metadata(location, what, where)
+        if location.is_local
+        else _remote_metadata(location, what, where)
+    )
+    for name, data in found.items():
+        load_document(data, f"{what}: {where}/{name}", allow_constants=True)
+
+
+def _local_metadata(location: Location, what: str, where: str) -> dict[str, bytes]:
+    """The metadata documents in a local folder, each refused by its size before it is
+    read, and refused unless a regular file (a pipe would block, a device never end);
+    a folder of the name is skipped, as zarr's ``LocalStore`` skips it."""
+    found = {}
+    for name in METADATA_DOCUMENTS:
+        path = os.path.join(location.path, name)
+        try:
+            info = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise DocumentError(f"{what}: {where}/{name} is not a regular file; it is not read")
+        check_size(info.st_size, f"{what}: {where}/{name}")
+        with open(path, "rb") as document:
+            found[name] = document.read(MAX_DOCUMENT_BYTES + 1)  # grown since: refused
+    return found
+
+
+def _remote_metadata(location: Location, what: str, where: str) -> dict[str, bytes]:
+    """The metadata documents of an object store's location, read at once in ranged reads
+    of one byte over the cap; one that fills it is refused with its whole size."""
+    store = fsspec_store(location, read_only=True)
+    cap = RangeByteRequest(0, MAX_DOCUMENT_BYTES + 1)
+    prototype = default_buffer_prototype()
+
+    async def read_all() -> list[Any]:
+        reads = (store.get(name, prototype, byte_range=cap) for name in METADATA_DOCUMENTS)
+        return await asyncio.gather(*reads)
+
+    found = {}
+    for name, buffer in zip(METADATA_DOCUMENTS, sync(read_all()), strict=True):
+        if buffer is None:
+            continue
+        data = buffer.to_bytes()
+        if len(data) > MAX_DOCUMENT_BYTES:
+            size = max(len(data), sync(store.getsize(name)))
+            check_size(size, f"{what}: {where}/{name}")
+        found[name] = data
+    return found
 
 
 # -- reads ---------------------------------------------------------------------------------

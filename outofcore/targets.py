@@ -113,6 +113,7 @@ def _what_is_at(location: Location) -> Occupant:
     links = _links(location, names)
     if set(names) == {JOURNAL_DIR}:
         return Occupant("linked-array", links) if links else Occupant("journal", names)
+    stores.check_metadata(location, "the output")  # bounded: zarr's parser is not
     try:
         node = zarr.open(location.target, mode="r", **stores.zarr_options(location))
     except (FileNotFoundError, KeyError, ValueError, OSError, NodeTypeValidationError):
