@@ -33,7 +33,7 @@ from outofcore.cli_output import (
     print_result,
 )
 from outofcore.cli_parser import build_parser
-from outofcore.config import flag
+from outofcore.config import check_all, flag
 from outofcore.errors import JOB_FAILED, OutOfCoreError
 from outofcore.stacking import shape_text
 
@@ -48,7 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``OUTOFCORE_DEBUG=1``) adds the traceback.
     """
     args = build_parser().parse_args(argv)
-    debug = args.debug or flag("debug")
+    try:  # every setting parsed once, before anything starts (outofcore.config)
+        debug = args.debug or flag("debug")
+        check_all()
+    except OutOfCoreError as exc:
+        print(f"outofcore: error: {exc}", file=sys.stderr)
+        return exc.exit_status
     _log_to_stderr(debug)
     signal.signal(signal.SIGINT, _interrupted)
     try:

@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--size", type=int, default=DEMO_SIZE, help="m = k = n")
     demo.add_argument("--chunk", type=int, default=DEMO_CHUNK)
     _add_memory(demo, DEMO_MEMORY)
-    demo.add_argument("--workers", type=int)
+    demo.add_argument("--workers", type=_workers)
     demo.add_argument("--dir", type=Path, help="keep the arrays here (default: a temporary dir)")
     _add_dashboard(demo)
     _add_json(demo)
@@ -151,7 +151,7 @@ def _add_job_options(run: argparse.ArgumentParser) -> None:
         run.add_argument(option, metavar="PATH", help=f"{meaning} (as dask scheduler's)")
     run.add_argument(
         "--workers",
-        type=int,
+        type=_workers,
         help="workers of the LocalCluster (default: one, with every core for BLAS); "
         "with --scheduler, workers to wait for",
     )
@@ -309,6 +309,22 @@ def _sizes(text: str) -> tuple[int, ...]:
             f"expected integers separated by commas like 1000,2000 (or 1000, or 8,1000,2000), "
             f"got {text!r}"
         ) from None
+
+
+#: The most workers ``--workers`` asks for (a LocalCluster's, or a cluster's to wait for).
+MAX_WORKERS = 2**16
+
+
+def _workers(text: str) -> int:
+    try:
+        workers = int(text)
+    except ValueError:
+        workers = 0
+    if not 1 <= workers <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of workers from 1 to {MAX_WORKERS}, got {text!r}"
+        )
+    return workers
 
 
 def _size(text: str) -> int:

@@ -43,9 +43,11 @@ The ``store-*`` deadlines apply to every store client outofcore makes
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dask.config
@@ -53,22 +55,46 @@ from dask.utils import parse_bytes
 
 from outofcore.errors import InputError
 
-DEFAULTS: dict[str, Any] = {
-    "connect-timeout": 10.0,
-    "read-retries": 3,
-    "read-retry-delay": 0.2,
-    "lease-timeout": 60.0,
-    "direct-writes": True,
-    "remote-concurrency": 16,
-    "debug": False,
-    "in-process-worker": True,
-    "fingerprint": "stat",
-    "fsync": True,
-    "store-connect-timeout": 5.0,
-    "store-read-timeout": 10.0,
-    "store-attempts": 3,
-    "store-deadline": 30.0,
+#: Seconds in a day: the longest timeout or deadline a setting may have.
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What values a setting takes: ``kind`` ``"seconds"`` or ``"count"`` (a number from
+    ``low`` to ``high``, ``> low`` when ``above``), ``"flag"`` (on/off) or ``"choice"``
+    (one of ``choices``); its ``default``."""
+
+    default: Any
+    kind: str
+    low: float = 0
+    high: float = 0
+    above: bool = False
+    choices: tuple[str, ...] = ()
+
+
+#: Every setting: its default and the values it takes (:func:`value` parses them).  The
+#: bounds keep each use finite: ``read-retries`` doublings of ``read-retry-delay`` stay
+#: within what ``time.sleep`` takes; a lease times out within a day
+#: (:data:`outofcore.lease.MAX_LEASE_TIMEOUT`).
+SETTINGS: dict[str, Setting] = {
+    "connect-timeout": Setting(10.0, "seconds", 0, DAY, above=True),
+    "read-retries": Setting(3, "count", 0, 20),
+    "read-retry-delay": Setting(0.2, "seconds", 0, 600),
+    "lease-timeout": Setting(60.0, "seconds", 0, DAY, above=True),
+    "direct-writes": Setting(True, "flag"),
+    "remote-concurrency": Setting(16, "count", 1, 1024),
+    "debug": Setting(False, "flag"),
+    "in-process-worker": Setting(True, "flag"),
+    "fingerprint": Setting("stat", "choice", choices=("stat", "content")),
+    "fsync": Setting(True, "flag"),
+    "store-connect-timeout": Setting(5.0, "seconds", 0, DAY, above=True),
+    "store-read-timeout": Setting(10.0, "seconds", 0, DAY, above=True),
+    "store-attempts": Setting(3, "count", 1, 100),
+    "store-deadline": Setting(30.0, "seconds", 0, DAY, above=True),
 }
+#: Each setting's default.
+DEFAULTS: dict[str, Any] = {name: setting.default for name, setting in SETTINGS.items()}
 
 #: The namespace of outofcore's keys in ``dask.config``.
 NAMESPACE = "outofcore"
@@ -112,66 +138,207 @@ _registered: dict[str, Any] = {}
 _register()
 
 
+def value(name: str) -> Any:
+    """Setting ``name`` parsed and checked: a float (seconds), an int (counts), a bool
+    (flags) or one of its choices (lowercase).
+
+    Raises
+    ------
+    InputError
+        Naming the variable, the setting and the value, when it is not such a value
+        (not a number, not finite, out of range, not on/off, not a choice).
+    """
+    setting, raw = SETTINGS[name], get(name)
+    if setting.kind == "flag":
+        return _flag(name, raw)
+    if setting.kind == "choice":
+        text = str(raw).strip().lower()
+        if text not in setting.choices:
+            _refuse(name, raw, f"need one of {', '.join(setting.choices)}")
+        return text
+    return _number(name, raw, setting)
+
+
+def check_all() -> None:
+    """Parse every setting (:func:`value`), so that a bad one is refused before a job
+    starts rather than where it is first used (a worker's task, a retry).
+
+    Raises
+    ------
+    InputError
+        Naming the first setting that is not a value it takes.
+    """
+    for name in SETTINGS:
+        value(name)
+
+
+def checked(name: str, raw: Any, label: str) -> Any:
+    """``raw``, given for setting ``name`` another way (the API keyword ``label``, e.g.
+    ``lease_timeout``), parsed and checked as the setting is (:func:`value`).
+
+    Raises
+    ------
+    InputError
+        Naming ``label`` and the value.
+    """
+    setting = SETTINGS[name]
+    if setting.kind in ("seconds", "count"):
+        return _number(name, raw, setting, label)
+    if setting.kind == "flag":
+        with contextlib.suppress(InputError):
+            return _flag(name, raw)
+        raise InputError(f"{label} = {_shown(raw)}: need True or False")
+    if str(raw).strip().lower() not in setting.choices:
+        raise InputError(f"{label} = {_shown(raw)}: need one of {', '.join(setting.choices)}")
+    return str(raw).strip().lower()
+
+
 def number(name: str, *, integer: bool = False, positive: bool = False) -> float:
-    """Setting ``name`` as a number, ``>= 0`` (``> 0`` when ``positive``).
+    """Setting ``name`` as a number (:func:`value`): finite and within its range (``> 0``
+    where ``positive``, whole where ``integer``, whatever the registry says too).
 
     Raises
     ------
     InputError
         Naming the environment variable and its value when it is not such a number.
     """
-    value = get(name)
-    kind = "a whole number" if integer else "a number"
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        converted = int(value) if integer else float(value)
-        if integer and converted != float(value):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise InputError(f"{env_name(name)}={value!r} is not {kind}") from None
-    if converted < 0 or (positive and converted == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise InputError(f"{env_name(name)}={value!r}: need {kind} {bound}")
-    return converted
+    setting = SETTINGS[name]
+    if setting.kind not in ("seconds", "count"):
+        raise KeyError(f"{name} is not a numeric setting")
+    kind = "count" if integer else setting.kind
+    low_open = setting.above or (positive and setting.low <= 0)
+    checked = Setting(setting.default, kind, setting.low, setting.high, low_open)
+    return _number(name, get(name), checked)
 
 
 def flag(name: str) -> bool:
-    """Setting ``name`` as on/off (``0``, ``false``, ``no``, ``off`` are off)."""
-    value = get(name)
-    if isinstance(value, str):
-        return value.strip().lower() not in ("0", "false", "no", "off", "")
-    return bool(value)
+    """Setting ``name`` as on/off (``1``, ``true``, ``yes``, ``on``; ``0``, ``false``,
+    ``no``, ``off`` or nothing).
+
+    Raises
+    ------
+    InputError
+        Naming the variable and its value when it is neither.
+    """
+    return _flag(name, get(name))
+
+
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off", "")
+
+
+def _flag(name: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, int | float) and raw in (0, 1):
+        return bool(raw)
+    if isinstance(raw, str) and raw.strip().lower() in _ON + _OFF:
+        return raw.strip().lower() in _ON
+    return _refuse(name, raw, "need 1 or 0 (or true/false, yes/no, on/off)")
+
+
+def _number(name: str, raw: Any, setting: Setting, label: str | None = None) -> float:
+    """``raw`` as the number ``setting`` takes, or an :class:`InputError` naming it (as
+    ``label`` where given)."""
+    integer = setting.kind == "count"
+    kind = "a whole number" if integer else "a number"
+    number = _as_number(raw)
+    why = None
+    if isinstance(number, float) and not math.isfinite(number):
+        why = "is not a finite number"
+    elif number is None or (integer and isinstance(number, float) and not number.is_integer()):
+        why = f"is not {kind}"
+    if why is not None:
+        return _refuse(name, raw, why, " ", label)
+    low, high = setting.low, setting.high
+    if number < low or (setting.above and number == low) or number > high:
+        bound = f"> {low:g}" if setting.above else f">= {low:g}"
+        unit = " (seconds)" if setting.kind == "seconds" else ""
+        return _refuse(name, raw, f"need {kind} {bound} and at most {high:g}{unit}", ": ", label)
+    return int(number) if integer else float(number)
+
+
+def _as_number(raw: Any) -> float | int | None:
+    """``raw`` (a number, or text) as an int or float; None when it is not one."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float):
+        return raw
+    if isinstance(raw, str):
+        text = raw.strip()
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    if isinstance(raw, complex):
+        return None
+    try:  # numpy's numbers, Decimal, Fraction
+        return float(raw)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _refuse(name: str, raw: Any, why: str, joined: str = ": ", label: str | None = None) -> Any:
+    """Raise the :class:`InputError` of setting ``name`` set to ``raw``: the variable, the
+    value (shortened) and ``why``, and the setting's name in dask's configuration; or
+    ``label = value`` where the value came as ``label`` (an API keyword)."""
+    if label is not None:
+        raise InputError(f"{label} = {_shown(raw)}{joined}{why}")
+    raise InputError(f"{env_name(name)}={_shown(raw)}{joined}{why} (setting {NAMESPACE}.{name})")
 
 
 _SIZE = re.compile(r"^\s*[0-9]*\.?[0-9]+(?:e[0-9]+)?\s*[a-z]*\s*$", re.IGNORECASE)
 
 
-def parse_size(size: int | str) -> int:
+#: The largest memory size taken (1 EiB): more than any machine has, less than overflows.
+MAX_SIZE = 2**60
+
+
+def parse_size(size: int | str, what: str = "memory") -> int:
     """Return the number of bytes in ``size`` (an int, or text like ``"512MiB"``).
 
     Units are dask's (:func:`dask.utils.parse_bytes`): ``kB``, ``MB``, ``GB``
-    are powers of 1000, ``KiB``, ``MiB``, ``GiB`` powers of 1024.
+    are powers of 1000, ``KiB``, ``MiB``, ``GiB`` powers of 1024.  ``what`` names it in
+    messages (``"memory"``, ``"device memory"``).
 
     Raises
     ------
     InputError
-        When the text is not a positive size with a known unit.
+        When the text is not a positive size with a known unit, at most :data:`MAX_SIZE`.
     """
     if isinstance(size, bool):
-        raise InputError(f"memory size must be bytes or text like '512MiB', got {size!r}")
+        raise InputError(f"{what} size must be bytes or text like '512MiB', got {size!r}")
     if isinstance(size, int):
         value = size
     else:
         try:
-            if not _SIZE.match(str(size)):  # parse_bytes reads "" and "MiB" as sizes
+            text = str(size)
+            if len(text) > 40 or not _SIZE.match(text):  # parse_bytes reads "" and "MiB"
                 raise ValueError
-            value = parse_bytes(str(size))
+            value = parse_bytes(text)
+        except OverflowError:  # 1e400, 1e308TiB: infinity, not an int
+            raise InputError(f"the {what} size {_shown(size)} is not finite") from None
         except ValueError:
             raise InputError(
-                f"cannot read the size {size!r}: use bytes or a number with a unit "
+                f"cannot read the size {_shown(size)}: use bytes or a number with a unit "
                 "such as 512MiB, 2GiB or 1.5GB"
             ) from None
     if value <= 0:
-        raise InputError(f"a memory size must be positive, got {size!r}")
+        raise InputError(f"a {what} size must be positive, got {_shown(size)}")
+    if value > MAX_SIZE:
+        raise InputError(
+            f"a {what} size must be at most 1 EiB ({MAX_SIZE} bytes), got {_shown(size)}"
+        )
     return value
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, shortened for a message."""
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."

@@ -44,12 +44,19 @@ def random_array(
     with fsspec ``storage_options`` (:mod:`outofcore.stores`).
     """
     shape, chunks = tuple(shape), tuple(chunks)
-    if not shape or min(shape) < 1:
-        raise InputError(f"shape {shape}: need one or more dimensions, each >= 1")
-    if len(chunks) != len(shape) or min(chunks) < 1:
+    if not shape or not all(_size_ok(size) for size in shape):
         raise InputError(
-            f"chunks {chunks}: need one chunk size >= 1 for each of the {len(shape)} "
-            f"dimensions of shape {shape}"
+            f"shape {shape}: need one or more dimensions, each >= 1 (a whole number up to 2**63-1)"
+        )
+    if len(chunks) != len(shape) or not all(_size_ok(size) for size in chunks):
+        raise InputError(
+            f"chunks {chunks}: need one chunk size >= 1 (a whole number up to 2**63-1) for "
+            f"each of the {len(shape)} dimensions of shape {shape}"
+        )
+    check_seed(seed)
+    if threads is not None and not (_whole(threads) and 1 <= threads <= MAX_THREADS):
+        raise InputError(
+            f"threads = {threads!r}: need None or a whole number from 1 to {MAX_THREADS}"
         )
     np_dtype = check_input_dtype(dtype, f"random array {os.fspath(path)!r}")
     where = locate(path, storage_options)  # with the options that open it, once
@@ -84,6 +91,35 @@ def random_array(
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(write_chunk, itertools.product(*grid)))
     return array
+
+
+#: The largest seed taken (numpy takes larger ones; ``verify`` takes these).
+MAX_SEED = 2**63 - 1
+#: The most threads that write chunks at once.
+MAX_THREADS = 1024
+
+
+def check_seed(seed: object) -> int:
+    """``seed`` if it is a whole number from 0 to :data:`MAX_SEED`.
+
+    Raises
+    ------
+    InputError
+        Naming the seed (numpy's own refusal of a negative one was a ValueError).
+    """
+    if not (_whole(seed) and 0 <= seed <= MAX_SEED):
+        raise InputError(f"seed = {seed!r}: need a whole number from 0 to 2**63-1")
+    return seed
+
+
+def _whole(value: object) -> bool:
+    """Whether ``value`` is an int (numpy's too), not a bool."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def _size_ok(size: object) -> bool:
+    """Whether ``size`` is a whole number from 1 to 2**63-1 (zarr's and numpy's largest)."""
+    return _whole(size) and 1 <= size <= MAX_SEED
 
 
 def clear_own_array(where: Location, occupant: Occupant, overwrite: bool) -> None:

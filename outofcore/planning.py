@@ -100,7 +100,8 @@ def where_it_runs(
     spec: JobSpec | None, options: dict[str, Any], client: Any
 ) -> tuple[JobSpec, Any]:
     """The job's spec (:meth:`JobSpec.of <outofcore.spec.JobSpec.of>` ``spec`` and
-    ``options``) with its budget per worker chosen, and the client it runs on.
+    ``options``) with its budget per worker chosen, and the client it runs on; every
+    setting of this process parsed first (:func:`outofcore.config.check_all`).
 
     GPU workers this job would start on this node (``gpus``, no client) are refused first
     where no CUDA GPU is usable here: the CUDA driver's device count
@@ -110,10 +111,12 @@ def where_it_runs(
     (:func:`scheduler.addresses.resolve_client`: None is the default Client when one is
     open) and the budget chosen for it (:func:`scheduler.cluster.budget_for`).
     """
+    from outofcore import config  # noqa: PLC0415 (imports dask)
     from outofcore.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
     from outofcore.spec import JobSpec  # noqa: PLC0415 (imports dask)
 
     spec = JobSpec.of(spec, options)
+    config.check_all()  # a bad setting is refused here, not in a worker's task
     if spec.gpus and client is None:
         simulator = cuda_probe.simulator_enabled()
         check_gpus_usable(spec.gpus, 0 if simulator else cuda_probe.device_count(), simulator)

@@ -177,7 +177,13 @@ def parse_gpus(text: str) -> tuple[int, ...]:
         raise ClusterError(f"--gpus {text!r}: give GPU indices like 0,1,2,3") from None
     if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
         raise ClusterError(f"--gpus {text!r}: need distinct non-negative GPU indices")
+    if max(gpus) > MAX_GPU_INDEX:
+        raise ClusterError(f"--gpus {text!r}: GPU indices go from 0 to {MAX_GPU_INDEX} at most")
     return gpus
+
+
+#: The largest GPU index ``--gpus`` takes (a node has a few GPUs; CUDA numbers them from 0).
+MAX_GPU_INDEX = 1023
 
 
 def gpu_worker_specs(
