@@ -38,6 +38,12 @@ name                       default  meaning
 
 The ``store-*`` deadlines apply to every store client outofcore makes
 (:mod:`outofcore.deadlines`); storage options given by the user win over them.
+
+Each setting is parsed by :func:`value` against its entry in :data:`SETTINGS` (its kind
+and range): a value that is not finite, out of range, not on/off or not a choice is an
+:class:`~outofcore.errors.InputError` naming the variable, the setting and the value;
+:func:`check_all` parses them all before a job starts.  Sizes (``--memory``,
+``memory=``) go through :func:`parse_size`: positive, finite, at most 1 EiB.
 """
 
 from __future__ import annotations
