@@ -276,14 +276,25 @@ def _local_metadata(location: Location, what: str, where: str) -> dict[str, byte
 
 def _remote_metadata(location: Location, what: str, where: str) -> dict[str, bytes]:
     """The metadata documents of an object store's location, read at once in ranged reads
-    of one byte over the cap; one that fills it is refused with its whole size."""
+    of one byte over the cap; one that fills it is refused with its whole size.  A web
+    server (``http://``) may answer a ranged read with the whole object, so there each
+    document's size is asked first (``HEAD``) and one over the cap is not read."""
     store = fsspec_store(location, read_only=True)
     cap = RangeByteRequest(0, MAX_DOCUMENT_BYTES + 1)
     prototype = default_buffer_prototype()
 
+    async def read(name: str) -> Any:
+        if location.read_only:
+            try:
+                size = await store.getsize(name)
+            except FileNotFoundError:
+                return None
+            if size is not None:  # a server that does not tell: the ranged read
+                check_size(size, f"{what}: {where}/{name}")
+        return await store.get(name, prototype, byte_range=cap)
+
     async def read_all() -> list[Any]:
-        reads = (store.get(name, prototype, byte_range=cap) for name in METADATA_DOCUMENTS)
-        return await asyncio.gather(*reads)
+        return await asyncio.gather(*(read(name) for name in METADATA_DOCUMENTS))
 
     found = {}
     for name, buffer in zip(METADATA_DOCUMENTS, sync(read_all()), strict=True):

@@ -232,3 +232,22 @@ def test_any_attributes_either_open_or_are_one_input_error(tmp_path_factory, dep
         assert "x.zarr" in str(exc)
     else:
         assert opened.shape == array.shape and depth + 2 <= MAX_DOCUMENT_DEPTH
+
+
+def test_over_http_a_too_large_zarr_json_is_refused_by_its_size_not_read(folder):
+    """A web server may answer a ranged read with the whole object (Python's does): the
+    size is asked first, and 150 MB are not read."""
+    from tests.helpers import serve_folder  # noqa: PLC0415
+
+    with open(folder / "a.zarr" / "zarr.json", "r+b") as document:
+        document.truncate(150 * 10**6)
+    with serve_folder(folder) as url:
+        matmul(f"{url}/b.zarr", folder / "b.zarr", folder / "warm.zarr", transpose_a=True)
+        tracemalloc.start()
+        try:
+            with pytest.raises(InputError, match=r"a\.zarr/zarr\.json is 150000000 bytes"):
+                matmul(f"{url}/a.zarr", folder / "b.zarr", folder / "c.zarr")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < MAX_DOCUMENT_BYTES, peak
