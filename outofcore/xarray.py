@@ -6,39 +6,58 @@ dimension of each operand kept, and dimensions both share before those (a stack'
 batch, in the same order) kept as they are.  The product runs as an outofcore job on
 the zarr arrays behind ``a`` and ``b`` (:func:`outofcore.interop.resolve`); the result is
 written where xarray opens it, ``xr.open_dataarray(out, engine="zarr")``: a zarr group
-holding the product (named ``name``) with its dimensions, and the coordinates of its kept
-dimensions.  The DataArray returned is that, opened lazily.
+holding the product (named ``name``) with its dimensions, and the coordinates ``xr.dot``
+gives it.  The DataArray returned is that, opened lazily.
+
+Coordinates are xarray's, never re-derived: before any work, ``xr.align`` and ``xr.dot``
+themselves run on stand-ins of ``a`` and ``b`` (their coordinates over a zero-size
+graph), which gives the alignment (the positions of each operand that xr.dot pairs,
+with xarray's ``arithmetic_join``), the result's dims, coordinates and name, and
+xarray's own refusals (duplicate or conflicting indexes).  Where the alignment reads
+each operand as stored, or as one run of consecutive positions of a matrix (a window,
+:mod:`outofcore.windows`), the job reads exactly that; anything else (coordinates in
+another order, shared values that are no run of positions, a stack's subset) is
+refused, naming the dimension and why, with the lines that align and store the
+operands first.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from collections.abc import Hashable, Mapping
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
 import zarr
 
 from outofcore.api import matmul
-from outofcore.errors import InputError
+from outofcore.errors import InputError, OutputExistsError
 from outofcore.generate import clear_own_array
-from outofcore.interop import type_name
+from outofcore.interop import Operand, resolve, type_name
 from outofcore.locations import Location, locate
 from outofcore.spec import JobSpec
+from outofcore.stacking import Window
 from outofcore.stores import zarr_options
-from outofcore.targets import JOB_ATTRIBUTE, check_replaceable
+from outofcore.targets import JOB_ATTRIBUTE, Occupant, check_replaceable
 
-#: The name of the product's array in the output group, unless ``name`` is given.
+#: The name of the product's array in the output group when neither ``name`` nor
+#: ``xr.dot`` gives one (``xr.dot`` names the product after its operands when they
+#: share a name, else None).
 DEFAULT_NAME = "dot"
+#: Job options :func:`dot` sets from the dims; given as keywords they are refused.
+SET_BY_DOT = ("transpose_a", "transpose_b", "dimension_names")
+#: Name of the stand-ins' coordinate of positions along a dimension (and its number).
+_POSITION = "\0outofcore position along dim {}"
 
 
 def dot(
     a: Any,
     b: Any,
     *,
-    dim: str | None = None,
+    dim: Any = None,
     out: str,
-    name: str = DEFAULT_NAME,
+    name: str | None = None,
     spec: JobSpec | None = None,
     client: Any = None,
     **options: Any,
@@ -51,49 +70,58 @@ def dot(
         ``xarray.DataArray`` objects whose data is a zarr array (``xr.open_dataarray(...,
         engine="zarr")``, with ``chunks=`` or without), or in memory with ``client="sync"``.
     dim
-        The dimension summed over; None: the one dimension both share that is not a
-        leading (batch) dimension of both.
+        The dimension summed over (a name, or a list of one); None: as ``xr.dot``, every
+        dimension both share, which must be one.
     out
         Path or URL of the zarr group written: the product as ``out/name``, and one
-        array for each coordinate of a kept dimension.
+        array for each coordinate of the result.
+    name
+        The product's name in ``out``; None: the name ``xr.dot`` gives it, else
+        :data:`DEFAULT_NAME`.  A dimension's or coordinate's name is refused.
     spec, client, **options
-        As :func:`outofcore.matmul` (``memory``, ``overwrite``, ...).
+        As :func:`outofcore.matmul` (``memory``, ``overwrite``, ...), less the options
+        the dims decide (:data:`SET_BY_DOT`).
 
     Returns
     -------
     xarray.DataArray
-        ``xr.open_dataset(out, engine="zarr", chunks={})[name]``: the product's dims and
-        the coordinates of the kept dimensions (``xr.open_dataarray(out, engine="zarr")``
-        opens it too while the group holds no other variable).
+        ``xr.open_dataset(out, engine="zarr", chunks={})[name]``: the product's dims,
+        coordinates and name, as ``xr.dot`` gives them (``xr.open_dataarray(out,
+        engine="zarr")`` opens it too while the group holds no other variable).
 
     Raises
     ------
+    TypeError
+        For a keyword that is no option (``xr.dot``'s einsum ones included).
     InputError
-        When ``a`` and ``b`` do not make a matrix product (no shared dimension to sum,
-        several, or kept dimensions of one name, which ``xr.dot`` would not multiply but
-        match), naming their dims.
+        Before anything is written: when ``a`` and ``b`` do not make a matrix product
+        (naming their dims), when ``xr.dot`` would refuse them, when its alignment is
+        not a read of the stored arrays (naming the dimension and why), or for a
+        ``name`` that is not one.
     """
     import xarray as xr  # noqa: PLC0415
 
+    _check_options(options, spec)
     for label, x in (("a", a), ("b", b)):
         if not isinstance(x, xr.DataArray):
             raise InputError(f"{label} is a {type_name(x)}; outofcore.xarray.dot takes DataArrays")
-    summed, batch, kept = _dims(a.dims, b.dims, dim)
+    summed, batch, kept = _dims(a.dims, b.dims, _one_dim(dim))
     spec = JobSpec.of(spec, options)
     dims = (*batch, *kept)
-    options = {
-        "transpose_a": a.dims[-2] == summed,
-        "transpose_b": b.dims[-1] == summed,
-        "dimension_names": dims,
-    }
-    spec = replace(spec, **options)
+    reference, (a_read, b_read) = _as_xr_dot(a, b, summed, dims)
+    name = _product_name(name, reference)
+    spec = replace(
+        spec,
+        transpose_a=a.dims[-2] == summed,
+        transpose_b=b.dims[-1] == summed,
+        dimension_names=tuple(str(d) for d in dims),
+    )
+    coordinates = _coordinates(reference)
     where = locate(out, spec.storage_options)
     _open_group(where)
-    matmul(a, b, f"{out}/{name}", spec, client=client)
-    for coordinate in dims:
-        values = _coordinate(a, b, coordinate)
-        if values is not None:
-            _write_coordinate(out, coordinate, values, spec)
+    targets = _coordinate_targets(where, coordinates, dims, spec)
+    matmul(a_read, b_read, f"{out}/{name}", spec, client=client)
+    _write_coordinates(where, coordinates, targets, spec.overwrite)
     opened = xr.open_dataset(
         where.target,
         engine="zarr",
@@ -104,8 +132,42 @@ def dot(
     return opened[name]
 
 
+def _check_options(options: Mapping[str, Any], spec: JobSpec | None) -> None:
+    """Refuse a keyword that is no job option (TypeError, as Python does), and the job
+    options the dims decide, as keywords or in ``spec``."""
+    known = {f.name for f in fields(JobSpec)}
+    for key in options:
+        if key not in known or key in SET_BY_DOT:
+            why = (
+                "dot sets it from the dims"
+                if key in SET_BY_DOT
+                else f"the options are outofcore.matmul's: {sorted(known - set(SET_BY_DOT))}"
+            )
+            raise TypeError(f"dot() got an unexpected keyword argument {key!r} ({why})")
+    for key in SET_BY_DOT if spec is not None else ():
+        if getattr(spec, key) not in (False, None):
+            raise InputError(
+                f"spec sets {key}={getattr(spec, key)!r}; outofcore.xarray.dot sets it from the "
+                "dims (leave it at its default)"
+            )
+
+
+def _one_dim(dim: Any) -> Any:
+    """``dim`` as one name: a list, tuple or set of one name is that name (as ``xr.dot``
+    reads it); None stays None."""
+    if isinstance(dim, list | tuple | set | frozenset):
+        if len(dim) != 1:
+            raise InputError(
+                f"dim={dim!r}: outofcore.xarray.dot sums over one dimension (a matrix product)"
+            )
+        (dim,) = dim
+    if dim is not None and not isinstance(dim, Hashable):
+        raise InputError(f"dim={dim!r} is not a dimension name")
+    return dim
+
+
 def _dims(
-    a_dims: tuple[Any, ...], b_dims: tuple[Any, ...], dim: str | None
+    a_dims: tuple[Any, ...], b_dims: tuple[Any, ...], dim: Any
 ) -> tuple[Any, tuple[Any, ...], tuple[Any, Any]]:
     """The summed dimension, the batch dimensions and the two kept ones of ``a @ b``."""
     said = f"a has dims {a_dims} and b {b_dims}"
@@ -117,10 +179,13 @@ def _dims(
     batch = tuple(a_dims[:-2])
     if tuple(b_dims[:-2]) != batch:
         raise InputError(f"{said}: the leading (batch) dims must be the same, in one order")
-    shared = [d for d in a_dims[-2:] if d in b_dims[-2:]]
-    if dim is None:
+    if dim is None:  # xr.dot sums every dimension both have, batch ones too
+        shared = [d for d in a_dims if d in b_dims]
         if len(shared) != 1:
-            raise InputError(f"{said}: give dim=, the one dimension to sum over")
+            raise InputError(
+                f"{said}: without dim=, xr.dot sums over every dimension both have "
+                f"({shared}), which is no matrix product; give dim=, the one dimension to sum over"
+            )
         dim = shared[0]
     if dim not in a_dims[-2:] or dim not in b_dims[-2:]:
         raise InputError(f"{said}: dim={dim!r} is not one of the last two dims of both")
@@ -131,7 +196,137 @@ def _dims(
             f"{said}: both keep {i!r}, which xr.dot matches instead of multiplying; rename "
             f"one (b.rename({{{i!r}: {i + '_2' if isinstance(i, str) else 'other'!r}}}))"
         )
+    for d in (*batch, i, j):
+        if not isinstance(d, str):
+            raise InputError(f"{said}: the result's dim {d!r} is no str; zarr names dims by str")
     return dim, batch, (i, j)
+
+
+def _as_xr_dot(a: Any, b: Any, summed: Any, dims: tuple[Any, ...]) -> tuple[Any, tuple[Any, Any]]:
+    """``xr.dot(a, b, dim=summed)`` of stand-ins of ``a`` and ``b`` (nothing computed: its
+    dims, coordinates and name), and what the job reads for each operand as xr.dot
+    aligns it: the DataArray itself, or the window of its stored array.
+
+    Raises
+    ------
+    InputError
+        Where xarray refuses the operands, or its alignment is not a read of them.
+    """
+    import xarray as xr  # noqa: PLC0415
+    from xarray.core.options import OPTIONS  # noqa: PLC0415
+
+    join = "exact" if OPTIONS["arithmetic_join"] == "exact" else "inner"  # as xr.dot
+    try:
+        reference = xr.dot(_stand_in(a), _stand_in(b), dim=summed)
+        aligned = xr.align(_stand_in(a, True), _stand_in(b, True), join=join, copy=False)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(
+            f"xr.dot(a, b, dim={summed!r}) refuses a and b (dims {a.dims} and {b.dims}): "
+            f"{exc}; outofcore computes only what xr.dot computes: fix the coordinates (unique "
+            "values, or .drop_vars), store the operands, and pass the stored copies"
+        ) from None
+    if tuple(reference.dims) != dims:  # xr.dot's dims are the job's, or nothing runs
+        raise InputError(
+            f"xr.dot(a, b, dim={summed!r}) gives dims {reference.dims}, not the matrix "
+            f"product's {dims}"
+        )
+    positions = [_positions(x, y) for x, y in zip((a, b), aligned, strict=True)]
+    why = {d: _why_differ(a, b, d, positions, join) for p in positions for d in p}
+    reads = (_read(a, "a", positions[0], why), _read(b, "b", positions[1], why))
+    return reference, reads
+
+
+def _stand_in(x: Any, positions: bool = False) -> Any:
+    """A DataArray with ``x``'s dims, coordinates and name over a graph that computes
+    nothing; ``positions``: with a coordinate of positions along each dim."""
+    import dask.array as da  # noqa: PLC0415
+    import xarray as xr  # noqa: PLC0415
+
+    data = da.zeros(x.shape, dtype=np.int8, chunks=-1)
+    stand_in = xr.DataArray(data, dims=x.dims, coords=x.coords, name=x.name)
+    if not positions:
+        return stand_in
+    names = {_POSITION.format(i): (d, np.arange(n)) for i, (d, n) in enumerate(x.sizes.items())}
+    if set(names) & set(x.coords):
+        raise InputError(f"a coordinate of {x.name!r} is named as outofcore's own: {set(x.coords)}")
+    return stand_in.assign_coords(names)
+
+
+def _positions(x: Any, aligned: Any) -> dict[Any, np.ndarray]:
+    """The positions of ``x`` that its alignment ``aligned`` reads along each dimension
+    where they are not all of them, in order."""
+    moved = {}
+    for i, (d, n) in enumerate(x.sizes.items()):
+        at = np.asarray(aligned.coords[_POSITION.format(i)].values)
+        if at.shape != (n,) or not np.array_equal(at, np.arange(n)):
+            moved[d] = at
+    return moved
+
+
+def _run(at: np.ndarray) -> slice | None:
+    """``at`` as one slice of consecutive positions (a unit step), or None."""
+    if at.size == 0 or not np.array_equal(at, np.arange(at[0], at[0] + at.size)):
+        return None
+    return slice(int(at[0]), int(at[0]) + at.size)
+
+
+def _read(x: Any, label: str, moved: dict[Any, np.ndarray], why: dict[Any, str]) -> Any:
+    """What the job reads for operand ``x`` (``label``) aligned as xr.dot aligns it:
+    ``x`` where that reads all of it, the window of a matrix where it reads one run of
+    positions along one dim; anything else is refused, with ``why`` (by dim)."""
+    if not moved:
+        return x
+    d, at = next(iter(moved.items()))
+    run = _run(at)
+    if x.ndim != 2 or len(moved) != 1 or run is None:
+        reads = "a stack only whole" if x.ndim != 2 else "a matrix whole or one run of positions"
+        raise InputError(
+            f"{why[d]}; xr.dot aligns them first (the shared values, paired by value), and "
+            f"outofcore reads each operand as stored ({reads}), which this alignment of "
+            f"{label} is not; {_ALIGN_FIRST}"
+        )
+    operand = resolve(x, label, None)
+    if operand.steps:
+        raise InputError(
+            f"{why[d]}, and {label} computes something ({len(operand.steps)} elementwise "
+            f"steps), which outofcore does not read in part; {_ALIGN_FIRST}"
+        )
+    axis = x.dims.index(d)
+    stored_axis = 1 - axis if operand.transposed else axis
+    whole = tuple(x.shape[::-1]) if operand.transposed else tuple(x.shape)
+    base = operand.window or Window((0, 0), whole)
+    start, shape = [0, 0], list(base.shape)
+    start[stored_axis], shape[stored_axis] = run.start, run.stop - run.start
+    window = base.within(Window(tuple(start), tuple(shape)))
+    return Operand(operand.source, operand.transposed, operand.steps, window)
+
+
+#: What to do about an alignment outofcore cannot read.
+_ALIGN_FIRST = (
+    "align and store them first, then pass the stored copies: a, b = xr.align(a, b); "
+    "a.to_zarr('a_aligned.zarr'); b.to_zarr('b_aligned.zarr'); and reopen each with "
+    "xr.open_dataarray(path, engine='zarr', chunks={})"
+)
+
+
+def _why_differ(a: Any, b: Any, d: Any, positions: list[dict[Any, np.ndarray]], join: str) -> str:
+    """How the coordinates of ``d`` differ between ``a`` and ``b``, and what xr.dot
+    does about it (its ``join``), in words."""
+    values = [np.asarray(x.indexes[d]) if d in x.indexes else None for x in (a, b)]
+    shared = next((len(p[d]) for p in positions if d in p), 0)
+    said = f"the coordinates of dimension {d!r} differ between a and b"
+    if values[0] is None or values[1] is None:
+        return f"{said} (one has no index, and their sizes differ)"
+    sizes = f"a has {len(values[0])} values, b {len(values[1])}, {shared} shared"
+    if shared == 0:
+        how = f"they share no value ({sizes}: xr.dot's {join} join sums over none)"
+    elif len(values[0]) == len(values[1]) == shared:
+        how = f"the same values in another order ({sizes})"
+    elif shared in (len(values[0]), len(values[1])):
+        how = f"they differ in length ({sizes})"
+    else:
+        how = f"they overlap only in part ({sizes})"
+    return f"{said}: {how}"
 
 
 def _open_group(where: Location) -> None:
@@ -152,23 +347,105 @@ def _open_group(where: Location) -> None:
         raise InputError(f"out {str(where)!r} is not a zarr group ({exc})") from None
 
 
-def _coordinate(a: Any, b: Any, dim: Any) -> np.ndarray | None:
-    """The values of the index coordinate of ``dim`` in ``a`` (else ``b``), or None."""
-    for x in (a, b):
-        if dim in x.coords and x.coords[dim].dims == (dim,):
-            return np.asarray(x.coords[dim].values)
-    return None
+def _product_name(name: Any, reference: Any) -> str:
+    """The product's name in the group: ``name``, else xr.dot's, else :data:`DEFAULT_NAME`;
+    refused where xarray could not store it beside the result's dims and coordinates."""
+    said = "name"
+    if name is None:
+        name, said = reference.name, "xr.dot's name for the product (its operands' name)"
+        if name is None:
+            name, said = DEFAULT_NAME, "name"
+    _check_node_name(name, said)
+    taken = {str(d) for d in (*reference.dims, *reference.coords)}
+    if name in taken:
+        raise InputError(
+            f"{said} {name!r} is the name of a dimension or coordinate of the product "
+            f"({sorted(taken)}); xarray cannot store a DataArray under it (DataArray.to_dataset "
+            "refuses it, or reads it back as a coordinate): pass another name="
+        )
+    return name
 
 
-def _write_coordinate(out: str, dim: Any, values: np.ndarray, spec: JobSpec) -> None:
-    """Write coordinate ``dim`` into the group ``out`` (an array of outofcore's: replaced
-    only with ``overwrite``, as any output)."""
-    where = locate(f"{out}/{dim}", spec.storage_options)
-    clear_own_array(where, check_replaceable(where, deep=spec.overwrite), spec.overwrite)
-    zarr.create_array(
+def _check_node_name(name: Any, said: str) -> None:
+    """Refuse a name that is no member of a zarr group: not a str, empty, ``.``, ``..``,
+    or holding a path separator (it would be written outside the group)."""
+    if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+        raise InputError(
+            f"{said} {name!r} is no name of an array in a zarr group (a non-empty str, not "
+            "'.' or '..', without '/', '\\' or NUL)"
+        )
+
+
+def _coordinates(reference: Any) -> Any:
+    """The coordinates of xr.dot's result ``reference`` as a Dataset to store: values
+    loaded (in this process), no encoding of the operands', outofcore's mark on each."""
+    import dask  # noqa: PLC0415
+    import xarray as xr  # noqa: PLC0415
+
+    coordinates = xr.Dataset(coords=reference.coords)
+    for key in coordinates.variables:
+        _check_node_name(key, "the coordinate")
+    with dask.config.set(scheduler="sync"):
+        coordinates = coordinates.compute()
+    for variable in coordinates.variables.values():
+        variable.encoding = {}
+        variable.attrs = {**variable.attrs, JOB_ATTRIBUTE: {"complete": True, "coordinate": True}}
+    return coordinates
+
+
+def _coordinate_targets(
+    where: Location, coordinates: Any, dims: tuple[str, ...], spec: JobSpec
+) -> dict[str, tuple[Location, Occupant]]:
+    """What is at each path of the group ``where`` that the result's coordinates take, or
+    that xarray would read as one (a dim's name, a coordinate outofcore wrote before),
+    checked before any work: someone else's array there is refused, one of outofcore's
+    is replaced only with ``overwrite``."""
+    names = {*map(str, coordinates.variables), *dims, *_own_coordinates(where)}
+    targets = {}
+    for name in sorted(names):
+        _check_node_name(name, "the dimension")
+        at = locate(f"{where.target}/{name}", spec.storage_options)
+        occupant = check_replaceable(at, deep=spec.overwrite)
+        if occupant.kind != "nothing" and not spec.overwrite:
+            raise OutputExistsError(
+                f"{str(at)!r} already exists (a coordinate of the product); pass "
+                "overwrite=True to replace it"
+            )
+        targets[name] = (at, occupant)
+    return targets
+
+
+def _own_coordinates(where: Location) -> list[str]:
+    """The arrays of the group ``where`` that an earlier :func:`dot` wrote as coordinates."""
+    group = zarr.open_group(where.target, mode="r", **zarr_options(where))
+    own = []
+    for key, member in group.members():
+        mark = member.attrs.get(JOB_ATTRIBUTE) if isinstance(member, zarr.Array) else None
+        if isinstance(mark, dict) and ("coordinate" in mark or "coordinate_of" in mark):
+            own.append(key)
+    return own
+
+
+def _write_coordinates(
+    where: Location,
+    coordinates: Any,
+    targets: dict[str, tuple[Location, Occupant]],
+    overwrite: bool,
+) -> None:
+    """Clear the ``targets`` outofcore made (checked before the job), then store the
+    ``coordinates`` into the group as xarray does (``to_zarr``: its encodings, and the
+    group's ``coordinates`` attribute naming those that index no dim)."""
+    for at, occupant in targets.values():
+        clear_own_array(at, occupant, overwrite)
+        if at.is_local and os.path.isdir(at.path) and not os.listdir(at.path):
+            os.rmdir(at.path)  # an empty folder left: zarr would warn of it as no member
+    group = zarr.open_group(where.target, mode="a", **zarr_options(where))
+    listed = group.attrs.get("coordinates")
+    if isinstance(listed, str) and set(listed.split()) <= set(targets):
+        del group.attrs["coordinates"]  # an earlier result's; xarray writes this one's
+    coordinates.to_zarr(
         where.target,
-        **zarr_options(where),
-        data=values,
-        dimension_names=(str(dim),),
-        attributes={JOB_ATTRIBUTE: {"complete": True, "coordinate_of": str(out)}},
+        mode="a",
+        consolidated=False,
+        storage_options=zarr_options(where).get("storage_options"),
     )

@@ -13,7 +13,7 @@ import zarr
 
 import outofcore
 import outofcore.xarray as ox
-from outofcore.errors import InputError
+from outofcore.errors import InputError, OutputExistsError
 
 
 def stored(folder, name, values, dims, chunks, coords=None, encoding=None):
@@ -47,7 +47,8 @@ def test_dot_equals_xr_dot_with_dims_and_coordinates(pair, chunks):
     np.testing.assert_array_equal(got.coords["target"].values, list("abcdefghijk"))
     np.testing.assert_allclose(got.values, expected.values, rtol=1e-4, atol=1e-4)
     reopened = xr.open_dataarray(out, engine="zarr", consolidated=False)
-    assert reopened.name == "dot" and reopened.dims == ("sample", "target")
+    assert got.name == reopened.name == expected.name == "x"  # xr.dot's name, as xarray gives it
+    assert reopened.dims == ("sample", "target")
     assert reopened.attrs["outofcore"]["complete"] is True  # the job's record comes along
 
 
@@ -144,3 +145,193 @@ def test_dot_again_with_overwrite_replaces_only_its_own_arrays(pair):
                    progress=False)  # fmt: skip
     np.testing.assert_allclose(again.values, 2 * (x.values @ w.values), rtol=1e-4, atol=1e-4)
     assert (zarr.open_array(f"{out}/theirs")[...] == np.arange(3)).all()
+
+
+# Issue 42: alignment, coordinates and names as xr.dot gives them (or refused, saying why).
+
+
+def opened(path, chunks=None):
+    """The DataArray stored at ``path`` (one variable), opened lazily or with ``chunks``."""
+    return xr.open_dataarray(path, engine="zarr", consolidated=False, chunks=chunks)
+
+
+def small_ints(seed, shape):
+    """Whole numbers as float64: every sum exact, so the comparisons are exact."""
+    return np.random.default_rng(seed).integers(-9, 10, shape).astype(np.float64)
+
+
+def assert_as_xr_dot(got, expected, tolerance=0.0):
+    """Same values (exactly, or within ``tolerance`` of float32 sums), dims, coordinates
+    (names and values) and name."""
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got.values, expected.values, rtol=tolerance, atol=tolerance)
+    assert got.dims == expected.dims
+    assert got.name == expected.name
+    assert sorted(map(str, got.coords)) == sorted(map(str, expected.coords))
+    for key in expected.coords:
+        assert got.coords[key].dims == expected.coords[key].dims
+        np.testing.assert_array_equal(got.coords[key].values, expected.coords[key].values)
+
+
+@pytest.fixture
+def feature_pair(tmp_path):
+    """x (sample: 7, feature: 6 at 0..5) and a factory of w (feature at ``values``, target)."""
+    xs = stored(tmp_path, "x", small_ints(1, (7, 6)), ("sample", "feature"), (3, 4),
+                {"feature": np.arange(6), "sample": np.arange(7) * 10})  # fmt: skip
+
+    def w_at(values, name="w"):
+        values = np.asarray(values)
+        data = small_ints(2, (len(values), 3))
+        return stored(tmp_path, name, data, ("feature", "target"), (2, 2),
+                      {"feature": values, "target": list("abc")})  # fmt: skip
+
+    return tmp_path, xs, w_at
+
+
+@pytest.mark.parametrize(
+    ("chunks", "transpose"), [({}, False), ({}, True), (None, False)], ids=["dask", "w.T", "lazy"]
+)
+@pytest.mark.parametrize(
+    "values",
+    [[2, 3, 4, 5, 6, 7], [1, 2, 3], [-2, -1, 0, 1, 2, 3, 4, 5, 6, 7]],
+    ids=["overlap-in-part", "subset", "superset"],
+)
+def test_summed_coordinates_that_differ_are_summed_over_the_shared_ones_as_xr_dot(
+    feature_pair, chunks, transpose, values
+):
+    folder, xs, w_at = feature_pair
+    x, w = opened(xs, chunks), opened(w_at(values), chunks)
+    w = w.T if transpose else w
+    got = ox.dot(x, w, dim="feature", out=str(folder / "c.zarr"), client="sync", progress=False)
+    assert_as_xr_dot(got, xr.dot(x, w, dim="feature"))  # on 1251ef9: values up to 55 off
+
+
+@pytest.mark.parametrize(
+    ("values", "why"),
+    [
+        ([5, 4, 3, 2, 1, 0], r"the same values in another order \(a has 6 values, b 6, 6 shared"),
+        ([1, 0, 2, 3, 4, 5], "the same values in another order"),
+        ([0, 2, 4], r"they differ in length \(a has 6 values, b 3, 3 shared"),
+        ([4, 5, 6, 7, 0], r"they overlap only in part \(a has 6 values, b 5, 3 shared"),
+        ([10, 11, 12], "they share no value"),
+    ],
+    ids=["reversed", "swapped", "every-other", "wrapped", "disjoint"],
+)
+def test_summed_coordinates_outofcore_cannot_read_aligned_are_refused_before_any_work(
+    feature_pair, values, why
+):
+    folder, xs, w_at = feature_pair
+    x, w = opened(xs, {}), opened(w_at(values), {})
+    assert xr.dot(x, w, dim="feature").shape == (7, 3)  # outofcore refuses it, saying why
+    with pytest.raises(InputError, match=rf"dimension 'feature' differ between a and b: {why}"):
+        ox.dot(x, w, dim="feature", out=str(folder / "c.zarr"), client="sync")
+    with pytest.raises(InputError, match=r"a, b = xr.align\(a, b\)"):
+        ox.dot(x, w, dim="feature", out=str(folder / "c.zarr"), client="sync")
+    assert not (folder / "c.zarr").exists()
+
+
+def test_what_xr_dot_refuses_is_refused_and_equal_duplicates_are_computed(feature_pair):
+    folder, xs, w_at = feature_pair
+    x = opened(xs, {})
+    duplicated = x.assign_coords(feature=[0, 1, 1, 2, 3, 4])
+    w = opened(w_at([0, 1, 2, 2, 3, 4]), {})
+    with pytest.raises(ValueError, match="duplicate values"):
+        xr.dot(duplicated, w, dim="feature")
+    with pytest.raises(InputError, match="duplicate values; outofcore computes only what xr"):
+        ox.dot(duplicated, w, dim="feature", out=str(folder / "c.zarr"), client="sync")
+    with xr.set_options(arithmetic_join="exact"):  # xr.dot then refuses any difference
+        w_part = opened(w_at([1, 2, 3], "w_part"), {})
+        with pytest.raises(InputError, match="refuses a and b"):
+            ox.dot(x, w_part, dim="feature", out=str(folder / "c.zarr"), client="sync")
+    assert not (folder / "c.zarr").exists()
+    same = opened(w_at([0, 1, 1, 2, 3, 4], "w_same"), {})  # the same duplicates, in order
+    got = ox.dot(duplicated, same, dim="feature", out=str(folder / "d.zarr"), client="sync",
+                 progress=False)  # fmt: skip
+    assert_as_xr_dot(got, xr.dot(duplicated, same, dim="feature"))
+
+
+def test_non_dimension_coordinates_are_kept_as_xr_dot_keeps_them(tmp_path):
+    coords_a = {
+        "feature": [1, 2, 3, 4, 5],
+        "sample": [10, 20, 30, 40],
+        "day": (
+            "sample",
+            np.array(["2000-01-01", "NaT", "2000-03-01", "2000-04-01"], dtype="datetime64[ns]"),
+        ),  # fmt: skip
+        "weight": ("sample", [0.5, np.nan, -0.0, np.inf]),
+        "cell": (("sample", "feature"), np.ones((4, 5))),  # summed over: dropped
+        "unit": ("feature", list("vwxyz")),  # summed over: dropped
+        "run": 7,  # a scalar: kept
+    }
+    coords_b = {"feature": [0, 1, 2, 3, 4, 5], "label": ("target", ["p", "q", "r"])}
+    xa = opened(stored(tmp_path, "a", small_ints(3, (4, 5)), ("sample", "feature"), (3, 2),
+                       coords_a), {})  # fmt: skip
+    xb = opened(stored(tmp_path, "b", small_ints(4, (6, 3)), ("feature", "target"), (4, 2),
+                       coords_b))  # fmt: skip
+    got = ox.dot(xa, xb, dim="feature", out=str(tmp_path / "c.zarr"), client="sync",
+                 progress=False)  # fmt: skip
+    expected = xr.dot(xa, xb, dim="feature")
+    assert sorted(expected.coords) == ["day", "label", "run", "sample", "weight"]
+    assert_as_xr_dot(got, expected)  # on 1251ef9: day, label, run and weight were lost
+    assert_as_xr_dot(
+        xr.open_dataarray(tmp_path / "c.zarr", engine="zarr", consolidated=False), expected
+    )
+
+
+def test_name_of_a_dimension_or_coordinate_or_outside_the_group_is_refused(pair):
+    folder, xs, ws = pair
+    x, w = opened(xs, {}), opened(ws, {})
+    out = folder / "c.zarr"
+    for name in ("sample", "target"):  # on 1251ef9 the product was the coordinate's values
+        with pytest.raises(InputError, match=f"name '{name}' is the name of a dimension or"):
+            ox.dot(x, w, dim="feature", out=str(out), name=name, client="sync")
+    for name in ("..", "../c", "", "a/b"):
+        with pytest.raises(InputError, match="is no name of an array in a zarr group"):
+            ox.dot(x, w, dim="feature", out=str(out), name=name, client="sync")
+    assert not out.exists() and sorted(p.name for p in folder.iterdir()) == ["w.zarr", "x.zarr"]
+    named = ox.dot(x, w, dim="feature", out=str(out), name="y", client="sync", progress=False)
+    assert (
+        named.name == "y"
+        and xr.open_dataset(out, engine="zarr", consolidated=False)["y"].dims == named.dims
+    )
+
+
+def test_unknown_keywords_are_a_type_error_as_in_python(pair):
+    folder, xs, ws = pair
+    x, w = opened(xs, {}), opened(ws, {})
+    for key, value in (("optimize", True), ("transpose_a", True), ("dimension_names", None)):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{key}'"):
+            ox.dot(x, w, dim="feature", out=str(folder / "c.zarr"), client="sync",
+                   **{key: value})  # fmt: skip
+    assert not (folder / "c.zarr").exists()
+
+
+def test_stacks_are_summed_over_every_shared_dim_without_dim_so_refused(tmp_path):
+    a = stored(tmp_path, "a", small_ints(5, (2, 3, 4)), ("run", "i", "k"), (1, 2, 2),
+               {"run": [1, 2]})  # fmt: skip
+    b = stored(tmp_path, "b", small_ints(6, (2, 4, 5)), ("run", "k", "j"), (1, 2, 2),
+               {"run": [1, 2]})  # fmt: skip
+    xa, xb = opened(a, {}), opened(b, {})
+    assert xr.dot(xa, xb).dims == ("i", "j")  # run is summed too: no stack of products
+    with pytest.raises(InputError, match=r"xr.dot sums over every dimension both have"):
+        ox.dot(xa, xb, out=str(tmp_path / "c.zarr"), client="sync")
+    other_runs = xb.assign_coords(run=[2, 3])
+    with pytest.raises(InputError, match=r"dimension 'run' differ.*a stack only whole"):
+        ox.dot(xa, other_runs, dim="k", out=str(tmp_path / "c.zarr"), client="sync")
+    assert not (tmp_path / "c.zarr").exists()
+    got = ox.dot(xa, xb, dim=["k"], out=str(tmp_path / "c.zarr"), client="sync", progress=False)
+    assert_as_xr_dot(got, xr.dot(xa, xb, dim=["k"]))
+
+
+def test_overwrite_leaves_no_coordinate_of_the_result_before(pair):
+    folder, xs, ws = pair
+    x, w = opened(xs, {}), opened(ws, {})
+    out = str(folder / "c.zarr")
+    with_sample = x.assign_coords(sample=np.arange(53) * 2, tag=("sample", np.arange(53) % 3))
+    first = ox.dot(with_sample, w, dim="feature", out=out, client="sync", progress=False)
+    assert {"sample", "tag", "target"} <= set(first.coords)
+    with pytest.raises(OutputExistsError, match="already exists"):
+        ox.dot(x, w, dim="feature", out=out, client="sync", progress=False)
+    again = ox.dot(x, w, dim="feature", out=out, client="sync", overwrite=True, progress=False)
+    assert_as_xr_dot(again, xr.dot(x, w, dim="feature"), 1e-4)  # on 1251ef9: sample stayed
+    assert sorted(again.coords) == ["target"]
