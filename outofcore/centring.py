@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from outofcore.derived import Step, Vectors, exact_steps
+from outofcore.derived import Step, Vectors, describe, exact_steps
+from outofcore.errors import InputError
 from outofcore.stacking import Window
 
 
@@ -42,15 +43,61 @@ def settle(
     windows: tuple[Window | None, Window | None],
     vectors: Vectors,
 ) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
-    """The steps of A and B as the job applies them: with their shifts where both are
-    centred over k (:func:`centred_over_k`), else with every shift made exact (the mean
-    read now, by ``vectors``)."""
+    """The steps of A and B as the job applies them: with their shifts for a centred
+    Gram (:func:`fused_gram`), else with every shift made exact (dask's own means,
+    computed now by ``vectors``)."""
     a_steps, b_steps = steps
-    two_d = a.ndim == 2 and b.ndim == 2 and windows == (None, None)
-    a_centred = centred_over_k(a_steps, 0 if flags[0] else 1)
-    if two_d and a_centred and centred_over_k(b_steps, 1 if flags[1] else 0):
+    if fused_gram(a, b, steps, flags, windows):
         return a_steps, b_steps
     return exact_steps(a_steps, vectors), exact_steps(b_steps, vectors)
+
+
+def fused_gram(
+    a: Any,
+    b: Any,
+    steps: tuple[tuple[Step, ...], tuple[Step, ...]],
+    flags: tuple[bool, bool],
+    windows: tuple[Window | None, Window | None],
+) -> bool:
+    """Whether ``xc.T @ xc`` centres from its panel sums, exactly as numpy's
+    ``(x - x.mean(0)).T @ (x - x.mean(0))`` or detectably not (:meth:`PanelSums.correct`
+    refuses a non-finite result): one stored 2-D array read whole with the same steps
+    on both sides, centred over k, the shift in the dtype of the product (float32,
+    float64, complex), finite, and small enough that no sum of ``n`` values of its size
+    nears the largest float.
+
+    Then a mean numpy's dtype overflows (the sum of ``|x|`` above the largest float)
+    needs a value of ``x`` at least ``max / n`` from the shift or a shift of that size;
+    the first makes the tile's diagonal (a sum of squares, in the same dtype) infinite,
+    the second is turned away here.  A cross-covariance, float16 (whose mean numpy sums
+    in float16) or anything else has its means made exact."""
+    a_steps, b_steps = steps
+    two_d = a.ndim == 2 and b.ndim == 2 and windows == (None, None)
+    if not (two_d and _same(a, b) and describe(a_steps) == describe(b_steps)):
+        return False
+    k_axis = 0 if flags[0] else 1
+    if not (centred_over_k(a_steps, k_axis) and centred_over_k(b_steps, 1 if flags[1] else 0)):
+        return False
+    shift = a_steps[-1]
+    dtype = np.dtype(shift.dtype)
+    if dtype not in _FUSED_DTYPES or np.dtype(shift.other.dtype) != dtype:
+        return False
+    largest = float(np.max(np.abs(shift.other), initial=0.0))
+    return bool(np.isfinite(largest)) and a.shape[k_axis] * largest <= np.finfo(dtype).max / 4
+
+
+#: The dtypes of a shift a centred Gram takes: numpy's mean of them sums in the same.
+_FUSED_DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
+
+
+def _same(one: Any, other: Any) -> bool:
+    """Whether two operands are one stored array (read whole)."""
+    import zarr  # noqa: PLC0415
+
+    from outofcore.locations import locate  # noqa: PLC0415
+
+    arrays = isinstance(one, zarr.Array) and isinstance(other, zarr.Array)
+    return one is other or (arrays and locate(one) == locate(other))
 
 
 def centred_over_k(steps: tuple[Step, ...], k_axis: int) -> bool:
@@ -76,6 +123,16 @@ def held_bytes(m: int, n: int, compute: np.dtype) -> int:
     return (m + n) * sums_dtype(compute).itemsize
 
 
+#: Why a centred Gram from panel sums is refused when its result is not finite.
+NOT_FINITE = (
+    "the centred Gram (x - x.mean(axis=0)).T @ (x - x.mean(axis=0)) has non-finite values "
+    "(x holds NaN or Inf, or values whose squares overflow): numpy's NaN and Inf there "
+    "follow from its exact means, which a product centred from its panel sums does not "
+    "read; compute the means first (mu = x.mean(axis=0).compute(); xc = x - mu), which "
+    "outofcore subtracts exactly as numpy does"
+)
+
+
 @dataclass
 class PanelSums:
     """The sums over k of the A panels (one for each row of the tile) and of the B
@@ -99,9 +156,12 @@ class PanelSums:
     def correct(self, r0: int, rows: np.ndarray, k: int) -> None:
         """Subtract ``s t^T / k`` from ``rows`` (rows ``r0`` on of the tile), in place."""
         if k:  # (s_i t_j) / k: the same bits for (i, j) and (j, i) of a symmetric tile
-            block = np.multiply.outer(self.a[r0 : r0 + len(rows)], self.b)
-            block /= k
-            np.subtract(rows, block, out=rows, casting="unsafe")
+            with np.errstate(all="ignore"):  # non-finite: refused just below
+                block = np.multiply.outer(self.a[r0 : r0 + len(rows)], self.b)
+                block /= k
+                np.subtract(rows, block, out=rows, casting="unsafe")
+        if not np.isfinite(rows).all():  # numpy's NaN/Inf come from its exact mean
+            raise InputError(NOT_FINITE)
 
     def vector(self) -> np.ndarray:
         """Both sums in one array (kept beside a split tile's part)."""

@@ -74,6 +74,8 @@ class Step:
     #: Where ``other`` is a stored array of the operand's shape (``x * y``): whether it
     #: is stored as the transpose of the operand's stored array.
     other_transposed: bool = False
+    #: The dask layer of a :attr:`shift`'s mean (:attr:`Vectors.layers` computes it).
+    mean_layer: str | None = None
 
     @property
     def stored_other(self) -> bool:
@@ -124,6 +126,9 @@ class Vectors:
     #: Sample means (the values of shift steps), by the mean's layer: apart from
     #: ``values`` (exact), so that a mean used otherwise is never a sample's.
     samples: dict[str, np.ndarray] = field(default_factory=dict)
+    #: The graph and block counts of each mean layer a shift stands for: its exact
+    #: values, dask's own, are computed from them when the shift is made exact.
+    layers: dict[str, tuple[Any, tuple[int, ...] | None]] = field(default_factory=dict)
 
 
 def describe(steps: Sequence[Step]) -> list[dict[str, Any]]:
@@ -142,60 +147,96 @@ def result_dtype(steps: Sequence[Step], stored: np.dtype) -> np.dtype:
 
 
 def applicable(steps: Sequence[Step], stored: np.dtype) -> bool:
-    """Whether outofcore applies these steps as it reads: they give float or complex
-    values (applied in the accumulation dtype), or integers of the stored dtype at
-    every step (:func:`in_stored_dtype`: applied to the decoded values, wrapping as
-    numpy's do, before the exact product)."""
-    return result_dtype(steps, stored).kind in "fc" or in_stored_dtype(steps, stored)
+    """Whether outofcore applies these steps as it reads (:func:`apply`, exactly as numpy
+    computes them): each gives a dtype a product takes, at most one reads another stored
+    array (``x * y``: its region is read once a panel), and they give float or complex
+    values, or integers of the stored dtype at every step (``counts + 1``, wrapping as
+    numpy's).  Integer steps that change the dtype are dask's to compute: dask's integer
+    product wraps block by block, and an exact product would differ from it."""
+    from outofcore.dtypes import INPUT_DTYPES  # noqa: PLC0415
 
-
-def in_stored_dtype(steps: Sequence[Step], stored: np.dtype) -> bool:
-    """Whether ``steps`` keep integer values in the stored dtype at every step
-    (``counts + 1``, ``counts * 3``, ``counts - offsets`` of that dtype): numpy computes
-    them in that dtype, wrapping, and so does outofcore, before converting them."""
     stored = np.dtype(stored)
-    return (
-        bool(steps)
-        and stored.kind in "iu"
-        and all(np.dtype(step.dtype) == stored for step in steps)
-        and not any(step.shift for step in steps)
+    dtypes = [stored, *(np.dtype(step.dtype) for step in steps)]
+    dtypes += [np.dtype(step.other.dtype) for step in steps if step.stored_other]
+    if not all(d in INPUT_DTYPES for d in dtypes) or sum(s.stored_other for s in steps) > 1:
+        return False
+    in_stored = stored.kind in "iu" and all(d == stored for d in dtypes)
+    return result_dtype(steps, stored).kind in "fc" or (
+        in_stored and not any(s.shift for s in steps)
     )
+
+
+#: Elements of the rows a step is applied to at once (:func:`apply`): its temporaries.
+SLAB_ELEMENTS = 2**16
+#: numpy's ufunc of each operation.
+UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}
 
 
 def apply(
     steps: Sequence[Step],
-    block: np.ndarray,
+    values: np.ndarray,
+    out: np.ndarray,
     r0: int,
     c0: int,
     read: Callable[[Any, tuple[slice, slice], np.ndarray], None] | None = None,
 ) -> None:
-    """Apply the steps, in place, to ``block``: rows ``r0:`` and columns ``c0:`` of the
-    stored array (2-D, in the stored orientation; a transposed view is fine).  The block
-    keeps its dtype (the accumulation dtype, at least as wide as the steps').  ``read(
-    array, selection, out)`` reads a stored other operand's region (``x * y``) into a
-    buffer of the block's shape and dtype, made for the step and let go after it."""
-    rows, cols = block.shape
-    for step in steps:
-        if step.op == "astype":
-            continue  # the block is already in a dtype that holds the step's
-        other = step.other
-        if step.stored_other:
-            if read is None:
-                raise ValueError("a step on a stored array needs a reader of its regions")
-            values = np.empty(block.shape, block.dtype)
-            if step.other_transposed:
-                read(other, (slice(c0, c0 + cols), slice(r0, r0 + rows)), values.T)
-            else:
-                read(other, (slice(r0, r0 + rows), slice(c0, c0 + cols)), values)
-            other = values
-        elif isinstance(other, np.ndarray):
-            other = other[r0 : r0 + rows, None] if step.axis == 0 else other[c0 : c0 + cols]
-        function = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
-        ufunc = function[step.op]
-        if step.reflected:
-            ufunc(other, block, out=block, casting="unsafe")
+    """``out[...] = steps(values)``: the steps applied as numpy applies them, each in
+    numpy's dtype for it (the stored values first), a few rows at a time.
+
+    ``values`` are rows ``r0:`` and columns ``c0:`` of the stored array as decoded (2-D,
+    stored orientation, its stored dtype; a transposed view is fine); ``out`` has their
+    shape (the accumulation dtype) and may be ``values`` itself.  ``read(array,
+    selection, out)`` reads a stored other operand's region (``x * y``) into a buffer of
+    its dtype, once, let go after the steps.
+    """
+    rows, cols = values.shape
+    others = [_region(step, (rows, cols), r0, c0, read) for step in steps]
+    per = max(1, SLAB_ELEMENTS // max(cols, 1))
+    with np.errstate(all="ignore"):  # numpy's values; its warnings are dask's business
+        for s0 in range(0, rows, per):
+            part = values[s0 : s0 + per]
+            for step, other in zip(steps, others, strict=True):
+                part = _one_step(step, part, _slab(step, other, s0, per))
+            np.copyto(out[s0 : s0 + per], part, casting="unsafe")
+
+
+def _region(
+    step: Step, shape: tuple[int, int], r0: int, c0: int, read: Callable[..., None] | None
+) -> Any:
+    """What a step's ``other`` is for the region: a stored array's values (read now), a
+    vector cut to the region (as a column or a row), or the scalar."""
+    rows, cols = shape
+    other = step.other
+    if step.stored_other:
+        if read is None:
+            raise ValueError("a step on a stored array needs a reader of its regions")
+        values = np.empty(shape, other.dtype)
+        if step.other_transposed:
+            read(other, (slice(c0, c0 + cols), slice(r0, r0 + rows)), values.T)
         else:
-            ufunc(block, other, out=block, casting="unsafe")
+            read(other, (slice(r0, r0 + rows), slice(c0, c0 + cols)), values)
+        return values
+    if isinstance(other, np.ndarray):
+        return other[r0 : r0 + rows, None] if step.axis == 0 else other[None, c0 : c0 + cols]
+    return other
+
+
+def _slab(step: Step, other: Any, s0: int, per: int) -> Any:
+    """``other`` (:func:`_region`) for the rows ``s0:s0 + per`` of the region."""
+    if step.stored_other or (isinstance(other, np.ndarray) and step.axis == 0):
+        return other[s0 : s0 + per]
+    return other
+
+
+def _one_step(step: Step, part: np.ndarray, other: Any) -> np.ndarray:
+    """One step on ``part``, by numpy: its dtype must be the one the step was typed."""
+    if step.op == "astype":
+        return part.astype(step.dtype)
+    ufunc = UFUNCS[step.op]
+    result = ufunc(other, part) if step.reflected else ufunc(part, other)
+    if result.dtype != step.dtype:  # never: the steps were typed by the same ufuncs
+        raise RuntimeError(f"step {step.op} gave {result.dtype}, typed {step.dtype}")
+    return result
 
 
 def on_dask(steps: Sequence[Step], x: Any, read: Callable[[Any], Any] | None = None) -> Any:
@@ -351,15 +392,20 @@ def _slices(name: str, layer: Any) -> bool:
 
 
 def _typed(steps: Any, stored: np.dtype) -> tuple[Step, ...]:
-    """The steps with the dtype each gives, by numpy's promotion (Python scalars weak)."""
+    """The steps with the dtype each gives: numpy's own, from its ufunc applied to empty
+    arrays of the real dtypes (a Python scalar weak, as in numpy and dask), so true
+    division is float and integers keep their dtype."""
     typed, dtype = [], np.dtype(stored)
     for step in steps:
         if step.op == "astype":
             dtype = np.dtype(step.dtype)
-        elif step.stored_other:
-            dtype = np.result_type(dtype, step.other.dtype)
         else:
-            dtype = np.result_type(np.empty(0, dtype), step.other)
+            other = step.other
+            if isinstance(other, np.ndarray) or step.stored_other:
+                other = np.empty(0, other.dtype)
+            ufunc, values = UFUNCS[step.op], np.empty(0, dtype)
+            with np.errstate(all="ignore"):
+                dtype = (ufunc(other, values) if step.reflected else ufunc(values, other)).dtype
         typed.append(replace(step, dtype=dtype))
     return tuple(typed)
 
@@ -427,11 +473,10 @@ def _step(graph: Any, layer: Any, reads: Any, vectors: Vectors) -> tuple[Step, s
             array, over, _, vector_dtype = reduced  # ``x - x.mean(axis=0)``: a shift
             if name not in vectors.samples:
                 vectors.samples[name] = vectors.sample(array, over).astype(vector_dtype)
-            step = Step(op, dtype, vectors.samples[name], axis, shift=True)
+                vectors.layers[name] = (graph, layer.numblocks.get(name))
+            step = Step(op, dtype, vectors.samples[name], axis, shift=True, mean_layer=name)
             return replace(step, mean_of=array, mean_axis=over), below
-        if vectors.values.get(name) is None and reduced is not None:
-            vectors.values[name] = _reduced_values(reduced, vectors)
-        if vectors.values.get(name) is None:
+        if vectors.values.get(name) is None:  # dask's own values: the reference's
             vectors.values[name] = _compute_vector(graph, name, layer.numblocks.get(name))
         other = vectors.values[name]
         if other is None:
@@ -492,16 +537,31 @@ def _reduced_values(reduced: tuple[Any, int, str, np.dtype], vectors: Vectors) -
 
 
 def exact_steps(steps: Sequence[Step], vectors: Vectors) -> tuple[Step, ...]:
-    """``steps`` with every :attr:`Step.shift` made exact: the mean of its stored array
-    (:attr:`Step.mean_of`) over its axis (``vectors.reduce``, once an array and axis)."""
+    """``steps`` with every :attr:`Step.shift` made exact: its mean layer's values as
+    dask computes them (:attr:`Vectors.layers`, once a layer: NaN, Inf and overflow as
+    the reference's), else the mean of its stored array (:attr:`Step.mean_of`) over its
+    axis (``vectors.reduce``, once an array and axis)."""
     exact = []
     for step in steps:
         if step.shift:
-            reduced = (step.mean_of, step.mean_axis, "mean", step.other.dtype)
-            values = _reduced_values(reduced, vectors)  # type: ignore[arg-type]
+            values = _exact_mean(step, vectors)
             step = Step(step.op, step.dtype, values, step.axis, step.reflected)
         exact.append(step)
     return tuple(exact)
+
+
+def _exact_mean(step: Step, vectors: Vectors) -> np.ndarray:
+    """The exact values of a shift step's mean (:func:`exact_steps`)."""
+    name = step.mean_layer
+    if name is not None and name in vectors.layers:
+        if vectors.values.get(name) is None:
+            graph, blocks = vectors.layers[name]
+            vectors.values[name] = _compute_vector(graph, name, blocks)
+        values = vectors.values[name]
+        if values is not None and values.size == step.other.size:
+            return values.astype(step.other.dtype, copy=False)
+    reduced = (step.mean_of, step.mean_axis, "mean", step.other.dtype)
+    return _reduced_values(reduced, vectors)  # type: ignore[arg-type]
 
 
 def _path(array: Any) -> str:

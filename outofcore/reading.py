@@ -24,7 +24,7 @@ import zarr
 from outofcore import arrays, chunkfiles, config
 from outofcore.chunk_layout import check_selection, index_text, region_text
 from outofcore.chunkfiles import DECODE_ERRORS, ChunkDecodeError
-from outofcore.derived import Step, in_stored_dtype
+from outofcore.derived import Step
 from outofcore.derived import apply as apply_steps
 from outofcore.errors import JobFailedError
 from outofcore.joined import Joined
@@ -140,7 +140,7 @@ def read_converted(
     selection: tuple[slice, ...],
     out: np.ndarray,
     staging: np.ndarray | None = None,
-    adjust: Callable[[np.ndarray], None] | None = None,
+    compute: Callable[[np.ndarray, np.ndarray], None] | None = None,
 ) -> None:
     """Read ``array[selection]`` into ``out``, converting when ``out`` has another dtype.
 
@@ -148,21 +148,22 @@ def read_converted(
 
     The region is decoded into ``staging`` (a flat buffer of the stored dtype
     with room for it; allocated when None) and then converted into ``out``.
-    ``adjust(values)`` changes the decoded values in place, in the stored dtype,
-    before they are converted (integer steps, :func:`outofcore.derived.in_stored_dtype`).
+    ``compute(values, out)`` writes ``out`` from the decoded values instead (an operand
+    computed as it is read, :func:`outofcore.derived.apply`; ``values`` may be ``out``).
     """
     if out.dtype == array.dtype:
         read_panel(array, selection, out)
-        if adjust is not None:
-            adjust(out)
+        if compute is not None:
+            compute(out, out)
         return
     if staging is None:
         staging = np.empty(out.size, dtype=array.dtype)
     stage = staging[: out.size].reshape(out.shape)
     read_panel(array, selection, stage)
-    if adjust is not None:
-        adjust(stage)
-    np.copyto(out, stage, casting="unsafe")
+    if compute is not None:
+        compute(stage, out)
+    else:
+        np.copyto(out, stage, casting="unsafe")
 
 
 def read_operand(
@@ -178,28 +179,26 @@ def read_operand(
     """Read ``op(M)[rows, cols]`` into the 2-D ``out``, where ``M`` is ``matrix`` of
     ``array`` (a stack's entry, or a vector as a one-row or one-column matrix) and
     ``op`` is the identity or ``.T`` (``array`` may be stored arrays joined along one
-    axis, :mod:`outofcore.joined`); then apply ``steps`` (an operand computed as it is
-    read, :mod:`outofcore.derived`) to it, in place.
+    axis, :mod:`outofcore.joined`); with ``steps`` (an operand computed as it is read,
+    :mod:`outofcore.derived`) ``out`` holds the steps applied to the decoded values, as
+    numpy computes them.
 
     A transposed operand's region is ``M[cols, rows]``, read as stored into
     ``out.T`` (``out`` is then a column-major view over a row-major buffer).
     """
     stored, (r, c) = (out.T, (cols, rows)) if transposed else (out, (rows, cols))
     r0, c0 = r.start or 0, c.start or 0
-    early = steps if in_stored_dtype(steps, array.dtype) else ()  # integers: as numpy does
 
-    def adjust(at: tuple[int, int]) -> Callable[[np.ndarray], None] | None:
-        if not early:
+    def computing(at: tuple[int, int]) -> Callable[[np.ndarray, np.ndarray], None] | None:
+        if not steps:
             return None
-        return lambda values: apply_steps(early, values, *at, read=read_converted)
+        return lambda values, into: apply_steps(steps, values, into, *at, read=read_converted)
 
     if isinstance(array, Joined):  # arrays joined along one axis: each part's piece
-        _read_joined(array, matrix.selection(r, c), stored, staging, adjust, (r0, c0))
+        _read_joined(array, matrix.selection(r, c), stored, staging, computing, (r0, c0))
     else:
         view = matrix.view(stored)
-        read_converted(array, matrix.selection(r, c), view, staging, adjust((r0, c0)))
-    if steps and not early:  # a stored other operand (x * y) is read as inputs are
-        apply_steps(steps, stored, r0, c0, read=read_converted)
+        read_converted(array, matrix.selection(r, c), view, staging, computing((r0, c0)))
 
 
 def _read_joined(
@@ -207,12 +206,12 @@ def _read_joined(
     selection: tuple[slice, ...],
     out: np.ndarray,
     staging: np.ndarray | None,
-    adjust: Callable[[tuple[int, int]], Callable[[np.ndarray], None] | None],
+    computing: Callable[[tuple[int, int]], Callable[[np.ndarray, np.ndarray], None] | None],
     at: tuple[int, int],
 ) -> None:
     """Read ``selection`` (rows, cols of the joined arrays, starting ``at``) into the 2-D
-    ``out``, each part's piece from that part (``adjust(start)``: what changes a piece's
-    values before they are converted)."""
+    ``out``, each part's piece from that part (``computing(start)``: what computes a
+    piece's values from those decoded)."""
     axis = joined.axis
     span = selection[axis]
     for index, start, stop, offset in joined.pieces(span.start, span.stop):
@@ -222,8 +221,8 @@ def _read_joined(
         where[axis] = slice(offset, offset + stop - start)
         begin = list(at)
         begin[axis] += offset
-        changed = adjust((begin[0], begin[1]))
-        read_converted(joined.arrays[index], tuple(piece), out[tuple(where)], staging, changed)
+        steps = computing((begin[0], begin[1]))
+        read_converted(joined.arrays[index], tuple(piece), out[tuple(where)], staging, steps)
 
 
 def zarr_read_shards(array: zarr.Array, transposed: bool = False) -> tuple[int, int] | None:
