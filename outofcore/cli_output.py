@@ -169,6 +169,8 @@ def _number_text(value: Any) -> str:
         value = complex(*value)
     if isinstance(value, complex):
         return f"({value.real:g}{value.imag:+g}j)"
+    if isinstance(value, int):  # exact: 9007199254740993, not 9.0072e+15
+        return str(value)
     return f"{value:g}"
 
 
@@ -402,10 +404,22 @@ def format_verify(v: dict[str, Any]) -> str:
         f"verify (Freivalds, {v['rounds']} rounds): {verdict}; largest relative residual "
         f"{v['max_relative_residual']:.3g} (tolerance {v['tolerance']:.3g})"
     )
-    if v.get("exact"):
+    if v.get("exact") and not v["tolerance"]:
         text = (
             f"verify (Freivalds, {v['rounds']} rounds, exact integers): {verdict}; largest "
             f"residual {v['max_relative_residual']:.0f} (tolerance 0)"
+        )
+    elif v.get("exact"):  # an integer product written as a float: each element rounded once
+        text = (
+            f"verify (Freivalds, {v['rounds']} rounds, exact integers rounded to the output): "
+            f"{verdict}; largest relative residual {v['max_relative_residual']:.3g} "
+            f"(tolerance {v['tolerance']:.3g})"
+        )
+    if v.get("unchecked_elements"):
+        text += (
+            f"; {v['unchecked_elements']} element(s) in {v['unchecked_rows']} row(s) "
+            "unchecked (the reference is Inf there, or the row may overflow or has NaN/Inf "
+            "in the addend: only NaN/Inf-ness is checked)"
         )
     if not v["passed"]:
         text += (

@@ -4,6 +4,7 @@ of their values; :mod:`outofcore.cli` runs what it parses."""
 from __future__ import annotations
 
 import argparse
+import decimal
 import importlib.metadata
 from pathlib import Path
 
@@ -243,14 +244,37 @@ def _add_out_dtype(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _number(text: str) -> float | complex:
+def _number(text: str) -> int | float | complex:
+    """A scale as typed: an integer (``9007199254740993``), or a whole number float64 would
+    round (``9007199254740993.0``), is an int, exactly (never rounded through float:
+    :func:`outofcore.dtypes.check_scale`); else a float (``2.0``, ``1e20``: float64 holds
+    them) or a complex number."""
+    text = text.replace(" ", "")
     try:
-        value = complex(text.replace(" ", ""))
+        value = complex(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected a number like 2, -0.5 or 1+2j, got {text!r}"
         ) from None
-    return value if value.imag else value.real
+    if value.imag:
+        return value
+    whole = _whole_text(text)
+    return value.real if whole is None else whole
+
+
+def _whole_text(text: str) -> int | None:
+    """The int a real number's text denotes exactly where it is a whole number that float64
+    would round (``9007199254740993``, ``1e20`` stays a float: float64 holds it); else None."""
+    try:
+        exact = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        return None  # complex text with a zero imaginary part, or not a plain number
+    if not exact.is_finite() or exact.adjusted() >= 308 or exact != exact.to_integral():
+        return None  # a fraction; or far beyond any scale taken: a float (inf) refused later
+    whole = int(exact)
+    if decimal.Decimal(float(whole)) == exact:
+        return None if "." in text or "e" in text.lower() else whole
+    return whole
 
 
 def _add_memory(parser: argparse.ArgumentParser, default: str | None = None) -> None:

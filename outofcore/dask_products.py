@@ -43,8 +43,9 @@ class FoundProduct:
     #: Elementwise steps that compute A (B) from its stored array as it is read.
     a_steps: tuple[Step, ...] = ()
     b_steps: tuple[Step, ...] = ()
-    #: A scale on top of the product: ``(a @ b) * 2``, ``xc.T @ xc / (n - 1)``.
-    alpha: float = 1.0
+    #: A scale on top of the product: ``(a @ b) * 2``, ``xc.T @ xc / (n - 1)``; an int
+    #: where every factor is one (exact, never rounded through float).
+    alpha: int | float = 1
     #: The regions of the stored arrays read (slices); None: all of it.
     a_window: Window | None = None
     b_window: Window | None = None
@@ -92,18 +93,19 @@ def _operand(
     return found
 
 
-def top_product(x: Any) -> tuple[str, str, float] | None:
+def top_product(x: Any) -> tuple[str, str, int | float] | None:
     """The product layer at the top of 2-D ``x`` (under the sum over the contracted axis,
     or the squeeze of its one block), the call that made it ("matmul", "tensordot",
-    "einsum") and the real scale on top of it (``* 2``, ``/ (n - 1)``: 1.0 for none),
-    whatever its operands are; None when ``x`` is not such a product."""
+    "einsum") and the real scale on top of it (``* 2``, ``/ (n - 1)``: 1 for none; an int
+    while every factor is an integer), whatever its operands are; None when ``x`` is not
+    such a product."""
     from dask.utils import key_split  # noqa: PLC0415
 
     graph = x.__dask_graph__()
     layers = getattr(graph, "layers", None)
     if layers is None or x.ndim != 2:
         return None
-    name, alpha = x.name, 1.0
+    name, alpha = x.name, 1
     while (scaled := _scaled(layers.get(name))) is not None:
         factor, name = scaled
         alpha *= factor
@@ -130,9 +132,10 @@ def top_product(x: Any) -> tuple[str, str, float] | None:
     return name, call, alpha
 
 
-def _scaled(layer: Any) -> tuple[float, str] | None:
+def _scaled(layer: Any) -> tuple[int | float, str] | None:
     """For a layer multiplying its one 2-D operand by a real scalar (or dividing it by
-    one): the factor and the operand's layer; None for anything else."""
+    one): the factor (an int for an integer multiplier) and the operand's layer; None for
+    anything else."""
     import operator  # noqa: PLC0415
 
     task = getattr(layer, "task", None)
@@ -152,7 +155,9 @@ def _scaled(layer: Any) -> tuple[float, str] | None:
         return None
     if func is operator.truediv and (reflected or scalar == 0):
         return None
-    return (float(scalar) if func is operator.mul else 1.0 / float(scalar)), operand
+    if func is operator.truediv:
+        return 1.0 / float(scalar), operand
+    return (int(scalar) if isinstance(scalar, int | np.integer) else float(scalar)), operand
 
 
 def _contraction(product: Any) -> tuple[tuple[str, bool], tuple[str, bool], bool] | None:

@@ -13,6 +13,7 @@ same rules for replacing an output hold.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import fields, replace
 from typing import Any
 
@@ -65,7 +66,10 @@ def to_zarr(
         )
     spec = JobSpec.of(spec, options)
     found = product_at_top(x, Vectors(reduce=sums_along, sample=sample_means))
-    if found is not None and found.alpha != int(found.alpha) and _integer_product(found):
+    if found is not None and not math.isfinite(found.alpha):
+        why = f"is a product scaled by {found.alpha} (outofcore takes finite scales)"
+        return _store_with_dask(x, url, client, spec, why)
+    if found is not None and not _whole(found.alpha) and _integer_product(found):
         why = f"is an integer product scaled by {found.alpha:g} (exact products take whole scales)"
         return _store_with_dask(x, url, client, spec, why)
     if found is None:
@@ -77,13 +81,14 @@ def to_zarr(
             else "has no matrix product at its top"
         )
         return _store_with_dask(x, url, client, spec, why)
-    out_dtype = spec.out_dtype if spec.out_dtype is not None else _dtype_kept(found, x)
+    alpha = _times(spec.alpha, found.alpha)  # (a @ b) / (n - 1): the scale on top
+    out_dtype = spec.out_dtype if spec.out_dtype is not None else _dtype_kept(found, x, alpha)
     spec = replace(
         spec,
         transpose_a=found.transpose_a,
         transpose_b=found.transpose_b,
         out_dtype=out_dtype,
-        alpha=spec.alpha * found.alpha,  # (a @ b) / (n - 1): the scale on top
+        alpha=alpha,
     )
     logger.info(
         "outofcore.to_zarr: %s of %s%s%s and %s%s%s runs as an outofcore job",
@@ -111,19 +116,31 @@ def _integer_product(found: FoundProduct) -> bool:
     return a.kind in "biu" and b.kind in "biu"
 
 
-def _dtype_kept(found: FoundProduct, x: Any) -> np.dtype | None:
+def _whole(value: int | float) -> bool:
+    return isinstance(value, int) or float(value).is_integer()
+
+
+def _times(first: int | float | complex, second: int | float) -> int | float | complex:
+    """``first * second``, exactly (an int) where both are whole numbers: a scale of
+    ``2**53 + 1`` on top of an integer product is never rounded through float."""
+    if not isinstance(first, complex) and _whole(first) and _whole(second):
+        return int(first) * int(second)
+    return first * second
+
+
+def _dtype_kept(found: FoundProduct, x: Any, alpha: int | float | complex) -> np.dtype | None:
     """``x``'s dtype (dask's, numpy's) where outofcore can write the product in it; else
     None (the product's own: numpy's int8 @ int8 wraps in int8, outofcore's is exact)."""
     k = found.read_shape("A")[0 if found.transpose_a else 1]
     a_dtype = result_dtype(found.a_steps, found.a.dtype)
     b_dtype = result_dtype(found.b_steps, found.b.dtype)
     try:
-        product_types(a_dtype, b_dtype, k, out_dtype=x.dtype)
+        product_types(a_dtype, b_dtype, k, alpha=alpha, out_dtype=x.dtype)
     except InputError:
         logger.warning(
             "outofcore.to_zarr: the product is written as outofcore's exact %s, not as "
             "%s (which dask's product would wrap in)",
-            product_types(a_dtype, b_dtype, k).output,
+            product_types(a_dtype, b_dtype, k, alpha=alpha).output,
             np.dtype(x.dtype),
         )
         return None

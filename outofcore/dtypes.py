@@ -28,6 +28,7 @@ This module is pure numpy arithmetic on dtypes: it reads no data.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import numbers
 from dataclasses import dataclass
 from typing import Any
@@ -140,8 +141,8 @@ def product_types(
     k: int,
     *,
     addend: Any = None,
-    alpha: complex = 1.0,
-    beta: complex = 0.0,
+    alpha: int | float | complex = 1.0,
+    beta: int | float | complex = 0.0,
     out_dtype: Any = None,
 ) -> ProductTypes:
     """The dtypes of ``alpha * A @ B + beta * addend`` with inner dimension ``k``.
@@ -195,11 +196,31 @@ def check_flag(value: Any, name: str) -> bool:
     return bool(value)
 
 
-def check_scale(value: Any, name: str) -> float | complex:
-    """``value`` as a Python float (or complex), if it is a finite number; else InputError."""
+#: Whole-number scales of an integer product: those a 64-bit integer holds (int64 or
+#: uint64), applied exactly, modulo ``2**64``.
+SCALE_RANGE = (-(2**63), 2**64 - 1)
+#: The largest magnitude of a scale given as a whole number (float64's largest).
+LARGEST_SCALE = int(np.finfo(np.float64).max)
+
+
+def check_scale(value: Any, name: str) -> int | float | complex:
+    """``value`` as a Python int (a whole number given as an integer: kept exact, never
+    rounded through float), float or complex, if it is a finite number; else InputError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Number):
         raise InputError(f"{name} = {value!r}: need a number")
-    value = complex(value) if isinstance(value, complex | np.complexfloating) else float(value)
+    whole = _whole_number(value)
+    if whole is not None:
+        if abs(whole) > LARGEST_SCALE:
+            raise InputError(
+                f"{name} is an integer of {whole.bit_length()} bits: need a magnitude float64 "
+                "holds (a float product converts it; an integer product takes -2**63 to "
+                "2**64-1)"
+            )
+        return whole
+    try:
+        value = complex(value) if isinstance(value, complex | np.complexfloating) else float(value)
+    except OverflowError:
+        raise InputError(f"{name} = {value}: need a finite number") from None
     if isinstance(value, complex) and not value.imag:
         value = value.real
     if not np.isfinite(value):
@@ -207,17 +228,50 @@ def check_scale(value: Any, name: str) -> float | complex:
     return value
 
 
+def _whole_number(value: Any) -> int | None:
+    """``value`` as an int where it is given as an integer (Python's, numpy's, a Fraction
+    or Decimal of a whole number); None for floats and complex numbers."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Rational) and value.denominator == 1:
+        return int(value.numerator)
+    if isinstance(value, decimal.Decimal) and value.is_finite() and value == value.to_integral():
+        return int(value) if value.adjusted() < 400 else None
+    return None
+
+
+def typed_scale(value: int | float | complex, types: ProductTypes) -> int | float | complex:
+    """A checked scale as the product applies it: an int for an exact (integer) product,
+    a float or complex for a floating one (a Python int converted once, as numpy converts
+    it to the array's float dtype)."""
+    if types.exact:
+        return int(value.real)
+    return float(value) if isinstance(value, int) else value
+
+
 def _exact_types(
-    dtypes: dict[str, np.dtype], result: np.dtype, k: int, alpha: float, beta: float
+    dtypes: dict[str, np.dtype],
+    result: np.dtype,
+    k: int,
+    alpha: int | float,
+    beta: int | float,
 ) -> ProductTypes:
     """An integer or bool product, exact: through float64 when every partial result is
     exact there, else through 16-bit limbs in 64-bit integers (module docstring)."""
+    described = ", ".join(f"{n} {d}" for n, d in dtypes.items())
     for name, value in (("alpha", alpha), ("beta", beta)):
-        if not float(value).is_integer():
+        if not isinstance(value, int) and not float(value).is_integer():
             raise InputError(
                 f"{name} = {value} is not a whole number, so the integer product "
-                f"({', '.join(f'{n} {d}' for n, d in dtypes.items())}) cannot stay exact; "
-                "use a whole number, or convert the inputs to float"
+                f"({described}) cannot stay exact; use a whole number, or convert the inputs "
+                "to float"
+            )
+        if not SCALE_RANGE[0] <= int(value) <= SCALE_RANGE[1]:
+            raise InputError(
+                f"{name} = {int(value)} is beyond every 64-bit integer (-2**63 to 2**64-1), "
+                f"so the integer product ({described}) cannot take it exactly (numpy raises "
+                "OverflowError for it too); use a scale a 64-bit integer holds, or convert the "
+                "inputs to float"
             )
     largest = {name: _largest_magnitude(dtype) for name, dtype in dtypes.items()}
     bound = abs(int(alpha)) * k * largest["A"] * largest["B"]
@@ -259,7 +313,7 @@ def _with_output(
     types: ProductTypes,
     out_dtype: Any,
     dtypes: dict[str, np.dtype],
-    scales: tuple[float | complex, float | complex],
+    scales: tuple[int | float | complex, int | float | complex],
 ) -> ProductTypes:
     """``types`` written as ``out_dtype`` when asked, if numpy's ``out=`` would take the
     result (its ``same_kind`` casting: a real result into complex, an integer one into a
@@ -277,10 +331,7 @@ def _with_output(
     wraps = types.wraps
     if types.exact and wanted.kind in "iu":
         info = np.iinfo(wanted)
-        negative = (
-            any(d.kind == "i" for d in dtypes.values())
-            or min(float(np.real(x)) for x in scales) < 0
-        )
+        negative = any(d.kind == "i" for d in dtypes.values()) or min(x.real for x in scales) < 0
         lowest = -types.bound if negative else 0
         if types.bound > int(info.max) or lowest < int(info.min):
             raise InputError(
@@ -290,7 +341,7 @@ def _with_output(
             )
         wraps = False
     elif types.exact and wanted.kind in "fc":
-        wraps = False  # rounded to the float, as numpy's out= casts it
+        pass  # the 64-bit result (wrapped where it can: ``wraps``) rounded to the float, once
     elif not (wanted.kind == natural.kind or (natural.kind == "f" and wanted.kind == "c")):
         kinds = {
             "b": "bool, or an integer dtype that holds it",

@@ -72,6 +72,12 @@ class VerifyReport:
     #: The batch index of the matrix holding the first failing row (a stack's; None for
     #: a product of one matrix, or when none fails).
     first_failing_matrix: tuple[int, ...] | None = None
+    #: Rows holding an element whose value was not confirmed, and how many such elements:
+    #: NaN or Inf in ``C`` where the reference is Inf or mixes Infs (only "not finite" is
+    #: confirmed there), and the rows not compared because their values may overflow the
+    #: output's dtype and hold an Inf.  A report that passes with these says so.
+    unchecked_rows: int = 0
+    unchecked_elements: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -192,8 +198,9 @@ def verify(
         worker_context().release_in_process()
 
 
-def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Array, ...]:
-    """``op(A)``, ``op(B)``, ``C`` and the addend (or None) as Dask arrays of ``dtype``,
+def _operands(product: Product, c: zarr.Array) -> tuple[da.Array, ...]:
+    """``op(A)``, ``op(B)``, ``C`` and the addend (or None) as Dask arrays in their stored
+    dtypes (the caller converts them),
     each of two or more dimensions (a vector as a one-row or one-column matrix, numpy's
     promotion; the batch dimensions broadcast), each block read as a job's tasks read
     (:func:`outofcore.reading.read_panel`): chunks never decode to more than their size,
@@ -228,8 +235,8 @@ def _operands(product: Product, c: zarr.Array, dtype: np.dtype) -> tuple[da.Arra
     b = on_dask(product.b_steps, operand("B", product.b_window), read)
     a = a[None, :] if stack.a_vector else da.swapaxes(a, -1, -2) if stack.transpose_a else a
     b = b[:, None] if stack.b_vector else da.swapaxes(b, -1, -2) if stack.transpose_b else b
-    addend = None if product.addend is None else matrices(read(product.addend)).astype(dtype)
-    return a.astype(dtype), b.astype(dtype), matrices(read(c)).astype(dtype), addend
+    addend = None if product.addend is None else matrices(read(product.addend))
+    return a, b, matrices(read(c)), addend
 
 
 def _failures(bad: np.ndarray) -> tuple[int, int | None, tuple[int, ...] | None]:
@@ -254,6 +261,287 @@ def _read_block(
     return out
 
 
+def _wrapped(value: int) -> np.int64:
+    """A whole-number scale as int64 arithmetic applies it: modulo ``2**64``."""
+    return np.int64((int(value) + 2**63) % 2**64 - 2**63)
+
+
+def _to_modular(block: np.ndarray) -> np.ndarray:
+    """Whole-number float values (``|v| <= 2**63``) as int64 modulo ``2**64``; anything
+    else as 0 (the caller counts those elements as wrong)."""
+    usable = np.isfinite(block) & (block == np.floor(block)) & (np.abs(block) <= 2.0**63)
+    magnitude = np.abs(np.where(usable, block, 0.0)).astype(np.uint64)
+    wrapped = np.where(block < 0, np.uint64(0) - magnitude, magnitude)
+    return wrapped.view(np.int64)
+
+
+def _row_bounds(product: Product, a: da.Array, b: da.Array, addend) -> tuple[da.Array, ...]:
+    """``‖a_i‖₂`` (A's batch..., m), ``‖op(B)‖_F`` per matrix and ``‖d_i‖₂`` (or 0): the
+    parts of ``s_i`` (the module docstring), lazily."""
+    row_norms = da.sqrt((abs(a) ** 2).sum(axis=-1))
+    b_frobenius = da.sqrt((abs(b) ** 2).sum(axis=(-2, -1)))
+    addend_norms = da.zeros(()) if addend is None else da.sqrt((abs(addend) ** 2).sum(axis=-1))
+    return row_norms, b_frobenius, addend_norms
+
+
+def _scale(product: Product, row_norms, b_frobenius, addend_norms) -> np.ndarray:
+    """``s_i = |alpha|·‖a_i‖₂·‖op(B)‖_F + |beta|·‖d_i‖₂`` (batch..., m), in float64."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return abs(product.alpha) * np.asarray(row_norms) * np.asarray(b_frobenius)[
+            ..., None
+        ] + abs(product.beta) * np.asarray(addend_norms)
+
+
+def _largest(dtype: np.dtype) -> float:
+    """The largest finite magnitude of a float or complex dtype (inf for integers)."""
+    return float(np.finfo(dtype).max) if dtype.kind in "fc" else math.inf
+
+
+def _verify_exact(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyReport:
+    """Integers: exact in int64 arithmetic (modulo 2**64).  An integer output is compared
+    exactly; a float (or complex) one holds the 64-bit result rounded once, so ``C`` is
+    read back as integers modulo ``2**64`` and each row's residual, exact, is within the
+    rounding of its elements: ``|(C·r)_i − (...)_i| ≤ 2·u_out·‖c_i‖₁``."""
+    a, b, c_d, addend = _operands(product, c)
+    a, b = a.astype(np.int64), b.astype(np.int64)
+    addend = None if addend is None else addend.astype(np.int64)
+    r = r.astype(np.int64)
+    expected = a @ (b @ r) * _wrapped(product.alpha)
+    if addend is not None:
+        expected = expected + (addend @ r) * _wrapped(product.beta)
+    output = product.types.output
+    if output.kind in "iu":
+        cr, abr = dask.compute(c_d.astype(np.int64) @ r, expected)
+        failing, row, matrix = _failures((cr != abr).any(axis=-1))
+        return VerifyReport(
+            passed=failing == 0,
+            rounds=r.shape[1],
+            max_relative_residual=_largest_residual(cr - abr),
+            tolerance=0.0,
+            failing_rows=failing,
+            first_failing_row=row,
+            nonfinite_mismatches=0,
+            exact=True,
+            first_failing_matrix=matrix,
+        )
+    return _verify_exact_rounded(product, (a, b, c_d, addend), expected, r)
+
+
+def _largest_residual(difference: np.ndarray) -> float:
+    """The largest ``|difference|`` of int64 residuals (modulo 2**64, signed), as a float."""
+    return float(np.abs(difference.astype(np.float64)).max()) if difference.size else 0.0
+
+
+def _verify_exact_rounded(
+    product: Product, operands: tuple, expected: da.Array, r: np.ndarray
+) -> VerifyReport:
+    """An integer product written as a float or complex: see :func:`_verify_exact`."""
+    a, b, c_d, addend = operands
+    output = product.types.output
+    unit = float(np.finfo(output).eps) / 2
+    real = (c_d.real if output.kind == "c" else c_d).astype(np.float64)
+    imaginary = (c_d.imag != 0).sum(axis=-1) if output.kind == "c" else da.zeros(())
+    infinite = da.isinf(real)
+    whole = (real == da.floor(real)) & (abs(real) <= 2.0**63)
+    malformed = da.isnan(real) | (da.isfinite(real) & ~whole)
+    bounds = _row_bounds(
+        product,
+        a.astype(np.float64),
+        b.astype(np.float64),
+        None if addend is None else addend.astype(np.float64),
+    )
+    cr, abr, l1, infinite, malformed, imaginary, *bounds = dask.compute(
+        real.map_blocks(_to_modular, dtype=np.int64) @ r,
+        expected,
+        abs(da.where(da.isfinite(real), real, 0.0)).sum(axis=-1),
+        infinite.sum(axis=-1),
+        malformed.sum(axis=-1),
+        imaginary,
+        *bounds,
+    )
+    # Inf is numpy's rounding of a 64-bit value beyond the output's range (float16); a row
+    # that may reach it and holds Inf is not compared (its other values unchecked).
+    reach = _scale(product, *bounds) * (1 + 1e-6)
+    may_overflow = ~(reach < _largest(output))
+    unchecked = (infinite > 0) & may_overflow
+    limit = 2 * unit * l1
+    residual = np.abs((cr - abr).astype(np.float64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        relative = np.where(
+            l1[..., None] > 0, residual / l1[..., None], np.where(residual > 0, np.inf, 0.0)
+        )
+    unchecked = unchecked | (~unchecked & (limit >= 2.0**62))  # the modular residual says nothing
+    wrong = (
+        ((residual > limit[..., None]).any(axis=-1) & ~unchecked)
+        | ((infinite > 0) & ~may_overflow)
+        | (malformed > 0)
+        | (np.asarray(imaginary) > 0)
+    )
+    failing, row, matrix = _failures(wrong)
+    checked = np.where(unchecked[..., None], 0.0, relative)
+    return VerifyReport(
+        passed=failing == 0,
+        rounds=r.shape[1],
+        max_relative_residual=float(checked.max()) if checked.size else 0.0,
+        tolerance=2 * unit,
+        failing_rows=failing,
+        first_failing_row=row,
+        nonfinite_mismatches=int((((infinite > 0) & ~may_overflow) | (malformed > 0)).sum()),
+        exact=True,
+        first_failing_matrix=matrix,
+        unchecked_rows=int(unchecked.sum()),
+        unchecked_elements=int(np.broadcast_to(unchecked, l1.shape).sum())
+        * product.matrix_shape[1],
+    )
+
+
+def _verify_rounded(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyReport:
+    """Floats and complex: residuals against ``γ·s_i`` (see the module docstring), on the
+    elements whose reference is finite; those where it is not are checked one by one."""
+    report, tainted = _rounded_pass(product, c, r, None)
+    if tainted is None:
+        return report
+    # Columns of op(B) holding NaN or Inf make whole columns of the reference non-finite:
+    # a second pass leaves them out of the random check (their values are checked alone).
+    report, _ = _rounded_pass(product, c, r, tainted)
+    return report
+
+
+def _rounded_pass(
+    product: Product,
+    c: zarr.Array,
+    r: np.ndarray,
+    tainted: tuple[np.ndarray, np.ndarray] | None,
+) -> tuple[VerifyReport, tuple[np.ndarray, np.ndarray] | None]:
+    """One pass of the floating check, with the columns of op(B) known to hold NaN or Inf
+    (``tainted``: which hold any, which hold NaN; None: none known).  Returns the report,
+    and the tainted columns where the pass found some it did not know."""
+    types = product.types
+    dtype = np.dtype(np.complex128 if types.compute.kind == "c" else np.float64)
+    a, b, c_d, addend = _operands(product, c)
+    a, b = a.astype(dtype), b.astype(dtype)
+    addend = None if addend is None else addend.astype(dtype)
+    if types.output.kind == "c" and dtype.kind != "c":  # a real product written as complex
+        imaginary = (c_d.imag != 0).sum(axis=-1)
+        c_d = c_d.real
+    else:
+        imaginary = da.zeros(())
+    c_d = c_d.astype(dtype)
+    a_bad, a_nan = (~da.isfinite(a)).any(axis=-1), da.isnan(a).any(axis=-1)
+    b_bad, b_nan = (~da.isfinite(b)).any(axis=-2), da.isnan(b).any(axis=-2)
+    r = r.astype(np.float64)
+    # Elements whose reference is NaN or Inf for certain: in a tainted column of op(B), or
+    # where the addend is; NaN for certain where a NaN is.
+    columns_bad = columns_nan = np.zeros((1, 1), dtype=bool)
+    if tainted is not None:
+        b = da.where(da.isfinite(b), b, 0)
+        r = r * ~tainted[0][..., :, None]
+        columns_bad, columns_nan = tainted[0][..., None, :], tainted[1][..., None, :]
+    excluded: Any = columns_bad
+    sure_nan: Any = columns_nan
+    by_addend: Any = da.zeros(())
+    if addend is not None:
+        # The random check cannot leave out one element of a row: a row with NaN or Inf in
+        # the addend is checked element by element only (its finite values unconfirmed).
+        by_addend = (~da.isfinite(addend)).sum(axis=-1)
+        excluded = excluded | ~da.isfinite(addend)
+        sure_nan = sure_nan | da.isnan(addend)
+        addend = da.where(da.isfinite(addend), addend, 0)
+    finite = da.isfinite(c_d)
+    kept = da.where(excluded | ~finite, 0, c_d)
+    counts = [
+        finite.sum(axis=-1),  # C finite (wrong in a row of NaN or Inf)
+        da.isnan(c_d).sum(axis=-1),
+        (excluded & finite).sum(axis=-1),  # finite where the reference is not
+        (sure_nan & ~da.isnan(c_d)).sum(axis=-1),  # not NaN where the reference is
+        (excluded & ~sure_nan & ~finite).sum(axis=-1),  # NaN or Inf as expected, unconfirmed
+        (~excluded & ~finite).sum(axis=-1),  # NaN or Inf where the reference is finite
+        (excluded | da.zeros(c_d.shape[-1:], dtype=bool)).sum(axis=-1),
+        by_addend,
+    ]
+    bounds = _row_bounds(product, a, b, addend)
+    computed = dask.compute(
+        kept @ r,
+        _reference(product, a, b, addend, r),
+        da.sqrt((abs(kept) ** 2).sum(axis=-1)),
+        imaginary,
+        a_bad,
+        a_nan,
+        b_bad,
+        b_nan,
+        *bounds,
+        *counts,
+    )
+    cr, abr, c_norms, imaginary, a_bad, a_nan, b_bad, b_nan = computed[:8]
+    bounds, counts = computed[8:11], computed[11:]
+    if tainted is None and np.any(b_bad):
+        return None, (np.asarray(b_bad), np.asarray(b_nan))  # type: ignore[return-value]
+    return _judge(product, r, (cr, abr, c_norms, imaginary, a_bad, a_nan), bounds, counts), None
+
+
+def _judge(
+    product: Product, r: np.ndarray, values: tuple, bounds: tuple, counts: list
+) -> VerifyReport:
+    """The verdict of one floating pass from its computed parts."""
+    cr, abr, c_norms, imaginary, a_bad, a_nan = values
+    finite_all, nan_all, finite_excluded, not_nan, unconfirmed, stray, excluded, by_addend = counts
+    types = product.types
+    n = product.matrix_shape[1]
+    shape = np.broadcast_shapes(np.shape(finite_all), np.shape(a_bad), np.shape(cr)[:-1])
+    a_bad, a_nan = np.broadcast_to(a_bad, shape), np.broadcast_to(a_nan, shape)
+    finite_all, nan_all = np.broadcast_to(finite_all, shape), np.broadcast_to(nan_all, shape)
+    accumulation = math.sqrt(product.k) * types.unit_roundoff()
+    reach = _scale(product, *bounds)
+    largest = min(_largest(types.compute), _largest(types.output))
+    may_overflow = np.broadcast_to(~(2 * reach < largest), shape)
+    scale = reach
+    if types.output_roundoff():
+        scale = scale + types.output_roundoff() / accumulation * np.nan_to_num(c_norms)
+    scale = scale[..., None]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        residual = np.abs(cr - abr)
+        relative = np.where(scale > 0, residual / scale, np.where(residual > 0, np.inf, 0.0))
+    relative = np.broadcast_to(
+        np.where(np.isnan(relative), np.inf, relative), (*shape, r.shape[-1])
+    )
+    tolerance = SAFETY * accumulation
+    # A row whose reference is NaN or Inf throughout (NaN or Inf in its row of op(A)).
+    whole_wrong = (finite_all > 0) | (a_nan & (nan_all < n))
+    whole_unconfirmed = a_bad & ~a_nan
+    # Other rows: the random check on the elements whose reference is finite.
+    stray = np.broadcast_to(stray, shape)
+    overflowing = ~a_bad & may_overflow & ((stray > 0) | ~np.isfinite(relative).all(axis=-1))
+    overflowing = overflowing | (~a_bad & (np.broadcast_to(by_addend, shape) > 0))
+    compared = ~a_bad & ~overflowing
+    nonfinite = np.broadcast_to((finite_excluded > 0) | (not_nan > 0), shape) | (
+        (stray > 0) & ~may_overflow
+    )
+    wrong = np.where(
+        a_bad, whole_wrong, nonfinite | (compared & (relative > tolerance).any(axis=-1))
+    )
+    wrong = wrong | (np.broadcast_to(imaginary, shape) > 0)
+    failing, row, matrix = _failures(wrong)
+    unconfirmed = np.where(
+        a_bad,
+        np.where(whole_unconfirmed, n - finite_all, 0),
+        np.broadcast_to(unconfirmed, shape)
+        + np.where(overflowing, n - np.broadcast_to(excluded, shape), 0),
+    )
+    checked = np.where(compared[..., None], relative, 0.0)
+    return VerifyReport(
+        passed=failing == 0,
+        rounds=r.shape[-1],
+        max_relative_residual=float(checked.max()) if checked.size else 0.0,
+        tolerance=tolerance,
+        failing_rows=failing,
+        first_failing_row=row,
+        nonfinite_mismatches=int((np.where(a_bad, whole_wrong, nonfinite)).sum()),
+        first_failing_matrix=matrix,
+        unchecked_rows=int((unconfirmed > 0).sum()),
+        unchecked_elements=int(unconfirmed.sum()),
+    )
+
+
 def _reference(product: Product, a: da.Array, b: da.Array, addend, r: np.ndarray) -> da.Array:
     expected = a @ (b @ r)
     if product.alpha != 1:
@@ -261,75 +549,3 @@ def _reference(product: Product, a: da.Array, b: da.Array, addend, r: np.ndarray
     if addend is not None:
         expected = expected + (addend @ r) * product.beta
     return expected
-
-
-def _verify_exact(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyReport:
-    """Integers: exact in int64 arithmetic (modulo 2**64)."""
-    a, b, c_d, addend = _operands(product, c, np.dtype(np.int64))
-    alpha, beta = int(product.alpha.real), int(product.beta.real)
-    r = r.astype(np.int64)
-    expected = a @ (b @ r) * alpha
-    if addend is not None:
-        expected = expected + (addend @ r) * beta
-    cr, abr = dask.compute(c_d @ r, expected)
-    residual = np.abs((cr - abr).astype(np.float64))
-    failing, row, matrix = _failures((cr != abr).any(axis=-1))
-    return VerifyReport(
-        passed=failing == 0,
-        rounds=r.shape[1],
-        max_relative_residual=float(residual.max()) if residual.size else 0.0,
-        tolerance=0.0,
-        failing_rows=failing,
-        first_failing_row=row,
-        nonfinite_mismatches=0,
-        exact=True,
-        first_failing_matrix=matrix,
-    )
-
-
-def _verify_rounded(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyReport:
-    """Floats and complex: residuals against ``γ·s_i`` (see the module docstring)."""
-    dtype = np.dtype(np.complex128 if product.types.compute.kind == "c" else np.float64)
-    a, b, c_d, addend = _operands(product, c, dtype)
-    r = r.astype(np.float64)
-    row_norms = da.sqrt((abs(a) ** 2).sum(axis=-1))  # (A's batch..., m)
-    c_norms = da.sqrt((abs(c_d) ** 2).sum(axis=-1))
-    b_frobenius = da.sqrt((abs(b) ** 2).sum(axis=(-2, -1)))  # one per matrix of B
-    addend_norms = da.zeros(()) if addend is None else (da.sqrt((abs(addend) ** 2).sum(axis=-1)))
-    cr, abr, row_norms, b_frobenius, addend_norms, c_norms = dask.compute(
-        c_d @ r,
-        _reference(product, a, b, addend, r),
-        row_norms,
-        b_frobenius,
-        addend_norms,
-        c_norms,
-    )
-    types = product.types
-    accumulation = math.sqrt(product.k) * types.unit_roundoff()
-    scale = (
-        abs(product.alpha) * row_norms * np.asarray(b_frobenius)[..., None]
-        + abs(product.beta) * addend_norms
-    )
-    if types.output_roundoff():
-        scale = scale + types.output_roundoff() / accumulation * np.nan_to_num(c_norms)
-    scale = scale[..., None]
-    expected_finite = np.isfinite(abr)
-    got_finite = np.isfinite(cr)
-    nonfinite_mismatch = expected_finite != got_finite
-    with np.errstate(invalid="ignore", divide="ignore"):
-        residual = np.where(expected_finite & got_finite, np.abs(cr - abr), 0.0)
-        relative = np.where(scale > 0, residual / scale, np.where(residual > 0, np.inf, 0.0))
-    tolerance = SAFETY * accumulation
-    failing, row, matrix = _failures(
-        (relative > tolerance).any(axis=-1) | nonfinite_mismatch.any(axis=-1)
-    )
-    return VerifyReport(
-        passed=failing == 0,
-        rounds=r.shape[1],
-        max_relative_residual=float(relative.max()) if relative.size else 0.0,
-        tolerance=tolerance,
-        failing_rows=failing,
-        first_failing_row=row,
-        nonfinite_mismatches=int(nonfinite_mismatch.any(axis=-1).sum()),
-        first_failing_matrix=matrix,
-    )

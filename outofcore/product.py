@@ -32,6 +32,7 @@ from outofcore.dtypes import (
     check_flag,
     check_scale,
     product_types,
+    typed_scale,
 )
 from outofcore.errors import InputError
 from outofcore.joined import Joined
@@ -58,8 +59,10 @@ class Product:
     types: ProductTypes
     transpose_a: bool = False
     transpose_b: bool = False
-    alpha: float | complex = 1.0
-    beta: float | complex = 0.0
+    #: The scales: ints for an exact (integer) product, applied modulo ``2**64`` where it
+    #: is accumulated in 64-bit integers; floats (or complex) for a floating one.
+    alpha: int | float | complex = 1.0
+    beta: int | float | complex = 0.0
     addend: zarr.Array | None = None
     #: ``X.T @ X`` or ``X @ X.T`` of one array and no addend: the output is symmetric,
     #: so only the tiles on and above the diagonal are computed (:mod:`scheduler.plan`).
@@ -85,8 +88,8 @@ class Product:
         *,
         transpose_a: bool = False,
         transpose_b: bool = False,
-        alpha: float | complex = 1.0,
-        beta: float | complex = 0.0,
+        alpha: int | float | complex = 1.0,
+        beta: int | float | complex = 0.0,
         addend: arrays.ArrayLike | Location | None = None,
         out_dtype: Any = None,
     ) -> Product:
@@ -162,8 +165,8 @@ class Product:
             types=types,
             transpose_a=transpose_a,
             transpose_b=transpose_b,
-            alpha=check_scale(alpha, "alpha"),
-            beta=check_scale(beta, "beta"),
+            alpha=typed_scale(check_scale(alpha, "alpha"), types),
+            beta=typed_scale(check_scale(beta, "beta"), types),
             addend=addend_array,
             symmetric=transpose_a != transpose_b
             and addend_array is None
@@ -443,9 +446,11 @@ def _entries_a_chunk(array: zarr.Array, batch: tuple[int, ...]) -> int:
     return math.prod(min(c, n) for c, n in zip(array.chunks, batch, strict=False))
 
 
-def _scale(values: np.ndarray, factor: float | complex, wide: bool) -> None:
+def _scale(values: np.ndarray, factor: int | float | complex, wide: bool) -> None:
     """``values *= factor`` in place; for 64-bit integers (``wide``) modulo ``2**64``, as
-    numpy's int64 and uint64 arithmetic wraps (``factor`` is then a whole number)."""
+    numpy's int64 and uint64 arithmetic wraps (``factor`` is then an int, never rounded
+    through float).  An exact product accumulated in float64 has ``|factor| <= 2**53``
+    (its bound), so float64 holds the factor and every product exactly."""
     if wide:
         unsigned = values.view(np.uint64)
         np.multiply(unsigned, np.uint64(int(factor) % 2**64), out=unsigned)
@@ -469,5 +474,6 @@ def listed_product(product: Product, fingerprints: Mapping[str, Fingerprint]) ->
     return replace(product, a=named["A"], b=named["B"], addend=named.get("addend", product.addend))
 
 
-def _json_number(value: float | complex) -> float | list[float]:
+def _json_number(value: int | float | complex) -> int | float | list[float]:
+    """A scale for JSON: an int stays an int (exact, whatever its size), complex a pair."""
     return [value.real, value.imag] if isinstance(value, complex) else value

@@ -105,8 +105,8 @@ class JobSpec:
 
     transpose_a: bool = False
     transpose_b: bool = False
-    alpha: float | complex = 1.0
-    beta: float | complex = 0.0
+    alpha: int | float | complex = 1.0
+    beta: int | float | complex = 0.0
     addend: Any = None
     out_dtype: Any = None
     memory: int | str | None = None
