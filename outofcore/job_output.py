@@ -9,6 +9,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from outofcore.fingerprint import check_unchanged
 from outofcore.lease import new_job_id
 from outofcore.leasing import Lease
 from outofcore.operands import Operands
-from outofcore.recorded import TileResult
+from outofcore.recorded import TileResult, written_changes
 from outofcore.resume import Start, check_output_unchanged, open_journal, output_metadata
 from outofcore.spec import JobSpec
 from outofcore.targets import JOB_ATTRIBUTE
@@ -52,6 +53,12 @@ def start_output(
         "backend": spec.backend,
         "job_id": job_id,
     }
+    # A resume skips a tile only while its output holds what its record says it wrote.
+    check = (
+        None
+        if start.existing is None
+        else partial(written_changes, start.existing, operands.product)
+    )
     document, done = open_journal(
         operands.journal,
         start,
@@ -60,6 +67,7 @@ def start_output(
         operands.fingerprints,
         spec.backend,
         job_id,
+        check,
     )
     if start.existing is None:
         stack = operands.product.stack  # the plan's 2-D grid on the matrix axes

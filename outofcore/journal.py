@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -43,8 +44,9 @@ from typing import Any
 from zarr.core.sync import sync
 
 from outofcore import deleting, manifest, storeops
+from outofcore.documents import DocumentError, require
 from outofcore.fingerprint import Fingerprint
-from outofcore.journalstore import JournalError, JournalStore, safe_name
+from outofcore.journalstore import JournalError, JournalStore, parse_document, safe_name
 from outofcore.manifest import JOURNAL_DIR
 from scheduler.plan import PartialTask, TileTask
 
@@ -62,6 +64,42 @@ FORMAT = 5
 #: The field of a journal document holding the SHA-256 of the rest of it (:func:`seal`).
 CHECKSUM = "checksum"
 logger = logging.getLogger("outofcore")
+#: A check of the records of tiles recorded done (``{tile: (task, record)}``) against
+#: what is in the output now; returns ``{tile: why}`` of those to compute again
+#: (:func:`outofcore.recorded.written_changes`).
+WrittenCheck = Callable[[dict[str, tuple[TileTask, dict[str, Any]]]], dict[str, str]]
+
+_NUMBER = (int, float)
+_NONE = type(None)
+#: The fields of a job document and their types.  Every field present must be of its
+#: type (floats finite: :func:`outofcore.documents.require`); those of :data:`REQUIRED`
+#: must be present in a document of this :data:`FORMAT`.
+JOB_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "format": int,
+    "journal_id": str,
+    "created": _NUMBER,
+    "created_text": (str, _NONE),
+    "inputs": dict,
+    "product": dict,
+    "memory": int,
+    "output": dict,
+    "tile": list,
+    "tk": int,
+    "tiles_total": int,
+    "plan": dict,
+    "backend": str,
+    "complete": bool,
+    "completed": (*_NUMBER, _NONE),
+    "runs": list,
+    "output_metadata": (dict, _NONE),
+}
+REQUIRED = ("journal_id", "inputs", "product", "memory", "output", "tile", "tk", "tiles_total")
+REQUIRED += ("complete", "runs")
+#: The most listings :meth:`Journal.tile_times` makes, one a row of tiles; more rows (or
+#: a number read back from an edited journal) are listed at once.
+MAX_ROW_LISTINGS = 4096
+#: Times a journal keeps (seconds since 1970) lie in this range; others are refused.
+TIME_RANGE = (0.0, 1e11)
 
 
 def document_digest(document: dict[str, Any]) -> str:
@@ -120,27 +158,32 @@ class Journal(JournalStore):
     def read_job(self) -> dict[str, Any] | None:
         """The job document, or None when the output has no journal.
 
+        Read within bounds and checked field by field (:func:`check_job`).
+
         Raises
         ------
         JournalError
-            When it is there but damaged (not a JSON object; of this :data:`FORMAT`
-            but not sealed: :func:`is_sealed`), or its journal id is not a
+            When it is there but damaged or hostile, naming the file and what is wrong:
+            too large, too deep or not JSON, not a JSON object; of this :data:`FORMAT`
+            but not sealed (:func:`is_sealed`); a field of the wrong type or not a
+            finite number (even resealed); or a journal id that is not a
             :data:`SAFE_NAME` (it becomes part of keys).
         """
-        data = self.get_bytes(self.key(JOB_NAME))
+        key = self.key(JOB_NAME)
+        data = self.get_bounded(key)
         if data is None:
             return None
+        advice = "nothing is resumed or deleted by it: pass overwrite=True to start the output over"
         try:
-            document = json.loads(data)
-        except ValueError as exc:
-            document, problem = None, f"not JSON ({exc})"
+            document = parse_document(data, self.name_of(key))
+        except DocumentError as exc:
+            document, problem = None, str(exc)
         else:
             problem = f"a JSON {type(document).__name__}, not an object"
         if not isinstance(document, dict):
             raise JournalError(
                 f"the output's {JOURNAL_DIR}/{JOB_NAME} ({len(data)} bytes) is damaged: "
-                f"{problem}; nothing is resumed or deleted by it: pass overwrite=True "
-                "to start the output over"
+                f"{problem}; {advice}"
             )
         if "journal_id" in document:
             safe_name(document["journal_id"], f"{JOURNAL_DIR}/{JOB_NAME}'s journal id")
@@ -150,6 +193,10 @@ class Journal(JournalStore):
                 "edited or damaged since outofcore wrote it, and nothing is resumed or deleted "
                 "by it; pass overwrite=True to start the output over"
             )
+        try:
+            check_job(document, self.name_of(key))
+        except DocumentError as exc:
+            raise JournalError(f"{exc}; {advice}") from None
         return document
 
     def write_job(self, document: dict[str, Any]) -> None:
@@ -163,12 +210,13 @@ class Journal(JournalStore):
         self.put_json(self.key(INPUTS_DIR, f"{journal_id}.json"), seal(document))
 
     def read_input_tokens(self, journal_id: str) -> dict[str, dict[str, str]]:
-        """The tokens :meth:`write_input_tokens` kept (empty when there are none, or they
-        do not match their checksum)."""
+        """The tokens :meth:`write_input_tokens` kept (empty when there are none, they
+        do not match their checksum, or are not a mapping of names to strings)."""
         document = self.get_json(self.key(INPUTS_DIR, f"{journal_id}.json"))
         if not is_sealed(document):
             return {}
-        return {name: tokens for name, tokens in document.items() if name != CHECKSUM}
+        kept = {name: tokens for name, tokens in document.items() if name != CHECKSUM}
+        return kept if all(_string_mapping(tokens) for tokens in kept.values()) else {}
 
     # -- tile records ----------------------------------------------------------------
     def done_tiles(self, journal_id: str) -> set[str]:
@@ -184,7 +232,8 @@ class Journal(JournalStore):
         with ``tile_rows`` (the plan's tiles down) one listing per row of tiles (of
         every entry of a stack), many in flight.
         """
-        prefixes = [f"tile-{i}-" for i in range(tile_rows)] if tile_rows else [""]
+        many = tile_rows is not None and 0 < tile_rows <= MAX_ROW_LISTINGS
+        prefixes = [f"tile-{i}-" for i in range(tile_rows)] if many else [""]
         folder = self.key(TILES_DIR, journal_id)
         listed = sync(storeops.list_times(self._reader(), folder, prefixes))
         return {n.removesuffix(".json"): t for n, t in listed.items() if _is_record(n)}
@@ -220,30 +269,47 @@ class Journal(JournalStore):
         self,
         journal_id: str,
         tiles: list[TileTask],
-        parts: list[PartialTask] = (),
+        parts: Iterable[PartialTask] = (),
+        written: WrittenCheck | None = None,
     ) -> dict[str, str]:
         """Read the records of ``tiles`` and ``parts`` (recorded done under
-        ``journal_id``); delete each that is not sound (:func:`record_problem`), naming
-        it in a warning, so its task runs again.  Returns ``{tile or part: why}`` of those.
+        ``journal_id``); delete each that is not sound (:func:`record_problem`), or whose
+        tile's output ``written`` finds changed, naming it in a warning, so its task runs
+        again.  Returns ``{tile or part: why}`` of those.
         """
         wanted = {self.tile_key(journal_id, t.key): (t, None) for t in tiles}
         wanted |= {self.partial_key(journal_id, p.key): (p.tile, p) for p in parts}
-        damaged = {}
+        damaged: dict[str, tuple[str, str, str]] = {}  # name: (key, kind, why)
+        sound: dict[str, tuple[TileTask, dict[str, Any]]] = {}
         for key, record in self.read_records(list(wanted)).items():
             task, part = wanted[key]
             problem = record_problem(record, task, part)
             if problem is not None:
                 name = part.key if part is not None else task.key
-                damaged[name] = problem
+                damaged[name] = (key, "part" if part is not None else "tile", problem)
+            elif part is None:
+                sound[task.key] = (task, record)
+        changed = written(sound) if written is not None and sound else {}
+        for name, why in changed.items():
+            damaged[name] = (self.tile_key(journal_id, name), "output", why)
+        for name, (key, kind, why) in damaged.items():
+            if kind == "output":
+                logger.warning(
+                    "tile %s is recorded done, but the output no longer holds what it wrote "
+                    "(%s): it is computed again",
+                    name,
+                    why,
+                )
+            else:
                 logger.warning(
                     "the journal record of %s %s (%s) is damaged (%s): it is computed again",
-                    "part" if part is not None else "tile",
+                    kind,
                     name,
-                    self.local_path(key) or key,
-                    problem,
+                    self.name_of(key),
+                    why,
                 )
-                self.delete(key)
-        return damaged
+            self.delete(key)
+        return {name: why for name, (_, _, why) in damaged.items()}
 
     # -- partial tiles (split-k) -----------------------------------------------------
     def partial_key(self, journal_id: str, part: str, *rest: str) -> str:
@@ -352,7 +418,82 @@ def _is_record(name: str) -> bool:
 
 
 def timestamp(seconds: float | None) -> str | None:
-    """ISO 8601 time in UTC, to the second."""
+    """ISO 8601 time in UTC, to the second (None for None, or a time no clock shows)."""
     if seconds is None:
         return None
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError, TypeError):
+        return None
+
+
+def check_job(document: dict[str, Any], what: str) -> None:
+    """Check the job document ``document`` (read back as ``what``) field by field.
+
+    Every field of :data:`JOB_FIELDS` present is of its type, its times in
+    :data:`TIME_RANGE`; a document of this :data:`FORMAT` has every field of
+    :data:`REQUIRED`; the fields read further (tile, plan's tile grid, inputs, runs)
+    hold what they should.
+
+    Raises
+    ------
+    outofcore.documents.DocumentError
+        Naming ``what``, the field and the value found.
+    """
+    for field, kind in JOB_FIELDS.items():
+        if field in document or (field in REQUIRED and document.get("format") == FORMAT):
+            require(document, field, kind, what)
+    for field in ("created", "completed"):
+        value = document.get(field)
+        if value is not None and not TIME_RANGE[0] <= value <= TIME_RANGE[1]:
+            raise DocumentError(f"{what}: field {field!r} is {value!r}, not a time in range")
+    _check_items(document, "tile", int, what, length=2, least=1)
+    for name in ("tk", "memory", "tiles_total"):
+        if isinstance(document.get(name), int) and document[name] < 0:
+            raise DocumentError(f"{what}: field {name!r} is {document[name]}, below 0")
+    plan = document.get("plan") or {}
+    _check_items(plan, "tiles_grid", int, f"{what} (its plan)", length=2, least=0)
+    _check_items(document, "inputs", dict, what)
+    _check_items(document, "runs", dict, what)
+    for name, described in (document.get("inputs") or {}).items():
+        where = f"{what} (input {name})"
+        for field in ("content", "location"):
+            if field in described:
+                require(described, field, dict if field == "content" else str, where)
+    for run in document.get("runs") or []:
+        if "damaged" in run:
+            require(run, "damaged", dict, f"{what} (a run)")
+
+
+def _check_items(
+    document: dict[str, Any],
+    field: str,
+    kind: type,
+    what: str,
+    length: int | None = None,
+    least: int | None = None,
+) -> None:
+    """Check that ``document[field]``, when there, holds items of ``kind`` (a list's, or
+    a dict's values), ``length`` of them, each at least ``least``."""
+    if field not in document:
+        return
+    value = document[field]
+    items = list(value.values()) if isinstance(value, dict) else value
+    ok = isinstance(items, list) and (length is None or len(items) == length)
+    ok = ok and all(isinstance(v, kind) and not isinstance(v, bool) for v in items)
+    ok = ok and (least is None or all(v >= least for v in items))
+    if not ok:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise DocumentError(
+            f"{what}: field {field!r} is {shown}, not "
+            + (f"{length} " if length else "")
+            + f"{kind.__name__}s"
+            + (f" of at least {least}" if least is not None else "")
+        )
+
+
+def _string_mapping(value: Any) -> bool:
+    """Whether ``value`` is a dict of strings to strings."""
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )

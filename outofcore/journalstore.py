@@ -19,12 +19,13 @@ from typing import Any, Self
 
 import numpy as np
 import zarr
-from zarr.abc.store import Store
+from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 from outofcore import deleting, storeops, stores
+from outofcore.documents import MAX_DOCUMENT_BYTES, DocumentError, load_document
 from outofcore.locations import Location
 from outofcore.manifest import JOURNAL_DIR, SAFE_NAME
 from outofcore.writing import naming_full_disk, write_durably
@@ -33,6 +34,9 @@ from scheduler.errors import OutputExistsError
 #: Records read at once when a resume checks them
 #: (:meth:`outofcore.journal.Journal.drop_damaged_records`).
 RECORDS_IN_FLIGHT = 32
+#: The largest journal document read (bytes): a tile record with its chunks' digests is
+#: kilobytes, a job document tens of them; anything larger is not read past this.
+MAX_JOURNAL_BYTES = MAX_DOCUMENT_BYTES
 
 
 class JournalError(OutputExistsError):
@@ -55,6 +59,44 @@ def safe_name(value: object, what: str) -> str:
         "the output's journal was edited or damaged, and nothing is read or written by it; "
         "pass overwrite=True to start the output over"
     )
+
+
+def parse_document(data: bytes, what: str, max_bytes: int = MAX_JOURNAL_BYTES) -> Any:
+    """The journal document ``data`` (read back as ``what``) parsed within bounds.
+
+    Raises
+    ------
+    outofcore.documents.DocumentError
+        When it is over ``max_bytes`` (a read of ``max_bytes + 1`` says so), nested too
+        deep, not JSON, or holds ``NaN`` or ``Infinity``.
+    """
+    if len(data) > max_bytes:
+        raise DocumentError(
+            f"{what} is more than {max_bytes} bytes, more than a journal document may have; "
+            "it is not read"
+        )
+    return load_document(data, what, max_bytes=max_bytes)
+
+
+async def bounded_get(store: Store, key: str, max_bytes: int) -> bytes | None:
+    """At most ``max_bytes + 1`` bytes of the object at ``key`` in ``store`` (None: none).
+
+    A ranged read; where the store refuses the range (obstore, for an empty object), the
+    object is read whole, and :func:`parse_document` still refuses it past ``max_bytes``.
+    """
+    prototype = default_buffer_prototype()
+    try:
+        buffer = await store.get(
+            key, prototype=prototype, byte_range=RangeByteRequest(0, max_bytes + 1)
+        )
+    except FileNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 (a range past an empty object's end): read it whole
+        try:
+            buffer = await store.get(key, prototype=prototype)
+        except FileNotFoundError:
+            return None
+    return None if buffer is None else buffer.to_bytes()
 
 
 @dataclass(frozen=True)
@@ -115,26 +157,47 @@ class JournalStore:
         data = self.get_array(key)
         return None if data is None else data.tobytes()
 
+    def get_document(self, key: str, max_bytes: int = MAX_JOURNAL_BYTES) -> Any:
+        """The JSON document at ``key`` parsed within bounds
+        (:func:`outofcore.documents.load_document`: at most ``max_bytes`` are read, the
+        nesting capped, no ``NaN``), or None when there is none.
+
+        Raises
+        ------
+        outofcore.documents.DocumentError
+            Naming the document, when it is too large, too deep or not JSON.
+        """
+        data = self.get_bounded(key, max_bytes)
+        return None if data is None else parse_document(data, self.name_of(key), max_bytes)
+
+    def get_bounded(self, key: str, max_bytes: int = MAX_JOURNAL_BYTES) -> bytes | None:
+        """At most ``max_bytes + 1`` bytes of the object at ``key`` (one more than a
+        document may have: :func:`parse_document` refuses it), or None when there is none."""
+        return sync(bounded_get(self._reader(), key, max_bytes))
+
+    def name_of(self, key: str) -> str:
+        """How messages name the journal object ``key``: its file, or its key in the store."""
+        return self.local_path(key) or key
+
     def get_json(self, key: str) -> dict[str, Any] | None:
-        """The JSON document at ``key``, or None when there is none or it is unreadable."""
-        data = self.get_bytes(key)
-        if data is None:
-            return None
+        """The JSON object at ``key``, or None when there is none or it is unreadable
+        (too large, too deep, not JSON, not an object: :meth:`get_document`)."""
         try:
-            document = json.loads(data)
-        except ValueError:
+            document = self.get_document(key)
+        except DocumentError:
             return None
         return document if isinstance(document, dict) else None
 
     def get_versioned(
         self, key: str
     ) -> tuple[dict[str, Any] | None, bytes | None, storeops.Version | None]:
-        """The JSON document at ``key``, its bytes, and its version for
-        :meth:`put_json`'s ``if_version`` (None where the store has no compare-and-swap)."""
+        """The JSON document at ``key`` (None: none, or not a bounded JSON object), its
+        bytes, and its version for :meth:`put_json`'s ``if_version`` (None where the store
+        has no compare-and-swap)."""
         data, version = sync(storeops.get_versioned(self._reader(), key))
         try:
-            document = None if data is None else json.loads(data)
-        except ValueError:
+            document = None if data is None else parse_document(data, self.name_of(key))
+        except DocumentError:
             document = None
         return (document if isinstance(document, dict) else None), data, version
 
@@ -213,19 +276,17 @@ class JournalStore:
             return []
 
     def read_records(self, keys: list[str]) -> dict[str, dict[str, Any] | None]:
-        """The JSON documents at ``keys`` (None: missing or not a JSON object), read
-        :data:`RECORDS_IN_FLIGHT` at a time."""
+        """The JSON documents at ``keys`` (None: missing, or not a bounded JSON object:
+        :meth:`get_document`), read :data:`RECORDS_IN_FLIGHT` at a time, each at most
+        :data:`MAX_JOURNAL_BYTES` long."""
         reader = self._reader()
 
         async def one(key: str, limit: asyncio.Semaphore) -> dict[str, Any] | None:
             async with limit:
-                try:
-                    buffer = await reader.get(key, prototype=default_buffer_prototype())
-                except FileNotFoundError:
-                    return None
+                data = await bounded_get(reader, key, MAX_JOURNAL_BYTES)
             try:
-                document = None if buffer is None else json.loads(buffer.to_bytes())
-            except ValueError:
+                document = None if data is None else parse_document(data, key)
+            except DocumentError:
                 return None
             return document if isinstance(document, dict) else None
 

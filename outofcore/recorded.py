@@ -10,30 +10,54 @@ its job still owns the output, then records itself::
     record(result)                            # create-only-if-absent (outofcore.journal)
 
 A record is written only after everything the task writes is in the store, so a
-recorded task is a finished one; a task killed halfway is simply run again.
+recorded task is a finished one; a task killed halfway is simply run again.  A tile's
+record keeps what the tile wrote (:data:`WRITTEN`: each stored object of its output,
+chunk or shard, with its size and SHA-256, read back once written); a resume checks
+them (:func:`written_changes`) and computes again a tile whose object is missing or
+changed, so a deleted or swapped chunk is never taken for a finished tile.  A record
+without them (an older version's) counts as not done: its tile is computed again.
 The compute functions (:mod:`outofcore.tile`, :mod:`outofcore.splitk`) know
 nothing of the journal: :func:`run_recorded` holds it.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import hashlib
+import itertools
 import logging
+import math
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
+import zarr
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
 from outofcore import peaks
+from outofcore.documents import DocumentError
 from outofcore.journal import Journal, is_sealed
+from outofcore.journalstore import parse_document
+from outofcore.product import Product
 from outofcore.tile import TaskIO, TileJob, compute_tile
 from outofcore.worker_context import worker_context
 from scheduler.plan import TileTask
 
 #: Where outofcore says what is not the result: here, damaged records found by a task.
 logger = logging.getLogger("outofcore")
+#: The field of a tile's record holding what it wrote: ``{key: [bytes, sha256] or None}``
+#: for each stored object (chunk, or shard) of the output holding the tile, its key
+#: relative to the output (None: the store holds none, as zarr leaves a chunk of the
+#: fill value).
+WRITTEN = "chunks"
+#: Stored objects read at once to take or check their digests.
+OBJECTS_IN_FLIGHT = 32
+#: How many changed objects a message names.
+NAMED = 3
 
 
 @dataclass(frozen=True)
@@ -128,8 +152,130 @@ def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:
         job.journal.tile_key(job.journal_id, task.key),
         task.key,
         lambda: compute_tile(job.tile_job, task, before_write=job.owner_check),
-        lambda result: job.journal.record_tile(job.journal_id, task, result),
+        lambda result: record_written_tile(job, task, result),
     )
+
+
+def record_written_tile(job: RecordedJob, task: TileTask, result: dict[str, Any]) -> None:
+    """Record ``task``'s tile done, with its figures and what it wrote (:data:`WRITTEN`:
+    the digests of its stored objects, read back now that they are written)."""
+    keys = tile_objects(job.tile_job.product, job.tile_job.c, task)
+    written = object_digests(job.tile_job.c, keys)
+    job.journal.record_tile(job.journal_id, task, result, extra={WRITTEN: written})
+
+
+def tile_objects(product: Product, c: zarr.Array, task: TileTask) -> tuple[str, ...]:
+    """Keys (relative to the output ``c``) of the stored objects (shards, else chunks)
+    holding ``task``'s tile of ``product``, and its mirror (a symmetric product's tile
+    off the diagonal)."""
+    out = product.matrix("out", task.batch)
+    rows, cols = slice(task.row0, task.row1), slice(task.col0, task.col1)
+    regions = [out.selection(rows, cols)]
+    if product.symmetric and task.i != task.j:
+        regions.append(out.selection(cols, rows))
+    grid = c.shards or c.chunks
+    encode = c.metadata.encode_chunk_key
+    keys: dict[str, None] = {}
+    for region in regions:
+        if any(part.stop <= part.start for part in region):
+            continue
+        ranges = (
+            range(part.start // size, (part.stop - 1) // size + 1)
+            for part, size in zip(region, grid, strict=True)
+        )
+        keys |= {encode(index): None for index in itertools.product(*ranges)}
+    return tuple(keys)
+
+
+def object_digests(c: zarr.Array, keys: Iterable[str]) -> dict[str, list[Any] | None]:
+    """``{key: [bytes, sha256] or None}`` of the stored objects ``keys`` of the output ``c``
+    (None: the store holds none), as the store reads them now, :data:`OBJECTS_IN_FLIGHT`
+    at a time."""
+    keys = list(keys)
+    store, top = c.store, c.path.strip("/")
+
+    async def one(key: str, limit: asyncio.Semaphore) -> list[Any] | None:
+        async with limit:
+            try:
+                buffer = await store.get(
+                    "/".join(p for p in (top, key) if p), prototype=default_buffer_prototype()
+                )
+            except FileNotFoundError:
+                return None
+        if buffer is None:
+            return None
+        data = buffer.as_numpy_array()
+        return [int(data.nbytes), hashlib.sha256(data).hexdigest()]
+
+    async def every() -> list[list[Any] | None]:
+        limit = asyncio.Semaphore(OBJECTS_IN_FLIGHT)
+        return list(await asyncio.gather(*(one(key, limit) for key in keys)))
+
+    return dict(zip(keys, sync(every()), strict=True)) if keys else {}
+
+
+def written_changes(
+    c: zarr.Array, product: Product, sound: dict[str, tuple[TileTask, dict[str, Any]]]
+) -> dict[str, str]:
+    """Of the tiles recorded done (``{tile: (task, record)}``, records sound), those whose
+    output in ``c`` is not what their record says they wrote (:data:`WRITTEN`), with why:
+    ``{tile: why}``.
+
+    The keys are the tile's own (:func:`tile_objects`), never a name the record holds;
+    every object is read and hashed (a resume reads the finished output once).  A record
+    that keeps no digests, or not of this tile's objects, counts as changed.
+    """
+    expected = {tile: tile_objects(product, c, task) for tile, (task, _) in sound.items()}
+    problems: dict[str, str] = {}
+    for tile, (_, record) in sound.items():
+        kept = record.get(WRITTEN)
+        if not isinstance(kept, dict):
+            problems[tile] = (
+                "its record keeps no digests of its chunks (an older version wrote it), so "
+                "what the output holds cannot be checked"
+            )
+        elif set(kept) != set(expected[tile]) or not all(map(_is_digest, kept.values())):
+            problems[tile] = "its record's chunk digests are not those of this tile's chunks"
+    checked = [tile for tile in sound if tile not in problems]
+    now = object_digests(c, {key: None for tile in checked for key in expected[tile]})
+    for tile in checked:
+        kept = sound[tile][1][WRITTEN]
+        changed = [key for key in expected[tile] if now[key] != kept[key]]
+        if changed:
+            problems[tile] = _changes(changed, kept, now)
+    return problems
+
+
+def _is_digest(value: Any) -> bool:
+    """Whether ``value`` is what :func:`object_digests` keeps for one object."""
+    if value is None:
+        return True
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], int)
+        and not isinstance(value[0], bool)
+        and isinstance(value[1], str)
+    )
+
+
+def _changes(
+    keys: list[str], kept: dict[str, list[Any] | None], now: dict[str, list[Any] | None]
+) -> str:
+    """How the objects ``keys`` differ from what was kept, in words, the first few named."""
+    said = []
+    for key in keys[:NAMED]:
+        then, found = kept[key], now[key]
+        if found is None:
+            said.append(f"{key} is missing")
+        elif then is None:
+            said.append(f"{key} was not written by it")
+        elif found[0] != then[0]:
+            said.append(f"{key} is {found[0]} bytes, {then[0]} when written")
+        else:
+            said.append(f"{key} holds other bytes than it wrote")
+    more = f" and {len(keys) - NAMED} more" if len(keys) > NAMED else ""
+    return "its chunk " + ", ".join(said) + more
 
 
 def sound_result(journal: Journal, record_key: str) -> TileResult | None:
@@ -139,12 +285,12 @@ def sound_result(journal: Journal, record_key: str) -> TileResult | None:
     or edited since it was written) is named in a warning and deleted, so the task's
     new record can be written.
     """
-    data = journal.get_bytes(record_key)
+    data = journal.get_bounded(record_key)
     if data is None:
         return None
     try:
-        record = json.loads(data)
-    except ValueError:
+        record = parse_document(data, journal.name_of(record_key))
+    except DocumentError:
         record = None
     if is_sealed(record):
         return recorded_result(record)
@@ -166,10 +312,23 @@ def recorded_result(record: dict[str, Any] | None) -> TileResult | None:
     values = {f.name: kept.get(f.name, f.default) for f in fields(TileResult)}
     if any(value is MISSING for value in values.values()):  # an older record: figures unknown
         return None
-    try:
-        return TileResult(**{**values, "recomputed": tuple(values["recomputed"])})
-    except TypeError:
-        return None
+    recomputed = values["recomputed"]
+    numbers = [v for name, v in values.items() if name not in ("key", "worker", "recomputed")]
+    typed = (
+        isinstance(values["key"], str)
+        and isinstance(values["worker"], str)
+        and isinstance(recomputed, (list, tuple))
+        and all(isinstance(part, str) for part in recomputed)
+        and all(_finite_number(v) for v in numbers)
+    )
+    return TileResult(**{**values, "recomputed": tuple(recomputed)}) if typed else None
+
+
+def _finite_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a finite float (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value)
 
 
 def worker_name() -> str:

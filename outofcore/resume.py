@@ -22,9 +22,10 @@ from typing import Any
 import zarr
 
 from outofcore import arrays
+from outofcore.documents import DocumentError, load_document
 from outofcore.errors import InputError, JobFailedError, OutputExistsError
 from outofcore.fingerprint import Fingerprint, changes
-from outofcore.journal import FORMAT, Journal, timestamp
+from outofcore.journal import FORMAT, Journal, WrittenCheck, timestamp
 from outofcore.locations import Location
 from outofcore.manifest import Contents, StrangersError, is_local, output_contents
 from outofcore.stores import zarr_options
@@ -54,12 +55,13 @@ def output_metadata(journal: Journal) -> dict[str, Any] | None:
     (a codec, the chunk grid) changes it.
     """
     for name in METADATA_DOCUMENTS:
-        data = journal.get_bytes("/".join(p for p in (journal.prefix.strip("/"), name) if p))
+        key = "/".join(p for p in (journal.prefix.strip("/"), name) if p)
+        data = journal.get_bounded(key)
         if data is None:
             continue
-        try:
-            fields = json.loads(data)
-        except ValueError:
+        try:  # zarr v2 metadata may hold NaN (a fill value)
+            fields = load_metadata(data, journal.name_of(key))
+        except DocumentError:
             fields = None
         if not isinstance(fields, dict):  # damaged: stands for itself by its bytes' hash
             fields = {"unreadable": hashlib.sha256(data).hexdigest()}
@@ -67,6 +69,18 @@ def output_metadata(journal: Journal) -> dict[str, Any] | None:
         text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return {"name": name, "fields": fields, "digest": hashlib.sha256(text.encode()).hexdigest()}
     return None
+
+
+def load_metadata(data: bytes, what: str) -> Any:
+    """The output's metadata document ``data`` parsed within bounds (NaN and Infinity
+    taken, as zarr format 2 writes a fill value).
+
+    Raises
+    ------
+    outofcore.documents.DocumentError
+        When it is too large, too deep or not JSON.
+    """
+    return load_document(data, what, allow_constants=True)
 
 
 def metadata_change(then: dict[str, Any] | None, now: dict[str, Any] | None) -> str | None:
@@ -409,8 +423,15 @@ def open_journal(
     fingerprints: dict[str, Fingerprint],
     backend: str,
     job_id: str,
+    written: WrittenCheck | None = None,
 ) -> tuple[dict[str, Any], set[str]]:
-    """Start or resume the output's journal; return the job document and the tiles done."""
+    """Start or resume the output's journal; return the job document and the tiles done.
+
+    On a resume, a tile counts as done when its record is sound and ``written`` (given
+    the sound records) does not find its output chunks changed since
+    (:func:`outofcore.recorded.written_changes`); the others are computed again, named
+    in ``job.json``'s run entry (``damaged``).
+    """
     if start.clear_output:
         journal.clear_output()
     elif start.clear_journal:
@@ -423,7 +444,7 @@ def open_journal(
                 f"{document['tile']} {document['tk']} deep"
             )
         done = journal.done_tiles(document["journal_id"]) & {t.key for t in plan.tasks}
-        damaged = _drop_damaged(journal, document["journal_id"], plan, done)
+        damaged = _drop_damaged(journal, document["journal_id"], plan, done, written)
         done -= set(damaged)
     else:
         document = new_job_document(
@@ -438,11 +459,18 @@ def open_journal(
     return document, done
 
 
-def _drop_damaged(journal: Journal, journal_id: str, plan: Plan, done: set[str]) -> dict[str, str]:
-    """Check the records of the tiles ``done`` and of the parts recorded for the other
-    tiles (:meth:`outofcore.journal.Journal.drop_damaged_records`): those not sound are
+def _drop_damaged(
+    journal: Journal,
+    journal_id: str,
+    plan: Plan,
+    done: set[str],
+    written: WrittenCheck | None = None,
+) -> dict[str, str]:
+    """Check the records of the tiles ``done`` (and their output, by ``written``) and of
+    the parts recorded for the other tiles
+    (:meth:`outofcore.journal.Journal.drop_damaged_records`): those not sound are
     deleted, to be computed again.  Returns ``{tile or part: why}`` of those."""
     tiles = [task for task in plan.tasks if task.key in done]
     recorded = journal.done_partials(journal_id) if plan.splits > 1 else set()
     parts = [p for p in plan.partial_tasks if p.key in recorded and p.tile.key not in done]
-    return journal.drop_damaged_records(journal_id, tiles, parts)
+    return journal.drop_damaged_records(journal_id, tiles, parts, written)

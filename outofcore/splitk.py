@@ -38,7 +38,13 @@ import numpy as np
 
 from outofcore.centring import PanelSums
 from outofcore.journal import record_problem
-from outofcore.recorded import RecordedJob, TileResult, run_recorded, worker_name
+from outofcore.recorded import (
+    RecordedJob,
+    TileResult,
+    record_written_tile,
+    run_recorded,
+    worker_name,
+)
 from outofcore.tile import (
     TaskIO,
     addend_bytes,
@@ -264,7 +270,7 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
         recorded.journal.tile_key(recorded.journal_id, task.key),
         task.key,
         lambda: _reduce(job, task),
-        lambda result: recorded.journal.record_tile(recorded.journal_id, task, result),
+        lambda result: record_written_tile(recorded, task, result),
     )
 
 
