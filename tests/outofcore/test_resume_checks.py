@@ -272,6 +272,90 @@ def test_files_of_a_user_inside_the_output_are_never_changed(tmp_path):
     assert files_outside(c) == before
 
 
+def _stop_damage_rerun(out: Path, broken: tuple[Path, str], **options):
+    """Run the job of ``options`` until the input chunk ``broken`` stops it; delete the
+    last stored object its first recorded tile with several keeps (a symmetric tile's
+    mirror); rerun. Returns the rerun and the tile whose object went."""
+    options = {"client": "sync", "progress": False, "memory": 24 * 1024, **options}
+    inputs = (options.pop("a"), options.pop("b"))
+    damaged = break_chunk(*broken)
+    with pytest.raises(ReadError):
+        run_job(*inputs, out, **options)
+    restore_chunk(damaged)
+    records = tile_records(out)
+    kept = {r: json.loads(r.read_text())[WRITTEN] for r in records}
+    assert records and all(kept.values())
+    record = max(records, key=lambda r: len(kept[r]))  # the first with the most objects
+    (out / list(kept[record])[-1]).unlink()
+    return run_job(*inputs, out, **options), tile_name(record)
+
+
+def test_a_symmetric_tiles_mirror_chunk_is_checked(tmp_path):
+    """Gram: a tile off the diagonal writes its mirror too; the mirror's chunk deleted,
+    the tile is computed again and G is right and exactly symmetric."""
+    x = random_matrix(np.random.default_rng(3), (30, 40), "float64")
+    write_zarr(tmp_path / "x.zarr", x, (10, 10))
+    options = {"a": tmp_path / "x.zarr", "b": tmp_path / "x.zarr", "transpose_a": True}
+    result, tile = _stop_damage_rerun(
+        tmp_path / "g.zarr", (tmp_path / "x.zarr", "0/3"), tile=(10, 10), **options
+    )
+    assert result.summary["damaged"] == [tile] and tile.split("-")[1] != tile.split("-")[2]
+    g = zarr.open_array(str(tmp_path / "g.zarr"))[...]
+    np.testing.assert_allclose(g, x.T @ x, rtol=1e-12)
+    assert np.array_equal(g, g.T)
+
+
+def test_a_stacked_products_chunk_is_checked(tmp_path):
+    """A stack of three products (3-D output): a recorded entry's chunk deleted."""
+    rng = np.random.default_rng(5)
+    a, b = random_matrix(rng, (3, 20, 30), "float64"), random_matrix(rng, (3, 30, 20), "float64")
+    zarr.create_array(tmp_path / "a.zarr", data=a, chunks=(1, 10, 10))
+    zarr.create_array(tmp_path / "b.zarr", data=b, chunks=(1, 10, 10))
+    options = {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr", "tile": (10, 10)}
+    result, tile = _stop_damage_rerun(
+        tmp_path / "c.zarr", (tmp_path / "b.zarr", "2/0/1"), **options
+    )
+    assert result.summary["damaged"] == [tile]
+    np.testing.assert_allclose(zarr.open_array(str(tmp_path / "c.zarr"))[...], a @ b, rtol=1e-12)
+
+
+def test_a_sharded_outputs_shard_is_checked(tmp_path, monkeypatch):
+    """A sharded output (one shard a tile): a recorded tile's shard deleted."""
+    from scheduler import memory, tiling  # noqa: PLC0415
+
+    monkeypatch.setattr(tiling, "SHARD_OVER_CHUNKS", 10)
+    monkeypatch.setattr(memory, "MAX_OUTPUT_CHUNK", 5)
+    rng = np.random.default_rng(6)
+    a, b = random_matrix(rng, (97, 61), "float32"), random_matrix(rng, (61, 53), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (10, 10))
+    write_zarr(tmp_path / "b.zarr", b, (10, 10))
+    options = {"a": tmp_path / "a.zarr", "b": tmp_path / "b.zarr"}
+    result, tile = _stop_damage_rerun(tmp_path / "c.zarr", (tmp_path / "b.zarr", "6/5"), **options)
+    assert result.output.shards is not None and result.output.shards != result.output.chunks
+    assert result.summary["damaged"] == [tile]
+    assert_product_close(result.output[...], a, b)
+
+
+def test_a_split_k_tile_record_keeps_what_its_reduction_wrote(tmp_path):
+    """Split-k: a tile is written (and recorded) by its reduction, with its digests."""
+    import hashlib  # noqa: PLC0415
+
+    rng = np.random.default_rng(8)
+    a, b = random_matrix(rng, (30, 200), "float32"), random_matrix(rng, (200, 20), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (10, 50))
+    write_zarr(tmp_path / "b.zarr", b, (50, 10))
+    c = tmp_path / "c.zarr"
+    result = run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", c, client="sync",
+                     progress=False, memory="96KiB", splits=2)  # fmt: skip
+    assert result.plan.splits == 2
+    records = tile_records(c)
+    assert records
+    for record in records:
+        for key, (size, digest) in json.loads(record.read_text())[WRITTEN].items():
+            data = (c / key).read_bytes()
+            assert (size, digest) == (len(data), hashlib.sha256(data).hexdigest())
+
+
 # -- hostile journal documents ------------------------------------------------------
 
 RESEALED = {
