@@ -54,8 +54,10 @@ logger = logging.getLogger("outofcore")
 #: relative to the output (None: the store holds none, as zarr leaves a chunk of the
 #: fill value).
 WRITTEN = "chunks"
-#: Stored objects read at once to take or check their digests.
+#: Stored objects read at once to take or check their digests...
 OBJECTS_IN_FLIGHT = 32
+#: ... and at most about this many of their decoded bytes (a shard may be a whole tile).
+DIGEST_BYTES_IN_FLIGHT = 256 * 2**20
 #: How many changed objects a message names.
 NAMED = 3
 
@@ -189,26 +191,28 @@ def tile_objects(product: Product, c: zarr.Array, task: TileTask) -> tuple[str, 
 
 def object_digests(c: zarr.Array, keys: Iterable[str]) -> dict[str, list[Any] | None]:
     """``{key: [bytes, sha256] or None}`` of the stored objects ``keys`` of the output ``c``
-    (None: the store holds none), as the store reads them now, :data:`OBJECTS_IN_FLIGHT`
-    at a time."""
+    (None: the store holds none), as the store reads them now: :data:`OBJECTS_IN_FLIGHT`
+    at a time, fewer where that many could hold more than :data:`DIGEST_BYTES_IN_FLIGHT`."""
     keys = list(keys)
     store, top = c.store, c.path.strip("/")
+    largest = c.dtype.itemsize * math.prod(c.shards or c.chunks)  # uncompressed, at most
+    in_flight = max(1, min(OBJECTS_IN_FLIGHT, DIGEST_BYTES_IN_FLIGHT // max(1, largest)))
 
     async def one(key: str, limit: asyncio.Semaphore) -> list[Any] | None:
-        async with limit:
+        async with limit:  # hashed before the next read may start: the bytes are let go
             try:
                 buffer = await store.get(
                     "/".join(p for p in (top, key) if p), prototype=default_buffer_prototype()
                 )
             except FileNotFoundError:
                 return None
-        if buffer is None:
-            return None
-        data = buffer.as_numpy_array()
-        return [int(data.nbytes), hashlib.sha256(data).hexdigest()]
+            if buffer is None:
+                return None
+            data = buffer.as_numpy_array()
+            return [int(data.nbytes), hashlib.sha256(data).hexdigest()]
 
     async def every() -> list[list[Any] | None]:
-        limit = asyncio.Semaphore(OBJECTS_IN_FLIGHT)
+        limit = asyncio.Semaphore(in_flight)  # made on the loop that uses it
         return list(await asyncio.gather(*(one(key, limit) for key in keys)))
 
     return dict(zip(keys, sync(every()), strict=True)) if keys else {}
