@@ -118,9 +118,17 @@ def dot(
     )
     coordinates = _coordinates(reference)
     where = locate(out, spec.storage_options)
-    _open_group(where)
-    targets = _coordinate_targets(where, coordinates, dims, spec)
-    matmul(a_read, b_read, f"{out}/{name}", spec, client=client)
+    made = not _check_group(where)
+    folder = where.is_local and os.path.isdir(where.path)  # an empty one of the user's
+    if made:
+        _make_group(where, spec.zarr_format)
+    try:
+        targets = _coordinate_targets(where, coordinates, dims, spec)
+        matmul(a_read, b_read, f"{out}/{name}", spec, client=client)
+    except InputError:  # refused before any work: the group made for it goes too
+        if made:
+            _unmake_group(where, remove_folder=not folder)
+        raise
     _write_coordinates(where, coordinates, targets, spec.overwrite)
     opened = xr.open_dataset(
         where.target,
@@ -329,22 +337,50 @@ def _why_differ(a: Any, b: Any, d: Any, positions: list[dict[Any, np.ndarray]], 
     return f"{said}: {how}"
 
 
-def _open_group(where: Location) -> None:
-    """Open the zarr group ``where``, or create it where nothing is: a folder of other
-    files, or an array, is refused (nothing is written into it)."""
+def _check_group(where: Location) -> bool:
+    """Whether a zarr group is at ``where`` (False: nothing, or an empty folder, where
+    :func:`_make_group` makes one after the job); a file, a folder of other files, or an
+    array is refused, and nothing is written into it."""
     if where.is_local and os.path.exists(where.path):
         names = set(os.listdir(where.path)) if os.path.isdir(where.path) else None
         if names is not None and not names:
-            pass  # an empty folder: the group is made in it
-        elif names is None or not names & {"zarr.json", ".zgroup"}:
+            return False  # an empty folder: the group is made in it
+        if names is None or not names & {"zarr.json", ".zgroup"}:
             raise InputError(
                 f"out {str(where)!r} is {'a file' if names is None else 'a folder'} that is "
                 "not a zarr group; choose a new path (a group is created there)"
             )
     try:
-        zarr.open_group(where.target, mode="a", **zarr_options(where))
+        zarr.open_group(where.target, mode="r", **zarr_options(where))
+    except FileNotFoundError:
+        return False
     except (ValueError, KeyError, OSError) as exc:  # an array there, or metadata zarr refuses
         raise InputError(f"out {str(where)!r} is not a zarr group ({exc})") from None
+    return True
+
+
+def _make_group(where: Location, zarr_format: int) -> None:
+    """Make the zarr group ``where`` (of the product's ``zarr_format``) where none is."""
+    zarr.open_group(where.target, mode="a", zarr_format=zarr_format, **zarr_options(where))
+
+
+def _unmake_group(where: Location, remove_folder: bool) -> None:
+    """Delete the group :func:`_make_group` made at ``where`` while it holds no member
+    (its metadata, and with ``remove_folder`` a local folder left empty)."""
+    from zarr.core.sync import sync  # noqa: PLC0415
+
+    group = zarr.open_group(where.target, mode="a", **zarr_options(where))
+    if list(group.keys()):
+        return
+    for key in ("zarr.json", ".zgroup", ".zattrs"):
+        sync(group.store.delete(f"{group.path}/{key}" if group.path else key))
+    if (
+        remove_folder
+        and where.is_local
+        and os.path.isdir(where.path)
+        and not os.listdir(where.path)
+    ):
+        os.rmdir(where.path)
 
 
 def _product_name(name: Any, reference: Any) -> str:
