@@ -426,6 +426,14 @@ def _coordinates(reference: Any) -> Any:
     for variable in coordinates.variables.values():
         variable.encoding = {}
         variable.attrs = {**variable.attrs, JOB_ATTRIBUTE: {"complete": True, "coordinate": True}}
+    try:  # stored in memory first: what xarray cannot store is refused before the job
+        coordinates.to_zarr(zarr.storage.MemoryStore(), consolidated=False)
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        raise InputError(
+            f"xarray cannot store the coordinates xr.dot gives the result "
+            f"({sorted(map(str, coordinates.variables))}): {exc}; drop or convert them "
+            "first (.drop_vars, .reset_index)"
+        ) from None
     return coordinates
 
 

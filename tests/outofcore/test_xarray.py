@@ -335,3 +335,15 @@ def test_overwrite_leaves_no_coordinate_of_the_result_before(pair):
     again = ox.dot(x, w, dim="feature", out=out, client="sync", overwrite=True, progress=False)
     assert_as_xr_dot(again, xr.dot(x, w, dim="feature"), 1e-4)  # on 1251ef9: sample stayed
     assert sorted(again.coords) == ["target"]
+
+
+def test_coordinates_xarray_cannot_store_are_refused_before_the_job(tmp_path):
+    import pandas as pd  # noqa: PLC0415
+
+    kept = pd.MultiIndex.from_product([[1, 2], ["p", "q"]], names=("run", "arm"))
+    a = xr.DataArray(small_ints(7, (4, 3)), dims=("i", "k"), coords={"i": kept}, name="a")
+    b = xr.DataArray(small_ints(8, (3, 2)), dims=("k", "j"), name="b")
+    assert xr.dot(a, b, dim="k").sizes == {"i": 4, "j": 2}  # xr.dot keeps the MultiIndex
+    with pytest.raises(InputError, match=r"xarray cannot store the coordinates .* MultiIndex"):
+        ox.dot(a, b, dim="k", out=str(tmp_path / "c.zarr"), client="sync")
+    assert not (tmp_path / "c.zarr").exists()  # on 1251ef9: the product, then an error

@@ -5,8 +5,9 @@ ragged chunks, 2-D or a stack), with coordinates on the summed dimension that ar
 equal, absent, permuted, a run of the other's, overlapping in part, gapped, disjoint or
 duplicated, numeric or strings; coordinates on the kept dims, non-dimension and scalar
 ones; values with NaN, Inf, signed zeros and huge integers in every dtype outofcore
-takes.  They are opened as a user opens them (dask-backed or lazily, possibly
-transposed) and ``outofcore.xarray.dot(..., client="sync")`` must either raise
+takes; xarray's ``arithmetic_join`` inner, exact or outer.  They are opened as a user
+opens them (dask-backed or lazily, possibly transposed) and
+``outofcore.xarray.dot(..., client="sync")`` must either raise
 InputError with nothing written, or give what ``xr.dot`` gives: the same dims,
 coordinates (names, dims, values) and name, NaN where it has NaN, and values equal bit
 for bit for integer products (outofcore writes a wider integer: its values are cast to
@@ -163,7 +164,8 @@ def pairs(draw):
         "names": (draw(st.sampled_from(["x", "y"])), draw(st.sampled_from(["x", "y", None]))),
         "chunks": draw(st.sampled_from([{}, None])),
         "transpose": not batch and draw(st.integers(0, 3)) == 0,
-        "name": draw(st.sampled_from([None, None, "product", "i", "j", "k"])),
+        "name": draw(st.sampled_from([None, None, "product", "i", "j", "k", "i_weight"])),
+        "join": draw(st.sampled_from(["inner", "inner", "exact", "outer"])),
         "relation": relation,
         "batch": batch,
     }
@@ -234,7 +236,7 @@ def assert_as_xr_dot(got: xr.DataArray, expected: xr.DataArray, bound: np.ndarra
 @given(case=pairs())
 def test_dot_is_xr_dot_or_refused_before_anything_is_written(tmp_path, case):
     folder = tempfile.mkdtemp(dir=tmp_path)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), xr.set_options(arithmetic_join=case["join"]):
         warnings.simplefilter("ignore")  # zarr's unstable string dtype; numpy's overflows
         a = store(folder, "a", case["a"], case["chunks"])
         b = store(folder, "b", case["b"], case["chunks"])
