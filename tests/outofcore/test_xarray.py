@@ -347,3 +347,17 @@ def test_coordinates_xarray_cannot_store_are_refused_before_the_job(tmp_path):
     with pytest.raises(InputError, match=r"xarray cannot store the coordinates .* MultiIndex"):
         ox.dot(a, b, dim="k", out=str(tmp_path / "c.zarr"), client="sync")
     assert not (tmp_path / "c.zarr").exists()  # on 1251ef9: the product, then an error
+
+
+def test_a_slice_of_the_users_and_the_alignment_are_read_as_one_window(feature_pair):
+    folder, xs, w_at = feature_pair
+    x, w = opened(xs, {}), opened(w_at([3, 4, 5, 6, 7]), {})
+    for a, b in [
+        (x.isel(feature=slice(1, 5)), w),  # features 1..4 of x; 3 and 4 shared
+        (x.T.isel(feature=slice(2, 6)).T, w.isel(feature=slice(1, 3)).T),  # 4, 5 shared
+        (x.isel(sample=slice(2, 6), feature=slice(3, 6)), w.load()),  # w in memory
+    ]:
+        out = folder / "c.zarr"
+        got = ox.dot(a, b, dim="feature", out=str(out), client="sync", overwrite=True,
+                     progress=False)  # fmt: skip
+        assert_as_xr_dot(got, xr.dot(a.compute(), b.compute(), dim="feature"))
