@@ -549,6 +549,22 @@ def test_the_seal_is_plain_sha256_as_the_adversary_recomputes_it():
     assert document_digest(document) == hashlib.sha256(text.encode()).hexdigest()
 
 
+def test_output_metadata_nested_deep_is_unreadable_not_a_recursion(tmp_path):
+    """The output's own zarr.json as the manifest and the resume's metadata check read it:
+    nested 10⁵ deep, it is no array's (no chunk key) and stands for itself by its hash."""
+    from outofcore.journal import Journal  # noqa: PLC0415
+    from outofcore.locations import locate  # noqa: PLC0415
+    from outofcore.manifest import chunk_keys_of  # noqa: PLC0415
+    from outofcore.resume import output_metadata  # noqa: PLC0415
+
+    deep = b'{"shape": ' + b"[" * 10**5 + b"]" * 10**5 + b"}"
+    assert chunk_keys_of("zarr.json", deep) is None
+    (tmp_path / "c.zarr").mkdir()
+    (tmp_path / "c.zarr" / "zarr.json").write_bytes(deep)
+    kept = output_metadata(Journal.for_output(locate(str(tmp_path / "c.zarr"))))
+    assert kept is not None and set(kept["fields"]) == {"unreadable"}
+
+
 # -- resume after random kills, against an uninterrupted run --------------------------
 
 
