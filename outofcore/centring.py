@@ -2,8 +2,7 @@
 read of ``x``.
 
 When both operands are centred over the contracted axis (their mean over it
-subtracted: a covariance, a centred Gram, a cross-covariance), the exact means need
-not be known before the product.  For any shifts ``c`` and ``e``,
+subtracted), the exact means need not be known before the product.  For any shifts ``c`` and ``e``,
 
     (X - 1 mu^T)^T (Z - 1 nu^T) = X'^T Z' - s t^T / n,
 
@@ -19,8 +18,13 @@ cancels at most 4 bits, and on typical data none.  The exact mean is then never 
 in a pass of its own: the job reads ``x`` once, where subtracting the mean first
 reads it twice.
 
-Anything else (one operand centred, a step after the centring, a slice, a stack) has
-its shifts made exact before the job (:func:`outofcore.derived.exact_steps`).
+The product must equal numpy's ``(x - x.mean(0)).T @ (x - x.mean(0))`` or be refused,
+and numpy's NaN and Inf follow from its exact means (its own dtype's sums, which can
+overflow).  So only a centred Gram whose failures show takes this path
+(:func:`fused_gram`): a non-finite result is refused (:meth:`PanelSums.correct`).
+Anything else (a cross-covariance, one operand centred, a step after the centring, a
+slice, a stack, float16) has its shifts made exact before the job
+(:func:`outofcore.derived.exact_steps`: dask's own means).
 """
 
 from __future__ import annotations
@@ -154,7 +158,14 @@ class PanelSums:
         self.b += a if same else np.sum(b_panel, axis=0, dtype=self.b.dtype)
 
     def correct(self, r0: int, rows: np.ndarray, k: int) -> None:
-        """Subtract ``s t^T / k`` from ``rows`` (rows ``r0`` on of the tile), in place."""
+        """Subtract ``s t^T / k`` from ``rows`` (rows ``r0`` on of the tile), in place.
+
+        Raises
+        ------
+        InputError
+            Where a value is not finite: numpy's NaN and Inf there follow from its exact
+            means, which this product does not read (:data:`NOT_FINITE`).
+        """
         if k:  # (s_i t_j) / k: the same bits for (i, j) and (j, i) of a symmetric tile
             with np.errstate(all="ignore"):  # non-finite: refused just below
                 block = np.multiply.outer(self.a[r0 : r0 + len(rows)], self.b)

@@ -3,12 +3,14 @@
 ``x - x.mean(axis=0)`` (a centred matrix), ``(x - mu) / sigma``, ``x * weights``,
 ``2 * x + 1`` and ``x.astype("float64")`` are a stored array ``x`` and a few elementwise
 steps, each with a scalar or a vector broadcast along the rows or the columns.  A job
-reads ``x`` as it reads any operand and applies the steps to each panel in place, in
-the accumulation dtype, so the operand is never stored.  The vectors (a column mean, a
-weight vector) are computed once before the job (:func:`steps_behind` computes them
-from the dask graph), held by every task (counted in its memory), and checksummed in
-the job's identity with the steps: a resume refuses a changed expression or changed
-values.
+reads ``x`` as it reads any operand and applies the steps to each panel as numpy does
+(:func:`apply`: numpy's ufunc on the decoded values, each step in the dtype numpy's
+type resolution gives it, :func:`_typed`), then converts them to the accumulation
+dtype, so the operand is never stored and equals dask's bit for bit.  The vectors (a
+column mean, a weight vector) are computed once before the job by dask from the graph
+(:func:`steps_behind`: the reference's own values), held by every task (counted in its
+memory), and checksummed in the job's identity with the steps: a resume refuses a
+changed expression or changed values.
 
 :func:`steps_behind` reads dask.array's graph: blockwise layers of ``+ - * /`` and
 ``astype`` over one 2-D operand, down to a read of one zarr array (with transposes).
