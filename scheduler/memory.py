@@ -257,25 +257,34 @@ def write_block_rows(grid_rows: int, tile_rows: int) -> int:
     return min(block, tile_rows)
 
 
-#: A multiple of every whole number up to :data:`MAX_OUTPUT_CHUNK` (their least common one).
-_CHUNK_MULTIPLE = math.lcm(*range(1, MAX_OUTPUT_CHUNK + 1))
-
-
-@functools.lru_cache(maxsize=2**14)
 def output_chunk(tile_edge: int) -> int:
     """Largest divisor of the tile edge no bigger than ``MAX_OUTPUT_CHUNK``.
 
     In bounded time, whatever the edge (the planner asks for tens of thousands of
-    edges): the divisors of ``tile_edge`` up to the cap are those of its greatest
-    common divisor with :data:`_CHUNK_MULTIPLE`, which is the answer when it is within
-    the cap, else has one found in at most ``MAX_OUTPUT_CHUNK`` steps down from the cap.
+    edges): see :func:`_largest_divisor_within`.  The cap is read at each call, so a
+    test may lower it.
     """
-    if tile_edge <= MAX_OUTPUT_CHUNK:
-        return tile_edge
-    common = math.gcd(tile_edge, _CHUNK_MULTIPLE)
-    if common <= MAX_OUTPUT_CHUNK:
+    return _largest_divisor_within(tile_edge, MAX_OUTPUT_CHUNK)
+
+
+@functools.lru_cache(maxsize=2**14)
+def _largest_divisor_within(edge: int, cap: int) -> int:
+    """The largest divisor of ``edge`` no bigger than ``cap``: the divisors of ``edge``
+    up to the cap are those of its greatest common divisor with the least common
+    multiple of 1..cap, which is the answer when it is within the cap, else has one
+    found in at most ``cap`` steps down from the cap."""
+    if edge <= cap:
+        return edge
+    common = math.gcd(edge, _multiple_of_all_up_to(cap))
+    if common <= cap:
         return common
-    return next(size for size in range(MAX_OUTPUT_CHUNK, 0, -1) if common % size == 0)
+    return next(size for size in range(cap, 0, -1) if common % size == 0)
+
+
+@functools.cache
+def _multiple_of_all_up_to(cap: int) -> int:
+    """The least common multiple of 1..cap."""
+    return math.lcm(*range(1, cap + 1))
 
 
 def round_up(value: int, unit: int) -> int:

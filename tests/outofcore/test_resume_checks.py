@@ -321,16 +321,11 @@ def test_a_stacked_products_chunk_is_checked(tmp_path):
 
 @pytest.fixture
 def small_shards(monkeypatch):
-    """More than 10 output chunks count as a large output (sharded), chunks at most 5x5;
-    the sizes scheduler.memory keeps are dropped before and after (not of the real cap)."""
+    """More than 10 output chunks count as a large output (sharded), chunks at most 5x5."""
     from scheduler import memory, tiling  # noqa: PLC0415
 
     monkeypatch.setattr(tiling, "SHARD_OVER_CHUNKS", 10)
     monkeypatch.setattr(memory, "MAX_OUTPUT_CHUNK", 5)
-    clear = getattr(memory.output_chunk, "cache_clear", lambda: None)
-    clear()
-    yield
-    clear()
 
 
 def test_a_sharded_outputs_shard_is_checked(tmp_path, small_shards):
