@@ -50,18 +50,20 @@ class LeaseLostError(LeaseError):
 
 
 def lease_timeout(value: float | None = None) -> float:
-    """The lease timeout: ``value``, else the setting ``lease-timeout`` (60 s).
+    """The lease timeout: ``value`` (the keyword ``lease_timeout``), else the setting
+    ``lease-timeout`` (60 s), both parsed and checked by :mod:`outofcore.config`.
 
-    The setting is ``$OUTOFCORE_LEASE_TIMEOUT`` (:mod:`outofcore.config`).
+    The setting is ``$OUTOFCORE_LEASE_TIMEOUT``; its range, above 0 and at most
+    :data:`MAX_LEASE_TIMEOUT`, is the registry's.
+
+    Raises
+    ------
+    InputError
+        For a value that is not a number of seconds in range, naming it.
     """
     if value is None:
-        value = config.number("lease-timeout", positive=True)
-    if not 0 < value <= MAX_LEASE_TIMEOUT:
-        raise LeaseError(
-            f"lease timeout = {value}: need a positive number of seconds, at most "
-            f"{MAX_LEASE_TIMEOUT:g} (a day)"
-        )
-    return float(value)
+        return float(config.number("lease-timeout", positive=True))
+    return float(config.checked("lease-timeout", value, "lease_timeout"))
 
 
 def new_job_id() -> str:

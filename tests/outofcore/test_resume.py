@@ -241,15 +241,25 @@ def test_an_edited_lease_does_not_block_the_output_for_ever(small, caplog, field
         assert why in took[0], took
 
 
-def test_a_lease_timeout_past_a_day_is_refused():
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (1e6, r"lease_timeout = 1000000.0: need a number > 0 and at most 86400"),
+        (float("nan"), r"lease_timeout = nan is not a finite number"),
+        (float("inf"), r"lease_timeout = inf is not a finite number"),
+        ("soon", r"lease_timeout = 'soon' is not a number"),
+        (0, r"lease_timeout = 0: need a number > 0"),
+    ],
+)
+def test_a_lease_timeout_out_of_range_is_bad_input(value, why):
+    """The keyword is checked as the setting is: bad input (exit 2), not a failed job."""
+    from outofcore.errors import BAD_INPUT, InputError  # noqa: PLC0415
     from outofcore.lease import MAX_LEASE_TIMEOUT, lease_timeout  # noqa: PLC0415
 
     assert lease_timeout(MAX_LEASE_TIMEOUT) == MAX_LEASE_TIMEOUT
-    with pytest.raises(
-        LeaseError,
-        match=r"lease timeout = 1000000.0: need a positive number of seconds, at most 86400",
-    ):
-        lease_timeout(1e6)
+    with pytest.raises(InputError, match=why) as refused:
+        lease_timeout(value)
+    assert refused.value.exit_status == BAD_INPUT
 
 
 def test_the_command_says_when_it_takes_over_a_dead_jobs_lease(small):
