@@ -266,11 +266,25 @@ def _wrapped(value: int) -> np.int64:
     return np.int64((int(value) + 2**63) % 2**64 - 2**63)
 
 
+#: The whole numbers a 64-bit result rounded to a float can be: int64's and uint64's,
+#: and 2**64 (uint64's largest rounded up).
+LOWEST, HIGHEST = -(2.0**63), 2.0**64
+
+
+def _whole(values: da.Array) -> da.Array:
+    """Where ``values`` are whole numbers a 64-bit integer rounded to a float can be."""
+    return (values == da.floor(values)) & (values >= LOWEST) & (values <= HIGHEST)
+
+
 def _to_modular(block: np.ndarray) -> np.ndarray:
-    """Whole-number float values (``|v| <= 2**63``) as int64 modulo ``2**64``; anything
-    else as 0 (the caller counts those elements as wrong)."""
-    usable = np.isfinite(block) & (block == np.floor(block)) & (np.abs(block) <= 2.0**63)
-    magnitude = np.abs(np.where(usable, block, 0.0)).astype(np.uint64)
+    """Whole-number float values (from -2**63 to 2**64) as int64 modulo ``2**64``;
+    anything else as 0 (the caller counts those elements as wrong)."""
+    usable = np.isfinite(block) & (block == np.floor(block))
+    usable &= (block >= LOWEST) & (block <= HIGHEST)
+    block = np.where(usable, block, 0.0)
+    high = block >= 2.0**63  # beyond int64: shifted down by 2**63 first (exact)
+    magnitude = np.abs(np.where(high, block - 2.0**63, block)).astype(np.uint64)
+    magnitude = np.where(high, magnitude + np.uint64(2**63), magnitude)  # 2**64 wraps to 0
     wrapped = np.where(block < 0, np.uint64(0) - magnitude, magnitude)
     return wrapped.view(np.int64)
 
@@ -342,8 +356,7 @@ def _verify_exact_rounded(
     real = (c_d.real if output.kind == "c" else c_d).astype(np.float64)
     imaginary = (c_d.imag != 0).sum(axis=-1) if output.kind == "c" else da.zeros(())
     infinite = da.isinf(real)
-    whole = (real == da.floor(real)) & (abs(real) <= 2.0**63)
-    malformed = da.isnan(real) | (da.isfinite(real) & ~whole)
+    malformed = da.isnan(real) | (da.isfinite(real) & ~_whole(real))
     bounds = _row_bounds(
         product,
         a.astype(np.float64),
@@ -361,8 +374,8 @@ def _verify_exact_rounded(
     )
     # Inf is numpy's rounding of a 64-bit value beyond the output's range (float16); a row
     # that may reach it and holds Inf is not compared (its other values unchecked).
-    reach = _scale(product, *bounds) * (1 + 1e-6)
-    may_overflow = ~(reach < _largest(output))
+    reach = _scale(product, *bounds) * (1 + 1e-6)  # wrapped (``wraps``): any 64-bit value
+    may_overflow = ~(reach < _largest(output)) | product.types.wraps
     unchecked = (infinite > 0) & may_overflow
     limit = 2 * unit * l1
     residual = np.abs((cr - abr).astype(np.float64))
