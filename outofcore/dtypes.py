@@ -19,7 +19,9 @@ gives its operands (``np.result_type(A, B[, addend])``), with these rules:
   accumulated in W through 16-bit limbs (:mod:`outofcore.limbs`: float64 ``gemm``
   on limbs, exact, summed modulo ``2**64``) and written as W; where the bound
   exceeds W the product can wrap as numpy's does, and the plan and the summary say
-  so (``wraps``).  ``bool @ bool`` is bool (whether any of the ands is true).  Where
+  so (``wraps``).  Scales of an integer product are exact integers (never rounded
+  through float) from -2**63 to 2**64-1, applied modulo ``2**64``; others are
+  refused.  ``bool @ bool`` is bool (whether any of the ands is true).  Where
   numpy's promotion gives a float (int64 with uint64), the product is that float's.
 
 This module is pure numpy arithmetic on dtypes: it reads no data.

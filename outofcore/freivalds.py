@@ -19,14 +19,25 @@ by at most ``u_out·|c_ij|``: ``u_out·‖c_i‖₂`` for the row.  Row ``i`` pa
 the report's ``tolerance`` is ``16·√k·u`` and ``max_relative_residual`` the
 largest left side over ``s_i + (u_out / (√k·u))·‖c_i‖₂`` (just ``s_i`` unless
 the output is coarser), so a row passes when its ratio is within the
-tolerance.  Rows where
-the reference is not finite (NaN or Inf in the inputs) must be non-finite in
-``C·r`` too.
+tolerance.  ``C`` is judged in its own kind: a real product written as complex
+must have imaginary parts exactly 0.
+
+**NaN and Inf**: one in row ``i`` of ``op(A)`` makes row ``i`` of the reference
+non-finite, one in column ``j`` of ``op(B)`` column ``j``, one in the addend its
+element.  Those elements are checked one by one (NaN where a NaN is among the
+inputs: a match; NaN or Inf where only Infs are: *unchecked*, its value not
+confirmed; a finite value: wrong), and left out of the random check (columns of
+``op(B)`` in a second pass, when the first finds any).  A row that may overflow
+the dtypes and holds an Inf, or has NaN/Inf in the addend, is not compared
+(unchecked).  The report counts the unchecked rows and elements.
 
 **Integer products** are exact, and are checked exactly: in int64 arithmetic,
-which wraps modulo ``2**64``.  A wrong element changes ``(C·r)_i`` by twice
-its error on one sign of ``r_j``, so each round misses it with probability at
-most 1/2; the tolerance is 0.
+which wraps modulo ``2**64``, the scales exact integers modulo ``2**64``.  A wrong
+element changes ``(C·r)_i`` by twice its error on one sign of ``r_j``, so each
+round misses it with probability at most 1/2; the tolerance is 0.  Written as a
+float, each element is the 64-bit result rounded once: ``C`` is read back as whole
+numbers modulo ``2**64`` and the exact residual of row ``i`` is within
+``2·u_out·‖c_i‖₁``.
 """
 
 from __future__ import annotations
