@@ -153,3 +153,27 @@ def test_a_huge_scale_inside_to_zarr_is_exact(operands, caplog):
         assert "runs as an outofcore job" in caplog.text
         np.testing.assert_array_equal(out[...], scaled_reference(scale, a, b))
         np.testing.assert_array_equal(out[...], ((x @ y) * scale).compute())  # dask's own
+
+
+@pytest.mark.parametrize("scale", [np.inf, np.nan])
+def test_a_non_finite_scale_inside_to_zarr_is_stored_by_dask(tmp_path, scale, caplog):
+    """``(x.T @ x) * inf``: outofcore takes finite scales, so dask computes it (it was
+    an OverflowError from ``int(inf)``)."""
+    rng = np.random.default_rng(9)
+    write_zarr(tmp_path / "x.zarr", rng.standard_normal((5, 3)), (2, 2))
+    x = da.from_zarr(str(tmp_path / "x.zarr"))
+    caplog.set_level(logging.INFO, logger="outofcore")
+    out = outofcore.to_zarr((x.T @ x) * scale, tmp_path / "g.zarr", **SYNC)
+    assert "dask.array stores it" in caplog.text and "finite scales" in caplog.text
+    np.testing.assert_array_equal(out[...], ((x.T @ x) * scale).compute())
+
+
+def test_the_summary_line_says_a_huge_scale_exactly(operands):
+    folder, _, _ = operands
+    inputs = [str(folder / "a.zarr"), str(folder / "b.zarr")]
+    done = cli(
+        "matmul", *inputs, "-o", str(folder / "c.zarr"), "--alpha", "9007199254740993",
+        "--scheduler", "sync",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "C = 9007199254740993*A @ B" in done.stdout, done.stdout
