@@ -167,6 +167,7 @@ def product_types(
     }
     alpha, beta = check_scale(alpha, "alpha"), check_scale(beta, "beta")
     result = np.result_type(*dtypes.values())
+    _check_bool_product(dtypes, alpha, beta)
     scales = [("alpha", alpha), ("beta", beta)]
     if result.kind != "c":
         for name, value in scales:
@@ -181,6 +182,24 @@ def product_types(
         compute = np.dtype("float32") if result == np.float16 else result
         types = ProductTypes(compute=compute, output=compute)
     return _with_output(types, out_dtype, dtypes, (alpha, beta))
+
+
+def _check_bool_product(dtypes: dict[str, np.dtype], alpha: Any, beta: Any) -> None:
+    """Refuse what numpy computes from ``bool @ bool`` (whether any of the ands is true)
+    that outofcore does not: that bool scaled (``2 * (a @ b)`` is 0 or 2, not twice the
+    count), or added to an addend other than a bool one with ``beta = 1`` (a logical or)."""
+    if dtypes["A"].kind != "b" or dtypes["B"].kind != "b":
+        return
+    addend = dtypes.get("the addend")
+    if alpha == 1 and (addend is None or (addend.kind == "b" and beta == 1)):
+        return
+    given = f"alpha = {alpha}" if alpha != 1 else f"an addend ({addend}) with beta = {beta}"
+    raise InputError(
+        f"A and B are bool: numpy's A @ B is bool (whether any of the ands is true), and "
+        f"{given} scales or adds to that bool, which outofcore does not compute (its bool "
+        "product takes alpha = 1, and a bool addend with beta = 1); convert A or B to an "
+        "integer dtype for the count of the ands, or scale the bool product afterwards"
+    )
 
 
 def parse_dtype(value: Any, name: str) -> np.dtype:

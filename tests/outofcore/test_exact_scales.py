@@ -177,3 +177,25 @@ def test_the_summary_line_says_a_huge_scale_exactly(operands):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "C = 9007199254740993*A @ B" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"alpha": 0}, {"alpha": 2}, {"alpha": 2**53 + 1}, {"beta": 1, "addend": "int8"}],
+)
+def test_a_scaled_bool_product_is_refused(tmp_path, options):
+    """numpy's ``2 * (a @ b)`` of bool a, b scales the bool (whether any of the ands is
+    true): 0 or 2.  outofcore wrote the bool, ignoring alpha (alpha = 0 gave True), or for
+    alpha beyond 2**53 the count of the ands times alpha."""
+    a = np.array([[True, True], [False, True]])
+    za = write_zarr(tmp_path / "a.zarr", a, (1, 2))
+    if "addend" in options:
+        options = {
+            **options,
+            "addend": write_zarr(tmp_path / "d.zarr", np.ones((2, 2), "int8"), (1, 1)),
+        }
+    with pytest.raises(InputError, match="A and B are bool"):
+        outofcore.matmul(za, za, str(tmp_path / "c.zarr"), **options, **SYNC)
+    assert not (tmp_path / "c.zarr").exists()
+    c = outofcore.matmul(za, za, str(tmp_path / "c.zarr"), **SYNC)  # alpha = 1: numpy's bool
+    np.testing.assert_array_equal(c[...], a @ a)

@@ -140,23 +140,28 @@ def values(draw, dtype: np.dtype, shape: tuple[int, int], special: bool) -> np.n
     return x.astype(dtype)
 
 
-def reference(a: np.ndarray, b: np.ndarray, alpha, out: np.dtype, record: dict) -> np.ndarray:
-    """numpy's product as outofcore's contract writes it: integers exact, or modulo 2**64
-    in 64 bits where they are accumulated so (``limbs``), cast to the output dtype; floats
-    in float64 (complex128)."""
-    result = np.result_type(a, b)
+def reference(a, b, alpha, d, beta, out: np.dtype, record: dict) -> np.ndarray:
+    """numpy's ``alpha * a @ b + beta * d`` as outofcore's contract writes it: integers
+    exact, or modulo 2**64 in 64 bits where they are accumulated so (``limbs``), cast to
+    the output dtype; floats in float64 (complex128)."""
+    result = np.result_type(a, b, *([] if d is None else [d]))
     if result.kind in "iu":
         wide = np.uint64 if result.kind == "u" and "limbs" in record else np.int64
         with np.errstate(over="ignore"):
             product = (a.astype(np.int64) @ b.astype(np.int64)).view(np.uint64)
             product = product * np.uint64(alpha % 2**64)
+            if d is not None:
+                product = product + d.astype(np.int64).view(np.uint64) * np.uint64(beta % 2**64)
         return product.view(wide).astype(out)
     wide = np.complex128 if result.kind == "c" else np.float64
     with np.errstate(invalid="ignore", over="ignore"):
-        return (alpha * (a.astype(wide) @ b.astype(wide))).astype(np.result_type(wide, out))
+        ref = alpha * (a.astype(wide) @ b.astype(wide))
+        if d is not None:
+            ref = ref + beta * d.astype(wide)
+        return ref.astype(np.result_type(wide, out))
 
 
-def agrees(c: np.ndarray, ref: np.ndarray, a, b, alpha, accumulation: np.dtype) -> bool:
+def agrees(c: np.ndarray, ref: np.ndarray, a, b, alpha, d, beta, accumulation) -> bool:
     """The direct comparison: equal for integers; NaN where numpy has NaN, the same Inf,
     and finite values within the rounding bound for floats."""
     if ref.dtype.kind in "iub":
@@ -165,10 +170,10 @@ def agrees(c: np.ndarray, ref: np.ndarray, a, b, alpha, accumulation: np.dtype) 
     if out_dtype.kind == "c" and ref.dtype.kind != "c":
         out_dtype = np.finfo(out_dtype).dtype  # the real part's
     c = c.astype(np.result_type(c, ref))
-    if c.dtype.kind == "c" and ref.dtype.kind != "c":
-        if (c.imag != 0).any():
+    if c.dtype.kind == "c" and accumulation.kind != "c":  # a real product written as complex
+        if (c.imag != 0).any():  # numpy's cast gives 0 (NaN's too: nan+0j)
             return False
-        c = c.real
+        c, ref = c.real, ref.real
     with np.errstate(over="ignore"):  # numpy's cast to a narrower output overflows to Inf
         rounded = ref.astype(
             np.result_type(out_dtype, np.float16) if ref.dtype.kind == "f" else ref.dtype
@@ -183,6 +188,8 @@ def agrees(c: np.ndarray, ref: np.ndarray, a, b, alpha, accumulation: np.dtype) 
     k = a.shape[1]
     wide = np.complex128 if ref.dtype.kind == "c" else np.float64
     size = abs(alpha) * (np.abs(a.astype(wide)) @ np.abs(b.astype(wide)))
+    if d is not None:
+        size = size + abs(beta) * np.abs(d.astype(wide))
     unit = np.finfo(accumulation).eps / 2 if accumulation.kind in "fc" else 0.0
     with np.errstate(invalid="ignore"):
         bound = 2 * (k * unit * size + out_unit * np.abs(ref)) + 1e-300
@@ -195,21 +202,24 @@ def products(draw):
     m, k, n = (draw(st.integers(1, 4)) for _ in range(3))
     special = draw(st.booleans())
     a, b = values(draw, a_dtype, (m, k), special), values(draw, b_dtype, (k, n), special)
-    result = np.result_type(a, b)
+    d = None
+    if draw(st.booleans()):  # an addend, NaN and Inf among its values too
+        d = values(draw, np.dtype(draw(st.sampled_from(DTYPES))), (m, n), special)
+    result = np.result_type(a, b, *([] if d is None else [d]))
     exact = result.kind in "biu"
-    alpha = draw(
-        st.sampled_from([1, -3, 2**53 + 1, 2**63 - 1, 2**64 - 1] if exact else [1.0, -0.5])
-    )
+    scales = [1, -3, 2**53 + 1, 2**63 - 1, 2**64 - 1] if exact else [1.0, -0.5]
+    alpha = draw(st.sampled_from(scales))
+    beta = None if d is None else draw(st.sampled_from([s for s in scales if s != 0]))
     outs = {"i": ["float64", "float32", "float16", "complex64"], "u": ["float64", "float16"]}
     outs |= {"f": ["float16", "float64", "complex128"], "c": ["complex64"], "b": []}
     out_dtype = draw(st.sampled_from([None, *outs[result.kind]]))
     damage = draw(st.sampled_from(["none", "shift", "nan", "imaginary"]))
     where = (draw(st.integers(0, m - 1)), draw(st.integers(0, n - 1)))
     chunks = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    return a, b, alpha, out_dtype, damage, where, chunks
+    return a, b, alpha, d, beta, out_dtype, damage, where, chunks
 
 
-def row_scale(a: np.ndarray, b: np.ndarray, alpha, c: np.ndarray, row: int) -> float:
+def row_scale(a, b, alpha, d, beta, c: np.ndarray, row: int) -> float:
     """What verify's tolerance for ``row`` scales with (its finite parts): the row's
     ``|alpha|·‖a_i‖₂·‖B‖_F`` and ``‖c_i‖₁``.  A change far beyond it is wrong for any
     check that works by rows, as Freivalds' does."""
@@ -220,6 +230,8 @@ def row_scale(a: np.ndarray, b: np.ndarray, alpha, c: np.ndarray, row: int) -> f
 
     with np.errstate(over="ignore"):
         s = abs(alpha) * np.linalg.norm(finite(a[row])) * np.linalg.norm(finite(b))
+        if d is not None:
+            s = s + abs(beta) * np.linalg.norm(finite(d[row]))
         return float(s + np.abs(finite(c[row])).sum())
 
 
@@ -246,20 +258,28 @@ def damaged(c: np.ndarray, how: str, where: tuple[int, int], scale: float) -> np
 
 @given(case=products())
 def test_verify_passes_exactly_when_c_equals_numpys_reference(tmp_path_factory, case):
-    a, b, alpha, out_dtype, damage, where, chunks = case
+    a, b, alpha, d, beta, out_dtype, damage, where, chunks = case
     folder = tmp_path_factory.mktemp("verdict")
     za, zb = stored(folder, "a.zarr", a, chunks), stored(folder, "b.zarr", b, chunks)
     options = {"alpha": alpha} if alpha != 1 else {}
-    c = outofcore.matmul(za, zb, str(folder / "c.zarr"), out_dtype=out_dtype, **options, **SYNC)
-    if np.result_type(a, b).kind == "b":
-        with pytest.raises(InputError, match="bool product"):
-            verify(za, zb, c)
+    if d is not None:
+        options |= {"beta": beta, "addend": stored(folder, "d.zarr", d, chunks)}
+    plain = alpha == 1 and (d is None or (d.dtype == bool and beta == 1))
+    if a.dtype == bool and b.dtype == bool and not plain:  # numpy scales the bool A @ B
+        with pytest.raises(InputError, match="A and B are bool"):
+            outofcore.matmul(za, zb, str(folder / "c.zarr"), **options, **SYNC)
         return
-    written = damaged(c[...], damage, where, row_scale(a, b, alpha, c[...], where[0]))
+    c = outofcore.matmul(za, zb, str(folder / "c.zarr"), out_dtype=out_dtype, **options, **SYNC)
+    if c.attrs["outofcore"]["product"].get("boolean"):
+        with pytest.raises(InputError, match="bool product"):
+            verify(za, zb, c, **options)
+        return
+    scale = row_scale(a, b, alpha, d, beta, c[...], where[0])
+    written = damaged(c[...], damage, where, scale)
     c[...] = written
     product = c.attrs["outofcore"]["product"]
-    ref = reference(a, b, alpha, c.dtype, product)
-    right = agrees(written, ref, a, b, alpha, np.dtype(product["compute"]))
+    ref = reference(a, b, alpha, d, beta, c.dtype, product)
+    right = agrees(written, ref, a, b, alpha, d, beta, np.dtype(product["compute"]))
     assert right or damage != "none", (written, ref)  # outofcore wrote numpy's product
     report = verify(za, zb, c, rounds=3, seed=7, **options)
     if right:
@@ -268,6 +288,7 @@ def test_verify_passes_exactly_when_c_equals_numpys_reference(tmp_path_factory, 
         assert not report.passed or report.unchecked_elements > 0, (report, written, ref)
     if report.passed and report.unchecked_elements == 0:
         assert right
-    nonfinite = ~np.isfinite(ref.astype(np.complex128))
     if report.unchecked_elements:
-        assert nonfinite.any() or np.isinf(written.astype(np.complex128)).any()
+        assert (~np.isfinite(ref.astype(np.complex128))).any() or np.isinf(
+            written.astype(np.complex128)
+        ).any()
