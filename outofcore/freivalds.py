@@ -42,8 +42,11 @@ numbers modulo ``2**64`` and the exact residual of row ``i`` is within
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -198,7 +201,10 @@ def verify(
     rng = np.random.default_rng(seed)
     r = rng.choice(np.array([-1, 1]), size=(product.matrix_shape[1], rounds))
     try:
-        with computing_on(client, config.number("connect-timeout", positive=True)):
+        with (
+            computing_on(client, config.number("connect-timeout", positive=True)),
+            _own_threads(),
+        ):
             if product.types.exact:
                 return _verify_exact(product, c_arr, r)
             return _verify_rounded(product, c_arr, r)
@@ -207,6 +213,19 @@ def verify(
         raise ReadError(f"a chunk of {', '.join(read)} is corrupt: {exc}") from exc
     finally:  # the chunk-file buffers the reads kept (outofcore.reading, as a job's tasks)
         worker_context().release_in_process()
+
+
+@contextlib.contextmanager
+def _own_threads() -> Iterator[None]:
+    """Dask's threaded scheduler on a pool of this call's own, shut down (its running
+    reads finished) before the buffers they keep are freed: a read that fails leaves no
+    task of the check still reading after :func:`verify` returns (Dask's shared pool
+    kept them running).  A Client or the synchronous scheduler ignores it."""
+    with (
+        ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool,
+        dask.config.set(pool=pool),
+    ):
+        yield
 
 
 def _operands(product: Product, c: zarr.Array) -> tuple[da.Array, ...]:
