@@ -12,7 +12,6 @@ import outofcore
 from outofcore import cli
 from outofcore.api import run_job
 from outofcore.errors import BackendError, ClusterError, InputError
-from outofcore.lease import LeaseError
 from outofcore.spec import JobSpec
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
@@ -46,7 +45,7 @@ def test_a_spec_parses_sizes_and_resolves_defaults_once():
         ({"workers": 0}, InputError, "workers = 0"),
         ({"gpus": (0, 0)}, ClusterError, "need distinct non-negative GPU indices"),
         ({"gpus": "0,x"}, ClusterError, "give GPU indices like 0,1,2,3"),
-        ({"lease_timeout": -1}, LeaseError, "positive number of seconds"),
+        ({"lease_timeout": -1}, InputError, r"lease_timeout = -1: need a number > 0"),
     ],
 )
 def test_bad_options_are_named_before_any_array_is_opened(options, error, message, tmp_path):
