@@ -168,10 +168,23 @@ def applicable(steps: Sequence[Step], stored: np.dtype) -> bool:
     )
 
 
-#: Elements of the rows a step is applied to at once (:func:`apply`): its temporaries.
-SLAB_ELEMENTS = 2**16
+#: Elements a step is applied to at once (:func:`apply`): the size of its temporaries.
+SLAB_ELEMENTS = 2**14
+#: Slabs alive at once while the steps run: the step's input and its result.
+SLABS_ALIVE = 2
 #: numpy's ufunc of each operation.
 UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}
+
+
+def slab_bytes(steps: Sequence[Step], stored: np.dtype) -> int:
+    """Bytes :func:`apply` holds beside its input and output while it applies ``steps``
+    to values stored as ``stored``: :data:`SLABS_ALIVE` slabs of the widest dtype a step
+    gives (0 without steps).  Counted with the held vectors in the memory contract
+    (:attr:`scheduler.problem.Problem.held_bytes`), once an operand computed as read."""
+    if not steps:
+        return 0
+    widest = max(np.dtype(d).itemsize for d in (stored, *(s.dtype for s in steps)))
+    return SLABS_ALIVE * SLAB_ELEMENTS * widest
 
 
 def apply(
@@ -183,7 +196,8 @@ def apply(
     read: Callable[[Any, tuple[slice, slice], np.ndarray], None] | None = None,
 ) -> None:
     """``out[...] = steps(values)``: the steps applied as numpy applies them, each in
-    numpy's dtype for it (the stored values first), a few rows at a time.
+    numpy's dtype for it (the stored values first), a slab of at most
+    :data:`SLAB_ELEMENTS` at a time (:func:`slab_bytes`).
 
     ``values`` are rows ``r0:`` and columns ``c0:`` of the stored array as decoded (2-D,
     stored orientation, its stored dtype; a transposed view is fine); ``out`` has their
@@ -193,13 +207,16 @@ def apply(
     """
     rows, cols = values.shape
     others = [_region(step, (rows, cols), r0, c0, read) for step in steps]
-    per = max(1, SLAB_ELEMENTS // max(cols, 1))
+    wide = min(max(cols, 1), SLAB_ELEMENTS)
+    per = max(1, SLAB_ELEMENTS // wide)
     with np.errstate(all="ignore"):  # numpy's values; its warnings are dask's business
         for s0 in range(0, rows, per):
-            part = values[s0 : s0 + per]
-            for step, other in zip(steps, others, strict=True):
-                part = _one_step(step, part, _slab(step, other, s0, per))
-            np.copyto(out[s0 : s0 + per], part, casting="unsafe")
+            for t0 in range(0, cols, wide):
+                where = (slice(s0, s0 + per), slice(t0, t0 + wide))
+                part = values[where]
+                for step, other in zip(steps, others, strict=True):
+                    part = _one_step(step, part, _slab(step, other, where))
+                np.copyto(out[where], part, casting="unsafe")
 
 
 def _region(
@@ -223,10 +240,13 @@ def _region(
     return other
 
 
-def _slab(step: Step, other: Any, s0: int, per: int) -> Any:
-    """``other`` (:func:`_region`) for the rows ``s0:s0 + per`` of the region."""
-    if step.stored_other or (isinstance(other, np.ndarray) and step.axis == 0):
-        return other[s0 : s0 + per]
+def _slab(step: Step, other: Any, where: tuple[slice, slice]) -> Any:
+    """``other`` (:func:`_region`) for the slab ``where`` (rows, columns) of the region:
+    a stored array's slab, a column vector's rows or a row vector's columns."""
+    if step.stored_other:
+        return other[where]
+    if isinstance(other, np.ndarray):
+        return other[where[0]] if step.axis == 0 else other[:, where[1]]
     return other
 
 

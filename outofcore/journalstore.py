@@ -37,6 +37,8 @@ RECORDS_IN_FLIGHT = 32
 #: The largest journal document read (bytes): a tile record with its chunks' digests is
 #: kilobytes, a job document tens of them; anything larger is not read past this.
 MAX_JOURNAL_BYTES = MAX_DOCUMENT_BYTES
+#: The first ranged read of a journal document (:func:`bounded_get`): a record fits.
+FIRST_READ_BYTES = 64 * 1024
 
 
 class JournalError(OutputExistsError):
@@ -81,14 +83,17 @@ def parse_document(data: bytes, what: str, max_bytes: int = MAX_JOURNAL_BYTES) -
 async def bounded_get(store: Store, key: str, max_bytes: int) -> bytes | None:
     """At most ``max_bytes + 1`` bytes of the object at ``key`` in ``store`` (None: none).
 
-    A ranged read; where the store refuses the range (obstore, for an empty object), the
-    object is read whole, and :func:`parse_document` still refuses it past ``max_bytes``.
+    A ranged read of :data:`FIRST_READ_BYTES` first, and only a document that fills it is
+    read on, to its size (asked of the store) or one byte over ``max_bytes``: a local
+    store allocates the whole range it is asked for, so a cap-sized range for every
+    kilobyte record would hold ``max_bytes`` per read.  Where the store refuses the
+    range (obstore, for an empty object), the object is read whole, and
+    :func:`parse_document` still refuses it past ``max_bytes``.
     """
     prototype = default_buffer_prototype()
+    first = min(FIRST_READ_BYTES, max_bytes + 1)
     try:
-        buffer = await store.get(
-            key, prototype=prototype, byte_range=RangeByteRequest(0, max_bytes + 1)
-        )
+        buffer = await store.get(key, prototype=prototype, byte_range=RangeByteRequest(0, first))
     except FileNotFoundError:
         return None
     except Exception:  # noqa: BLE001 (a range past an empty object's end): read it whole
@@ -96,7 +101,19 @@ async def bounded_get(store: Store, key: str, max_bytes: int) -> bytes | None:
             buffer = await store.get(key, prototype=prototype)
         except FileNotFoundError:
             return None
-    return None if buffer is None else buffer.to_bytes()
+    if buffer is None:
+        return None
+    head = buffer.to_bytes()
+    if len(head) < first or first > max_bytes:
+        return head
+    try:
+        end = min(await store.getsize(key), max_bytes + 1)
+    except FileNotFoundError:
+        return None
+    if end <= len(head):
+        return head
+    rest = await store.get(key, prototype=prototype, byte_range=RangeByteRequest(len(head), end))
+    return head if rest is None else head + rest.to_bytes()
 
 
 @dataclass(frozen=True)

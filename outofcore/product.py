@@ -23,7 +23,14 @@ import numpy as np
 import zarr
 
 from outofcore import arrays, centring
-from outofcore.derived import Step, Vectors, applicable, result_dtype, vector_bytes
+from outofcore.derived import (
+    Step,
+    Vectors,
+    applicable,
+    result_dtype,
+    slab_bytes,
+    vector_bytes,
+)
 from outofcore.derived import describe as describe_steps
 from outofcore.dtypes import (
     ADDEND_DTYPES,
@@ -305,6 +312,8 @@ class Product:
             ),
             held_bytes=vector_bytes(self.a_steps)
             + vector_bytes(self.b_steps)
+            + slab_bytes(self.a_steps, self.a.dtype)
+            + slab_bytes(self.b_steps, self.b.dtype)
             + (centring.held_bytes(m, n, compute) if self.panel_sums else 0),
             batch=stack.count if stack.batch else None,
             a_matrices=math.prod(stack.a_batch),

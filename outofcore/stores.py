@@ -269,8 +269,14 @@ def _local_metadata(location: Location, what: str, where: str) -> dict[str, byte
         if not stat.S_ISREG(info.st_mode):
             raise DocumentError(f"{what}: {where}/{name} is not a regular file; it is not read")
         check_size(info.st_size, f"{what}: {where}/{name}")
-        with open(path, "rb") as document:
-            found[name] = document.read(MAX_DOCUMENT_BYTES + 1)  # grown since: refused
+        with open(path, "rb") as document:  # a read of its size: not of the cap's
+            data = document.read(info.st_size + 1)
+        if len(data) > info.st_size:
+            raise DocumentError(
+                f"{what}: {where}/{name} grew while it was read ({info.st_size} bytes when "
+                "asked); it is not read"
+            )
+        found[name] = data
     return found
 
 
