@@ -25,6 +25,7 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 from outofcore import deleting, storeops, stores
+from outofcore.deadlines import StoreDeadlineError
 from outofcore.documents import MAX_DOCUMENT_BYTES, DocumentError, load_document
 from outofcore.locations import Location
 from outofcore.manifest import JOURNAL_DIR, SAFE_NAME
@@ -96,7 +97,9 @@ async def bounded_get(store: Store, key: str, max_bytes: int) -> bytes | None:
         buffer = await store.get(key, prototype=prototype, byte_range=RangeByteRequest(0, first))
     except FileNotFoundError:
         return None
-    except Exception:  # noqa: BLE001 (a range past an empty object's end): read it whole
+    except Exception as exc:  # noqa: BLE001 (a range past an empty object's end): read it whole
+        if isinstance(exc, StoreDeadlineError) or "range" not in str(exc).lower():
+            raise  # a store that does not answer is not asked twice
         try:
             buffer = await store.get(key, prototype=prototype)
         except FileNotFoundError:

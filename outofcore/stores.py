@@ -42,6 +42,11 @@ from scheduler.plan import DEFAULT_IO_CONCURRENCY
 S3_DEFAULTS: dict[str, Any] = {"max_concurrency": 1}
 
 
+class MissingBucketError(InputError):
+    """An object store says the bucket of a location is not there: or its endpoint is not
+    an S3 API at all, whose 404 pages read the same (:func:`store_errors` asks)."""
+
+
 #: Errors that say the endpoint did not answer: asking it again whether it is S3 would wait.
 _NO_ANSWER = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError")
 
@@ -71,6 +76,8 @@ def store_errors(url: str, location: Location | None = None) -> Iterator[None]:
 def _could_be_foreign(exc: BaseException) -> bool:
     """Whether ``exc`` may come from an endpoint that is not S3 (it answered something);
     not outofcore's own refusals (a metadata document too large or too deep)."""
+    if isinstance(exc, MissingBucketError):
+        return True
     if (
         isinstance(exc, InputError | deadlines.StoreDeadlineError)
         or type(exc).__name__ in _NO_ANSWER

@@ -289,7 +289,7 @@ def _children(location: Location) -> tuple[str, ...] | None:
     bucket = location.path.split("/", 1)[0]
     in_buckets = location.protocol in BUCKET_PROTOCOLS
     if not names and in_buckets and not sync(store.fs._exists(bucket)):  # else writes fail
-        raise InputError(f"{location.target}: the bucket {bucket!r} does not exist")
+        raise stores.MissingBucketError(f"{location.target}: the bucket {bucket!r} does not exist")
     return names
 
 
