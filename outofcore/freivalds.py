@@ -386,7 +386,8 @@ def _verify_exact_rounded(
     real = (c_d.real if output.kind == "c" else c_d).astype(np.float64)
     imaginary = (c_d.imag != 0).sum(axis=-1) if output.kind == "c" else da.zeros(())
     infinite = da.isinf(real)
-    malformed = da.isnan(real) | (da.isfinite(real) & ~_whole(real))
+    usable = da.isfinite(real) & _whole(real)  # what a 64-bit integer's rounding can be
+    malformed = da.isnan(real) | (da.isfinite(real) & ~usable)
     bounds = _row_bounds(
         product,
         a.astype(np.float64),
@@ -396,7 +397,7 @@ def _verify_exact_rounded(
     cr, abr, l1, infinite, malformed, imaginary, *bounds = dask.compute(
         real.map_blocks(_to_modular, dtype=np.int64) @ r,
         expected,
-        abs(da.where(da.isfinite(real), real, 0.0)).sum(axis=-1),
+        abs(da.where(usable, real, 0.0)).sum(axis=-1),
         infinite.sum(axis=-1),
         malformed.sum(axis=-1),
         imaginary,
@@ -414,6 +415,7 @@ def _verify_exact_rounded(
             l1[..., None] > 0, residual / l1[..., None], np.where(residual > 0, np.inf, 0.0)
         )
     unchecked = unchecked | (~unchecked & (limit >= 2.0**62))  # the modular residual says nothing
+    unchecked &= (malformed == 0) & (np.asarray(imaginary) == 0)  # wrong whatever the rest
     wrong = (
         ((residual > limit[..., None]).any(axis=-1) & ~unchecked)
         | ((infinite > 0) & ~may_overflow)
