@@ -152,7 +152,7 @@ def ensure_array(path: Path, shape: tuple[int, int], chunks: tuple[int, int], se
 
     A ``.complete`` marker, written last, says the cached copy is whole.
     """
-    from outofcore.generate import random_array  # noqa: PLC0415
+    from outofcore.frontends.generate import random_array  # noqa: PLC0415
 
     done = path / ".complete"
     if not done.exists():
@@ -308,7 +308,7 @@ def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
 
 
 def _warm_outofcore() -> None:
-    from outofcore.worker_context import worker_context  # noqa: PLC0415
+    from outofcore.compute.worker_context import worker_context  # noqa: PLC0415
 
     worker_context().engine("cpu")
 

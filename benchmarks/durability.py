@@ -1,4 +1,4 @@
-"""Cost of durable commits (outofcore/writing.py): one job with and without ``fsync``.
+"""Cost of durable commits (outofcore/storage/writing.py): one job with and without ``fsync``.
 
 Writes (once) A and B, ``--size`` square float64 in ``--chunks`` chunks, in ``--dir``,
 then runs the same in-process job (``client="sync"``) with the setting ``fsync`` on and
@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import outofcore.journalstore
-import outofcore.writing
+import outofcore.journal.store
+import outofcore.storage.writing
 from outofcore import config
 from outofcore.api import run_job
-from outofcore.generate import random_array
+from outofcore.frontends.generate import random_array
 
 spent: collections.Counter[str] = collections.Counter()
 
@@ -56,8 +56,8 @@ def main() -> None:
     for path, seed in ((a, 1), (b, 2)):
         if not os.path.exists(path):
             random_array(path, shape, chunks, dtype="float64", seed=seed)
-    outofcore.writing.make_durable = timed("chunks", outofcore.writing.make_durable)
-    outofcore.journalstore.write_durably = timed("journal", outofcore.journalstore.write_durably)
+    outofcore.storage.writing.make_durable = timed("chunks", outofcore.storage.writing.make_durable)
+    outofcore.journal.store.write_durably = timed("journal", outofcore.journal.store.write_durably)
     seconds: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(args.repeats):
         for flush in (True, False):

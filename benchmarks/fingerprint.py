@@ -1,7 +1,7 @@
-"""Cost of an input's content fingerprint (outofcore/fingerprint.py) per 10⁵ chunk files.
+"""Cost of an input's content fingerprint (outofcore/storage/fingerprint.py) per 10⁵ chunk files.
 
 Writes (once) a float32 array of about ``--objects`` chunk files of 10x10
-elements, then times :func:`outofcore.fingerprint.fingerprint` on it: the
+elements, then times :func:`outofcore.storage.fingerprint.fingerprint` on it: the
 first run after asking the kernel to drop its caches (as root; a no-op
 elsewhere) and the median of the warm runs after it.
 
@@ -21,7 +21,7 @@ import time
 import numpy as np
 import zarr
 
-from outofcore.fingerprint import fingerprint
+from outofcore.storage.fingerprint import fingerprint
 
 
 def main() -> None:

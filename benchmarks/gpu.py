@@ -49,8 +49,8 @@ def time_events(cuda, fn, repeats: int) -> float:
 
 def bench_kernel(cuda, cupy, size: tuple[int, int, int], dtype, repeats: int, reference: bool):
     """Time our kernel (and cuBLAS, and optionally the textbook kernel) on one shape."""
-    from outofcore.cuda import kernels
-    from outofcore.cuda.reference import launch_reference
+    from outofcore.compute.cuda import kernels
+    from outofcore.compute.cuda.reference import launch_reference
 
     m, n, k = size
     rng = np.random.default_rng(0)
@@ -87,7 +87,7 @@ def bench_kernel(cuda, cupy, size: tuple[int, int, int], dtype, repeats: int, re
 
 def bench_engine(size: tuple[int, int, int], panel_k: int, dtype, repeats: int) -> dict:
     """Time one tile through the engine: host panels in, host C out."""
-    import outofcore.cuda as ooc_cuda
+    import outofcore.compute.cuda as ooc_cuda
 
     m, n, k = size
     engine = ooc_cuda.make_engine("cuda")
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the rows to this file")
     args = parser.parse_args(argv)
 
-    import outofcore.cuda as ooc_cuda
+    import outofcore.compute.cuda as ooc_cuda
 
     if not ooc_cuda.is_available():
         print("no CUDA GPU here: run this on a GPU node", file=sys.stderr)

@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace, server: MotoServer, proxy: DelayProxy, folder
     from distributed import Client  # noqa: PLC0415
 
     from outofcore.config import parse_size  # noqa: PLC0415
-    from outofcore.generate import random_array  # noqa: PLC0415
+    from outofcore.frontends.generate import random_array  # noqa: PLC0415
     from scheduler.cluster import start_local_cluster  # noqa: PLC0415
 
     bucket = server.bucket("latency")
@@ -194,8 +194,8 @@ def _dask(a: str, b: str, out: str, options: dict, chunk: int) -> tuple[float, d
     import dask.array as da  # noqa: PLC0415
     import zarr  # noqa: PLC0415
 
-    from outofcore.locations import locate  # noqa: PLC0415
-    from outofcore.stores import zarr_options  # noqa: PLC0415
+    from outofcore.storage.locations import locate  # noqa: PLC0415
+    from outofcore.storage.stores import zarr_options  # noqa: PLC0415
 
     started = time.perf_counter()
     x = da.from_zarr(zarr.open_array(a, mode="r", **zarr_options(locate(a, options))))

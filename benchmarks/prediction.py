@@ -3,7 +3,7 @@
 For each case (the demo's job: 4096² float32 in 512² chunks with 40 MiB per
 worker; 8192² float32 in 2048² chunks with the default budget) the inputs are
 written once, then ``--repeats`` times, back to back: ``outofcore plan
---reprobe --json`` (the probe measures this machine now, :mod:`outofcore.probe`)
+--reprobe --json`` (the probe measures this machine now, :mod:`outofcore.machine.probe`)
 and ``outofcore matmul --json`` on a LocalCluster, whose summary's ``seconds``
 (the tasks' time, without the cluster's start) is the measured time.  Each pair
 is printed with its ratio; on a machine others use, the load moves both.
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from outofcore.cli_parser import DEMO_CHUNK, DEMO_MEMORY, DEMO_SIZE
+from outofcore.frontends.cli_parser import DEMO_CHUNK, DEMO_MEMORY, DEMO_SIZE
 
 
 @dataclass(frozen=True)

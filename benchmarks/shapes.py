@@ -180,11 +180,11 @@ def ensure_shape_inputs(data_dir: Path, shape: Shape) -> tuple[Path, Path]:
 
 def outofcore_plan(a_path: str, b_path: str, shape: Shape, per_worker: int, workers: int) -> Any:
     """The plan ``outofcore.matmul`` makes for ``shape`` on ``workers`` workers (the job's
-    own planning function, :func:`outofcore.planning.plan_job`, for single-threaded
+    own planning function, :func:`outofcore.jobs.planning.plan_job`, for single-threaded
     workers as the LocalCluster's)."""
-    from outofcore.operands import open_product  # noqa: PLC0415
-    from outofcore.planning import plan_job  # noqa: PLC0415
-    from outofcore.spec import JobSpec  # noqa: PLC0415
+    from outofcore.jobs.inputs import open_product  # noqa: PLC0415
+    from outofcore.jobs.planning import plan_job  # noqa: PLC0415
+    from outofcore.jobs.spec import JobSpec  # noqa: PLC0415
     from scheduler.executors import WorkerShape  # noqa: PLC0415
 
     spec = JobSpec(transpose_a=shape.gram, memory=per_worker, backend="cpu")
@@ -323,7 +323,7 @@ def _read_floor(a_path: str, b_path: str, out: str, cfg: dict, *, direct: bool =
     import numpy as np  # noqa: PLC0415
     import zarr  # noqa: PLC0415
 
-    from outofcore.reading import read_panel  # noqa: PLC0415
+    from outofcore.operands.reading import read_panel  # noqa: PLC0415
 
     shape = _shape(cfg)
     inputs = [zarr.open_array(a_path, mode="r")]
@@ -364,9 +364,9 @@ def _write_floor(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
     """Encode and write an output of C's shape, dtype, chunks and codec, one thread per core."""
     import numpy as np  # noqa: PLC0415
 
-    from outofcore.arrays import create_output  # noqa: PLC0415
-    from outofcore.locations import locate  # noqa: PLC0415
-    from outofcore.writing import write_region  # noqa: PLC0415
+    from outofcore.operands.arrays import create_output  # noqa: PLC0415
+    from outofcore.storage.locations import locate  # noqa: PLC0415
+    from outofcore.storage.writing import write_region  # noqa: PLC0415
 
     shape = _shape(cfg)
     per_worker = cfg["memory"] // cfg["workers"]

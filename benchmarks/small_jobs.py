@@ -106,7 +106,7 @@ API = """
 import sys, time, json, tempfile, os
 import outofcore
 from distributed import Client, LocalCluster
-from outofcore.generate import random_array
+from outofcore.frontends.generate import random_array
 from scheduler.cluster import BLAS_THREAD_VARIABLES
 from scheduler.worker_sizing import local_worker_limit
 

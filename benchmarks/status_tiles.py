@@ -57,10 +57,10 @@ def _run(args: argparse.Namespace, server) -> dict:
     from moto.s3.models import s3_backends  # noqa: PLC0415
     from zarr.core.sync import sync  # noqa: PLC0415
 
-    from outofcore import storeops  # noqa: PLC0415
     from outofcore.api import job_status  # noqa: PLC0415
-    from outofcore.journal import JOURNAL_DIR, Journal  # noqa: PLC0415
-    from outofcore.locations import locate  # noqa: PLC0415
+    from outofcore.journal.records import JOURNAL_DIR, Journal  # noqa: PLC0415
+    from outofcore.storage import storeops  # noqa: PLC0415
+    from outofcore.storage.locations import locate  # noqa: PLC0415
 
     port = server._server.server_port
     endpoint = f"http://127.0.0.1:{port}"

@@ -9,7 +9,7 @@ In each process: the imports and a small warm-up job first (libraries' lazy set-
 BLAS's own buffers), then the baseline, the process's resident bytes; then the case's
 job, in-process (``client="sync"``, one task at a time, as one worker thread runs
 them).  Every task measures the process's peak while it ran
-(:mod:`outofcore.peaks`); a kind's figure is the largest of its tasks' peaks over the
+(:mod:`outofcore.compute.peaks`); a kind's figure is the largest of its tasks' peaks over the
 baseline: the task's own memory plus what earlier tasks left for it (kept buffers,
 which its projection counts too).  The job must fit its projection plus the allowance
 beside the task, ``scheduler.worker_sizing.WORKER_OVERHEAD_BYTES``; a case over it, or whose
@@ -216,10 +216,10 @@ def measure(case: Case, data: Path) -> dict[str, Any]:
     import numpy as np  # noqa: PLC0415
     import psutil  # noqa: PLC0415
 
-    from outofcore import peaks  # noqa: PLC0415
     from outofcore.api import run_job  # noqa: PLC0415
-    from outofcore.freivalds import verify  # noqa: PLC0415
-    from outofcore.generate import random_array  # noqa: PLC0415
+    from outofcore.compute import peaks  # noqa: PLC0415
+    from outofcore.frontends.generate import random_array  # noqa: PLC0415
+    from outofcore.frontends.verify import verify  # noqa: PLC0415
 
     server = None
     options: dict[str, Any] = {}

@@ -29,19 +29,19 @@ def __getattr__(name: str) -> Any:
 
         return gram
     if name == "to_zarr":
-        from outofcore.dask_store import to_zarr
+        from outofcore.frontends.dask_store import to_zarr
 
         return to_zarr
     if name == "job_status":
-        from outofcore.status import job_status
+        from outofcore.journal.status import job_status
 
         return job_status
     if name == "JobSpec":
-        from outofcore.spec import JobSpec
+        from outofcore.jobs.spec import JobSpec
 
         return JobSpec
-    if name == "verify":  # in outofcore.freivalds: a submodule named like the function
-        from outofcore.freivalds import verify  # would replace it here once imported
+    if name == "verify":  # in outofcore.frontends.verify: a submodule named like the function
+        from outofcore.frontends.verify import verify  # would replace it here once imported
 
         return verify
     raise AttributeError(f"module 'outofcore' has no attribute {name!r}")

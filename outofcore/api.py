@@ -1,9 +1,9 @@
 """The Python API: :func:`matmul`, :func:`gram`, and :func:`run_job` behind them and the CLI.
 
 ``run_job`` resolves the job's spec once and checks everything knowable before any write
-(:func:`outofcore.job_setup.prepare_job`: where it runs, its budget and backend, its
+(:func:`outofcore.jobs.setup.prepare_job`: where it runs, its budget and backend, its
 operands, its start on the output, its plan), then runs the prepared job
-(:func:`outofcore.job_run.execute_job`: the lease, the executor, the plan for its real
+(:func:`outofcore.jobs.run.execute_job`: the lease, the executor, the plan for its real
 workers, the tiles, and the output marked complete only when every tile has its record).
 """
 
@@ -14,18 +14,18 @@ from typing import Any
 
 import zarr
 
-from outofcore import arrays
 from outofcore.errors import InputError
-from outofcore.job_output import (
+from outofcore.jobs.output import (
     JobResult,
     write_empty_product,
 )
-from outofcore.job_run import execute_job
-from outofcore.job_setup import prepare_job
-from outofcore.phases import Phases
-from outofcore.spec import JobSpec
-from outofcore.status import job_status
-from outofcore.targets import JOB_ATTRIBUTE
+from outofcore.jobs.phases import Phases
+from outofcore.jobs.run import execute_job
+from outofcore.jobs.setup import prepare_job
+from outofcore.jobs.spec import JobSpec
+from outofcore.journal.status import job_status
+from outofcore.journal.targets import JOB_ATTRIBUTE
+from outofcore.operands import arrays
 
 __all__ = [
     "ATTRIBUTE",
@@ -56,13 +56,13 @@ def matmul(
     a, b
         2-D ``zarr.Array`` objects, or paths / fsspec URLs of any bool, integer,
         float or complex dtype, mixed as numpy mixes them
-        (:mod:`outofcore.dtypes`); also ``da.from_zarr`` dask arrays (``.T`` too) and,
-        in process, numpy arrays (:mod:`outofcore.interop`).
+        (:mod:`outofcore.operands.dtypes`); also ``da.from_zarr`` dask arrays (``.T`` too) and,
+        in process, numpy arrays (:mod:`outofcore.operands.interop`).
     out
         Path or URL of the output (created with the plan's tiling), or an
         existing ``zarr.Array`` of the product's shape and output dtype.
     spec
-        The job's options as a :class:`~outofcore.spec.JobSpec`, or ``None``
+        The job's options as a :class:`~outofcore.jobs.spec.JobSpec`, or ``None``
         to build one from ``options``.
     client
         ``None``: Dask's convention: the default ``distributed.Client`` when one is open
@@ -73,7 +73,7 @@ def matmul(
         scheduler address, a ``distributed.Client`` (used as it is, never closed), or
         ``"sync"`` (in-process, no Dask).
     **options
-        Fields of :class:`~outofcore.spec.JobSpec`: ``transpose_a``,
+        Fields of :class:`~outofcore.jobs.spec.JobSpec`: ``transpose_a``,
         ``transpose_b``, ``alpha``, ``beta``, ``addend``, ``out_dtype``, ``memory`` (per
         worker, e.g. ``"512MiB"``; default 1 GiB, or less to fit this machine's memory cap),
         ``backend`` (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cupy"``), ``workers``,
@@ -142,12 +142,12 @@ def run_job(
 
     An incomplete output whose journal matches this job is resumed: its tile
     sizes are forced and only the tiles without a record are computed.  The
-    job holds the output's lease while it runs (see :mod:`outofcore.lease`).
+    job holds the output's lease while it runs (see :mod:`outofcore.journal.lease`).
 
     The spec is resolved once, before anything is written
-    (:func:`outofcore.job_setup.prepare_job`: where the job runs, its budget and
+    (:func:`outofcore.jobs.setup.prepare_job`: where the job runs, its budget and
     backend, its operands, its plan); what runs it takes that prepared job
-    (:func:`outofcore.job_run.execute_job`).
+    (:func:`outofcore.jobs.run.execute_job`).
     """
     phases = Phases()
     with phases("open"):

@@ -25,17 +25,17 @@ from typing import Any
 import psutil
 from dask.utils import format_bytes
 
-from outofcore.cli_output import (
+from outofcore.config import check_all, flag
+from outofcore.errors import JOB_FAILED, OutOfCoreError
+from outofcore.frontends.cli_output import (
     format_plan,
     format_status,
     format_summary,
     format_verify,
     print_result,
 )
-from outofcore.cli_parser import build_parser
-from outofcore.config import check_all, flag
-from outofcore.errors import JOB_FAILED, OutOfCoreError
-from outofcore.stacking import shape_text
+from outofcore.frontends.cli_parser import build_parser
+from outofcore.operands.stacking import shape_text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -179,7 +179,7 @@ def _product_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _storage(args: argparse.Namespace) -> dict[str, Any] | None:
-    from outofcore.stores import parse_storage_options  # noqa: PLC0415
+    from outofcore.storage.stores import parse_storage_options  # noqa: PLC0415
 
     return parse_storage_options(args.storage_option)
 
@@ -229,8 +229,8 @@ def _with_startup(summary: dict[str, Any], args: argparse.Namespace) -> dict[str
 
 
 def _job_spec(args: argparse.Namespace, product: dict[str, Any]) -> Any:
-    """The :class:`~outofcore.spec.JobSpec` of a ``matmul`` or ``gram`` command line."""
-    from outofcore.spec import JobSpec  # noqa: PLC0415
+    """The :class:`~outofcore.jobs.spec.JobSpec` of a ``matmul`` or ``gram`` command line."""
+    from outofcore.jobs.spec import JobSpec  # noqa: PLC0415
     from scheduler.gpu_cluster import parse_gpus  # noqa: PLC0415
 
     return JobSpec(
@@ -253,7 +253,7 @@ def _job_spec(args: argparse.Namespace, product: dict[str, Any]) -> Any:
 
 
 def _random(args: argparse.Namespace) -> int:
-    from outofcore.generate import random_array  # noqa: PLC0415
+    from outofcore.frontends.generate import random_array  # noqa: PLC0415
 
     started = time.perf_counter()
     array = random_array(
@@ -276,8 +276,8 @@ def _random(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from outofcore.operands import open_product  # noqa: PLC0415
-    from outofcore.planning import (  # noqa: PLC0415
+    from outofcore.jobs.inputs import open_product  # noqa: PLC0415
+    from outofcore.jobs.planning import (  # noqa: PLC0415
         job_workers,
         plan_job,
         with_budget,
@@ -326,7 +326,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from outofcore.freivalds import verify  # noqa: PLC0415
+    from outofcore.frontends.verify import verify  # noqa: PLC0415
 
     report = verify(
         args.a,
@@ -343,9 +343,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from outofcore.api import run_job  # noqa: PLC0415
-    from outofcore.freivalds import verify  # noqa: PLC0415
-    from outofcore.generate import random_array  # noqa: PLC0415
-    from outofcore.spec import JobSpec  # noqa: PLC0415
+    from outofcore.frontends.generate import random_array  # noqa: PLC0415
+    from outofcore.frontends.verify import verify  # noqa: PLC0415
+    from outofcore.jobs.spec import JobSpec  # noqa: PLC0415
 
     args.startup_seconds = _process_age()  # generating the inputs is not the job's start
     with tempfile.TemporaryDirectory(prefix="outofcore-demo-") as scratch:
@@ -381,7 +381,8 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
-#: The function that runs each command (:func:`outofcore.cli_parser.build_parser` names it).
+#: The function that runs each command
+#: (:func:`outofcore.frontends.cli_parser.build_parser` names it).
 COMMANDS = {
     "matmul": _matmul,
     "gram": _gram,

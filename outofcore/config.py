@@ -37,7 +37,7 @@ name                       default  meaning
 =========================  =======  ==================================================
 
 The ``store-*`` deadlines apply to every store client outofcore makes
-(:mod:`outofcore.deadlines`); storage options given by the user win over them.
+(:mod:`outofcore.storage.deadlines`); storage options given by the user win over them.
 
 Each setting is parsed by :func:`value` against its entry in :data:`SETTINGS` (its kind
 and range): a value that is not finite, out of range, not on/off or not a choice is an
@@ -82,7 +82,7 @@ class Setting:
 #: Every setting: its default and the values it takes (:func:`value` parses them).  The
 #: bounds keep each use finite: ``read-retries`` doublings of ``read-retry-delay`` stay
 #: within what ``time.sleep`` takes; a lease times out within a day
-#: (:data:`outofcore.lease.MAX_LEASE_TIMEOUT`).
+#: (:data:`outofcore.journal.lease.MAX_LEASE_TIMEOUT`).
 SETTINGS: dict[str, Setting] = {
     "connect-timeout": Setting(10.0, "seconds", 0, DAY, above=True),
     "read-retries": Setting(3, "count", 0, 20),

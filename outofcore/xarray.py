@@ -4,7 +4,7 @@
 DataArrays whose product is a matrix product: one contracted dimension, one more
 dimension of each operand kept, and dimensions both share before those (a stack's
 batch, in the same order) kept as they are.  The product runs as an outofcore job on
-the zarr arrays behind ``a`` and ``b`` (:func:`outofcore.interop.resolve`); the result is
+the zarr arrays behind ``a`` and ``b`` (:func:`outofcore.operands.interop.resolve`); the result is
 written where xarray opens it, ``xr.open_dataarray(out, engine="zarr")``: a zarr group
 holding the product (named ``name``) with its dimensions, and the coordinates ``xr.dot``
 gives it.  The DataArray returned is that, opened lazily.
@@ -15,7 +15,7 @@ graph), which gives the alignment (the positions of each operand that xr.dot pai
 with xarray's ``arithmetic_join``), the result's dims, coordinates and name, and
 xarray's own refusals (duplicate or conflicting indexes).  Where the alignment reads
 each operand as stored, or as one run of consecutive positions of a matrix (a window,
-:mod:`outofcore.windows`), the job reads exactly that; anything else (coordinates in
+:mod:`outofcore.operands.windows`), the job reads exactly that; anything else (coordinates in
 another order, shared values that are no run of positions, a stack's subset) is
 refused, naming the dimension and why, with the lines that align and store the
 operands first.
@@ -33,13 +33,13 @@ import zarr
 
 from outofcore.api import matmul
 from outofcore.errors import InputError, OutputExistsError
-from outofcore.generate import clear_own_array
-from outofcore.interop import Operand, resolve, type_name
-from outofcore.locations import Location, locate
-from outofcore.spec import JobSpec
-from outofcore.stacking import Window
-from outofcore.stores import zarr_options
-from outofcore.targets import JOB_ATTRIBUTE, Occupant, check_replaceable
+from outofcore.frontends.generate import clear_own_array
+from outofcore.jobs.spec import JobSpec
+from outofcore.journal.targets import JOB_ATTRIBUTE, Occupant, check_replaceable
+from outofcore.operands.interop import Operand, resolve, type_name
+from outofcore.operands.stacking import Window
+from outofcore.storage.locations import Location, locate
+from outofcore.storage.stores import zarr_options
 
 #: The name of the product's array in the output group when neither ``name`` nor
 #: ``xr.dot`` gives one (``xr.dot`` names the product after its operands when they

@@ -194,7 +194,7 @@ def runs_in_process(gpus: tuple[int, ...] | None, in_process: bool) -> bool:
 
     CPU workers gain nothing from processes of their own: their tasks spend their time
     in BLAS, decoding and chunk I/O, which release the GIL, and BLAS's threads are set
-    for the process (:meth:`outofcore.worker_context.WorkerContext.blas_threads`).  In
+    for the process (:meth:`outofcore.compute.worker_context.WorkerContext.blas_threads`).  In
     this process they start in a twentieth of the time (no interpreter to spawn,
     nothing imported again: docs/performance.md, "The first seconds").  GPU workers
     (one device each) keep their processes.

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from scheduler.plan import Plan
 
 #: Kernel block tile ``(bm, bn, bk)`` per element size: the one table of them;
-#: ``outofcore.cuda.kernels.PRODUCTION`` builds the production kernels from it.
+#: ``outofcore.compute.cuda.kernels.PRODUCTION`` builds the production kernels from it.
 #: 4: float32; 8: float64 and complex64; 16: complex128.
 KERNEL_BLOCKS: dict[int, tuple[int, int, int]] = {4: (128, 128, 8), 8: (64, 64, 8), 16: (64, 64, 8)}
 #: Device panels in flight (one multiplied, one being copied).

@@ -111,7 +111,7 @@ def input_chunk_bytes(problem: Problem) -> int:
 
 def limb_bytes(problem: Problem, tm: int, tn: int, tk: int) -> int:
     """Bytes a wide integer product's multiply holds beside its panels
-    (:mod:`outofcore.limbs`): every float64 limb of B's panel, one of A's, a 64-bit
+    (:mod:`outofcore.compute.limbs`): every float64 limb of B's panel, one of A's, a 64-bit
     scratch buffer of the larger panel, and one shift's float64 sum with its integer
     conversion (``tm x tn`` each); 0 for other products."""
     if not problem.limbs:
@@ -150,7 +150,7 @@ def shard_read_bytes(
 
 
 def part_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int) -> int:
-    """Projected peak bytes of one part of a split tile (:mod:`outofcore.splitk`).
+    """Projected peak bytes of one part of a split tile (:mod:`outofcore.jobs.splitk`).
 
     The tile loop over the part's panels (:func:`loop_bytes`; a part neither finishes
     nor writes output chunks), and the block of rows being kept: serialized once
@@ -163,7 +163,7 @@ def part_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
 
 
 def reduction_bytes(problem: Problem, tm: int, tn: int, io_concurrency: int) -> int:
-    """Projected peak bytes of the reduction of a split tile (:mod:`outofcore.splitk`).
+    """Projected peak bytes of the reduction of a split tile (:mod:`outofcore.jobs.splitk`).
 
     Per write block of rows, whatever the number of parts: the running sum, the part
     just read and a store's copy of it (three blocks in the accumulation dtype), the

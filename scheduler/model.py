@@ -16,7 +16,7 @@ On a CPU worker the kernel, the codecs and the writer share the same cores:
 cores are all BLAS's, so every second of decoding is one less of BLAS) and
 their ``max`` (cores to spare: a machine others use hands the job's reader
 thread its own share), by the measured ``overlap`` ``h`` (the part of the
-codecs' time hidden behind BLAS, :mod:`outofcore.probe`)::
+codecs' time hidden behind BLAS, :mod:`outofcore.machine.probe`)::
 
     T_cores = T_compute + T_codecs - h * min(T_compute, T_codecs),
     T_codecs = T_decode + T_write + T_scratch
@@ -46,7 +46,7 @@ The busiest worker's flops come from the plan's tasks (tiles, or parts of
 tiles when k is split) handed out largest first to the least loaded worker
 (:func:`scheduler.tiling.busiest_worker`, the planner's own estimate).  Rates
 are inputs: ``outofcore plan`` builds this machine's from a short probe
-(:mod:`outofcore.probe`); the presets below are stated assumptions (the GPU
+(:mod:`outofcore.machine.probe`); the presets below are stated assumptions (the GPU
 node and the CPU cluster, :func:`what_ifs`) to be replaced by measurements,
 and one historical measurement (:data:`CI_2CORE`).
 """
@@ -113,7 +113,7 @@ GB = 1e9
 #: zstd decoding ~0.9 CPU-s/GiB, so ~2.4 GB/s of the two cores' time; uncompressed
 #: output written unbuffered ~0.5 CPU-s/GiB (~4 GB/s of the cores), the disk taking
 #: ~1.2 GB/s; inputs in the page cache.  Not this machine's rates: ``outofcore plan``
-#: measures those (:mod:`outofcore.probe`); kept as a worked example for the tests.
+#: measures those (:mod:`outofcore.machine.probe`); kept as a worked example for the tests.
 CI_2CORE = Machine(
     name="ci-2core",
     nodes=1,

@@ -59,7 +59,7 @@ class Problem:
     #: take (their float64 copies are held while a panel is multiplied); 0: none.
     limbs: int = 0
     #: Bytes every task holds beside its buffers: the vectors of the elementwise steps
-    #: that compute an operand as it is read (:mod:`outofcore.derived`).
+    #: that compute an operand as it is read (:mod:`outofcore.operands.derived`).
     held_bytes: int = 0
     #: Matrices of a stacked output ``(E..., m, n)`` (the product of its leading
     #: dimensions); None: one matrix, no batch axis (keys, journals and summaries as ever).

@@ -26,7 +26,7 @@ WORKER_OVERHEAD_BYTES = 512 * 2**20
 #: numba.cuda, the CUDA context, the compiled kernels and the engine's fixed pinned
 #: buffers (:func:`worker_allowance`).  Measured on an H200 (dask-cuda 26.10, a worker
 #: started by ``gpus=(0,)`` with a 256 MiB budget): its resident memory was 226 MB idle,
-#: 320 MB after ``outofcore.cuda.make_engine("cuda")`` (numba.cuda imported, the context
+#: 320 MB after ``outofcore.compute.cuda.make_engine("cuda")`` (numba.cuda imported, the context
 #: made, device memory measured) and 462 MB after one 256x256 float32 tile (the first
 #: kernel compile, the pinned staging ring); 512 MiB rounds 462 MB up with margin.
 GPU_WORKER_OVERHEAD_BYTES = 512 * 2**20

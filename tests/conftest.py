@@ -39,7 +39,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 damaged_reads.install()
 
-# The user's cache folder is never written: outofcore's probe cache (outofcore/probe_cache.py,
+# The user's cache folder is never written: outofcore's probe cache
+# (outofcore/machine/probe_cache.py,
 # machine.json) goes to a temporary XDG_CACHE_HOME for the whole run and the processes it
 # starts, removed at the end (probe_cache.cache_dir reads the variable at each call). Figures
 # probed under the suite's own load would otherwise be what `outofcore plan` predicts from

@@ -17,8 +17,8 @@ import numpy as np
 import psutil
 import zarr
 
-from outofcore.generate import random_array
-from outofcore.journal import JOURNAL_DIR
+from outofcore.frontends.generate import random_array
+from outofcore.journal.records import JOURNAL_DIR
 
 #: The repository's root folder.
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,8 +219,9 @@ async def with_sync_client(scheduler, fn):
 
 
 def engine_protocol_gaps(engine) -> set[str]:
-    """Members of :class:`outofcore.engines.TileEngine` that ``engine`` lacks (empty: none)."""
-    from outofcore.engines import TileEngine  # noqa: PLC0415
+    """Members of :class:`outofcore.compute.engines.TileEngine` that ``engine`` lacks
+    (empty: none)."""
+    from outofcore.compute.engines import TileEngine  # noqa: PLC0415
 
     wanted = {name for name in dir(TileEngine) if not name.startswith("_")}
     wanted |= set(TileEngine.__annotations__)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from outofcore.generate import random_array
+from outofcore.frontends.generate import random_array
 from tests.helpers import ROOT
 
 DOCUMENTS = (

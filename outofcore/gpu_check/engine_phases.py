@@ -60,8 +60,8 @@ def phase_bandwidth() -> dict:
 
 def phase_engine() -> dict:
     """One tile through the engine against its copies alone and its kernels alone."""
-    from outofcore.cuda import kernels  # noqa: PLC0415
-    from outofcore.cuda.engine import CudaEngine  # noqa: PLC0415
+    from outofcore.compute.cuda import kernels  # noqa: PLC0415
+    from outofcore.compute.cuda.engine import CudaEngine  # noqa: PLC0415
 
     cuda = numba_cuda()
     dtype = np.dtype(np.float32)
@@ -162,8 +162,8 @@ def phase_engine() -> dict:
 def _dry_job(folder: Path, a_url: str, b_url: str, c_url: str) -> dict:
     """The dry run's matmul: run_job in this process on the simulator with tiny kernel tiles."""
     from outofcore.api import run_job  # noqa: PLC0415
-    from outofcore.cuda.engine import CudaEngine  # noqa: PLC0415
-    from outofcore.worker_context import worker_context  # noqa: PLC0415
+    from outofcore.compute.cuda.engine import CudaEngine  # noqa: PLC0415
+    from outofcore.compute.worker_context import worker_context  # noqa: PLC0415
 
     engines = worker_context().thread().engines
     engines["cuda"] = CudaEngine("cuda", params=tile_params(np.float32))
@@ -258,7 +258,7 @@ def phase_cluster() -> dict:
     def engine_rss() -> dict:
         import numpy  # noqa: PLC0415
 
-        import outofcore.cuda as ooc_cuda  # noqa: PLC0415
+        import outofcore.compute.cuda as ooc_cuda  # noqa: PLC0415
 
         before = rss()
         engine = ooc_cuda.make_engine("cuda")

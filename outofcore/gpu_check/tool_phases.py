@@ -31,8 +31,8 @@ from outofcore.gpu_check.common import (
 
 def sanitizer_workload() -> None:
     """Small launches of every production kernel and one sub-tiled engine tile."""
-    from outofcore.cuda import kernels  # noqa: PLC0415
-    from outofcore.cuda.engine import CudaEngine  # noqa: PLC0415
+    from outofcore.compute.cuda import kernels  # noqa: PLC0415
+    from outofcore.compute.cuda.engine import CudaEngine  # noqa: PLC0415
 
     cuda = numba_cuda()
     rng = np.random.default_rng(5)

@@ -8,13 +8,13 @@ import threading
 import numpy as np
 import pytest
 
-import outofcore.cuda as ooc_cuda
+import outofcore.compute.cuda as ooc_cuda
 from outofcore.api import run_job
-from outofcore.cuda import buffers
-from outofcore.cuda.engine import CudaEngine
-from outofcore.cuda.kernels import TileParams
+from outofcore.compute.cuda import buffers
+from outofcore.compute.cuda.engine import CudaEngine
+from outofcore.compute.cuda.kernels import TileParams
+from outofcore.compute.worker_context import worker_context
 from outofcore.errors import BackendError, BudgetError, InputError
-from outofcore.worker_context import worker_context
 from scheduler.device_plan import device_bytes
 from tests.helpers import (
     assert_gemm_close,
@@ -124,7 +124,7 @@ def test_each_task_thread_makes_its_engine_once(monkeypatch):
 
 
 def test_outofcore_engines_builds_the_cuda_engine():
-    from outofcore import engines
+    from outofcore.compute import engines
 
     engine = engines.make_engine("cuda")
     assert isinstance(engine, CudaEngine) and engine.name == "cuda"
@@ -357,7 +357,7 @@ def test_two_engines_in_two_threads_share_one_device_budget():
 def test_a_smaller_budget_frees_device_buffers_that_no_longer_fit(monkeypatch):
     """Buffers grown for a large tile are made again when the budget shrinks (a lower
     --device-memory, or another thread's engine joining the share)."""
-    from outofcore.cuda import engine as engine_module  # noqa: PLC0415
+    from outofcore.compute.cuda import engine as engine_module  # noqa: PLC0415
 
     for module in (buffers, engine_module):  # 64-byte steps, so that tiny tiles show it
         monkeypatch.setattr(module, "GROWTH", 64)
@@ -511,7 +511,7 @@ def test_run_job_on_the_simulator_with_transposes_scales_and_dtypes(
     tmp_path, monkeypatch, a_dtype, b_dtype, accumulated
 ):
     """Transposed panels (strided host views) and every compute dtype through the CUDA engine."""
-    from outofcore.generate import random_values
+    from outofcore.frontends.generate import random_values
 
     rng = np.random.default_rng(12)
     a = random_values(rng, (17, 21), np.dtype(a_dtype))  # stored k x m: used as A.T
@@ -561,7 +561,7 @@ def test_vectors_and_stacks_on_the_simulator(
     tmp_path, monkeypatch, a_shape, b_shape, a_chunks, b_chunks
 ):
     """numpy.matmul's shapes reach the CUDA engine as 2-D panels of each task's matrix."""
-    from outofcore.generate import random_values
+    from outofcore.frontends.generate import random_values
 
     rng = np.random.default_rng(14)
     a = random_values(rng, a_shape, np.dtype("float32"))
@@ -578,7 +578,7 @@ def test_vectors_and_stacks_on_the_simulator(
 
 @pytest.mark.parametrize("splits", [None, 2])
 def test_a_centred_gram_from_panel_sums_on_the_simulator(tmp_path, monkeypatch, splits):
-    """A product centred from its panel sums (outofcore/centring.py) through the CUDA
+    """A product centred from its panel sums (outofcore/operands/centring.py) through the CUDA
     engine: the sums come from the host panels, the correction from the finished rows."""
     import dask.array as da
 

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from numba import cuda
 
-import outofcore.cuda as ooc_cuda
-from outofcore.cuda import kernels
-from outofcore.cuda.kernels import PRODUCTION, TileParams
-from outofcore.cuda.reference import launch_reference
-from outofcore.dtypes import COMPUTE_DTYPES
+import outofcore.compute.cuda as ooc_cuda
+from outofcore.compute.cuda import kernels
+from outofcore.compute.cuda.kernels import PRODUCTION, TileParams
+from outofcore.compute.cuda.reference import launch_reference
 from outofcore.errors import InputError
+from outofcore.operands.dtypes import COMPUTE_DTYPES
 
 # tests/conftest.py turns numba's CUDA simulator on unless NUMBA_ENABLE_CUDASIM is set.
 pytestmark = pytest.mark.skipif(

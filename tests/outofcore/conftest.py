@@ -25,7 +25,7 @@ def worker_state_left_clean(request):
     engines' accumulators and chunk-file buffers belong to worker threads between the
     tasks of one job, and an in-process job frees them when it returns (issue 20,
     item 5)."""
-    from outofcore.worker_context import worker_context  # noqa: PLC0415
+    from outofcore.compute.worker_context import worker_context  # noqa: PLC0415
 
     kept = worker_context().kept_bytes
     before = kept()

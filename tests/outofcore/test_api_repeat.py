@@ -17,7 +17,7 @@ def test_matmul_verify_gram_verify_matmul_in_one_process(tmp_path):
     b = random_matrix(rng, (17, 13), "float32")
     write_zarr(tmp_path / "a.zarr", a, (8, 5))
     write_zarr(tmp_path / "b.zarr", b, (5, 4))
-    importlib.import_module("outofcore.freivalds")  # what used to shadow outofcore.verify
+    importlib.import_module("outofcore.frontends.verify")  # what used to shadow outofcore.verify
     for _ in range(2):
         c = outofcore.matmul(
             tmp_path / "a.zarr",

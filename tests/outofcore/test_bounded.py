@@ -23,7 +23,7 @@ import pytest
 import zarr
 from numcodecs import BZ2, LZ4, LZMA, Blosc, GZip, Zlib, Zstd
 
-from outofcore.codecs import ChunkSizeError, decode_bounded, zstd_content_size
+from outofcore.storage.codecs import ChunkSizeError, decode_bounded, zstd_content_size
 from tests.helpers import random_matrix
 
 GiB = 2**30
@@ -119,7 +119,7 @@ def test_a_bomb_is_refused_before_its_size_is_allocated(name):
     code = (
         "import numpy as np, sys; sys.path.insert(0, '.'); "
         "from tests.outofcore.test_bounded import BOMBS; "
-        "from outofcore.codecs import ChunkSizeError, decode_bounded; "
+        "from outofcore.storage.codecs import ChunkSizeError, decode_bounded; "
         f"codec, make = BOMBS[{name!r}]; data = make(); "
         "out = np.empty(8192, np.uint8)\n"
         "try:\n    decode_bounded(codec, data, 8192, out=out)\n"
@@ -217,8 +217,8 @@ def test_a_chunk_that_decodes_short_is_a_corrupt_chunk_not_stale_bytes(tmp_path)
     """A zstd frame declaring fewer bytes than the chunk was decoded into the start of a
     reused buffer, the rest of it left as whatever the buffer held before."""
     from outofcore import config  # noqa: PLC0415
-    from outofcore.reading import ReadError, read_panel  # noqa: PLC0415
-    from outofcore.worker_context import worker_context  # noqa: PLC0415
+    from outofcore.compute.worker_context import worker_context  # noqa: PLC0415
+    from outofcore.operands.reading import ReadError, read_panel  # noqa: PLC0415
 
     values = random_matrix(np.random.default_rng(4), (64, 64), "float64")
     path = str(tmp_path / "a.zarr")
@@ -259,7 +259,7 @@ def test_zarr_v2_inputs_are_read_without_an_internal_error_in_the_log(tmp_path, 
 
 
 def test_a_layout_warning_is_given_once_per_array(monkeypatch, tmp_path, caplog):
-    from outofcore import chunk_layout  # noqa: PLC0415
+    from outofcore.storage import chunk_layout  # noqa: PLC0415
 
     array = zarr.create_array(str(tmp_path / "x.zarr"), shape=(4, 4), chunks=(2, 2), dtype="f8")
     monkeypatch.setattr(chunk_layout, "_WARNED", set())

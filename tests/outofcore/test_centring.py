@@ -1,4 +1,4 @@
-"""Centring over k from panel sums (:mod:`outofcore.centring`): one read of ``x``.
+"""Centring over k from panel sums (:mod:`outofcore.operands.centring`): one read of ``x``.
 
 ``xc.T @ xc`` with ``xc = x - x.mean(axis=0)`` is computed as ``x'.T @ x' - s s^T / n``
 with ``x'`` shifted by a sample's means and ``s`` the panels' sums.  Compared with a
@@ -19,11 +19,11 @@ import zarr
 
 import outofcore
 from outofcore.api import run_job
-from outofcore.centring import PanelSums, centred_over_k
-from outofcore.cli_output import format_summary
-from outofcore.freivalds import verify
-from outofcore.journal import JOURNAL_DIR, PARTIALS_DIR
-from outofcore.reading import SAMPLE_SHARE, sample_means
+from outofcore.frontends.cli_output import format_summary
+from outofcore.frontends.verify import verify
+from outofcore.journal.records import JOURNAL_DIR, PARTIALS_DIR
+from outofcore.operands.centring import PanelSums, centred_over_k
+from outofcore.operands.reading import SAMPLE_SHARE, sample_means
 from tests.helpers import break_chunk, restore_chunk, write_zarr
 
 SYNC = {"client": "sync", "progress": False}
@@ -149,7 +149,7 @@ def test_anything_else_is_centred_by_the_exact_means(tall):
 
 
 def test_which_steps_centre_over_k():
-    from outofcore.derived import Step  # noqa: PLC0415
+    from outofcore.operands.derived import Step  # noqa: PLC0415
 
     shift = Step("sub", np.dtype("f4"), np.zeros(3, np.float32), axis=1, shift=True)
     exact = Step("sub", np.dtype("f4"), np.zeros(3, np.float32), axis=1)

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import zarr
 
-from outofcore import chunk_layout, chunkfiles
-from outofcore.chunk_io import chunk_io
-from outofcore.reading import read_panel
-from outofcore.worker_context import worker_context
-from outofcore.writing import write_region
+from outofcore.compute.worker_context import worker_context
+from outofcore.operands.reading import read_panel
+from outofcore.storage import chunk_layout, chunkfiles
+from outofcore.storage.chunk_io import chunk_io
+from outofcore.storage.writing import write_region
 
 SHAPE, CHUNKS = (300, 250), (64, 48)  # ragged edges on both axes
 

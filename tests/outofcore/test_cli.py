@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zarr
 
-from outofcore.generate import random_array
+from outofcore.frontends.generate import random_array
 from tests.helpers import assert_product_close, break_chunk, restore_chunk
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from outofcore.errors import BAD_INPUT, JOB_FAILED
-from outofcore.generate import random_array
+from outofcore.frontends.generate import random_array
 from tests.helpers import ROOT, break_chunk, free_port, random_matrix, restore_chunk, write_zarr
 
 #: This checkout first on the path, then tests/conftest.py's (damaged reads: break_chunk).

@@ -1,7 +1,7 @@
 """Operands that compute (issue 31, item 2): a stored array with elementwise steps.
 
 ``x - x.mean(axis=0)``, ``(x - mu) / sigma``, ``x * w``, ``2 * x + 1`` and ``astype``
-are read from the stored ``x`` and computed panel by panel (:mod:`outofcore.derived`);
+are read from the stored ``x`` and computed panel by panel (:mod:`outofcore.operands.derived`);
 numpy, in float64, is the reference.  The steps and their vectors are in the job's
 identity: a resume refuses a changed expression.
 """
@@ -16,9 +16,9 @@ import zarr
 import outofcore
 from outofcore.api import run_job
 from outofcore.errors import InputError
-from outofcore.freivalds import verify
-from outofcore.reading import ReadError
-from outofcore.resume import ResumeError
+from outofcore.frontends.verify import verify
+from outofcore.journal.resume import ResumeError
+from outofcore.operands.reading import ReadError
 from tests.helpers import break_chunk, restore_chunk, write_zarr
 
 

@@ -14,11 +14,13 @@ import pytest
 import zarr
 
 import outofcore
-from outofcore import cli, planning, prediction, probe_cache
-from outofcore.cli_parser import build_parser
+from outofcore import cli
 from outofcore.errors import InputError
-from outofcore.operands import open_product
-from outofcore.spec import DASHBOARD_AFTER_SECONDS, JobSpec
+from outofcore.frontends.cli_parser import build_parser
+from outofcore.jobs import planning
+from outofcore.jobs.inputs import open_product
+from outofcore.jobs.spec import DASHBOARD_AFTER_SECONDS, JobSpec
+from outofcore.machine import prediction, probe_cache
 from scheduler.cluster import DASHBOARD_EXTRA, serves_dashboard
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 

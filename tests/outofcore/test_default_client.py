@@ -151,9 +151,9 @@ def test_kinds_and_one_span_per_job_named_after_its_output(cluster, inputs, tmp_
 
 
 def _where(output: Path) -> str:
-    """How run_job names an output given as a path (outofcore.status.describe_output)."""
-    from outofcore.locations import locate  # noqa: PLC0415
-    from outofcore.status import describe_output  # noqa: PLC0415
+    """How run_job names an output given as a path (outofcore.journal.status.describe_output)."""
+    from outofcore.journal.status import describe_output  # noqa: PLC0415
+    from outofcore.storage.locations import locate  # noqa: PLC0415
 
     return describe_output(locate(output, None).target)
 

@@ -1,6 +1,6 @@
 """Every dtype, mixed pairs, transposes, alpha/beta/addend: rules, jobs on a real cluster, verify.
 
-The dtype rules (:mod:`outofcore.dtypes`) are checked as a table; the jobs run
+The dtype rules (:mod:`outofcore.operands.dtypes`) are checked as a table; the jobs run
 on one 2-worker LocalCluster (worker processes) against a float64 / complex128
 numpy reference, exact for integers, on odd shapes and ragged chunks.
 """
@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 import outofcore
-from outofcore.dtypes import product_types
 from outofcore.errors import InputError
-from outofcore.freivalds import verify
-from outofcore.generate import random_values
-from outofcore.product import Product
-from outofcore.resume import differences, job_identity
+from outofcore.frontends.generate import random_values
+from outofcore.frontends.verify import verify
+from outofcore.journal.resume import differences, job_identity
+from outofcore.operands.dtypes import product_types
+from outofcore.operands.product import Product
 from tests.helpers import assert_gemm_close, write_zarr
 
 
@@ -178,6 +178,6 @@ def test_resume_identity_names_a_changed_product(tmp_path):
 
 
 def _fingerprints(product: Product):
-    from outofcore.fingerprint import fingerprint
+    from outofcore.storage.fingerprint import fingerprint
 
     return {name: fingerprint(array) for name, array in product.inputs.items()}

@@ -32,10 +32,10 @@ import zarr
 
 from outofcore.api import ATTRIBUTE, run_job
 from outofcore.errors import JobFailedError
-from outofcore.fingerprint import fingerprint
-from outofcore.journal import JOURNAL_DIR, PARTIALS_DIR
-from outofcore.resume import OutputChangedError, ResumeError
-from outofcore.writing import make_durable, region_files, write_durably
+from outofcore.journal.records import JOURNAL_DIR, PARTIALS_DIR
+from outofcore.journal.resume import OutputChangedError, ResumeError
+from outofcore.storage.fingerprint import fingerprint
+from outofcore.storage.writing import make_durable, region_files, write_durably
 from tests.helpers import (
     assert_gemm_close,
     break_chunk,
@@ -264,9 +264,9 @@ def test_output_metadata_edited_while_the_job_runs_leaves_it_incomplete(tmp_path
     a, b = random_matrix(rng, (30, 20), "float64"), random_matrix(rng, (20, 40), "float64")
     zarr.create_array(tmp_path / "a.zarr", data=a, chunks=(10, 10))
     zarr.create_array(tmp_path / "b.zarr", data=b, chunks=(10, 10))
-    import outofcore.tile
+    import outofcore.compute.tile
 
-    compute = outofcore.tile.compute_tile
+    compute = outofcore.compute.tile.compute_tile
     calls = []
 
     def edit_the_output_after_the_first_tile(job, task, **options):
@@ -278,7 +278,9 @@ def test_output_metadata_edited_while_the_job_runs_leaves_it_incomplete(tmp_path
             path.write_text(json.dumps(document))
         return compute(job, task, **options)
 
-    monkeypatch.setattr("outofcore.recorded.compute_tile", edit_the_output_after_the_first_tile)
+    monkeypatch.setattr(
+        "outofcore.jobs.recorded.compute_tile", edit_the_output_after_the_first_tile
+    )
     with pytest.raises(OutputChangedError, match=r"changed while the job wrote it .*codecs"):
         run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr",
                 memory=8 * 1024, client="sync", progress=False)  # fmt: skip

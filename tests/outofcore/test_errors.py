@@ -22,9 +22,9 @@ from outofcore.errors import (
     InputError,
     OutputExistsError,
 )
-from outofcore.lease import lease_timeout
-from outofcore.product import Product
-from outofcore.reading import read_retry_settings
+from outofcore.journal.lease import lease_timeout
+from outofcore.operands.product import Product
+from outofcore.operands.reading import read_retry_settings
 from tests.helpers import cli, random_matrix, write_zarr
 
 
@@ -235,7 +235,7 @@ def test_cuda_backend_without_gpu_is_a_clear_error(inputs):
     folder, a, b = inputs
     code = (
         "import outofcore, sys\n"
-        "from outofcore.engines import gpu_visible\n"
+        "from outofcore.compute.engines import gpu_visible\n"
         "from outofcore.errors import BackendError\n"
         "if gpu_visible(): print('GPU'); sys.exit(0)\n"
         "try:\n"
@@ -267,8 +267,9 @@ def test_sizes():
 
 def test_settings_come_from_the_environment_and_bad_ones_are_named(outofcore_settings):
     code = (
-        "from outofcore.reading import read_retry_settings; from outofcore.lease import "
-        "lease_timeout; print(read_retry_settings(), lease_timeout())"
+        "from outofcore.operands.reading import read_retry_settings; "
+        "from outofcore.journal.lease import lease_timeout; "
+        "print(read_retry_settings(), lease_timeout())"
     )
     env = {**os.environ, "OUTOFCORE_READ_RETRIES": "7", "OUTOFCORE_LEASE_TIMEOUT": "2.5"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)

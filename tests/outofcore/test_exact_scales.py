@@ -18,10 +18,10 @@ import pytest
 import zarr
 
 import outofcore
-from outofcore.cli_parser import _number
-from outofcore.dtypes import check_scale, product_types
 from outofcore.errors import InputError
-from outofcore.freivalds import verify
+from outofcore.frontends.cli_parser import _number
+from outofcore.frontends.verify import verify
+from outofcore.operands.dtypes import check_scale, product_types
 from tests.helpers import cli, write_zarr
 
 SYNC = {"client": "sync", "progress": False}

@@ -18,13 +18,13 @@ import zarr
 
 from outofcore import cli, config
 from outofcore.api import run_job
-from outofcore.phases import Phases
-from outofcore.worker_context import worker_context
+from outofcore.compute.worker_context import worker_context
+from outofcore.jobs.phases import Phases
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: The phases of a job, in the order they run (outofcore/phases.py).
+#: The phases of a job, in the order they run (outofcore/jobs/phases.py).
 JOB_PHASES = [
     "open",
     "fingerprints",

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 import outofcore
 from outofcore.api import run_job
-from outofcore.blas import gram_into, mirror_upper, syrk_accumulate
+from outofcore.compute.blas import gram_into, mirror_upper, syrk_accumulate
 from outofcore.errors import InputError
-from outofcore.generate import random_values
-from outofcore.product import Product
+from outofcore.frontends.generate import random_values
+from outofcore.operands.product import Product
 from tests.helpers import assert_gemm_close, cli, random_matrix, write_zarr
 
 

@@ -21,10 +21,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import outofcore
-from outofcore.documents import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_DEPTH
 from outofcore.errors import InputError
-from outofcore.freivalds import verify
-from outofcore.generate import random_array
+from outofcore.frontends.generate import random_array
+from outofcore.frontends.verify import verify
+from outofcore.storage.documents import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_DEPTH
 from tests.helpers import cli
 
 #: Brackets nested this deep: Python's JSON parser recursed past its limit.
@@ -227,7 +227,7 @@ def test_any_attributes_either_open_or_are_one_input_error(tmp_path_factory, dep
     array = zarr.create_array(folder / "x.zarr", shape=(3, 2), chunks=(2, 2), dtype="f4")
     with_attributes(folder / "x.zarr" / "zarr.json", "[" * depth + leaf + "]" * depth)
     try:
-        opened = outofcore.arrays.open_input(folder / "x.zarr", "A")
+        opened = outofcore.operands.arrays.open_input(folder / "x.zarr", "A")
     except InputError as exc:
         assert "x.zarr" in str(exc)
     else:

@@ -26,12 +26,12 @@ import pytest
 import zarr
 from distributed import Client
 
-from outofcore import panel_cache
 from outofcore.api import ATTRIBUTE, job_status, run_job
+from outofcore.compute import panel_cache
 from outofcore.errors import InputChangedError
-from outofcore.generate import random_array
-from outofcore.journal import JOURNAL_DIR
-from outofcore.resume import ResumeError
+from outofcore.frontends.generate import random_array
+from outofcore.journal.records import JOURNAL_DIR
+from outofcore.journal.resume import ResumeError
 from tests.helpers import (
     assert_product_close,
     cli,
@@ -234,9 +234,9 @@ def test_input_rewritten_during_an_in_process_job_raises(tmp_path, monkeypatch):
     a, b = random_matrix(rng, (30, 20), "float64"), random_matrix(rng, (20, 40), "float64")
     write_zarr(tmp_path / "a.zarr", a, (10, 10))
     write_zarr(tmp_path / "b.zarr", b, (10, 10))
-    import outofcore.tile
+    import outofcore.compute.tile
 
-    compute = outofcore.tile.compute_tile
+    compute = outofcore.compute.tile.compute_tile
     calls = []
 
     def rewrite_a_after_the_first_tile(job, task, **options):
@@ -245,7 +245,7 @@ def test_input_rewritten_during_an_in_process_job_raises(tmp_path, monkeypatch):
             zarr.open_array(str(tmp_path / "a.zarr"), mode="r+")[0:10, 0:10] = 0.5
         return compute(job, task, **options)
 
-    monkeypatch.setattr("outofcore.recorded.compute_tile", rewrite_a_after_the_first_tile)
+    monkeypatch.setattr("outofcore.jobs.recorded.compute_tile", rewrite_a_after_the_first_tile)
     with pytest.raises(InputChangedError, match=r"input A .* changed while the job read it"):
         run_job(
             tmp_path / "a.zarr",
@@ -458,7 +458,7 @@ def test_a_job_whose_output_was_taken_over_stops_writing(tmp_path):
 def test_fingerprint_changes_with_a_rewritten_chunk_and_only_then(tmp_path, where):
     from zarr.storage import MemoryStore, ObjectStore
 
-    from outofcore.fingerprint import changes, fingerprint
+    from outofcore.storage.fingerprint import changes, fingerprint
 
     if where == "obstore-memory":
         obstore = pytest.importorskip("obstore", reason="obstore (the s3 extra) is not installed")

@@ -19,11 +19,11 @@ import xarray as xr
 import zarr
 
 import outofcore
-from outofcore import interop
 from outofcore.api import ATTRIBUTE, JobSpec, job_status, run_job
 from outofcore.errors import InputError
-from outofcore.operands import Operands
-from outofcore.resume import ResumeError
+from outofcore.jobs.inputs import Operands
+from outofcore.journal.resume import ResumeError
+from outofcore.operands import interop
 from tests.helpers import (
     assert_gemm_close,
     break_chunk,

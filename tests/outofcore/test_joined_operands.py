@@ -1,5 +1,5 @@
 """Operands that are stored arrays joined along one axis (issue 31, item 2):
-``da.concatenate([x, y])`` read part by part (:mod:`outofcore.joined`), never stored.
+``da.concatenate([x, y])`` read part by part (:mod:`outofcore.operands.joined`), never stored.
 
 numpy, in float64, is the reference; the parts have other chunks and ragged edges, so
 panels span two parts; every part is an input of the job (fingerprinted, never the
@@ -16,11 +16,11 @@ import zarr
 import outofcore
 from outofcore.api import run_job
 from outofcore.errors import InputError
-from outofcore.freivalds import verify
-from outofcore.interop import layer_reads
-from outofcore.joined import joined_reads
-from outofcore.reading import ReadError
-from outofcore.resume import ResumeError
+from outofcore.frontends.verify import verify
+from outofcore.journal.resume import ResumeError
+from outofcore.operands.interop import layer_reads
+from outofcore.operands.joined import joined_reads
+from outofcore.operands.reading import ReadError
 from tests.helpers import (
     assert_gemm_close,
     break_chunk,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from outofcore import manifest
-from outofcore.journal import Journal, record_problem
-from outofcore.locations import locate
+from outofcore.journal.records import Journal, record_problem
+from outofcore.storage import manifest
+from outofcore.storage.locations import locate
 from scheduler.plan import PartialTask, Tiles
 
 

@@ -16,9 +16,9 @@ import zarr
 
 import outofcore
 from outofcore.errors import InputError, OutputExistsError
-from outofcore.generate import random_array
-from outofcore.locations import Location, locate
-from outofcore.targets import what_is_at
+from outofcore.frontends.generate import random_array
+from outofcore.journal.targets import what_is_at
+from outofcore.storage.locations import Location, locate
 from tests.helpers import (
     assert_gemm_close,
     assert_product_close,
@@ -251,7 +251,7 @@ def test_file_url_outputs_work_like_paths(folder):
 
 def test_a_file_url_output_resumes_from_a_path_spelling(folder):
     """One output, two spellings: the second run finds the first's journal (resume)."""
-    from outofcore.journal import Journal  # noqa: PLC0415
+    from outofcore.journal.records import Journal  # noqa: PLC0415
 
     run("a.zarr", "b.zarr", f"file://{folder}/c.zarr")
     journal = Journal.for_output(locate("c.zarr/"))

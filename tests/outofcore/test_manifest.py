@@ -22,15 +22,15 @@ import pytest
 import zarr
 
 import outofcore
-from outofcore import deleting, manifest
 from outofcore.errors import InputError, OutputExistsError
-from outofcore.generate import random_array
-from outofcore.journal import INPUTS_DIR, JOB_NAME, PARTIALS_DIR, TILES_DIR, Journal
-from outofcore.lease import LEASE_NAME
-from outofcore.locations import locate
-from outofcore.manifest import JOURNAL_DIR, StrangersError, chunk_keys_of, output_contents
-from outofcore.reading import ReadError
-from outofcore.status import job_status
+from outofcore.frontends.generate import random_array
+from outofcore.journal.lease import LEASE_NAME
+from outofcore.journal.records import INPUTS_DIR, JOB_NAME, PARTIALS_DIR, TILES_DIR, Journal
+from outofcore.journal.status import job_status
+from outofcore.operands.reading import ReadError
+from outofcore.storage import deleting, manifest
+from outofcore.storage.locations import locate
+from outofcore.storage.manifest import JOURNAL_DIR, StrangersError, chunk_keys_of, output_contents
 from tests.helpers import (
     assert_gemm_close,
     assert_product_close,

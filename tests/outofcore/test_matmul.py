@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import outofcore
 from outofcore.api import ATTRIBUTE, run_job
 from outofcore.errors import BudgetError, InputError
-from outofcore.generate import random_array
+from outofcore.frontends.generate import random_array
 from scheduler.executors import DaskExecutor
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 

@@ -15,8 +15,8 @@ import pytest
 import zarr
 
 from outofcore.api import run_job
-from outofcore.derived import SLAB_ELEMENTS, SLABS_ALIVE
-from outofcore.stores import REQUEST_BYTES
+from outofcore.operands.derived import SLAB_ELEMENTS, SLABS_ALIVE
+from outofcore.storage.stores import REQUEST_BYTES
 from scheduler.executors import SynchronousExecutor
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
@@ -28,8 +28,8 @@ SLACK_BYTES = 256 * 1024
 def task_peaks(monkeypatch, tmp_path_factory):
     """Peak traced bytes of every task the synchronous executor runs, by the task
     function's name, over what was allocated when the executor started them: a task's
-    own memory and whatever earlier tasks of the job left (:mod:`outofcore.panel_cache`,
-    :mod:`outofcore.chunkfiles`).
+    own memory and whatever earlier tasks of the job left (:mod:`outofcore.compute.panel_cache`,
+    :mod:`outofcore.storage.chunkfiles`).
 
     A warm-up job first, untraced, so that imports and first-use set-up are not counted.
     """
@@ -225,7 +225,7 @@ def test_sharded_inputs_stay_within_their_projection(tmp_path, task_peaks, codec
 
 def test_a_jobs_peak_is_its_own_not_the_process_lifetimes(tmp_path):
     """Issue 20: on a reused process the summary reported an earlier peak (ru_maxrss)."""
-    from outofcore import peaks  # noqa: PLC0415
+    from outofcore.compute import peaks  # noqa: PLC0415
 
     if not peaks.resettable():
         pytest.skip("this kernel cannot reset a process's high-water mark (/proc/self/clear_refs)")
@@ -264,11 +264,11 @@ def test_a_gpu_worker_with_its_engine_stays_below_the_pause_threshold():
         import numpy  # noqa: PLC0415
         import psutil  # noqa: PLC0415
 
-        import outofcore.cuda  # noqa: PLC0415
+        import outofcore.compute.cuda  # noqa: PLC0415
 
         before = psutil.Process().memory_info().rss
-        engine = outofcore.cuda.make_engine("cuda")
-        if not outofcore.cuda.simulator_enabled():  # the chip: a tile too, as measured
+        engine = outofcore.compute.cuda.make_engine("cuda")
+        if not outofcore.compute.cuda.simulator_enabled():  # the chip: a tile too, as measured
             engine.start_tile((256, 256), numpy.float32)
             ones = numpy.ones((256, 64), numpy.float32)
             engine.accumulate(ones, numpy.ascontiguousarray(ones.T))

@@ -13,8 +13,8 @@ import zarr
 
 import outofcore
 from outofcore.api import job_status, run_job
-from outofcore.cli_output import formula_of
 from outofcore.errors import InputError
+from outofcore.frontends.cli_output import formula_of
 from scheduler.memory_cap import memory_cap
 from tests.helpers import (
     assert_gemm_close,

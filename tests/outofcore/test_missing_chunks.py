@@ -21,11 +21,11 @@ import pytest
 import zarr
 
 import outofcore
-from outofcore.journal import JOURNAL_DIR
-from outofcore.manifest import ChunkKeys
-from outofcore.presence import ChunkPresence, listed_array, presence_of
-from outofcore.reading import ReadError
-from outofcore.status import job_status
+from outofcore.journal.records import JOURNAL_DIR
+from outofcore.journal.status import job_status
+from outofcore.operands.reading import ReadError
+from outofcore.storage.manifest import ChunkKeys
+from outofcore.storage.presence import ChunkPresence, listed_array, presence_of
 from tests.faultproxy import Fault, FaultProxy
 from tests.helpers import assert_product_close, random_matrix, s3_object_store
 
@@ -266,7 +266,7 @@ def test_the_listing_travels_small_with_dense_inputs(moto_server, s3_bucket):
     rng = np.random.default_rng(1)
     options = moto_server.options
     array = put(f"{s3_bucket}/a.zarr", random_matrix(rng, (64, 64), "float32"), (8, 8), options)
-    from outofcore.fingerprint import fingerprint  # noqa: PLC0415
+    from outofcore.storage.fingerprint import fingerprint  # noqa: PLC0415
 
     twin = listed_array(array, fingerprint(array).tokens, "input A")
     presence = presence_of(twin)

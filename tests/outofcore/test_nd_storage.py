@@ -1,8 +1,9 @@
 """The storage layer on arrays of any number of axes: reads, writes and errors as zarr's.
 
-Reads (:func:`outofcore.reading.read_panel`, :func:`outofcore.chunkfiles.read_region`)
+Reads (:func:`outofcore.operands.reading.read_panel`,
+:func:`outofcore.storage.chunkfiles.read_region`)
 must give what zarr's own ``array[selection]`` gives, writes
-(:func:`outofcore.writing.write_region`) what zarr reads back, leaving every other
+(:func:`outofcore.storage.writing.write_region`) what zarr reads back, leaving every other
 element as it was, and a chunk that does not decode is named by its N-D key.
 """
 
@@ -17,11 +18,11 @@ import pytest
 import zarr
 from numcodecs import Zstd
 
-from outofcore import chunkfiles
-from outofcore.chunk_layout import check_selection
-from outofcore.reading import ReadError, read_converted, read_panel
-from outofcore.worker_context import worker_context
-from outofcore.writing import region_files, write_region
+from outofcore.compute.worker_context import worker_context
+from outofcore.operands.reading import ReadError, read_converted, read_panel
+from outofcore.storage import chunkfiles
+from outofcore.storage.chunk_layout import check_selection
+from outofcore.storage.writing import region_files, write_region
 
 #: name: (shape, options of zarr.create_array); edges ragged on every axis of 1 to 4.
 CASES = {

@@ -21,10 +21,10 @@ import zarr
 
 import outofcore
 from outofcore.api import run_job
-from outofcore.dtypes import product_types
 from outofcore.errors import InputError
-from outofcore.freivalds import verify
-from outofcore.generate import random_values
+from outofcore.frontends.generate import random_values
+from outofcore.frontends.verify import verify
+from outofcore.operands.dtypes import product_types
 from tests.helpers import assert_gemm_close, cli, smallest_budget, write_zarr
 
 DTYPES = [

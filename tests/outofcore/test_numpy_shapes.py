@@ -23,9 +23,9 @@ import zarr
 
 import outofcore
 from outofcore.errors import InputError
-from outofcore.freivalds import verify
-from outofcore.generate import random_array, random_values
-from outofcore.journal import JOURNAL_DIR
+from outofcore.frontends.generate import random_array, random_values
+from outofcore.frontends.verify import verify
+from outofcore.journal.records import JOURNAL_DIR
 from tests.helpers import (
     assert_gemm_close,
     cli,

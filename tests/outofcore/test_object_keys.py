@@ -22,14 +22,14 @@ import zarr
 from zarr.core.sync import sync
 
 import outofcore
-from outofcore import obstores, storeops, stores
 from outofcore.errors import InputError
-from outofcore.fingerprint import fingerprint
-from outofcore.generate import random_array, random_values
-from outofcore.journal import JOURNAL_DIR
-from outofcore.lease import LEASE_NAME
-from outofcore.locations import locate
-from outofcore.manifest import output_contents
+from outofcore.frontends.generate import random_array, random_values
+from outofcore.journal.lease import LEASE_NAME
+from outofcore.journal.records import JOURNAL_DIR
+from outofcore.storage import obstores, storeops, stores
+from outofcore.storage.fingerprint import fingerprint
+from outofcore.storage.locations import locate
+from outofcore.storage.manifest import output_contents
 from tests.helpers import assert_product_close, random_matrix, s3_object_store
 
 pytest.importorskip("obstore", reason="obstore (the s3 extra) is not installed")
@@ -123,7 +123,7 @@ def test_random_overwrite_replaces_exactly_its_own_keys(moto_server, s3_bucket, 
 
 def random_array_values(seed: int) -> np.ndarray:
     """What ``random --shape 20,30 --chunks 7,8 --seed SEED`` writes (each chunk from its
-    own generator, :func:`outofcore.generate.random_array`)."""
+    own generator, :func:`outofcore.frontends.generate.random_array`)."""
     values = np.empty((20, 30), dtype="float32")
     for i in range(0, 20, 7):
         for j in range(0, 30, 8):
@@ -218,7 +218,7 @@ LITERAL = ["x[1]/k", "x1/k", "x*/k", "xa/k", "x?/k", "xb/k", "s p[ü]/k", "s pü
 
 @pytest.mark.parametrize("kind", ["s3fs+obstore", "s3fs-alone", "ObjectStore"])
 def test_deletes_and_listings_take_keys_literally(moto_server, s3_bucket, kind, monkeypatch):
-    """:func:`outofcore.storeops.delete_exact`, the listings of status and fingerprints and
+    """:func:`outofcore.storage.storeops.delete_exact`, the listings of status and fingerprints and
     the journal's delete each touch exactly the key or folder named, on every store."""
     if kind == "s3fs-alone":
         monkeypatch.setattr(obstores, "installed", lambda: False)

@@ -23,14 +23,14 @@ import s3fs
 import zarr
 from zarr.core.sync import sync
 
-from outofcore import obstores, storeops, stores
 from outofcore.api import ATTRIBUTE, job_status, run_job
-from outofcore.fingerprint import changes, fingerprint
-from outofcore.freivalds import verify
-from outofcore.journal import JOURNAL_DIR, Journal
-from outofcore.lease import LEASE_NAME, LeaseError
-from outofcore.leasing import Lease
-from outofcore.locations import locate
+from outofcore.frontends.verify import verify
+from outofcore.journal.lease import LEASE_NAME, LeaseError
+from outofcore.journal.leasing import Lease
+from outofcore.journal.records import JOURNAL_DIR, Journal
+from outofcore.storage import obstores, storeops, stores
+from outofcore.storage.fingerprint import changes, fingerprint
+from outofcore.storage.locations import locate
 from tests.helpers import (
     MotoServer,
     assert_product_close,
@@ -189,8 +189,8 @@ def test_s3_without_obstore_checks_then_writes_and_says_so(moto_server, s3_bucke
 import logging, sys
 sys.modules["obstore"] = None  # as if it were not installed
 logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-from outofcore.journal import Journal
-from outofcore.locations import locate
+from outofcore.journal.records import Journal
+from outofcore.storage.locations import locate
 journal = Journal.for_output(locate("{s3_bucket}/c.zarr", {moto_server.options!r}))
 print(journal.conditional_writes)
 key = journal.key("probe.json")

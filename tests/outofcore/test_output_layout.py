@@ -16,10 +16,10 @@ import zarr
 
 import outofcore
 from outofcore.api import ATTRIBUTE, job_status, run_job
-from outofcore.freivalds import verify
-from outofcore.planning import OutputLayoutWarning
-from outofcore.reading import ReadError
-from outofcore.resume import ResumeError
+from outofcore.frontends.verify import verify
+from outofcore.jobs.planning import OutputLayoutWarning
+from outofcore.journal.resume import ResumeError
+from outofcore.operands.reading import ReadError
 from scheduler import memory, tiling
 from tests.helpers import break_chunk, cli, random_matrix, restore_chunk, write_zarr
 

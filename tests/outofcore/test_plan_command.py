@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from outofcore.generate import random_array
+from outofcore.frontends.generate import random_array
 from tests.helpers import cli
 
 

@@ -11,8 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from outofcore import cli, prediction, probe, probe_cache
-from outofcore.generate import random_array
+from outofcore import cli
+from outofcore.frontends.generate import random_array
+from outofcore.machine import prediction, probe, probe_cache
 from scheduler.worker_sizing import local_blas_threads
 from tests.outofcore.test_probe import FIGURES
 

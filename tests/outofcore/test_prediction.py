@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from outofcore import prediction, probe
-from outofcore.prediction import local_machine
+from outofcore.machine import prediction, probe
+from outofcore.machine.prediction import local_machine
 from tests.outofcore.test_probe import FIGURES
 
 SIZED = replace(FIGURES, sgemm_flops=4e9, sgemm_small_flops=1e9, dgemm_small_flops=5e8)

@@ -10,8 +10,8 @@ import json
 import numpy as np
 import zarr
 
-from outofcore import probe
-from outofcore.probe import Figures
+from outofcore.machine import probe
+from outofcore.machine.probe import Figures
 
 FIGURES = Figures(
     measured="2026-11-24T10:00:00+00:00",

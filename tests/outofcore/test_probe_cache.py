@@ -10,9 +10,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from outofcore import probe, probe_cache
-from outofcore.probe import Figures
-from outofcore.probe_cache import machine_figures, machine_identity
+from outofcore.machine import probe, probe_cache
+from outofcore.machine.probe import Figures
+from outofcore.machine.probe_cache import machine_figures, machine_identity
 from tests.outofcore.test_probe import FIGURES
 
 
@@ -138,7 +138,7 @@ def test_the_identity_names_this_machine_and_its_blas():
     assert identity["numpy"] == np.__version__
     assert identity["probe_version"] == probe.PROBE_VERSION
     assert identity["memory_bytes"] > 0 and identity["cpu"]
-    # SciPy's BLAS (the one outofcore.blas calls) is loaded and named with its version.
+    # SciPy's BLAS (the one outofcore.compute.blas calls) is loaded and named with its version.
     assert identity["blas"] and all(len(entry.split()) >= 2 for entry in identity["blas"])
     assert json.loads(json.dumps(identity)) == identity  # what the cache file holds
 

@@ -11,7 +11,7 @@ import termios
 
 import pytest
 
-from outofcore.progress import ProgressLines, progress
+from outofcore.jobs.progress import ProgressLines, progress
 
 
 class Clock:

@@ -25,12 +25,12 @@ import zarr
 
 from outofcore.api import ATTRIBUTE, job_status, run_job
 from outofcore.errors import OutputExistsError
-from outofcore.journal import JOURNAL_DIR, Journal
-from outofcore.lease import LEASE_NAME, LeaseError, LeaseLostError
-from outofcore.leasing import Lease
-from outofcore.locations import locate
-from outofcore.reading import ReadError, with_retries
-from outofcore.resume import ResumeError
+from outofcore.journal.lease import LEASE_NAME, LeaseError, LeaseLostError
+from outofcore.journal.leasing import Lease
+from outofcore.journal.records import JOURNAL_DIR, Journal
+from outofcore.journal.resume import ResumeError
+from outofcore.operands.reading import ReadError, with_retries
+from outofcore.storage.locations import locate
 from tests.helpers import (
     assert_product_close,
     break_chunk,
@@ -254,7 +254,7 @@ def test_an_edited_lease_does_not_block_the_output_for_ever(small, caplog, field
 def test_a_lease_timeout_out_of_range_is_bad_input(value, why):
     """The keyword is checked as the setting is: bad input (exit 2), not a failed job."""
     from outofcore.errors import BAD_INPUT, InputError  # noqa: PLC0415
-    from outofcore.lease import MAX_LEASE_TIMEOUT, lease_timeout  # noqa: PLC0415
+    from outofcore.journal.lease import MAX_LEASE_TIMEOUT, lease_timeout  # noqa: PLC0415
 
     assert lease_timeout(MAX_LEASE_TIMEOUT) == MAX_LEASE_TIMEOUT
     with pytest.raises(InputError, match=why) as refused:

@@ -24,9 +24,9 @@ import zarr
 
 from outofcore.api import ATTRIBUTE, job_status, run_job
 from outofcore.errors import OutOfCoreError
-from outofcore.journal import JOURNAL_DIR, document_digest, seal
-from outofcore.reading import ReadError
-from outofcore.recorded import WRITTEN
+from outofcore.jobs.recorded import WRITTEN
+from outofcore.journal.records import JOURNAL_DIR, document_digest, seal
+from outofcore.operands.reading import ReadError
 from tests.helpers import (
     assert_product_close,
     break_chunk,
@@ -104,7 +104,7 @@ def swap(first: Path, second: Path) -> None:
 
 def reseal(path: Path, edit) -> None:
     """Edit the journal document at ``path`` and recompute its checksum as outofcore does
-    (plain SHA-256 of the canonical rest: ``outofcore.journal.document_digest``)."""
+    (plain SHA-256 of the canonical rest: ``outofcore.journal.records.document_digest``)."""
     document = json.loads(path.read_text())
     document.pop("checksum", None)
     edit(document)
@@ -547,10 +547,10 @@ def test_the_seal_is_plain_sha256_as_the_adversary_recomputes_it():
 def test_output_metadata_nested_deep_is_unreadable_not_a_recursion(tmp_path):
     """The output's own zarr.json as the manifest and the resume's metadata check read it:
     nested 10⁵ deep, it is no array's (no chunk key) and stands for itself by its hash."""
-    from outofcore.journal import Journal  # noqa: PLC0415
-    from outofcore.locations import locate  # noqa: PLC0415
-    from outofcore.manifest import chunk_keys_of  # noqa: PLC0415
-    from outofcore.resume import output_metadata  # noqa: PLC0415
+    from outofcore.journal.records import Journal  # noqa: PLC0415
+    from outofcore.journal.resume import output_metadata  # noqa: PLC0415
+    from outofcore.storage.locations import locate  # noqa: PLC0415
+    from outofcore.storage.manifest import chunk_keys_of  # noqa: PLC0415
 
     deep = b'{"shape": ' + b"[" * 10**5 + b"]" * 10**5 + b"}"
     assert chunk_keys_of("zarr.json", deep) is None

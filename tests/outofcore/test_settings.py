@@ -28,10 +28,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import outofcore
-from outofcore import cli_parser, config
+from outofcore import config
 from outofcore.config import MAX_SIZE, SETTINGS, env_name, parse_size
 from outofcore.errors import InputError
-from outofcore.generate import random_array
+from outofcore.frontends import cli_parser
+from outofcore.frontends.generate import random_array
 from tests.helpers import ROOT
 
 #: Values no setting takes, as a variable or YAML would give them.
@@ -232,7 +233,7 @@ def test_a_bad_setting_is_refused_by_the_api_before_anything_is_written(
 
 #: Values given to every numeric option.
 OPTION_VALUES = ["nan", "inf", "-inf", "-5", "0", "1e400", str(2**70), "garbage", "1.5"]
-#: The options typed by part 1 of the issue (scales: outofcore.dtypes.check_scale).
+#: The options typed by part 1 of the issue (scales: outofcore.operands.dtypes.check_scale).
 SCALES = {"--alpha", "--beta"}
 
 

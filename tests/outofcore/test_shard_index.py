@@ -5,7 +5,7 @@ the shard as a missing inner chunk, that is as the fill value: a damaged or host
 index gave zeros and a job that succeeded (the first test shows zarr doing it).  An
 index naming a huge range made zarr fetch all of it.  outofcore reads shards that zarr
 decodes (inner codecs its own reader does not take, object stores) through
-:class:`outofcore.bounded.BoundedShardingCodec`: every range at most what an inner chunk
+:class:`outofcore.storage.bounded.BoundedShardingCodec`: every range at most what an inner chunk
 can be stored in, fetched before it is followed, and every answer whole.
 """
 
@@ -30,13 +30,14 @@ from zarr.codecs import (
 from zarr.codecs.numcodecs import AsType
 
 import outofcore
-from outofcore import chunkfiles, config
-from outofcore.bounded import stored_limit
-from outofcore.codecs import loose_limit
-from outofcore.reading import ReadError, read_panel
-from outofcore.resume import ResumeError
-from outofcore.status import job_status
-from outofcore.worker_context import worker_context
+from outofcore import config
+from outofcore.compute.worker_context import worker_context
+from outofcore.journal.resume import ResumeError
+from outofcore.journal.status import job_status
+from outofcore.operands.reading import ReadError, read_panel
+from outofcore.storage import chunkfiles
+from outofcore.storage.bounded import stored_limit
+from outofcore.storage.codecs import loose_limit
 from tests.faultproxy import FaultProxy
 from tests.helpers import assert_product_close, cli, random_matrix
 
@@ -44,7 +45,7 @@ from tests.helpers import assert_product_close, cli, random_matrix
 SHAPE, SHARD, INNER = (37, 30), (20, 16), (10, 8)
 PER_SHARD = 4
 INDEX_BYTES = 16 * PER_SHARD + 4  # offsets and lengths, then the crc32c
-#: The most a gzip inner chunk of float64 may be stored in (outofcore.codecs.loose_limit).
+#: The most a gzip inner chunk of float64 may be stored in (outofcore.storage.codecs.loose_limit).
 INNER_LIMIT = loose_limit(math.prod(INNER) * 8)
 
 

@@ -1,7 +1,7 @@
 """Operands that are slices of a stored array (issue 31, item 2): ``x[:, :1000]``.
 
 A unit-step slice of a dask array reading a zarr array is a region of the stored array
-(:mod:`outofcore.windows`): the job reads that region, applies any elementwise steps,
+(:mod:`outofcore.operands.windows`): the job reads that region, applies any elementwise steps,
 and stores nothing.  numpy, in float64, is the reference; the regions start and end
 inside chunks, and budgets are the smallest the chunks allow.
 """
@@ -15,14 +15,14 @@ import zarr
 
 import outofcore
 from outofcore.api import run_job
-from outofcore.cli_output import format_summary
-from outofcore.derived import steps_behind
 from outofcore.errors import InputError
-from outofcore.freivalds import verify
-from outofcore.interop import layer_reads
-from outofcore.reading import ReadError
-from outofcore.resume import ResumeError
-from outofcore.stacking import Window
+from outofcore.frontends.cli_output import format_summary
+from outofcore.frontends.verify import verify
+from outofcore.journal.resume import ResumeError
+from outofcore.operands.derived import steps_behind
+from outofcore.operands.interop import layer_reads
+from outofcore.operands.reading import ReadError
+from outofcore.operands.stacking import Window
 from tests.helpers import (
     assert_gemm_close,
     break_chunk,

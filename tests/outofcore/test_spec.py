@@ -12,7 +12,7 @@ import outofcore
 from outofcore import cli
 from outofcore.api import run_job
 from outofcore.errors import BackendError, ClusterError, InputError
-from outofcore.spec import JobSpec
+from outofcore.jobs.spec import JobSpec
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
 

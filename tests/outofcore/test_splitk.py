@@ -1,4 +1,4 @@
-"""Split-k (outofcore.splitk): small outputs from a large k, computed in parts and reduced.
+"""Split-k (outofcore.jobs.splitk): small outputs from a large k, computed in parts and reduced.
 
 Jobs on one 2-worker LocalCluster (worker processes) with hypothesis-drawn
 shapes, both transpose flags and ragged chunks; forced splits in-process for
@@ -28,8 +28,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from outofcore.api import run_job
-from outofcore.generate import random_array, random_values
-from outofcore.journal import JOURNAL_DIR, PARTIALS_DIR
+from outofcore.frontends.generate import random_array, random_values
+from outofcore.journal.records import JOURNAL_DIR, PARTIALS_DIR
 from tests.helpers import (
     assert_gemm_close,
     break_chunk,
@@ -290,7 +290,7 @@ def test_a_damaged_part_record_is_computed_again(tmp_path, outofcore_settings, c
 def test_kept_blocks_are_npy_files_read_back_without_a_copy():
     """splitk.npy_bytes writes what np.load reads (C order, any strides); npy_view reads
     them, and np.save's own files, as read-only views of the bytes."""
-    from outofcore.splitk import npy_bytes, npy_view  # noqa: PLC0415
+    from outofcore.jobs.splitk import npy_bytes, npy_view  # noqa: PLC0415
 
     rng = np.random.default_rng(30)
     tile = np.asfortranarray(random_values(rng, (37, 23), np.dtype("complex64")))

@@ -1,4 +1,4 @@
-"""numpy.matmul's shape rules (:mod:`outofcore.stacking`) against numpy itself.
+"""numpy.matmul's shape rules (:mod:`outofcore.operands.stacking`) against numpy itself.
 
 ``Stack.of`` is compared with ``np.matmul`` of empty arrays (shapes and refusals), over every
 small pair and over hypothesis-drawn ones; ``operand_index`` with ``np.broadcast_to`` of
@@ -17,7 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from outofcore.errors import InputError
-from outofcore.stacking import Matrix, Stack
+from outofcore.operands.stacking import Matrix, Stack
 
 sizes = st.integers(min_value=0, max_value=3)
 shapes = st.lists(sizes, max_size=4).map(tuple)

@@ -22,8 +22,8 @@ import pytest
 import s3fs
 import zarr
 
-from outofcore.journal import JOURNAL_DIR
-from outofcore.lease import LEASE_NAME
+from outofcore.journal.lease import LEASE_NAME
+from outofcore.journal.records import JOURNAL_DIR
 from tests.faultproxy import Fault, FaultProxy
 from tests.helpers import assert_product_close, random_matrix, serve_folder, wait_for
 

@@ -1,7 +1,7 @@
 """``outofcore.to_zarr``: dask.array code reaches outofcore with one line (issue 31, item 1).
 
 The product at the top of a dask graph is found from the layers dask.array builds
-(:mod:`outofcore.dask_products`), never guessed: every form is compared with numpy,
+(:mod:`outofcore.frontends.dask_products`), never guessed: every form is compared with numpy,
 and graphs that are anything else are stored by dask, as they compute.
 """
 
@@ -15,8 +15,8 @@ import pytest
 import zarr
 
 import outofcore
-from outofcore.dask_products import product_at_top, top_product
 from outofcore.errors import InputError, OutputExistsError
+from outofcore.frontends.dask_products import product_at_top, top_product
 from tests.helpers import assert_gemm_close, random_matrix, write_zarr
 
 

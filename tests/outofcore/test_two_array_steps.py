@@ -1,7 +1,7 @@
 """Elementwise steps between two stored arrays (issue 31, item 2): ``x * y``, ``y - x``.
 
 The operand is read from ``x`` and each panel combined with the same region of ``y``
-(:mod:`outofcore.derived`), never stored; ``y`` is an input of the job (fingerprinted)
+(:mod:`outofcore.operands.derived`), never stored; ``y`` is an input of the job (fingerprinted)
 and its panel is counted in each task's memory.  numpy, in float64, is the reference.
 """
 
@@ -15,9 +15,9 @@ import zarr
 import outofcore
 from outofcore.api import run_job
 from outofcore.errors import InputError
-from outofcore.freivalds import verify
-from outofcore.reading import ReadError
-from outofcore.resume import ResumeError
+from outofcore.frontends.verify import verify
+from outofcore.journal.resume import ResumeError
+from outofcore.operands.reading import ReadError
 from tests.helpers import break_chunk, random_matrix, restore_chunk, smallest_budget, write_zarr
 
 SYNC = {"client": "sync", "progress": False}

@@ -7,8 +7,8 @@ import pytest
 import zarr
 
 from outofcore.errors import InputError
-from outofcore.freivalds import verify
-from outofcore.reading import ReadError
+from outofcore.frontends.verify import verify
+from outofcore.operands.reading import ReadError
 from tests.helpers import random_matrix, write_zarr
 
 

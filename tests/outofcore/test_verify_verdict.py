@@ -15,9 +15,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import outofcore
-from outofcore.cli_output import format_verify
 from outofcore.errors import InputError
-from outofcore.freivalds import verify
+from outofcore.frontends.cli_output import format_verify
+from outofcore.frontends.verify import verify
 from tests.helpers import cli, write_zarr
 
 SYNC = {"client": "sync", "progress": False}

@@ -11,11 +11,12 @@ import time
 import numpy as np
 import zarr
 
-from outofcore import panel_cache, recorded, splitk
 from outofcore.api import run_job
-from outofcore.chunk_io import chunk_io
-from outofcore.engines import CpuEngine
-from outofcore.worker_context import worker_context
+from outofcore.compute import panel_cache
+from outofcore.compute.engines import CpuEngine
+from outofcore.compute.worker_context import worker_context
+from outofcore.jobs import recorded, splitk
+from outofcore.storage.chunk_io import chunk_io
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
 

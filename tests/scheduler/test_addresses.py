@@ -17,8 +17,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from distributed.comm.core import FatalCommClosedError
 
-from outofcore.cli_parser import build_parser
 from outofcore.errors import BAD_INPUT
+from outofcore.frontends.cli_parser import build_parser
 from scheduler.addresses import check_client
 from scheduler.errors import ClusterError
 from scheduler.tls import client_security, protocol_of, tls_failure, tls_settings

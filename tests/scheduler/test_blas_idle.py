@@ -28,7 +28,7 @@ def hook(event, args):
         seen[args[0]] = os.environ.get("OPENBLAS_THREAD_TIMEOUT")
 sys.addaudithook(hook)
 import outofcore.cli
-from outofcore import blas
+from outofcore.compute import blas
 blas.load()
 print(json.dumps(seen))
 """
@@ -38,7 +38,7 @@ print(json.dumps(seen))
 IDLE_CPU = """
 import resource, time
 import numpy as np
-from outofcore import blas
+from outofcore.compute import blas
 rng = np.random.default_rng(7)
 a = rng.standard_normal((1024, 1024), dtype=np.float32)
 b = rng.standard_normal((1024, 1024), dtype=np.float32)

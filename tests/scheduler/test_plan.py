@@ -46,7 +46,7 @@ def problems(draw: st.DrawFn) -> Problem:
         "scheduler.tiling",
         "scheduler.model",
         "scheduler.device_plan",
-        "outofcore.planning",
+        "outofcore.jobs.planning",
     ],
 )
 def test_pure_modules_import_neither_dask_nor_numba_nor_zarr(module):

@@ -17,8 +17,8 @@ import zarr
 from hypothesis import given
 from hypothesis import strategies as st
 
-from outofcore.planning import plan_job
-from outofcore.spec import JobSpec
+from outofcore.jobs.planning import plan_job
+from outofcore.jobs.spec import JobSpec
 from scheduler.cluster import worker_shape_of
 from scheduler.memory import MAX_OUTPUT_CHUNK, output_chunk
 from scheduler.model import what_ifs
@@ -72,7 +72,7 @@ def test_planning_ten_million_rows_in_1x1_chunks_through_the_job(tmp_path):
     written), with the what-if plans it prints; over 120 s before."""
     x = tmp_path / "x.zarr"
     zarr.create_array(x, shape=(10**7, 2), chunks=(1, 1), dtype="float32")
-    from outofcore.operands import open_product  # noqa: PLC0415
+    from outofcore.jobs.inputs import open_product  # noqa: PLC0415
 
     spec = JobSpec(transpose_b=True, memory="1GiB", progress=False)
     started = time.perf_counter()

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from outofcore.engines import CpuEngine, gemm_accumulate
+from outofcore.compute.engines import CpuEngine, gemm_accumulate
 from scheduler.io_model import io_lower_bound
 from scheduler.problem import Problem
 from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES
@@ -117,10 +117,10 @@ def test_engine_streams_row_blocks_of_the_last_panel():
 def sixteen_tiles_as_in_a_worker(tmp_path, monkeypatch, seed):
     """A 512x384 @ 384x448 job in 16 tiles of 128² (the last column ragged), run
     in-process as a Dask worker thread runs it: keeping buffers between tasks."""
-    from outofcore import panel_cache
     from outofcore.api import run_job
-    from outofcore.generate import random_array
-    from outofcore.worker_context import worker_context
+    from outofcore.compute import panel_cache
+    from outofcore.compute.worker_context import worker_context
+    from outofcore.frontends.generate import random_array
 
     monkeypatch.setattr(panel_cache, "in_dask_worker", lambda: True)
     a = random_array(tmp_path / "a.zarr", (512, 384), (64, 64), seed=seed)
@@ -165,22 +165,22 @@ def test_rows_get_the_second_last_panel_while_the_last_one_loads(tmp_path, monke
 
     import zarr
 
-    import outofcore.reading
+    import outofcore.operands.reading
     import scheduler.memory
     from outofcore.api import run_job
-    from outofcore.generate import random_array
+    from outofcore.frontends.generate import random_array
 
     a = random_array(tmp_path / "a.zarr", (320, 256), (32, 64), seed=5)
     b = random_array(tmp_path / "b.zarr", (256, 96), (64, 96), seed=6)
     monkeypatch.setattr(scheduler.memory, "WRITE_BLOCK_ROWS", 1)  # blocks of one chunk row
-    read = outofcore.reading.read_panel
+    read = outofcore.operands.reading.read_panel
 
     def slow_last_panel(array, selection, out):
         if selection[1 if array is a else 0].start == 192:  # the last k-panel
             time.sleep(0.5)
         read(array, selection, out)
 
-    monkeypatch.setattr(outofcore.reading, "read_panel", slow_last_panel)
+    monkeypatch.setattr(outofcore.operands.reading, "read_panel", slow_last_panel)
     calls: list[int] = []
     accumulate_rows = CpuEngine.accumulate_rows
     monkeypatch.setattr(
@@ -242,9 +242,9 @@ def test_direct_chunk_reader_matches_zarr_with_ragged_edges_and_missing_chunks(t
 
     import zarr
 
-    from outofcore.chunkfiles import plain_layout
-    from outofcore.generate import random_array
-    from outofcore.reading import read_panel
+    from outofcore.frontends.generate import random_array
+    from outofcore.operands.reading import read_panel
+    from outofcore.storage.chunkfiles import plain_layout
 
     path = tmp_path / "a.zarr"
     random_array(path, (300, 250), (64, 48), seed=3)

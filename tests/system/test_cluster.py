@@ -22,8 +22,8 @@ import pytest
 import zarr
 from distributed import Client
 
-from outofcore.generate import random_array
-from outofcore.journal import JOURNAL_DIR
+from outofcore.frontends.generate import random_array
+from outofcore.journal.records import JOURNAL_DIR
 from tests.helpers import (
     assert_product_close,
     break_chunk,

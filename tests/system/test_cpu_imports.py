@@ -4,7 +4,7 @@ numba, numba.cuda (0.4 s), CuPy and the CUDA bindings are the ``[cuda]`` extra's
 ``scipy.linalg`` (0.3 s) is more of SciPy than BLAS needs: none of them may load in a CPU
 job, neither through the CLI nor through the API, in-process (``client="sync"``) or on a
 LocalCluster's worker process.  ``backend="auto"`` still probes for a GPU (through the CUDA
-driver, :mod:`outofcore.cuda.probe`).  Each case runs in a new process, so that nothing
+driver, :mod:`outofcore.compute.cuda.probe`).  Each case runs in a new process, so that nothing
 this test session imported counts.
 """
 
@@ -128,7 +128,9 @@ def test_cli_cpu_job_imports_no_gpu_library(inputs, scheduler, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "backend cpu" in out.stdout
     modules = modules_file.read_text().splitlines()
-    assert "outofcore.blas" in modules and "outofcore.cuda.probe" in modules  # a real job ran
+    assert (
+        "outofcore.compute.blas" in modules and "outofcore.compute.cuda.probe" in modules
+    )  # a real job ran
     assert forbidden(modules) == []
     assert not [name for name in modules if name.split(".")[0] == "bokeh"]
     if not scheduler:
@@ -169,4 +171,7 @@ def test_forbidden_names_are_recognised():
         "numba.cuda",
         "scipy.linalg",
     ]
-    assert forbidden(["scipy", "outofcore.cuda", "outofcore.cuda.probe", "numpy"]) == []
+    assert (
+        forbidden(["scipy", "outofcore.compute.cuda", "outofcore.compute.cuda.probe", "numpy"])
+        == []
+    )

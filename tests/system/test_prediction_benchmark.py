@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from outofcore.probe_cache import CACHE_NAME
+from outofcore.machine.probe_cache import CACHE_NAME
 from tests.helpers import load_benchmark
 
 

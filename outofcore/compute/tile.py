@@ -1,0 +1,473 @@
+"""The per-tile task: stream k-panels of A and B through an engine, write C_ij once.
+
+This is the work of a tile task on a worker, whichever executor schedules it;
+the task itself (skip a tile already recorded, compute it with
+:func:`compute_tile`, record it in the journal) is
+:func:`outofcore.jobs.recorded.compute_and_record`.
+The next panel is decoded in a background thread while the engine multiplies
+the current one; the tile is written as whole chunks of C, so running a task
+twice (a retry, a lost worker) gives the same result.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import zarr
+
+from outofcore.compute import panel_cache
+from outofcore.compute.blas import mirror_upper
+from outofcore.compute.engines import TileEngine
+from outofcore.compute.worker_context import worker_context
+from outofcore.operands.centring import PanelSums
+from outofcore.operands.product import Product
+from outofcore.operands.reading import read_operand
+from outofcore.storage import chunkfiles
+from outofcore.storage.writing import write_region
+from scheduler.io_model import chunk_span
+from scheduler.memory import PANELS_IN_FLIGHT, write_block_rows
+from scheduler.plan import TileTask
+
+
+@dataclass(frozen=True)
+class TileJob:
+    """What every task of one job shares: the product, the output, the panels, how to compute."""
+
+    product: Product
+    c: zarr.Array
+    panels: tuple[tuple[int, int], ...]
+    tm: int
+    tn: int
+    tk: int
+    backend: str
+    blas_threads: int
+    io_concurrency: int
+    #: This run's job id (fresh for every run, resumed ones too): kept panels belong to it.
+    job_id: str
+    #: Cap on the device bytes of a GPU engine (``--device-memory``); None: its own budget.
+    device_memory: int | None = None
+
+
+@dataclass(frozen=True)
+class TaskIO:
+    """What a task's own work measured: the bytes it read and wrote, where its time went.
+
+    The recorded-task wrapper (:func:`outofcore.jobs.recorded.run_recorded`) adds what it
+    measures around every task alike (seconds, memory, worker) to make the task's
+    :class:`~outofcore.jobs.recorded.TileResult`.
+    """
+
+    bytes_read: int
+    bytes_written: int
+    read_wait_seconds: float
+    compute_seconds: float
+    write_seconds: float
+    #: Bytes of partial tiles written (a part of a split tile) or read back (its reduction).
+    scratch_bytes: int = 0
+    #: Parts of split tiles found damaged and computed again (a reduction).
+    recomputed: tuple[str, ...] = ()
+
+
+#: Where a task's finished rows go: ``sink(r0, rows)``, ``r0`` the first row in the tile.
+RowSink = Callable[[int, np.ndarray], None]
+
+
+def compute_tile(
+    job: TileJob,
+    task: TileTask,
+    before_write: Callable[[], None] | None = None,
+    sink: RowSink | None = None,
+    keep_sums: Callable[[PanelSums], None] | None = None,
+) -> TaskIO:
+    """Compute ``C[task] = A[rows, :] @ B[:, cols]`` over ``job.panels``; write it as whole chunks.
+
+    ``before_write`` is called before each block of the tile is written (it
+    raises to stop the task: its job no longer owns the output).  ``sink``
+    takes the finished rows instead of the output (a part of a split tile,
+    :mod:`outofcore.jobs.splitk`); by default they are finished and written to
+    ``job.c`` (:func:`write_finished_rows`).  Returns what it read, wrote and
+    how long each part took.  A product centred from its panel sums
+    (:mod:`outofcore.operands.centring`) corrects the rows it writes; with a ``sink`` the
+    rows are left as summed and ``keep_sums`` takes the panels' sums.
+    """
+    context = worker_context()
+    context.start_task(job.io_concurrency, chunkfiles.buffer_limit(_largest_chunk_bytes(job)))
+    engine = context.engine(job.backend)
+    # GPU engines: device budget min(own, the job's) and panel depth; CPU: nothing.
+    engine.configure(device_memory=job.device_memory, panel_depth=job.tk)
+    panels = TilePanels.prepare(job, task, engine)
+    with (
+        context.blas_threads(job.blas_threads),
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-read") as reader,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-write") as writer,
+    ):
+        run = _PanelLoop(job, task, engine, panels, reader, writer, before_write, sink)
+        tile = run.multiply_and_write()
+    if panels.sums is not None and sink is not None:
+        if keep_sums is None:
+            raise ValueError("a part of a product centred from its panel sums keeps its sums")
+        keep_sums(panels.sums)
+    panels.keep_for_next_task(job, task)
+    return TaskIO(
+        # The addend's region is read when the finished tile is written (not by a part).
+        bytes_read=run.bytes_read + (addend_bytes(job, task) if sink is None else 0),
+        bytes_written=tile.nbytes if sink is not None else output_bytes(job, task),
+        read_wait_seconds=run.read_wait,
+        compute_seconds=run.compute,
+        write_seconds=run.write,
+    )
+
+
+@dataclass
+class TilePanels:
+    """The panel buffers of one task: two A and two B slots, in the order it reads panels.
+
+    The previous task on this thread may have left its last panels: when this
+    task of the same job needs one of them (same A rows or same B columns, e.g.
+    the next tile of a row), it starts with it instead of reading it again
+    (:func:`outofcore.compute.panel_cache.plan_reuse`).
+    """
+
+    job: TileJob
+    task: TileTask
+    #: Positions in the job's panel list, in the order this task reads them.
+    order: tuple[int, ...]
+    a: list[np.ndarray]
+    b: list[np.ndarray]
+    #: Whether slot 0 already holds the first panel of A / of B (kept by the last task).
+    holds_a: bool
+    holds_b: bool
+    #: Buffers of A's and B's stored dtype that panels are decoded into before conversion.
+    staged: dict[str, np.ndarray] = field(default_factory=dict)
+    #: The sums over k of the panels read, for a product centred from them.
+    sums: PanelSums | None = None
+
+    @classmethod
+    def prepare(cls, job: TileJob, task: TileTask, engine: TileEngine) -> TilePanels:
+        """Take what this thread kept that fits, then allocate the rest from ``engine``."""
+        tm, tn = task.shape
+        dtype = job.product.types.compute
+        a_entry, b_entry = operand_entries(job, task)
+        reuse = panel_cache.plan_reuse(
+            worker_context().take_panels(),
+            job_id=job.job_id,
+            dtype=dtype,
+            backend=job.backend,
+            panels=job.panels,
+            rows=(task.row0, task.row1),
+            cols=(task.col0, task.col1),
+            a_entry=a_entry,
+            b_entry=b_entry,
+        )
+        a = [reuse.a] if reuse.a is not None else []
+        b = [reuse.b] if reuse.b is not None else []
+        # Other kept buffers are reused when their size is one this task needs
+        # (fresh memory costs page faults, pinned memory an expensive allocation);
+        # the rest are dropped before anything new is allocated.
+        needs = [(a, tm * job.tk)] * (2 - len(a)) + [(b, job.tk * tn)] * (2 - len(b))
+        taken = [reuse.take(size) for _, size in needs]
+        reuse.spares.clear()  # unused kept buffers are freed here
+        for (slots, size), buffer in zip(needs, taken, strict=True):
+            slots.append(buffer if buffer is not None else engine.host_buffer(size, dtype))
+        sums = PanelSums.zeros(task.shape, dtype) if job.product.panel_sums else None
+        holds = (reuse.a is not None, reuse.b is not None)
+        return cls(job, task, reuse.order, a, b, *holds, sums=sums)
+
+    def _staging(self, operand: str, size: int) -> np.ndarray | None:
+        """A buffer of ``operand``'s stored dtype to decode into before converting (or None).
+
+        One per operand, made at its first use: the reader thread converts one panel at a time.
+        """
+        array = getattr(self.job.product, operand)
+        if array.dtype == self.job.product.types.compute:
+            return None
+        kept = self.staged.get(operand)
+        if kept is None or kept.size < size:
+            kept = self.staged[operand] = np.empty(size, dtype=array.dtype)
+        return kept
+
+    def load(self, position: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """Read the ``position``-th panel pair into its slot; return it and the bytes decoded."""
+        job, task, product = self.job, self.task, self.job.product
+        k0, k1 = job.panels[self.order[position]]
+        slot = position % PANELS_IN_FLIGHT
+        tm, tn = task.shape
+        depth = k1 - k0
+        a_panel = _panel_view(self.a[slot], (tm, depth), product.transpose_a)
+        b_panel = _panel_view(self.b[slot], (depth, tn), product.transpose_b)
+        read_a = not (position == 0 and self.holds_a)
+        read_b = not (position == 0 and self.holds_b)
+        if is_diagonal(job, task):  # X.T @ X or X @ X.T: one panel of X is both operands
+            read_a, read_b = read_a and not product.transpose_a, read_b and product.transpose_a
+        rows, cols, ks = slice(task.row0, task.row1), slice(task.col0, task.col1), slice(k0, k1)
+        if read_a:
+            staging = self._staging("a", tm * depth)
+            a_matrix = product.matrix("A", task.batch)
+            read_operand(
+                product.values("A"), a_matrix, product.transpose_a, rows, ks, a_panel, staging,
+                product.a_steps,
+            )  # fmt: skip
+        if read_b:
+            staging = self._staging("b", depth * tn)
+            b_matrix = product.matrix("B", task.batch)
+            read_operand(
+                product.values("B"), b_matrix, product.transpose_b, ks, cols, b_panel, staging,
+                product.b_steps,
+            )  # fmt: skip
+        if is_diagonal(job, task):
+            a_panel, b_panel = (b_panel.T, b_panel) if product.transpose_a else (a_panel, a_panel.T)
+        if self.sums is not None:  # loads run one at a time, each panel once
+            self.sums.add(a_panel, b_panel, same=is_diagonal(job, task))
+        return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, read_a, read_b)
+
+    def drop(self) -> None:
+        """Let go of every buffer (the plan's memory contract before a whole-tile write)."""
+        self.a.clear()
+        self.b.clear()
+
+    def keep_for_next_task(self, job: TileJob, task: TileTask) -> None:
+        """In a Dask worker keep the last panels for this thread's next task; else free all."""
+        in_worker = panel_cache.in_dask_worker()
+        if self.a and self.b and in_worker and not is_diagonal(job, task):  # (one slot unread)
+            last = (len(self.order) - 1) % PANELS_IN_FLIGHT
+            last_a, last_b = self.a[last], self.b[last]
+            others = [x for x in self.a + self.b if x is not last_a and x is not last_b]
+            a_entry, b_entry = operand_entries(job, task)
+            identity = panel_cache.PanelIdentity(
+                job_id=job.job_id,
+                dtype=job.product.types.compute.str,
+                panel=job.panels[self.order[-1]],
+                rows=(task.row0, task.row1),
+                cols=(task.col0, task.col1),
+                a_entry=a_entry,
+                b_entry=b_entry,
+            )
+            worker_context().keep_panels(
+                panel_cache.KeptPanels(identity, job.backend, last_a, last_b, tuple(others))
+            )
+        elif not in_worker:  # an in-process run frees everything when it returns
+            worker_context().release_thread()
+        self.drop()
+
+
+def _panel_view(buffer: np.ndarray, shape: tuple[int, int], transposed: bool) -> np.ndarray:
+    """The ``shape`` panel over a flat buffer: row-major, or for a transposed operand the
+    transpose of a row-major ``shape[::-1]`` block (its stored layout, read as is)."""
+    rows, cols = shape
+    flat = buffer[: rows * cols]
+    return flat.reshape(cols, rows).T if transposed else flat.reshape(rows, cols)
+
+
+class _PanelLoop:
+    """One tile's panel loop: read ahead, multiply, and write C (overlapped where it can).
+
+    The next panel is decoded in the reader thread while the engine multiplies
+    the current one.  On an engine with ``row_blocks``, the last panels are
+    multiplied block by block of whole output-chunk rows and each finished
+    block is written by the writer thread while BLAS works on the next one.
+    """
+
+    def __init__(
+        self,
+        job: TileJob,
+        task: TileTask,
+        engine: TileEngine,
+        panels: TilePanels,
+        reader: ThreadPoolExecutor,
+        writer: ThreadPoolExecutor,
+        before_write: Callable[[], None] | None,
+        sink: RowSink | None = None,
+    ) -> None:
+        self.job, self.task, self.engine, self.panels = job, task, engine, panels
+        self.reader, self.writer, self.before_write = reader, writer, before_write
+        self.sink = sink or (lambda r0, rows: write_finished_rows(job, task, r0, rows))
+        #: Whether this task finishes its tile (not a part of a split tile).
+        self.finishes = sink is None
+        #: Whether this task writes the mirror of its tile too (not a part of a split tile).
+        self.mirror = sink is None and job.product.symmetric and task.i != task.j
+        self.block = write_block_rows(output_grid(job)[0], task.shape[0])
+        self.read_wait = self.compute = self.write = 0.0
+        self.bytes_read = 0
+
+    def multiply_and_write(self) -> np.ndarray:
+        """Run every panel through the engine, write the tile; return the tile written."""
+        count = len(self.job.panels)
+        diagonal = is_diagonal(self.job, self.task)
+        gram = getattr(self.engine, "accumulate_gram", None) if diagonal else None
+        streams = self.engine.row_blocks and not diagonal  # a diagonal tile is mirrored first
+        streamed_from = count - (min(STREAMED_PANELS, count) if streams else 0)
+        types = self.job.product.types
+        self.engine.start_tile(self.task.shape, types.compute, types.limbs)
+        pending = self.reader.submit(self.panels.load, 0)
+        streamed: list[tuple[np.ndarray, np.ndarray]] = []
+        ahead: set[int] = set()  # row blocks the first streamed panel was added to early
+        writes: list[Future] = []
+        for s in range(count):
+            t0 = time.perf_counter()
+            a_panel, b_panel, nbytes = pending.result()
+            t1 = time.perf_counter()
+            if s + 1 < count:
+                pending = self.reader.submit(self.panels.load, s + 1)
+            if gram is not None:
+                gram(a_panel)  # the upper triangle only (syrk): half the work
+            elif s < streamed_from:
+                self.engine.accumulate(a_panel, b_panel)
+            else:
+                streamed.append((a_panel, b_panel))
+            if s == streamed_from > 0 and s + 1 < count:
+                ahead = self._add_while_waiting(a_panel, b_panel, pending)
+            if streamed and s + 1 == count:
+                writes = self._multiply_last_and_write(streamed, ahead)
+            self.compute += time.perf_counter() - t1
+            self.read_wait += t1 - t0
+            self.bytes_read += nbytes
+        t0 = time.perf_counter()
+        tile = self.engine.finish_tile()
+        if diagonal:
+            mirror_upper(tile)  # exactly symmetric, whichever engine computed it
+        self.compute += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if not writes:
+            self.panels.drop()  # the plan's memory contract: panels are gone before the write
+            for r0 in range(0, tile.shape[0], self.block):
+                self._write_rows(r0, tile[r0 : r0 + self.block])
+        for future in writes:
+            future.result()
+        if self.mirror:
+            write_mirror(self.job, self.task, tile, self.before_write)
+        self.write = time.perf_counter() - t0  # the part of writing not hidden behind compute
+        return tile
+
+    def _add_while_waiting(
+        self, a_panel: np.ndarray, b_panel: np.ndarray, pending: Future
+    ) -> set[int]:
+        """Add the first streamed panel to row blocks until the next panel arrives.
+
+        Rather than wait for the last panel, the loop multiplies this one into
+        row blocks (the accumulator is not fresh: beta = 1).  Returns the row
+        blocks done early, which the last step then leaves this panel out of.
+        """
+        ahead = set()
+        for r0 in range(0, self.task.shape[0], self.block):
+            if pending.done():
+                break
+            self.engine.accumulate_rows(r0, [(a_panel[r0 : r0 + self.block], b_panel)])
+            ahead.add(r0)
+        return ahead
+
+    def _multiply_last_and_write(
+        self, streamed: list[tuple[np.ndarray, np.ndarray]], ahead: set[int]
+    ) -> list[Future]:
+        """Multiply the last panels block of rows by block; queue each finished block's write."""
+        writes = []
+        for r0 in range(0, self.task.shape[0], self.block):
+            parts = [
+                (a[r0 : r0 + self.block], b)
+                for position, (a, b) in enumerate(streamed)
+                if not (position == 0 and r0 in ahead)
+            ]
+            rows = self.engine.accumulate_rows(r0, parts)
+            writes.append(self.writer.submit(self._write_rows, r0, rows))
+        return writes
+
+    def _write_rows(self, r0: int, rows: np.ndarray) -> None:
+        """Hand finished ``rows`` at row ``r0`` of the tile to the sink (after the owner
+        check), centred first where the panel sums centre them (every panel is read)."""
+        if self.before_write is not None:
+            self.before_write()
+        if self.panels.sums is not None and self.finishes:
+            self.panels.sums.correct(r0, rows, self.job.product.k)
+        self.sink(r0, rows)
+
+
+def write_finished_rows(job: TileJob, task: TileTask, r0: int, rows: np.ndarray) -> None:
+    """Write accumulated ``rows`` at row ``r0`` of ``task``'s tile: scaled (in place), addend
+    added, converted to the output dtype."""
+    origin = (task.row0 + r0, task.col0)
+    values = job.product.finish_rows(rows, origin, task.batch) if job.product.scaled else rows
+    out = job.product.matrix("out", task.batch)
+    write_region(job.c, out.start(*origin), out.view(values))
+
+
+def operand_entries(job: TileJob, task: TileTask) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The batch indices into A and into B of ``task``'s matrices (``()`` without a batch)."""
+    return job.product.stack.operand_index(task.batch or 0)
+
+
+def output_grid(job: TileJob) -> tuple[int, int]:
+    """``(rows, cols)`` of the grid the output's matrices are written in (its shards, else
+    its chunks, on the matrix axes): whole blocks of it are written at once."""
+    return job.product.matrix("out").chunks2d(job.c.shards or job.c.chunks)
+
+
+def is_diagonal(job: TileJob, task: TileTask) -> bool:
+    """Whether ``task`` is a diagonal tile of a symmetric product (one panel, ``syrk``)."""
+    return job.product.symmetric and task.i == task.j
+
+
+def output_bytes(job: TileJob, task: TileTask) -> int:
+    """Bytes of the output a task writes: its tile, and its mirror (a symmetric product's
+    tile off the diagonal), in the output's dtype."""
+    copies = 2 if job.product.symmetric and task.i != task.j else 1
+    return copies * task.shape[0] * task.shape[1] * job.c.dtype.itemsize
+
+
+def addend_bytes(job: TileJob, task: TileTask) -> int:
+    """Bytes of the addend a task reads to finish its tile (its region, in the addend's
+    dtype), as the plan's ``bytes_read`` and the I/O lower bound count them; 0 without one."""
+    addend = job.product.addend
+    return 0 if addend is None else task.shape[0] * task.shape[1] * addend.dtype.itemsize
+
+
+def write_mirror(
+    job: TileJob, task: TileTask, tile: np.ndarray, before_write: Callable[[], None] | None
+) -> None:
+    """Write tile ``(j, i)`` of a symmetric product as the transpose of ``tile`` ``(i, j)``.
+
+    Call after the tile's own rows are written: :meth:`Product.finish_rows`
+    scaled them in place, so ``tile`` holds the finished values and they are
+    only converted to the output dtype here (a symmetric product has no
+    addend).  In blocks of whole output-chunk rows of the mirror (columns of
+    ``tile``), each transposed into a contiguous block; the values are the
+    same bits as the tile's, so the output is exactly symmetric.
+    """
+    block = write_block_rows(output_grid(job)[0], tile.shape[1])
+    output = job.product.types.output
+    out = job.product.matrix("out", task.batch)
+    for q0 in range(0, tile.shape[1], block):
+        if before_write is not None:
+            before_write()
+        rows = np.ascontiguousarray(tile[:, q0 : q0 + block].T).astype(output, copy=False)
+        write_region(job.c, out.start(task.col0 + q0, task.row0), out.view(rows))
+
+
+#: The last panels of a tile are multiplied row block by row block, so that the
+#: write of C overlaps their compute: all the panels in memory at once (two
+#: overlap the write with a quarter of an 8-panel tile's compute, not an eighth).
+STREAMED_PANELS = PANELS_IN_FLIGHT
+
+
+def _largest_chunk_bytes(job: TileJob) -> int:
+    """Bytes of the largest input or output chunk this job reads or writes."""
+    arrays = (*job.product.inputs.values(), job.c)
+    return max(
+        np.dtype(x.dtype).itemsize * math.prod(x.shards or x.chunks if x is job.c else x.chunks)
+        for x in arrays
+    )
+
+
+def _decoded_bytes(
+    job: TileJob, task: TileTask, k0: int, k1: int, a: bool = True, b: bool = True
+) -> int:
+    """Bytes of A and B decoded to read this panel (whole chunks along k)."""
+    product = job.product
+    a_view, b_view = product.op_view("A"), product.op_view("B")
+    a_k = chunk_span(k0, k1, a_view.chunks[1], product.k) if a else 0
+    b_k = chunk_span(k0, k1, b_view.chunks[0], product.k) if b else 0
+    rows, cols = task.shape
+    return product.a.dtype.itemsize * rows * a_k + product.b.dtype.itemsize * b_k * cols

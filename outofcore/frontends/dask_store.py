@@ -1,0 +1,182 @@
+"""``outofcore.to_zarr(x, url)``: store a dask array, its matrix product by outofcore.
+
+Code written for dask.array reaches outofcore with one line changed:
+``(x.T @ x).to_zarr(url)`` becomes ``outofcore.to_zarr(x.T @ x, url)``.  When the
+last operation of ``x`` is a matrix product of arrays that only read zarr arrays
+(:func:`outofcore.frontends.dask_products.product_at_top`), that product is an outofcore job
+(memory contract, resume, progress, summary; a Gram product ``x.T @ x`` computes half
+its tiles).  Anything else is stored by dask.array's own ``to_zarr``, with one log line
+saying so, into an array outofcore creates (and marks complete once written), so the
+same rules for replacing an output hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import fields, replace
+from typing import Any
+
+import numpy as np
+import zarr
+
+from outofcore import config
+from outofcore.api import matmul
+from outofcore.errors import InputError
+from outofcore.frontends.dask_products import FoundProduct, product_at_top, top_product
+from outofcore.frontends.generate import clear_own_array
+from outofcore.jobs.spec import JobSpec
+from outofcore.journal.targets import JOB_ATTRIBUTE, check_replaceable
+from outofcore.operands.arrays import WRITE_CONFIG, describe
+from outofcore.operands.derived import Vectors, result_dtype
+from outofcore.operands.dtypes import product_types
+from outofcore.operands.interop import Operand, by_path, steps_by_path, type_name
+from outofcore.operands.reading import sample_means, sums_along
+from outofcore.storage.locations import locate
+from outofcore.storage.stores import zarr_options
+from scheduler.addresses import computing_on
+
+logger = logging.getLogger("outofcore")
+
+
+def to_zarr(
+    x: Any, url: Any, spec: JobSpec | None = None, *, client: Any = None, **options: Any
+) -> zarr.Array:
+    """Store the dask array ``x`` as a zarr array at ``url``; return it, opened.
+
+    Where ``x`` is a matrix product at its top (``a @ b``, ``da.matmul``, ``da.dot``,
+    ``da.tensordot`` over one pair of axes, ``da.einsum("ij,jk->ik", ...)``, with
+    ``.T`` on either side) of dask arrays that only read zarr arrays, the product runs
+    as :func:`outofcore.matmul` does, with ``spec`` / ``options`` (``memory``,
+    ``overwrite``, ...) and ``client``, written in ``x``'s dtype where that holds every
+    value.  Otherwise dask.array's ``to_zarr`` computes and stores ``x`` (on ``client``,
+    as :func:`outofcore.verify` runs its products), and a log line says so.
+
+    Raises
+    ------
+    InputError
+        For an ``x`` that is not a dask array, and what :func:`outofcore.matmul` refuses.
+    """
+    import dask.array as da  # noqa: PLC0415
+
+    if not isinstance(x, da.Array):
+        raise InputError(
+            f"to_zarr stores a dask array; got a {type_name(x)}: for zarr arrays, paths and "
+            "numpy arrays call outofcore.matmul(a, b, out)"
+        )
+    spec = JobSpec.of(spec, options)
+    found = product_at_top(x, Vectors(reduce=sums_along, sample=sample_means))
+    if found is not None and not math.isfinite(found.alpha):
+        why = f"is a product scaled by {found.alpha} (outofcore takes finite scales)"
+        return _store_with_dask(x, url, client, spec, why)
+    if found is not None and not _whole(found.alpha) and _integer_product(found):
+        why = f"is an integer product scaled by {found.alpha:g} (exact products take whole scales)"
+        return _store_with_dask(x, url, client, spec, why)
+    if found is None:
+        top = top_product(x)
+        why = (
+            f"is a {top[1]} whose operands compute (more than reads of zarr arrays: outofcore "
+            "multiplies stored arrays; store the operands to run it out of core)"
+            if top is not None
+            else "has no matrix product at its top"
+        )
+        return _store_with_dask(x, url, client, spec, why)
+    alpha = _times(spec.alpha, found.alpha)  # (a @ b) / (n - 1): the scale on top
+    out_dtype = spec.out_dtype if spec.out_dtype is not None else _dtype_kept(found, x, alpha)
+    spec = replace(
+        spec,
+        transpose_a=found.transpose_a,
+        transpose_b=found.transpose_b,
+        out_dtype=out_dtype,
+        alpha=alpha,
+    )
+    logger.info(
+        "outofcore.to_zarr: %s of %s%s%s and %s%s%s runs as an outofcore job",
+        found.call,
+        describe(found.a),
+        "" if found.a_window is None else found.a_window.text(),
+        ".T" if found.transpose_a else "",
+        describe(found.b),
+        "" if found.b_window is None else found.b_window.text(),
+        ".T" if found.transpose_b else "",
+    )
+    a_steps, b_steps = steps_by_path(found.a_steps), steps_by_path(found.b_steps)
+    a = Operand(by_path(found.a), steps=a_steps, window=found.a_window)  # flags: the spec's
+    b = Operand(by_path(found.b), steps=b_steps, window=found.b_window)
+    out = matmul(a, b, url, spec, client=client)
+    if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
+        raise RuntimeError(f"the product {out.shape} is not x's {x.shape}")
+    return out
+
+
+def _integer_product(found: FoundProduct) -> bool:
+    """Whether the product is of integer or bool values (exact: whole scales only)."""
+    a = result_dtype(found.a_steps, found.a.dtype)
+    b = result_dtype(found.b_steps, found.b.dtype)
+    return a.kind in "biu" and b.kind in "biu"
+
+
+def _whole(value: int | float) -> bool:
+    return isinstance(value, int) or float(value).is_integer()
+
+
+def _times(first: int | float | complex, second: int | float) -> int | float | complex:
+    """``first * second``, exactly (an int) where both are whole numbers: a scale of
+    ``2**53 + 1`` on top of an integer product is never rounded through float."""
+    if not isinstance(first, complex) and _whole(first) and _whole(second):
+        return int(first) * int(second)
+    return first * second
+
+
+def _dtype_kept(found: FoundProduct, x: Any, alpha: int | float | complex) -> np.dtype | None:
+    """``x``'s dtype (dask's, numpy's) where outofcore can write the product in it; else
+    None (the product's own: numpy's int8 @ int8 wraps in int8, outofcore's is exact)."""
+    k = found.read_shape("A")[0 if found.transpose_a else 1]
+    a_dtype = result_dtype(found.a_steps, found.a.dtype)
+    b_dtype = result_dtype(found.b_steps, found.b.dtype)
+    try:
+        product_types(a_dtype, b_dtype, k, alpha=alpha, out_dtype=x.dtype)
+    except InputError:
+        logger.warning(
+            "outofcore.to_zarr: the product is written as outofcore's exact %s, not as "
+            "%s (which dask's product would wrap in)",
+            product_types(a_dtype, b_dtype, k, alpha=alpha).output,
+            np.dtype(x.dtype),
+        )
+        return None
+    return np.dtype(x.dtype)
+
+
+def _store_with_dask(x: Any, url: Any, client: Any, spec: JobSpec, why: str) -> zarr.Array:
+    """dask.array's ``to_zarr`` of ``x`` into an array outofcore creates at ``url``."""
+    import dask.array as da  # noqa: PLC0415
+
+    default = JobSpec()
+    product_options = sorted(
+        f.name
+        for f in fields(JobSpec)
+        if f.name not in ("overwrite", "storage_options", "progress")
+        and getattr(spec, f.name) != getattr(default, f.name)
+    )
+    if product_options:
+        raise InputError(
+            f"{product_options} are options of an outofcore product, and x ({x.name!r}) {why}: "
+            "it is stored by dask.array, which takes overwrite and storage_options"
+        )
+    where = locate(url, spec.storage_options)
+    clear_own_array(where, check_replaceable(where, deep=spec.overwrite), spec.overwrite)
+    logger.info("outofcore.to_zarr: %r %s; dask.array stores it", x.name, why)
+    chunks = tuple(max(1, size) for size in x.chunksize)
+    target = zarr.create_array(
+        where.target,
+        **zarr_options(where),
+        shape=x.shape,
+        chunks=chunks,
+        dtype=x.dtype,
+        attributes={JOB_ATTRIBUTE: {"complete": False, "stored_by": "dask.array.to_zarr"}},
+        config=WRITE_CONFIG,
+    )
+    with computing_on(client, config.number("connect-timeout", positive=True)):
+        da.store(x.rechunk(chunks), target, lock=False)  # a block a chunk: whole chunks
+    target.attrs[JOB_ATTRIBUTE] = {"complete": True, "stored_by": "dask.array.to_zarr"}
+    return target

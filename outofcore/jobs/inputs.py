@@ -1,0 +1,156 @@
+"""A job's operands as the client checks them before anything is written: the product
+(:class:`~outofcore.operands.product.Product`, its inputs located once with their options), the
+output's location, journal and fingerprints (:class:`Operands`), and the room the output
+needs on its disk."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zarr
+
+from outofcore.errors import InputError
+from outofcore.jobs.phases import Phases
+from outofcore.jobs.spec import JobSpec
+from outofcore.journal.records import Journal
+from outofcore.journal.resume import Start, inspect_output, job_identity, output_layout
+from outofcore.journal.status import describe_output
+from outofcore.journal.targets import check_replaceable
+from outofcore.operands import arrays
+from outofcore.operands.product import Product
+from outofcore.operands.stacking import shape_text
+from outofcore.storage.fingerprint import Fingerprint, fingerprint
+from outofcore.storage.locations import Location, locate
+from outofcore.storage.writing import disk_usage_of
+
+
+def open_product(a: arrays.ArrayLike, b: arrays.ArrayLike, spec: JobSpec) -> Product:
+    """The product a job with ``spec`` computes, opened and checked (nothing is written)."""
+    # Each array named by a path or URL is located once, with the options that open it.
+    a, b, addend = (
+        locate(x, spec.storage_options) if isinstance(x, str | os.PathLike) else x
+        for x in (a, b, spec.addend)
+    )
+    return Product.open(
+        a,
+        b,
+        transpose_a=spec.transpose_a,
+        transpose_b=spec.transpose_b,
+        alpha=spec.alpha,
+        beta=spec.beta,
+        addend=addend,
+        out_dtype=spec.out_dtype,
+    )
+
+
+@dataclass(frozen=True)
+class Operands:
+    """A job's inputs and output as checked in the client, before anything is written."""
+
+    product: Product
+    #: The output: a ``zarr.Array``, or the location of a path or URL (located once, with
+    #: the options that open it: every step below takes it).
+    out: zarr.Array | Location
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    journal: Journal
+    #: How messages name the output.
+    where: str
+    fingerprints: dict[str, Fingerprint]
+    #: What must match for a rerun to resume (:func:`outofcore.journal.resume.job_identity`).
+    identity: dict[str, Any]
+
+    @classmethod
+    def open(
+        cls,
+        a: arrays.ArrayLike,
+        b: arrays.ArrayLike,
+        out: arrays.ArrayLike,
+        spec: JobSpec,
+        phases: Phases | None = None,
+    ) -> Operands:
+        """Open and check the product, check the output target and fingerprint the inputs
+        (timed as the phase ``fingerprints`` of ``phases``)."""
+        product = open_product(a, b, spec)
+        names = spec.dimension_names
+        if names is not None and len(names) != len(product.shape):
+            raise InputError(
+                f"dimension_names = {names}: {len(names)} names for an output of "
+                f"{len(product.shape)} dimensions (shape {product.shape})"
+            )
+        inputs = product.inputs
+        if not isinstance(out, zarr.Array):  # located once, with the options that open it
+            out = locate(out, spec.storage_options)
+        arrays.check_output_target(out, inputs)
+        if isinstance(out, Location):  # nothing outofcore did not make
+            check_replaceable(out)
+        with (phases or Phases())("fingerprints"):
+            fingerprints = {name: fingerprint(array) for name, array in inputs.items()}
+        identity = job_identity(
+            inputs,
+            fingerprints,
+            spec.memory,
+            spec.tile,
+            spec.tk,
+            product.summary(),
+            output_layout(spec.zarr_format, spec.shards),
+        )
+        return cls(
+            product=product,
+            out=out,
+            shape=product.shape,
+            dtype=product.types.output,
+            journal=Journal.for_output(out),
+            where=describe_output(out),
+            fingerprints=fingerprints,
+            identity=identity,
+        )
+
+    @property
+    def inputs(self) -> dict[str, zarr.Array]:
+        """Every array the job reads, by name."""
+        return self.product.inputs
+
+    def inspect(self, overwrite: bool) -> Start:
+        """How the job starts on its output now
+        (:func:`outofcore.journal.resume.inspect_output`)."""
+        return inspect_output(
+            self.out,
+            self.journal,
+            self.shape,
+            self.dtype,
+            self.identity,
+            overwrite,
+            self.fingerprints,
+        )
+
+
+def check_output_room(
+    out: zarr.Array | Location, shape: tuple[int, ...], dtype: np.dtype, spec: JobSpec
+) -> None:
+    """Refuse a new output that the free space of its local disk cannot hold
+    uncompressed (``--output-codec none``, the default; products of dense values hardly
+    compress), before anything is written: a metadata-only 10^8 x 10^8 product ran until
+    killed.  Outputs elsewhere, or compressed, are not checked.
+
+    Raises
+    ------
+    InputError
+        Naming the output's bytes and the free bytes.
+    """
+    if spec.output_codec != "none" or isinstance(out, zarr.Array) or not out.is_local:
+        return
+    from dask.utils import format_bytes  # noqa: PLC0415
+
+    total = math.prod(shape) * np.dtype(dtype).itemsize
+    folder, free, _ = disk_usage_of(out.path)
+    if total > free:
+        raise InputError(
+            f"the output is {shape_text(shape)} {np.dtype(dtype)}: {format_bytes(total)} "
+            f"uncompressed, and {folder!r} has {format_bytes(free)} free: make room, choose "
+            "another disk, or compress the output (--output-codec zstd, checked as it writes)"
+        )

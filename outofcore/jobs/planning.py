@@ -1,0 +1,257 @@
+"""One planning home: the plan of a job, for the workers it runs on, and what it predicts.
+
+:func:`plan_job` is the only function that plans a job: :func:`outofcore.api.run_job`
+calls it before any cluster starts (to refuse a budget too small, and to decide on
+the dashboard) and again with the cluster's real workers; ``outofcore plan`` calls it
+with the workers the job would get (:func:`job_workers`: a scheduler elsewhere is
+asked), so that it shows what ``outofcore matmul`` runs, and adds what the plan is
+predicted to take (:func:`with_predictions`); the benchmarks call it too.
+
+Two budgets, one meaning each: the user's ``--memory`` (:attr:`JobSpec.memory
+<outofcore.jobs.spec.JobSpec.memory>`) is per worker, :attr:`JobPlan.worker_budget_bytes`;
+a worker runs one task per thread, so the plan's budget is per task,
+:attr:`scheduler.plan.Plan.task_budget_bytes` (the worker's divided by its threads).
+
+Where a job runs is decided here too, before it is planned (:func:`where_it_runs`: the
+client, usable GPUs, the budget per worker).
+
+No Dask or numba is imported here at module level (zarr and the probe are imported
+where a function needs them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scheduler import tiling
+from scheduler.addresses import resolve_client
+from scheduler.cluster import (
+    budget_for,
+    is_local,
+    runs_in_process,
+    worker_shape_of,
+)
+from scheduler.device_plan import device_summary
+from scheduler.executors import WorkerShape
+from scheduler.gpu_cluster import check_gpus_usable
+from scheduler.model import what_ifs
+from scheduler.plan import Plan
+from scheduler.tiling import is_large_output, make_output_plan
+
+if TYPE_CHECKING:
+    import zarr
+
+    from outofcore.jobs.spec import JobSpec
+    from outofcore.operands.product import Product
+
+#: The workers a budget is checked for before the job knows its own: one task at a time.
+ONE_TASK = WorkerShape(workers=1, threads_per_worker=1, blas_threads=1)
+
+
+class OutputLayoutWarning(UserWarning):
+    """The output is created in a layout other than the one outofcore would choose."""
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A job's plan, the workers it was made for and what was predicted of it."""
+
+    plan: Plan
+    #: The workers the plan was made for (each runs ``threads_per_worker`` tasks at once).
+    workers: WorkerShape
+    #: The user's budget of one worker (``--memory``); the plan's is per task.
+    worker_budget_bytes: int
+    #: This machine's figures (:func:`outofcore.machine.prediction.machine_prediction`), when
+    #: predictions were asked for.
+    machine: dict[str, Any] | None = None
+    #: This machine's prediction first (``basis`` "measured"), then the assumed machines'.
+    predicted: tuple[dict[str, Any], ...] = ()
+    #: The device tiling and PCIe bytes (:func:`scheduler.device_plan.device_summary`),
+    #: with a device budget.
+    device: dict[str, Any] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The plan's summary (:meth:`scheduler.plan.Plan.summary`) with both budgets, the
+        worker shape, and the predictions and device tiling when there are any."""
+        summary = {
+            **self.plan.summary(),
+            "worker_budget_bytes": self.worker_budget_bytes,
+            "threads_per_worker": self.workers.threads_per_worker,
+        }
+        if self.machine is not None:
+            summary["machine"] = self.machine
+            summary["predicted"] = list(self.predicted)
+        if self.device is not None:
+            summary["device"] = self.device
+        return summary
+
+
+def with_budget(spec: JobSpec, client: Any) -> JobSpec:
+    """``spec`` with its memory budget per worker chosen when it names none
+    (:func:`scheduler.cluster.budget_for`)."""
+    memory = budget_for(spec.memory, client, spec.workers, spec.gpus)
+    return dataclasses.replace(spec, memory=memory)
+
+
+def where_it_runs(
+    spec: JobSpec | None, options: dict[str, Any], client: Any
+) -> tuple[JobSpec, Any]:
+    """The job's spec (:meth:`JobSpec.of <outofcore.jobs.spec.JobSpec.of>` ``spec`` and
+    ``options``) with its budget per worker chosen, and the client it runs on; every
+    setting of this process parsed first (:func:`outofcore.config.check_all`).
+
+    GPU workers this job would start on this node (``gpus``, no client) are refused first
+    where no CUDA GPU is usable here: the CUDA driver's device count
+    (:func:`outofcore.compute.cuda.probe.device_count`, without importing numba; numba's CUDA
+    simulator counts as a GPU, as in the tests) goes to
+    :func:`scheduler.gpu_cluster.check_gpus_usable`.  Then ``client`` is resolved
+    (:func:`scheduler.addresses.resolve_client`: None is the default Client when one is
+    open) and the budget chosen for it (:func:`scheduler.cluster.budget_for`).
+    """
+    from outofcore import config  # noqa: PLC0415 (imports dask)
+    from outofcore.compute.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
+    from outofcore.jobs.spec import JobSpec  # noqa: PLC0415 (imports dask)
+
+    spec = JobSpec.of(spec, options)
+    config.check_all()  # a bad setting is refused here, not in a worker's task
+    if spec.gpus and client is None:
+        simulator = cuda_probe.simulator_enabled()
+        check_gpus_usable(spec.gpus, 0 if simulator else cuda_probe.device_count(), simulator)
+    client = resolve_client(client, spec.gpus)
+    memory = budget_for(spec.memory, client, spec.workers, spec.gpus)
+    return dataclasses.replace(spec, memory=memory), client
+
+
+def job_workers(spec: JobSpec, client: Any) -> WorkerShape:
+    """The workers a job with ``spec`` on ``client`` would get, before any cluster starts:
+    this process for ``"sync"``, the LocalCluster the job would start, or the workers a
+    scheduler elsewhere reports (asked now: :func:`scheduler.cluster.worker_shape_of`)."""
+    from outofcore import config  # noqa: PLC0415 (imports dask)
+
+    return worker_shape_of(
+        client,
+        budget_bytes=spec.memory,
+        workers=spec.workers,
+        gpus=spec.gpus,
+        connect_timeout=config.number("connect-timeout", positive=True),
+    )
+
+
+def plan_options(spec: JobSpec) -> dict[str, Any]:
+    """What ``spec`` forces or allows of the tiling: the tile, panel depth and split of k,
+    and the sharding of an output it creates (format 3 only)."""
+    return {
+        "tile": spec.tile,
+        "tk": spec.tk,
+        "splits": spec.splits,
+        "shards": spec.shards and spec.zarr_format == 3,
+    }
+
+
+def plan_job(
+    product: Product,
+    spec: JobSpec,
+    workers: WorkerShape | None = None,
+    existing: zarr.Array | None = None,
+    *,
+    client: Any = None,
+) -> JobPlan:
+    """The plan of a job: what :func:`~outofcore.api.run_job` runs and ``outofcore plan``
+    prints, for ``workers``.
+
+    ``workers`` None: those the job on ``client`` would get before any cluster starts
+    (:func:`job_workers`), or one task at a time where a scheduler elsewhere has not been
+    asked (:data:`ONE_TASK`: the job asks it once its workers have joined).
+    ``spec.memory`` is one worker's, shared by its threads (one task each); chunk requests
+    in flight per task (many on object stores) are in the memory contract; an output the
+    job creates in format 3 is sharded when large (``spec.shards``); ``existing``, an
+    output written into, imposes its own chunk grid.  What the plan is predicted to take:
+    :func:`with_predictions`.
+
+    Raises
+    ------
+    BudgetError
+        When no tile fits the budget per task.
+    """
+    from outofcore.storage.stores import read_concurrency  # noqa: PLC0415 (imports zarr)
+
+    options = plan_options(spec)
+    if workers is None:
+        workers = job_workers(spec, client) if is_local(client) else ONE_TASK
+    plan = make_output_plan(
+        product.problem(existing),
+        spec.memory // max(1, workers.threads_per_worker),
+        max(1, workers.workers),
+        io_concurrency=read_concurrency(product.inputs.values()),
+        **options,
+    )
+    return JobPlan(plan=plan, workers=workers, worker_budget_bytes=spec.memory)
+
+
+def with_predictions(
+    job_plan: JobPlan,
+    product: Product,
+    spec: JobSpec,
+    client: Any,
+    *,
+    reprobe: bool = False,
+    device_memory: int | None = None,
+) -> JobPlan:
+    """``job_plan`` with what ``outofcore plan`` shows beside it: this machine's figures and
+    the model's predictions, here and on assumed machines re-planned with the same options
+    (``client`` says where the tasks run; ``reprobe`` measures again), and with
+    ``device_memory`` the device tiling of the plan's host tiles."""
+    from outofcore.machine.prediction import machine_prediction  # noqa: PLC0415 (imports zarr)
+
+    plan = job_plan.plan
+    machine, measured = machine_prediction(product, spec, plan, client, reprobe)
+    assumed = what_ifs(plan, **plan_options(spec))
+    device = None
+    if device_memory is not None:
+        transposed = bool(spec.transpose_a or spec.transpose_b)
+        device = device_summary(plan, device_memory, transposed)
+    return dataclasses.replace(
+        job_plan,
+        machine=machine,
+        predicted=(measured, *({**p.as_dict(), "basis": "assumed"} for p in assumed)),
+        device=device,
+    )
+
+
+def wants_dashboard(job_plan: JobPlan, product: Product, spec: JobSpec, client: Any) -> bool:
+    """Whether the LocalCluster the job starts serves Dask's dashboard: as
+    ``spec.dashboard`` asks, else when ``job_plan`` (made for the cluster's workers,
+    :func:`job_workers`) is predicted to take
+    :data:`~outofcore.jobs.spec.DASHBOARD_AFTER_SECONDS` or more here (a GPU cluster keeps
+    its dashboard: the prediction is the CPUs')."""
+    from outofcore.config import flag  # noqa: PLC0415 (imports dask)
+    from outofcore.jobs.spec import DASHBOARD_AFTER_SECONDS  # noqa: PLC0415 (imports zarr)
+    from outofcore.machine import prediction  # noqa: PLC0415 (the probe imports zarr)
+
+    if spec.dashboard is not None:
+        return spec.dashboard
+    if client is not None:  # no LocalCluster to start
+        return False
+    if spec.gpus:
+        return True
+    processes = not runs_in_process(spec.gpus, flag("in-process-worker"))
+    plan = job_plan.plan
+    seconds = prediction.predicted_seconds(plan, product, spec.output_codec, processes)
+    return seconds >= DASHBOARD_AFTER_SECONDS
+
+
+def warn_unsharded(plan: Plan, spec: JobSpec, existing: zarr.Array | None) -> None:
+    """Warn when a created format-2 output has more chunks than a sharded one would."""
+    created_v2 = existing is None and spec.zarr_format == 2 and spec.shards
+    if created_v2 and is_large_output(plan):
+        warnings.warn(
+            f"the output has {plan.out_chunk_count} chunks of {plan.out_chunks[0]}x"
+            f"{plan.out_chunks[1]}, more than {tiling.SHARD_OVER_CHUNKS}; zarr format 2 "
+            "has no shards, so each is written as its own object (format 3 would group them "
+            "one shard per tile)",
+            OutputLayoutWarning,
+            stacklevel=3,
+        )

@@ -1,0 +1,340 @@
+"""The recorded-task protocol, once for every kind of task (tile, split part, reduction).
+
+A task of a job (a worker entry) skips work already recorded, computes, checks that
+its job still owns the output, then records itself::
+
+    record_key = ...                          # where its record lives in the journal
+    if the record exists: return its figures  # Dask reran a finished task
+    result = compute()                        # writes whole chunks (or a part's sum)
+    owner_check()                             # its job lost the lease: stop, record nothing
+    record(result)                            # create-only-if-absent (outofcore.journal.records)
+
+A record is written only after everything the task writes is in the store, so a
+recorded task is a finished one; a task killed halfway is simply run again.  A tile's
+record keeps what the tile wrote (:data:`WRITTEN`: each stored object of its output,
+chunk or shard, with its size and SHA-256, read back once written); a resume checks
+them (:func:`written_changes`) and computes again a tile whose object is missing or
+changed, so a deleted or swapped chunk is never taken for a finished tile.  A record
+without them (an older version's) counts as not done: its tile is computed again.
+The compute functions (:mod:`outofcore.compute.tile`, :mod:`outofcore.jobs.splitk`) know
+nothing of the journal: :func:`run_recorded` holds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import logging
+import math
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any
+
+import zarr
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+from outofcore.compute import peaks
+from outofcore.compute.tile import TaskIO, TileJob, compute_tile
+from outofcore.compute.worker_context import worker_context
+from outofcore.journal.records import Journal, is_sealed
+from outofcore.journal.store import parse_document
+from outofcore.operands.product import Product
+from outofcore.storage.documents import DocumentError
+from scheduler.plan import TileTask
+
+#: Where outofcore says what is not the result: here, damaged records found by a task.
+logger = logging.getLogger("outofcore")
+#: The field of a tile's record holding what it wrote: ``{key: [bytes, sha256] or None}``
+#: for each stored object (chunk, or shard) of the output holding the tile, its key
+#: relative to the output (None: the store holds none, as zarr leaves a chunk of the
+#: fill value).
+WRITTEN = "chunks"
+#: Stored objects read at once to take or check their digests...
+OBJECTS_IN_FLIGHT = 32
+#: ... and at most about this many of their decoded bytes (a shard may be a whole tile).
+DIGEST_BYTES_IN_FLIGHT = 256 * 2**20
+#: How many changed objects a message names.
+NAMED = 3
+
+
+@dataclass(frozen=True)
+class TileResult:
+    """What a task measured (every kind: tile, split part, reduction); the client adds
+    these up for the job summary, and the task's journal record keeps them."""
+
+    key: str
+    bytes_read: int
+    bytes_written: int
+    read_wait_seconds: float
+    compute_seconds: float
+    write_seconds: float
+    #: The task's wall time, from its start to its record (the wrapper's clock).
+    seconds: float
+    #: Peak resident bytes of the worker process while the task ran (outofcore.compute.peaks).
+    peak_rss_bytes: int
+    worker: str
+    #: Host bytes the worker process keeps between tasks once this task is done
+    #: (every thread's panels and accumulators, and the chunk-file I/O buffers).
+    kept_bytes: int = 0
+    #: Bytes of partial tiles written (a part of a split tile) or read back (its reduction).
+    scratch_bytes: int = 0
+    #: That peak over the process's resident bytes when the task began: how much the task
+    #: grew its process (the first task of a fresh worker includes what it keeps for the
+    #: tasks after it: buffers, its engine; later ones reuse them).
+    task_peak_bytes: int = 0
+    #: Parts of split tiles this task found damaged (their kept sums no longer match their
+    #: records' checksums) and computed again before adding them up (a reduction).
+    recomputed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecordedJob:
+    """A :class:`~outofcore.compute.tile.TileJob` whose tasks record each finished task in the
+    output's journal."""
+
+    tile_job: TileJob
+    journal: Journal
+    journal_id: str
+    #: Raises unless this job still owns the output (:class:`outofcore.journal.lease.OwnerCheck`);
+    #: called before every write and before the record.  None: no check.
+    owner_check: Callable[[], None] | None = None
+
+    def check_owner(self) -> None:
+        """Raise when this job no longer owns the output (its lease was taken over)."""
+        if self.owner_check is not None:
+            self.owner_check()
+
+
+def run_recorded(
+    job: RecordedJob,
+    record_key: str,
+    result_key: str,
+    compute: Callable[[], TaskIO],
+    record: Callable[[dict[str, Any]], None],
+) -> TileResult:
+    """Run one task under the protocol of the module docstring.
+
+    ``record_key`` is the task's record in ``job.journal``; ``compute`` does the
+    work and returns what it read and wrote; ``record`` writes the record holding the
+    result's figures, named ``result_key``.  Everything else a result says is measured
+    here, for every kind alike: the task's seconds, its memory (:mod:`outofcore.compute.peaks`:
+    the process's peak while it ran, and that peak over the process's size when it
+    began), the worker, and what the worker keeps after it.
+    """
+    done = sound_result(job.journal, record_key)
+    if done is not None:
+        return done
+    started = time.perf_counter()
+    token, rss_before = peaks.start()
+    io = compute()
+    peak = peaks.finish(token)  # this process's peak while the task ran, not its lifetime's
+    job.check_owner()
+    result = TileResult(
+        key=result_key,
+        **asdict(io),
+        seconds=time.perf_counter() - started,
+        peak_rss_bytes=peak,
+        task_peak_bytes=max(0, peak - rss_before),
+        worker=worker_name(),
+        kept_bytes=worker_context().kept_bytes(),
+    )
+    record(asdict(result))
+    return result
+
+
+def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:
+    """The worker entry of a job's tile task: compute and write one tile, then record it."""
+    return run_recorded(
+        job,
+        job.journal.tile_key(job.journal_id, task.key),
+        task.key,
+        lambda: compute_tile(job.tile_job, task, before_write=job.owner_check),
+        lambda result: record_written_tile(job, task, result),
+    )
+
+
+def record_written_tile(job: RecordedJob, task: TileTask, result: dict[str, Any]) -> None:
+    """Record ``task``'s tile done, with its figures and what it wrote (:data:`WRITTEN`:
+    the digests of its stored objects, read back now that they are written)."""
+    keys = tile_objects(job.tile_job.product, job.tile_job.c, task)
+    written = object_digests(job.tile_job.c, keys)
+    job.journal.record_tile(job.journal_id, task, result, extra={WRITTEN: written})
+
+
+def tile_objects(product: Product, c: zarr.Array, task: TileTask) -> tuple[str, ...]:
+    """Keys (relative to the output ``c``) of the stored objects (shards, else chunks)
+    holding ``task``'s tile of ``product``, and its mirror (a symmetric product's tile
+    off the diagonal)."""
+    out = product.matrix("out", task.batch)
+    rows, cols = slice(task.row0, task.row1), slice(task.col0, task.col1)
+    regions = [out.selection(rows, cols)]
+    if product.symmetric and task.i != task.j:
+        regions.append(out.selection(cols, rows))
+    grid = c.shards or c.chunks
+    encode = c.metadata.encode_chunk_key
+    keys: dict[str, None] = {}
+    for region in regions:
+        if any(part.stop <= part.start for part in region):
+            continue
+        ranges = (
+            range(part.start // size, (part.stop - 1) // size + 1)
+            for part, size in zip(region, grid, strict=True)
+        )
+        keys |= {encode(index): None for index in itertools.product(*ranges)}
+    return tuple(keys)
+
+
+def object_digests(c: zarr.Array, keys: Iterable[str]) -> dict[str, list[Any] | None]:
+    """``{key: [bytes, sha256] or None}`` of the stored objects ``keys`` of the output ``c``
+    (None: the store holds none), as the store reads them now: :data:`OBJECTS_IN_FLIGHT`
+    at a time, fewer where that many could hold more than :data:`DIGEST_BYTES_IN_FLIGHT`."""
+    keys = list(keys)
+    store, top = c.store, c.path.strip("/")
+    largest = c.dtype.itemsize * math.prod(c.shards or c.chunks)  # uncompressed, at most
+    in_flight = max(1, min(OBJECTS_IN_FLIGHT, DIGEST_BYTES_IN_FLIGHT // max(1, largest)))
+
+    async def one(key: str, limit: asyncio.Semaphore) -> list[Any] | None:
+        async with limit:  # hashed before the next read may start: the bytes are let go
+            try:
+                buffer = await store.get(
+                    "/".join(p for p in (top, key) if p), prototype=default_buffer_prototype()
+                )
+            except FileNotFoundError:
+                return None
+            if buffer is None:
+                return None
+            data = buffer.as_numpy_array()
+            return [int(data.nbytes), hashlib.sha256(data).hexdigest()]
+
+    async def every() -> list[list[Any] | None]:
+        limit = asyncio.Semaphore(in_flight)  # made on the loop that uses it
+        return list(await asyncio.gather(*(one(key, limit) for key in keys)))
+
+    return dict(zip(keys, sync(every()), strict=True)) if keys else {}
+
+
+def written_changes(
+    c: zarr.Array, product: Product, sound: dict[str, tuple[TileTask, dict[str, Any]]]
+) -> dict[str, str]:
+    """Of the tiles recorded done (``{tile: (task, record)}``, records sound), those whose
+    output in ``c`` is not what their record says they wrote (:data:`WRITTEN`), with why:
+    ``{tile: why}``.
+
+    The keys are the tile's own (:func:`tile_objects`), never a name the record holds;
+    every object is read and hashed (a resume reads the finished output once).  A record
+    that keeps no digests, or not of this tile's objects, counts as changed.
+    """
+    expected = {tile: tile_objects(product, c, task) for tile, (task, _) in sound.items()}
+    problems: dict[str, str] = {}
+    for tile, (_, record) in sound.items():
+        kept = record.get(WRITTEN)
+        if not isinstance(kept, dict):
+            problems[tile] = (
+                "its record keeps no digests of its chunks (an older version wrote it), so "
+                "what the output holds cannot be checked"
+            )
+        elif set(kept) != set(expected[tile]) or not all(map(_is_digest, kept.values())):
+            problems[tile] = "its record's chunk digests are not those of this tile's chunks"
+    checked = [tile for tile in sound if tile not in problems]
+    now = object_digests(c, {key: None for tile in checked for key in expected[tile]})
+    for tile in checked:
+        kept = sound[tile][1][WRITTEN]
+        changed = [key for key in expected[tile] if now[key] != kept[key]]
+        if changed:
+            problems[tile] = _changes(changed, kept, now)
+    return problems
+
+
+def _is_digest(value: Any) -> bool:
+    """Whether ``value`` is what :func:`object_digests` keeps for one object."""
+    if value is None:
+        return True
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], int)
+        and not isinstance(value[0], bool)
+        and isinstance(value[1], str)
+    )
+
+
+def _changes(
+    keys: list[str], kept: dict[str, list[Any] | None], now: dict[str, list[Any] | None]
+) -> str:
+    """How the objects ``keys`` differ from what was kept, in words, the first few named."""
+    said = []
+    for key in keys[:NAMED]:
+        then, found = kept[key], now[key]
+        if found is None:
+            said.append(f"{key} is missing")
+        elif then is None:
+            said.append(f"{key} was not written by it")
+        elif found[0] != then[0]:
+            said.append(f"{key} is {found[0]} bytes, {then[0]} when written")
+        else:
+            said.append(f"{key} holds other bytes than it wrote")
+    more = f" and {len(keys) - NAMED} more" if len(keys) > NAMED else ""
+    return "its chunk " + ", ".join(said) + more
+
+
+def sound_result(journal: Journal, record_key: str) -> TileResult | None:
+    """The figures of the task recorded at ``record_key``, or None to run it.
+
+    A record that is there but not sealed (:func:`outofcore.journal.records.is_sealed`: damaged
+    or edited since it was written) is named in a warning and deleted, so the task's
+    new record can be written.
+    """
+    data = journal.get_bounded(record_key)
+    if data is None:
+        return None
+    try:
+        record = parse_document(data, journal.name_of(record_key))
+    except DocumentError:
+        record = None
+    if is_sealed(record):
+        return recorded_result(record)
+    logger.warning(
+        "the journal record %s does not match its checksum (damaged or edited): "
+        "its task is computed again",
+        journal.local_path(record_key) or record_key,
+    )
+    journal.delete(record_key)
+    return None
+
+
+def recorded_result(record: dict[str, Any] | None) -> TileResult | None:
+    """The :class:`TileResult` kept in a task's record, if it has one (only trust a
+    sealed record's: :func:`sound_result`)."""
+    if record is None or not isinstance(record.get("result"), dict):
+        return None
+    kept = record["result"]
+    values = {f.name: kept.get(f.name, f.default) for f in fields(TileResult)}
+    if any(value is MISSING for value in values.values()):  # an older record: figures unknown
+        return None
+    recomputed = values["recomputed"]
+    numbers = [v for name, v in values.items() if name not in ("key", "worker", "recomputed")]
+    typed = (
+        isinstance(values["key"], str)
+        and isinstance(values["worker"], str)
+        and isinstance(recomputed, (list, tuple))
+        and all(isinstance(part, str) for part in recomputed)
+        and all(_finite_number(v) for v in numbers)
+    )
+    return TileResult(**{**values, "recomputed": tuple(recomputed)}) if typed else None
+
+
+def _finite_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a finite float (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value)
+
+
+def worker_name() -> str:
+    """``host:pid`` of this process, as task results name their worker."""
+    return f"{socket.gethostname()}:{os.getpid()}"

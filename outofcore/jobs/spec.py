@@ -1,0 +1,217 @@
+"""What a job is asked to do, parsed and checked once: :class:`JobSpec`.
+
+The CLI builds a spec from its arguments, :func:`outofcore.matmul` and
+:func:`outofcore.api.run_job` from their keyword arguments; both then run
+through the same function.  Every value is checked here, before any array is
+opened, so a bad option fails at once with the value named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from outofcore.compute.engines import check_backend
+from outofcore.config import parse_size
+from outofcore.errors import InputError
+from outofcore.journal.lease import lease_timeout
+from outofcore.operands.arrays import ZARR_FORMATS
+from outofcore.operands.dtypes import check_flag, check_scale, parse_dtype
+from outofcore.storage.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
+from outofcore.storage.stores import check_storage_options
+from scheduler.gpu_cluster import parse_gpus
+
+#: Seconds a job started on its own LocalCluster is predicted to take here, from which it
+#: serves Dask's dashboard by default (:attr:`JobSpec.dashboard`).
+DASHBOARD_AFTER_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The options of one product ``out = alpha * op(a) @ op(b) + beta * addend``.
+
+    Sizes are bytes or text like ``"512MiB"``.
+
+    Attributes
+    ----------
+    transpose_a, transpose_b
+        Multiply by ``a.T`` (``b.T``) instead of ``a`` (``b``), read straight
+        from the stored array (no transposed copy).
+    alpha, beta
+        Scales of the product and of the addend (``beta`` needs an addend).
+    addend
+        An array of the output's shape (``zarr.Array``, path or URL), read tile
+        by tile and never written; must not be the output or an input.
+    out_dtype
+        Write the output in this dtype instead of the product's own
+        (:mod:`outofcore.operands.dtypes`: float32 for float16 inputs, int32/int64 for
+        integer ones), e.g. ``"float16"``.
+    memory
+        Memory budget of one worker; tiles are sized to it.  None (the default):
+        1 GiB, or less on this machine where its memory cap (a cgroup's limit)
+        leaves less per worker (:func:`scheduler.worker_sizing.default_budget`);
+        chosen by :func:`outofcore.api.run_job`, which knows where the job runs.
+    device_memory
+        Cap on each GPU engine's device memory (default: its own budget, a
+        share of the free device memory); CPU engines ignore it.
+    backend
+        ``"cpu"``, ``"cuda"``, ``"cupy"`` or ``"auto"``: cuda when the job's
+        workers have a GPU (a cluster's workers that declare a ``GPU`` resource, or
+        this machine's GPU for a local job), whatever the submitting machine has;
+        resolved by :func:`outofcore.api.run_job` once it knows the workers.
+    output_codec
+        Compression of an output created by the job: ``"none"`` or ``"zstd"``.
+    overwrite
+        Replace an existing output (and its journal).
+    shards
+        Create a large output sharded (default True): one with more than
+        :data:`scheduler.tiling.SHARD_OVER_CHUNKS` chunks gets one zarr shard per
+        tile, so each tile writes one whole object.  False: plain chunks always.
+    zarr_format
+        Format of an output the job creates: 3 (default) or 2, for readers
+        that know only format 2 (it has no shards: a large output is written
+        as plain chunks, with a warning).
+    tile, tk
+        Force the plan's tile shape ``(tm, tn)`` and panel depth.
+    splits
+        Force the number of parts each tile's k is split into (1: never
+        split); default: the planner's choice (split-k when the tiles are too
+        few for the workers, :mod:`outofcore.jobs.splitk`).
+    lease_timeout
+        Seconds without a heartbeat after which the job's lease is dead
+        (default: the ``lease-timeout`` setting, 60 s).
+    workers
+        Workers of the LocalCluster the job starts; with a scheduler address,
+        the workers to wait for.
+    gpus
+        Start one worker per listed GPU on this node instead of a CPU cluster.
+    progress
+        Show a progress bar on stderr (and announce a LocalCluster).
+    dashboard
+        Serve Dask's dashboard from the LocalCluster the job starts: True, False, or
+        None (the default): when the job is predicted to take at least
+        :data:`DASHBOARD_AFTER_SECONDS` here
+        (:func:`outofcore.machine.prediction.predicted_seconds`).
+        A shorter job is over before the page loads, and the dashboard's import (bokeh)
+        costs 0.5 to 1 s of the cluster's start.  A cluster the job does not start
+        keeps its own.
+    dimension_names
+        The output's dimension names, one a dimension (a name or None); default: from
+        the inputs' (:attr:`outofcore.operands.product.Product.dimension_names`).
+    storage_options
+        fsspec options for every URL of the job (inputs, addend, output and
+        its journal), e.g. ``{"endpoint_url": ..., "key": ..., "secret": ...}``
+        for ``s3://`` (:mod:`outofcore.storage.stores`); left out of the spec's repr.
+    """
+
+    transpose_a: bool = False
+    transpose_b: bool = False
+    alpha: int | float | complex = 1.0
+    beta: int | float | complex = 0.0
+    addend: Any = None
+    out_dtype: Any = None
+    memory: int | str | None = None
+    device_memory: int | str | None = None
+    backend: str = "auto"
+    output_codec: str = DEFAULT_OUTPUT_CODEC
+    overwrite: bool = False
+    shards: bool = True
+    zarr_format: int = 3
+    tile: tuple[int, int] | None = None
+    tk: int | None = None
+    splits: int | None = None
+    lease_timeout: float | None = None
+    workers: int | None = None
+    gpus: tuple[int, ...] | None = None
+    progress: bool = True
+    dashboard: bool | None = None
+    dimension_names: tuple[str | None, ...] | None = None
+    storage_options: dict[str, Any] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        device, out_dtype, dashboard = self.device_memory, self.out_dtype, self.dashboard
+        parsed = {
+            "transpose_a": check_flag(self.transpose_a, "transpose_a"),
+            "transpose_b": check_flag(self.transpose_b, "transpose_b"),
+            "alpha": check_scale(self.alpha, "alpha"),
+            "beta": check_scale(self.beta, "beta"),
+            "out_dtype": None if out_dtype is None else parse_dtype(out_dtype, "out_dtype"),
+            "memory": None if self.memory is None else parse_size(self.memory),
+            "device_memory": None if device is None else parse_size(device),
+            "backend": check_backend(self.backend),  # resolved where the tasks run (run_job)
+            "output_codec": check_output_codec(self.output_codec),
+            "shards": check_flag(self.shards, "shards"),
+            "zarr_format": _zarr_format(self.zarr_format),
+            "tile": None if self.tile is None else _positive_pair(self.tile),
+            "tk": None if self.tk is None else _positive(self.tk, "tk"),
+            "splits": None if self.splits is None else _positive(self.splits, "splits"),
+            "lease_timeout": lease_timeout(self.lease_timeout),
+            "workers": None if self.workers is None else _positive(self.workers, "workers"),
+            "gpus": None if self.gpus is None else _gpus(self.gpus),
+            "dashboard": None if dashboard is None else check_flag(dashboard, "dashboard"),
+            "dimension_names": _names(self.dimension_names),
+            "storage_options": check_storage_options(self.storage_options),
+        }
+        for name, value in parsed.items():
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def of(cls, spec: JobSpec | None, options: dict[str, Any]) -> JobSpec:
+        """``spec``, or a spec built from keyword ``options`` (not both).
+
+        Raises
+        ------
+        InputError
+            For an option a spec does not have, naming the ones it has.
+        """
+        if spec is not None:
+            if options:
+                raise InputError(f"pass options in the JobSpec or as keywords, not both: {options}")
+            return spec
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InputError(f"unknown job option(s) {unknown}; the options are {sorted(known)}")
+        return cls(**options)
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the job's engines run on a GPU."""
+        return self.backend in ("cuda", "cupy")
+
+
+def _names(value: Any) -> tuple[str | None, ...] | None:
+    """Dimension names: None, or a sequence of names (str) and None."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise InputError(f"dimension_names = {value!r}: need a list of names (str or None)")
+    if any(name is not None and not isinstance(name, str) for name in value):
+        raise InputError(f"dimension_names = {value!r}: each must be a str or None")
+    return tuple(value)
+
+
+def _positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} = {value!r}: need a whole number >= 1")
+    return value
+
+
+def _zarr_format(value: Any) -> int:
+    if isinstance(value, bool) or value not in ZARR_FORMATS:
+        raise InputError(f"zarr_format = {value!r}: choose 2 or 3")
+    return int(value)
+
+
+def _gpus(value: Any) -> tuple[int, ...]:
+    """GPU indices from ``"0,1"`` or ``(0, 1)``, checked as ``--gpus`` is."""
+    text = value if isinstance(value, str) else ",".join(str(gpu) for gpu in value)
+    return parse_gpus(text)
+
+
+def _positive_pair(value: Any) -> tuple[int, int]:
+    try:
+        first, second = value
+    except (TypeError, ValueError):
+        raise InputError(f"tile = {value!r}: need two whole numbers (rows, columns)") from None
+    return _positive(first, "tile rows"), _positive(second, "tile columns")
