@@ -16,7 +16,17 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"  # the package's version: pyproject.toml reads it from here
-__all__ = ["JobSpec", "gram", "job_status", "matmul", "to_zarr", "verify", "__version__"]
+__all__ = [
+    "JobSpec",
+    "OutputLayoutWarning",
+    "gram",
+    "job_status",
+    "matmul",
+    "random_array",
+    "to_zarr",
+    "verify",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -40,8 +50,16 @@ def __getattr__(name: str) -> Any:
         from outofcore.jobs.spec import JobSpec
 
         return JobSpec
-    if name == "verify":  # in outofcore.frontends.verify: a submodule named like the function
-        from outofcore.frontends.verify import verify  # would replace it here once imported
+    if name == "verify":
+        from outofcore.frontends.verify import verify
 
         return verify
+    if name == "random_array":
+        from outofcore.frontends.generate import random_array
+
+        return random_array
+    if name == "OutputLayoutWarning":
+        from outofcore.jobs.planning import OutputLayoutWarning
+
+        return OutputLayoutWarning
     raise AttributeError(f"module 'outofcore' has no attribute {name!r}")
