@@ -14,8 +14,8 @@ import outofcore
 
 #: name documented in README.md / docs/api.md -> where the layers define it
 DOCUMENTED = {
-    "outofcore.matmul": "outofcore.api.matmul",
-    "outofcore.gram": "outofcore.api.gram",
+    "outofcore.matmul": "outofcore.jobs.entry.matmul",
+    "outofcore.gram": "outofcore.jobs.entry.gram",
     "outofcore.to_zarr": "outofcore.frontends.dask_store.to_zarr",
     "outofcore.verify": "outofcore.frontends.verify.verify",
     "outofcore.job_status": "outofcore.journal.status.job_status",

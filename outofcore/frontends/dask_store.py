@@ -21,18 +21,18 @@ import numpy as np
 import zarr
 
 from outofcore import config
-from outofcore.api import matmul
 from outofcore.errors import InputError
 from outofcore.frontends.dask_products import FoundProduct, product_at_top, top_product
 from outofcore.frontends.generate import clear_own_array
+from outofcore.jobs.entry import matmul
 from outofcore.jobs.spec import JobSpec
 from outofcore.journal.targets import JOB_ATTRIBUTE, check_replaceable
-from outofcore.operands.arrays import WRITE_CONFIG, describe
 from outofcore.operands.derived import Vectors, result_dtype
 from outofcore.operands.dtypes import product_types
 from outofcore.operands.interop import Operand, by_path, steps_by_path, type_name
 from outofcore.operands.reading import sample_means, sums_along
 from outofcore.storage.locations import locate
+from outofcore.storage.stored_arrays import WRITE_CONFIG, describe
 from outofcore.storage.stores import zarr_options
 from scheduler.addresses import computing_on
 

@@ -15,10 +15,11 @@ from outofcore.errors import InputError, OutputExistsError
 from outofcore.journal.lease import check_not_held
 from outofcore.journal.records import Journal
 from outofcore.journal.targets import GENERATED_ATTRIBUTE, Occupant, check_replaceable
-from outofcore.operands.arrays import WRITE_CONFIG
 from outofcore.operands.dtypes import check_input_dtype
+from outofcore.operands.random_values import random_values
 from outofcore.operands.stacking import shape_text
 from outofcore.storage.locations import Location, locate
+from outofcore.storage.stored_arrays import WRITE_CONFIG
 from outofcore.storage.stores import zarr_options
 from outofcore.storage.writing import disk_usage_of
 
@@ -183,19 +184,3 @@ def check_room(
             f"a {shape_text(shape)} array of {np.dtype(dtype)} is {format_bytes(total)} "
             f"(random values do not compress) and {folder!r} has {format_bytes(free)} free"
         )
-
-
-def random_values(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """Random values of ``dtype``: standard normal floats, integers over the dtype's range,
-    booleans true or false with even odds."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "b":
-        return rng.random(shape) < 0.5
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
-    real = np.float64 if dtype in (np.float64, np.complex128) else np.float32
-    values = rng.standard_normal(shape, dtype=real)
-    if dtype.kind == "c":
-        values = values + 1j * rng.standard_normal(shape, dtype=real)
-    return values.astype(dtype)

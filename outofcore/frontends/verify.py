@@ -64,6 +64,7 @@ from outofcore.operands.joined import Joined
 from outofcore.operands.product import Product
 from outofcore.operands.reading import ReadError, read_panel
 from outofcore.operands.stacking import Window
+from outofcore.storage import stored_arrays
 from outofcore.storage.codecs import ChunkSizeError
 from outofcore.storage.locations import locate
 from scheduler.addresses import computing_on
@@ -114,7 +115,7 @@ def _check_complete(c: zarr.Array) -> None:
             f"{document.get('tiles_total')} tiles done)"
         )
     raise arrays.InputError(
-        f"C ({arrays.describe(c)}) is incomplete: its job has not finished{done}, so its "
+        f"C ({stored_arrays.describe(c)}) is incomplete: its job has not finished{done}, so its "
         "unwritten tiles hold no product; rerun the same matmul command to resume it, then "
         "verify"
     )
@@ -195,7 +196,7 @@ def verify(
         )
     if product.types.boolean:
         raise arrays.InputError(
-            f"C ({arrays.describe(c_arr)}) is a bool product: it holds whether any of the "
+            f"C ({stored_arrays.describe(c_arr)}) is a bool product: it holds whether any of the "
             "ands is true, not a sum, and Freivalds' check multiplies sums; compare it with "
             "the inputs' product as integers (outofcore matmul ... --out-dtype int64), nonzero"
         )
@@ -210,7 +211,7 @@ def verify(
                 return _verify_exact(product, c_arr, r)
             return _verify_rounded(product, c_arr, r)
     except ChunkSizeError as exc:  # a decompression bomb, refused from its header
-        read = [arrays.describe(x) for x in (*product.inputs.values(), c_arr)]
+        read = [stored_arrays.describe(x) for x in (*product.inputs.values(), c_arr)]
         raise ReadError(f"a chunk of {', '.join(read)} is corrupt: {exc}") from exc
     finally:  # the chunk-file buffers the reads kept (outofcore.operands.reading, as a job's tasks)
         worker_context().release_in_process()

@@ -23,6 +23,7 @@ from outofcore.journal.leasing import Lease
 from outofcore.journal.resume import Start, check_output_unchanged, open_journal, output_metadata
 from outofcore.journal.targets import JOB_ATTRIBUTE
 from outofcore.operands import arrays
+from outofcore.storage import stored_arrays
 from outofcore.storage.fingerprint import check_unchanged
 from outofcore.storage.writing import local_folder, make_durable
 from scheduler.plan import Plan
@@ -165,7 +166,7 @@ def write_empty_product(operands: Operands, start: Start, spec: JobSpec) -> JobR
                 output[out.selection(slice(r0, r0 + rows.shape[0]), slice(0, n))] = values
         seconds = time.perf_counter() - started
         summary = {
-            "output": arrays.describe(output),
+            "output": stored_arrays.describe(output),
             "shape": list(operands.shape),
             "k": product.k,
             "dtype": str(np.dtype(output.dtype)),

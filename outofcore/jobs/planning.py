@@ -207,7 +207,15 @@ def with_predictions(
     from outofcore.machine.prediction import machine_prediction  # noqa: PLC0415 (imports zarr)
 
     plan = job_plan.plan
-    machine, measured = machine_prediction(product, spec, plan, client, reprobe)
+    machine, measured = machine_prediction(
+        product,
+        plan,
+        client,
+        gpus=spec.gpus,
+        backend=spec.backend,
+        output_codec=spec.output_codec,
+        reprobe=reprobe,
+    )
     assumed = what_ifs(plan, **plan_options(spec))
     device = None
     if device_memory is not None:

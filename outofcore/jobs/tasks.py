@@ -17,8 +17,8 @@ from outofcore.jobs.progress import progress
 from outofcore.jobs.recorded import RecordedJob, TileResult, compute_and_record
 from outofcore.jobs.spec import JobSpec
 from outofcore.jobs.splitk import SplitJob, compute_partial, reduce_tile
-from outofcore.operands import arrays
 from outofcore.operands.product import listed_product
+from outofcore.storage import stored_arrays
 from scheduler.executors import Executor, WorkerShape
 from scheduler.gpu_cluster import GPU_RESOURCE
 from scheduler.plan import Plan
@@ -103,7 +103,7 @@ def summarize(
     flops = sum(flops_of.get(r.key, 0) for r in results)
     tiles = {task.key for task in plan.tasks}
     return {
-        "output": arrays.describe(output),
+        "output": stored_arrays.describe(output),
         "shape": list(output.shape),
         "k": plan.problem.k,
         "dtype": str(np.dtype(output.dtype)),

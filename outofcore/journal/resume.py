@@ -25,7 +25,7 @@ import zarr
 from outofcore.errors import InputError, JobFailedError, OutputExistsError
 from outofcore.journal.records import FORMAT, Journal, WrittenCheck, timestamp
 from outofcore.journal.targets import array_made_by_outofcore, check_replaceable
-from outofcore.operands import arrays
+from outofcore.storage import stored_arrays
 from outofcore.storage.documents import DocumentError, load_document
 from outofcore.storage.fingerprint import Fingerprint, changes
 from outofcore.storage.locations import Location
@@ -114,7 +114,7 @@ def check_output_unchanged(journal: Journal, document: dict[str, Any], where: st
 def describe_input(array: zarr.Array, content: Fingerprint) -> dict[str, Any]:
     """What identifies an input: where it lives, shape, dtype, chunking and content."""
     return {
-        "location": arrays.location_of(array) or "memory",
+        "location": stored_arrays.location_of(array) or "memory",
         "shape": list(array.shape),
         "dtype": str(array.dtype),
         "chunks": list(array.chunks),
@@ -317,8 +317,8 @@ def inspect_output(
         differences) or to another journal format.
     """
     if isinstance(target, zarr.Array):
-        where = arrays.describe(target)
-        existing = arrays.open_existing_output(target, shape, dtype)
+        where = stored_arrays.describe(target)
+        existing = stored_arrays.open_existing_output(target, shape, dtype)
         if not array_made_by_outofcore(existing):
             raise InputError(
                 f"the output {where} is a zarr array that outofcore did not write (it has no "
@@ -345,7 +345,7 @@ def inspect_output(
     document = _unfinished_job(journal, where)
     _check_resumable(document, identity, journal, where, fingerprints)
     opened = zarr.open_array(target.target, mode="r+", **zarr_options(target))
-    existing = arrays.for_writing(opened)
+    existing = stored_arrays.for_writing(opened)
     if tuple(existing.shape) != tuple(shape) or str(existing.dtype) != str(dtype):
         raise ResumeError(
             f"the output {where!r} is {existing.shape} {existing.dtype}, but the product is "

@@ -17,7 +17,7 @@ from outofcore.errors import InputError
 from outofcore.journal.lease import read_lease
 from outofcore.journal.records import Journal, timestamp
 from outofcore.journal.targets import what_is_at
-from outofcore.operands import arrays
+from outofcore.storage import stored_arrays
 from outofcore.storage.locations import Location, locate
 from outofcore.storage.stores import store_errors
 
@@ -115,5 +115,5 @@ def describe_output(out: zarr.Array | Location | str | os.PathLike) -> str:
     """How messages name the output: a ``zarr.Array`` by its store, a location by what
     opens it (:attr:`outofcore.storage.locations.Location.target`), a path or URL as given."""
     if isinstance(out, zarr.Array):
-        return arrays.describe(out)
+        return stored_arrays.describe(out)
     return out.target if isinstance(out, Location) else str(out)

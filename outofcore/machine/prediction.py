@@ -21,7 +21,6 @@ from scheduler.model import Machine, predict
 from scheduler.worker_sizing import local_blas_threads
 
 if TYPE_CHECKING:
-    from outofcore.jobs.spec import JobSpec
     from outofcore.operands.product import Product
     from scheduler.plan import Plan
 
@@ -168,22 +167,30 @@ def predicted_seconds(
 
 
 def machine_prediction(
-    product: Product, spec: JobSpec, plan: Plan, client: Any, reprobe: bool = False
+    product: Product,
+    plan: Plan,
+    client: Any,
+    *,
+    gpus: Any,
+    backend: str,
+    output_codec: str,
+    reprobe: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """This machine's figures (probed or cached) and its prediction of ``plan``
-    (``basis`` "measured"), with a note where the job runs elsewhere."""
+    (``basis`` "measured"), with a note where the job runs elsewhere; ``gpus``,
+    ``backend`` and ``output_codec`` are the job's (:class:`outofcore.jobs.spec.JobSpec`)."""
     from outofcore.config import flag  # noqa: PLC0415 (imports dask)
 
     # The tasks run in this process ("sync", or a LocalCluster's CPU workers) or in
     # worker processes, which import the task's modules first.
-    here = tasks_run_here(client, spec.gpus, flag("in-process-worker"))
+    here = tasks_run_here(client, gpus, flag("in-process-worker"))
 
     probed = machine_figures(local_blas_threads(plan.workers), reprobe=reprobe)
-    local = plan_machine(probed.figures, plan, product, spec.output_codec, not here)
+    local = plan_machine(probed.figures, plan, product, output_codec, not here)
     elsewhere = None
     if not is_local(client):
         elsewhere = f"the job runs on the workers of {client}, not here"
-    elif spec.gpus or spec.backend in ("cuda", "cupy"):
+    elif gpus or backend in ("cuda", "cupy"):
         elsewhere = "the job runs on GPUs; the probe measured this machine's CPUs"
     machine = {
         "figures": probed.figures.as_dict(),

@@ -280,7 +280,7 @@ def _released() -> Iterator[None]:
 
 def _values() -> np.ndarray:
     """The probe's array: standard normal float32 (as ``outofcore random`` writes)."""
-    from outofcore.frontends.generate import random_values  # noqa: PLC0415
+    from outofcore.operands.random_values import random_values  # noqa: PLC0415
 
     return random_values(np.random.default_rng(SEED), CODEC_SHAPE, np.dtype(np.float32))
 

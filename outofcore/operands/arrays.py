@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.errors import NodeTypeValidationError
-from zarr.storage import FsspecStore, LocalStore, MemoryStore
 
 from outofcore.errors import InputError
 from outofcore.operands import interop
@@ -23,7 +22,8 @@ from outofcore.operands.joined import Joined
 from outofcore.operands.stacking import Stack, Window
 from outofcore.storage.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
 from outofcore.storage.locations import Location, locate
-from outofcore.storage.stores import check_metadata, store_errors, url_of, zarr_options
+from outofcore.storage.stored_arrays import WRITE_CONFIG, describe, same_array
+from outofcore.storage.stores import check_metadata, store_errors, zarr_options
 
 #: An array argument: a ``zarr.Array``, a path or fsspec URL of one, a numpy array, or a
 #: dask array made by ``da.from_zarr`` (its ``.T`` too) (:mod:`outofcore.operands.interop`).
@@ -154,40 +154,6 @@ def dimension_names(array: zarr.Array) -> DimensionNames:
     return tuple(name if isinstance(name, str) else None for name in names)
 
 
-def describe(array: zarr.Array | Joined) -> str:
-    """Where an array lives, for messages: its store URL (absolute for local files) and
-    path (of each part of a :class:`~outofcore.operands.joined.Joined`, joined by ``+``)."""
-    if isinstance(array, Joined):
-        return " + ".join(describe(part) for part in array.arrays)
-    store = array.store
-    if isinstance(store, LocalStore):
-        where = f"file://{os.path.realpath(os.fspath(store.root))}"
-    elif isinstance(store, FsspecStore):
-        where = url_of(store)
-    else:
-        where = str(store)
-    if array.path:
-        where = f"{where.rstrip('/')}/{array.path}"
-    return where
-
-
-def location_of(array: zarr.Array) -> str | None:
-    """A comparable location (absolute local path or URL) of an array, or None in memory.
-
-    Kept in job records (:func:`outofcore.journal.resume.describe_input`); identity checks
-    compare :class:`outofcore.storage.locations.Location` objects (:func:`same_array`).
-    """
-    if isinstance(array.store, MemoryStore):
-        return None
-    return locate(array).target
-
-
-def same_array(x: zarr.Array, y: zarr.Array) -> bool:
-    """Whether ``x`` and ``y`` are the same stored array (opened once or twice, spelled
-    alike or not: :func:`outofcore.storage.locations.locate`)."""
-    return locate(x) == locate(y)
-
-
 def check_distinct(array: zarr.Array, others: dict[str, zarr.Array], what: str) -> None:
     """Refuse ``array`` (called ``what``) when it is one of ``others``."""
     for name, other in others.items():
@@ -208,37 +174,6 @@ def check_output_target(target: zarr.Array | Location, inputs: dict[str, zarr.Ar
                 f"the output {str(out)!r} and input {name} ({str(location)!r}) are nested in "
                 "one another; writing the output could damage the input"
             )
-
-
-#: zarr's settings of every array outofcore writes: a chunk equal to the fill value is
-#: written, never deleted.  zarr's default deletes such a chunk, and on fsspec stores
-#: (s3fs, gcsfs, adlfs) its delete expands ``[ ] * ?`` in the key as a pattern: a chunk
-#: of ``run[1].zarr`` would delete that of ``run1.zarr`` (and a chunk reads the same
-#: written or not: outofcore's local chunk files are written either way).
-WRITE_CONFIG: dict[str, Any] = {"write_empty_chunks": True}
-
-
-def for_writing(array: zarr.Array) -> zarr.Array:
-    """``array`` with :data:`WRITE_CONFIG`: what outofcore writes through."""
-    return array.with_config(WRITE_CONFIG)
-
-
-def open_existing_output(target: zarr.Array, shape: tuple[int, ...], dtype: np.dtype) -> zarr.Array:
-    """Check a ``zarr.Array`` given as the output: writable, of the product's shape and dtype;
-    returned with :data:`WRITE_CONFIG`.
-
-    Outputs named by a path or URL are checked by
-    :func:`outofcore.journal.targets.check_replaceable`
-    and created by :func:`create_output`.
-    """
-    if target.read_only:
-        raise InputError(f"the output {describe(target)} was opened read-only")
-    if tuple(target.shape) != tuple(shape) or np.dtype(target.dtype) != dtype:
-        raise InputError(
-            f"the output {describe(target)} is {target.shape} {target.dtype}, but "
-            f"the product is {shape} {dtype}"
-        )
-    return for_writing(target)
 
 
 def output_grid(array: zarr.Array) -> tuple[int, ...]:

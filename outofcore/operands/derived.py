@@ -609,7 +609,7 @@ def _alike(step: Step, array: Any) -> bool:
 
 def _same(one: Any, other: Any) -> bool:
     """Whether two zarr arrays are the same stored array (as
-    :func:`outofcore.operands.arrays.same_array` tells, which this layer cannot import)."""
+    :func:`outofcore.storage.stored_arrays.same_array` tells, which this layer cannot import)."""
     arrays = isinstance(one, zarr.Array) and isinstance(other, zarr.Array)
     return one is other or (arrays and locate(one) == locate(other))
 

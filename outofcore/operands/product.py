@@ -45,6 +45,7 @@ from outofcore.operands.dtypes import (
 from outofcore.operands.joined import Joined
 from outofcore.operands.reading import read_converted, sample_means, sums_along, zarr_read_shards
 from outofcore.operands.stacking import Matrix, Stack, Window
+from outofcore.storage import stored_arrays
 from outofcore.storage.locations import Location
 from outofcore.storage.presence import listed_array
 from outofcore.storage.stores import request_bytes
@@ -143,7 +144,7 @@ class Product:
         transpose_a, transpose_b = stack.transpose_a, stack.transpose_b
         if addend_array is not None and tuple(addend_array.shape) != stack.out_shape:
             raise InputError(
-                f"the addend ({arrays.describe(addend_array)}) has shape "
+                f"the addend ({stored_arrays.describe(addend_array)}) has shape "
                 f"{tuple(addend_array.shape)}; the output is {stack.out_shape}"
             )
         for name, array, steps in (("A", a_array, a_steps), ("B", b_array, b_steps)):
@@ -161,8 +162,8 @@ class Product:
             raise InputError(f"beta = {beta} needs an addend (out = alpha*A@B + beta*addend)")
         if beta == 0 and addend_array is not None:
             raise InputError(
-                f"an addend ({arrays.describe(addend_array)}) was given with beta = 0, so it "
-                "would be ignored; pass beta (e.g. 1.0) or leave the addend out"
+                f"an addend ({stored_arrays.describe(addend_array)}) was given with beta = 0, "
+                "so it would be ignored; pass beta (e.g. 1.0) or leave the addend out"
             )
         return cls(
             a=_first_part(a_array),
@@ -333,8 +334,8 @@ class Product:
         batch = grid[: len(self.stack.batch)]
         if any(size > 1 for size in batch):
             raise InputError(
-                f"the output {arrays.describe(out)} holds {math.prod(batch)} matrices of the "
-                f"stack a {'shard' if out.shards else 'chunk'} ({grid}); outofcore writes "
+                f"the output {stored_arrays.describe(out)} holds {math.prod(batch)} matrices of "
+                f"the stack a {'shard' if out.shards else 'chunk'} ({grid}); outofcore writes "
                 "each matrix by its own tasks, so it needs 1 on the batch dimensions "
                 f"({(1,) * len(batch) + grid[len(batch) :]}): give a path, and it is created so"
             )
@@ -370,7 +371,7 @@ class Product:
             "transpose_b": self.transpose_b,
             "alpha": _json_number(self.alpha),
             "beta": _json_number(self.beta),
-            "addend": None if self.addend is None else arrays.describe(self.addend),
+            "addend": None if self.addend is None else stored_arrays.describe(self.addend),
             "symmetric": self.symmetric,
             **self.types.summary(),
             **shapes,
@@ -428,8 +429,10 @@ def _same_values(a: zarr.Array | Joined, b: zarr.Array | Joined) -> bool:
         if not (isinstance(a, Joined) and isinstance(b, Joined)) or a.axis != b.axis:
             return False
         pairs = zip(a.arrays, b.arrays, strict=False)
-        return len(a.arrays) == len(b.arrays) and all(arrays.same_array(x, y) for x, y in pairs)
-    return arrays.same_array(a, b)
+        return len(a.arrays) == len(b.arrays) and all(
+            stored_arrays.same_array(x, y) for x, y in pairs
+        )
+    return stored_arrays.same_array(a, b)
 
 
 def _read_shape(array: zarr.Array | Joined, window: Window | None) -> tuple[int, ...]:
@@ -445,7 +448,7 @@ def _check_steps(name: str, array: zarr.Array, steps: tuple[Step, ...]) -> None:
     dtype = result_dtype(steps, array.dtype)
     if array.ndim != 2 or not applicable(steps, array.dtype):
         raise InputError(
-            f"input {name} computes {dtype} values from {arrays.describe(array)} (shape "
+            f"input {name} computes {dtype} values from {stored_arrays.describe(array)} (shape "
             f"{tuple(array.shape)}) by elementwise steps; outofcore applies steps to "
             "matrices of float or complex values as it reads them: store the operand first"
         )
@@ -476,7 +479,7 @@ def listed_product(product: Product, fingerprints: Mapping[str, Fingerprint]) ->
 
     def twin(name: str, array: zarr.Array) -> zarr.Array:
         if id(array) not in twins:
-            where = f"input {name} ({arrays.describe(array)})"
+            where = f"input {name} ({stored_arrays.describe(array)})"
             twins[id(array)] = listed_array(array, fingerprints[name].tokens, where)
         return twins[id(array)]
 

@@ -23,12 +23,11 @@ import zarr
 
 from outofcore import config
 from outofcore.errors import JobFailedError
-from outofcore.operands import arrays
 from outofcore.operands.derived import Step
 from outofcore.operands.derived import apply as apply_steps
 from outofcore.operands.joined import Joined
 from outofcore.operands.stacking import Matrix
-from outofcore.storage import chunkfiles
+from outofcore.storage import chunkfiles, stored_arrays
 from outofcore.storage.chunk_layout import check_selection, index_text, region_text
 from outofcore.storage.chunkfiles import DECODE_ERRORS, ChunkDecodeError
 
@@ -114,7 +113,7 @@ def _region(array: zarr.Array, selection: tuple[slice, ...]) -> str:
             if len(failing) == FAILING_NAMED:
                 break
     found = "; ".join(failing) if failing else "no single chunk fails when read again"
-    return f"{region_text(selection)} of {arrays.describe(array)} ({found})"
+    return f"{region_text(selection)} of {stored_arrays.describe(array)} ({found})"
 
 
 #: Most failing chunks (shards) a read error names.

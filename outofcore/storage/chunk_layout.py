@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from outofcore.operands import arrays
+from outofcore.storage import stored_arrays
 
 #: Where outofcore says what is not the result: here, the chunk-file path turning itself off.
 logger = logging.getLogger("outofcore")
@@ -155,7 +155,7 @@ WARNINGS_KEPT = 1024
 def warn_once(array: zarr.Array, message: str, *args: object) -> None:
     """Log ``message % (array, *args)`` once per array and message in this process:
     a worker opens an input again for every task, and said it once per tile."""
-    key = (arrays.describe(array), message)
+    key = (stored_arrays.describe(array), message)
     if key in _WARNED:
         return
     if len(_WARNED) >= WARNINGS_KEPT:

@@ -40,7 +40,7 @@ from zarr.storage import FsspecStore, LocalStore, MemoryStore, ObjectStore
 
 from outofcore import config
 from outofcore.errors import InputChangedError, InputError
-from outofcore.operands import arrays
+from outofcore.storage import stored_arrays
 from outofcore.storage.manifest import JOURNAL_DIR
 
 #: Folder of outofcore's own journal inside an array made by outofcore: not content.
@@ -132,7 +132,7 @@ def check_unchanged(
         now = fingerprint(array)
         if now.digest != before[name].digest:
             raise InputChangedError(
-                f"input {name} ({arrays.describe(array)}) changed while the job read it "
+                f"input {name} ({stored_arrays.describe(array)}) changed while the job read it "
                 f"({changes(before[name].tokens, now.tokens)}), so the output {output!r} may "
                 "mix old and new data and is left incomplete. Once the input is final, rerun "
                 "with overwrite=True to start over"

@@ -35,8 +35,7 @@ from zarr.storage import LocalStore
 
 from outofcore import config
 from outofcore.errors import OutputWriteError
-from outofcore.operands import arrays
-from outofcore.storage import chunkfiles
+from outofcore.storage import chunkfiles, stored_arrays
 from outofcore.storage.chunk_io import chunk_io
 from outofcore.storage.chunk_layout import region_text
 
@@ -66,7 +65,7 @@ def write_region(array: zarr.Array, start: tuple[int, ...], values: np.ndarray) 
         )
     selection = tuple(slice(s, s + n) for s, n in zip(start, values.shape, strict=True))
     what = f"writing {region_text(selection)} of the output"
-    with naming_full_disk(f"{what} {arrays.describe(array)}", local_folder(array)):
+    with naming_full_disk(f"{what} {stored_arrays.describe(array)}", local_folder(array)):
         layout = chunkfiles.plain_layout(array)
         if layout is not None and chunkfiles.aligned(layout, start, values.shape):
             chunkfiles.write_region(layout, start, values)

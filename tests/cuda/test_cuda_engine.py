@@ -511,7 +511,7 @@ def test_run_job_on_the_simulator_with_transposes_scales_and_dtypes(
     tmp_path, monkeypatch, a_dtype, b_dtype, accumulated
 ):
     """Transposed panels (strided host views) and every compute dtype through the CUDA engine."""
-    from outofcore.frontends.generate import random_values
+    from outofcore.operands.random_values import random_values
 
     rng = np.random.default_rng(12)
     a = random_values(rng, (17, 21), np.dtype(a_dtype))  # stored k x m: used as A.T
@@ -561,7 +561,7 @@ def test_vectors_and_stacks_on_the_simulator(
     tmp_path, monkeypatch, a_shape, b_shape, a_chunks, b_chunks
 ):
     """numpy.matmul's shapes reach the CUDA engine as 2-D panels of each task's matrix."""
-    from outofcore.frontends.generate import random_values
+    from outofcore.operands.random_values import random_values
 
     rng = np.random.default_rng(14)
     a = random_values(rng, a_shape, np.dtype("float32"))

@@ -12,11 +12,11 @@ import pytest
 
 import outofcore
 from outofcore.errors import InputError
-from outofcore.frontends.generate import random_values
 from outofcore.frontends.verify import verify
 from outofcore.journal.resume import differences, job_identity
 from outofcore.operands.dtypes import product_types
 from outofcore.operands.product import Product
+from outofcore.operands.random_values import random_values
 from tests.helpers import assert_gemm_close, write_zarr
 
 

@@ -20,8 +20,8 @@ import outofcore
 from outofcore.api import run_job
 from outofcore.compute.blas import gram_into, mirror_upper, syrk_accumulate
 from outofcore.errors import InputError
-from outofcore.frontends.generate import random_values
 from outofcore.operands.product import Product
+from outofcore.operands.random_values import random_values
 from tests.helpers import assert_gemm_close, cli, random_matrix, write_zarr
 
 

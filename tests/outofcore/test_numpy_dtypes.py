@@ -22,9 +22,9 @@ import zarr
 import outofcore
 from outofcore.api import run_job
 from outofcore.errors import InputError
-from outofcore.frontends.generate import random_values
 from outofcore.frontends.verify import verify
 from outofcore.operands.dtypes import product_types
+from outofcore.operands.random_values import random_values
 from tests.helpers import assert_gemm_close, cli, smallest_budget, write_zarr
 
 DTYPES = [

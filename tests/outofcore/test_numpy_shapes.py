@@ -23,9 +23,10 @@ import zarr
 
 import outofcore
 from outofcore.errors import InputError
-from outofcore.frontends.generate import random_array, random_values
+from outofcore.frontends.generate import random_array
 from outofcore.frontends.verify import verify
 from outofcore.journal.records import JOURNAL_DIR
+from outofcore.operands.random_values import random_values
 from tests.helpers import (
     assert_gemm_close,
     cli,

@@ -23,9 +23,10 @@ from zarr.core.sync import sync
 
 import outofcore
 from outofcore.errors import InputError
-from outofcore.frontends.generate import random_array, random_values
+from outofcore.frontends.generate import random_array
 from outofcore.journal.lease import LEASE_NAME
 from outofcore.journal.records import JOURNAL_DIR
+from outofcore.operands.random_values import random_values
 from outofcore.storage import obstores, storeops, stores
 from outofcore.storage.fingerprint import fingerprint
 from outofcore.storage.locations import locate

@@ -28,8 +28,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from outofcore.api import run_job
-from outofcore.frontends.generate import random_array, random_values
+from outofcore.frontends.generate import random_array
 from outofcore.journal.records import JOURNAL_DIR, PARTIALS_DIR
+from outofcore.operands.random_values import random_values
 from tests.helpers import (
     assert_gemm_close,
     break_chunk,

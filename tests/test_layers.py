@@ -1,0 +1,162 @@
+"""One import direction (issue 43): every import of outofcore and scheduler runs down the
+layers, never back up.
+
+The layers, top to bottom (``outofcore/__init__.py`` says the same)::
+
+    faces      outofcore/__init__, api, cli, generate, xarray, gpu_check/
+    frontends  the command line's parts, the dask and xarray bridges, verify, generate
+    jobs       a job from spec to output
+    machine    the probe, its cache, the prediction
+    compute    the tile loop, engines, BLAS, a worker's kept state, cuda/
+    journal    records, lease, resume, status, targets     (jobs -> journal -> storage)
+    operands   the product model, operands computed as read, dtypes, stacks
+    storage    locations, stores, chunk files, codecs, reads, writes, deletes
+    base       outofcore.errors, outofcore.config
+    scheduler  the plan, the memory model, executors: imports nothing of outofcore
+
+An import counts wherever it is written: at the top, inside a function, or under
+``if TYPE_CHECKING:`` (a type is still a dependency a reader has to follow).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+#: What each layer may import besides itself.
+MAY_IMPORT: dict[str, set[str]] = {
+    "faces": {
+        "frontends", "jobs", "machine", "compute", "journal", "operands", "storage", "base",
+        "scheduler",
+    },
+    "frontends": {
+        "jobs", "machine", "compute", "journal", "operands", "storage", "base", "scheduler",
+    },
+    "jobs": {"machine", "compute", "journal", "operands", "storage", "base", "scheduler"},
+    "machine": {"compute", "operands", "storage", "base", "scheduler"},
+    "compute": {"operands", "storage", "base", "scheduler"},
+    "journal": {"storage", "base", "scheduler"},
+    "operands": {"storage", "base", "scheduler"},
+    "storage": {"base", "scheduler"},
+    "base": {"scheduler"},
+    "scheduler": set(),
+}  # fmt: skip
+FACES = {"outofcore", "outofcore.api", "outofcore.cli", "outofcore.generate", "outofcore.xarray"}
+BASE = {"outofcore.errors", "outofcore.config"}
+
+
+def layer_of(module: str) -> str:
+    """The layer of a dotted module name of outofcore or scheduler."""
+    if module == "scheduler" or module.startswith("scheduler."):
+        return "scheduler"
+    if module in FACES or module.startswith("outofcore.gpu_check"):
+        return "faces"
+    if module in BASE:
+        return "base"
+    parts = module.split(".")
+    if parts[0] == "outofcore" and len(parts) >= 2 and parts[1] in MAY_IMPORT:
+        return parts[1]
+    raise ValueError(f"{module}: in no layer; add it to tests/test_layers.py and the README")
+
+
+def module_name(path: Path, root: Path) -> str:
+    """The dotted name of the module at ``path`` under ``root``."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(source: str, name: str, is_package: bool) -> set[str]:
+    """The outofcore and scheduler modules (or names inside them) ``source`` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: from the module's own package
+                package = name.split(".")
+                package = package if is_package else package[:-1]
+                base = package[: len(package) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found |= {f"{module}.{alias.name}" for alias in node.names}
+    return {m for m in found if m.split(".")[0] in ("outofcore", "scheduler")}
+
+
+def wrong_imports(root: Path) -> list[str]:
+    """Every import under ``root`` (outofcore/ and scheduler/) that runs against the layers:
+    ``"importer (layer) -> imported (layer)"``."""
+    modules = {}
+    for package in ("outofcore", "scheduler"):
+        for path in sorted((root / package).rglob("*.py")):
+            modules[module_name(path, root)] = path
+    wrong = []
+    for name, path in modules.items():
+        here = layer_of(name)
+        for target in sorted(imports_of(path.read_text(), name, path.name == "__init__.py")):
+            while target not in modules and "." in target:  # a name inside a module
+                target = target.rpartition(".")[0]
+            if target not in modules:
+                continue
+            there = layer_of(target)
+            if there != here and there not in MAY_IMPORT[here]:
+                wrong.append(f"{name} ({here}) -> {target} ({there})")
+    return wrong
+
+
+def test_every_module_is_in_a_layer():
+    for package in ("outofcore", "scheduler"):
+        for path in (ROOT / package).rglob("*.py"):
+            layer_of(module_name(path, ROOT))
+
+
+def test_imports_run_down_the_layers():
+    wrong = wrong_imports(ROOT)
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+PLANTED = {
+    "outofcore/__init__.py": "",
+    "outofcore/errors.py": "",
+    "outofcore/storage/__init__.py": "",
+    "outofcore/storage/stores.py": "from outofcore.errors import InputError\n",
+    "outofcore/journal/__init__.py": "",
+    "outofcore/journal/records.py": "from outofcore.storage import stores\n",
+    "outofcore/operands/__init__.py": "",
+    "outofcore/operands/product.py": "def f():\n    from outofcore.journal.records import x\n",
+    "outofcore/compute/__init__.py": "",
+    "outofcore/compute/tile.py": (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from outofcore.jobs import spec\n"
+    ),
+    "outofcore/jobs/__init__.py": "",
+    "outofcore/jobs/spec.py": "from outofcore import api\n",
+    "outofcore/api.py": "from outofcore.jobs import spec\n",
+    "scheduler/__init__.py": "",
+    "scheduler/plan.py": "from outofcore.errors import InputError\n",
+}
+
+
+def test_the_check_catches_planted_wrong_imports(tmp_path):
+    """A tree with four wrong imports (sideways in a function, up under TYPE_CHECKING, to
+    a face, from the bottom) and three right ones: exactly the four are named."""
+    for relative, text in PLANTED.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    assert sorted(wrong_imports(tmp_path)) == [
+        "outofcore.compute.tile (compute) -> outofcore.jobs.spec (jobs)",
+        "outofcore.jobs.spec (jobs) -> outofcore.api (faces)",
+        "outofcore.operands.product (operands) -> outofcore.journal.records (journal)",
+        "scheduler.plan (scheduler) -> outofcore.errors (base)",
+    ]
+
+
+@pytest.mark.parametrize("module", ["outofcore.tools", "outofcore.nowhere.x"])
+def test_a_module_outside_the_layers_is_named(module):
+    with pytest.raises(ValueError, match=module):
+        layer_of(module)
