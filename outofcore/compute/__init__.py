@@ -1,1 +1,11 @@
-"""TODO."""
+"""Compute: one tile's products, knowing no journal.
+
+``tile`` (stream the k-panels of A and B through an engine, write C_ij once),
+``engines`` (the tile-engine protocol and the CPU engine), ``blas`` (gemm and syrk through
+ctypes), ``limbs`` (exact 64-bit integer products through 16-bit limbs),
+``worker_context`` and ``panel_cache`` (what a worker keeps between tasks), ``peaks``
+(a task's peak memory); ``cuda/``: everything that imports ``numba.cuda``.
+
+May import: operands, storage, outofcore.errors and outofcore.config, scheduler; never
+journal, jobs, machine or the front-ends.
+"""
