@@ -277,12 +277,8 @@ def _random(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from outofcore.jobs.inputs import open_product  # noqa: PLC0415
-    from outofcore.jobs.planning import (  # noqa: PLC0415
-        job_workers,
-        plan_job,
-        with_budget,
-        with_predictions,
-    )
+    from outofcore.jobs.placement import with_budget  # noqa: PLC0415
+    from outofcore.jobs.planning import job_workers, plan_job, with_predictions  # noqa: PLC0415
     from scheduler.addresses import resolve_client  # noqa: PLC0415
     from scheduler.cluster import is_local  # noqa: PLC0415
     from scheduler.tls import client_security  # noqa: PLC0415

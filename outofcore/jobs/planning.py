@@ -12,8 +12,8 @@ Two budgets, one meaning each: the user's ``--memory`` (:attr:`JobSpec.memory
 a worker runs one task per thread, so the plan's budget is per task,
 :attr:`scheduler.plan.Plan.task_budget_bytes` (the worker's divided by its threads).
 
-Where a job runs is decided here too, before it is planned (:func:`where_it_runs`: the
-client, usable GPUs, the budget per worker).
+Where a job runs (the client, usable GPUs, the budget per worker) and whether it serves a
+dashboard are :mod:`outofcore.jobs.placement`'s, decided before and after it is planned.
 
 No Dask or numba is imported here at module level (zarr and the probe are imported
 where a function needs them).
@@ -27,16 +27,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scheduler import tiling
-from scheduler.addresses import resolve_client
 from scheduler.cluster import (
-    budget_for,
     is_local,
-    runs_in_process,
     worker_shape_of,
 )
 from scheduler.device_plan import device_summary
 from scheduler.executors import WorkerShape
-from scheduler.gpu_cluster import check_gpus_usable
 from scheduler.model import what_ifs
 from scheduler.plan import Plan
 from scheduler.tiling import is_large_output, make_output_plan
@@ -87,42 +83,6 @@ class JobPlan:
         if self.device is not None:
             summary["device"] = self.device
         return summary
-
-
-def with_budget(spec: JobSpec, client: Any) -> JobSpec:
-    """``spec`` with its memory budget per worker chosen when it names none
-    (:func:`scheduler.cluster.budget_for`)."""
-    memory = budget_for(spec.memory, client, spec.workers, spec.gpus)
-    return dataclasses.replace(spec, memory=memory)
-
-
-def where_it_runs(
-    spec: JobSpec | None, options: dict[str, Any], client: Any
-) -> tuple[JobSpec, Any]:
-    """The job's spec (:meth:`JobSpec.of <outofcore.jobs.spec.JobSpec.of>` ``spec`` and
-    ``options``) with its budget per worker chosen, and the client it runs on; every
-    setting of this process parsed first (:func:`outofcore.config.check_all`).
-
-    GPU workers this job would start on this node (``gpus``, no client) are refused first
-    where no CUDA GPU is usable here: the CUDA driver's device count
-    (:func:`outofcore.compute.cuda.probe.device_count`, without importing numba; numba's CUDA
-    simulator counts as a GPU, as in the tests) goes to
-    :func:`scheduler.gpu_cluster.check_gpus_usable`.  Then ``client`` is resolved
-    (:func:`scheduler.addresses.resolve_client`: None is the default Client when one is
-    open) and the budget chosen for it (:func:`scheduler.cluster.budget_for`).
-    """
-    from outofcore import config  # noqa: PLC0415 (imports dask)
-    from outofcore.compute.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
-    from outofcore.jobs.spec import JobSpec  # noqa: PLC0415 (imports dask)
-
-    spec = JobSpec.of(spec, options)
-    config.check_all()  # a bad setting is refused here, not in a worker's task
-    if spec.gpus and client is None:
-        simulator = cuda_probe.simulator_enabled()
-        check_gpus_usable(spec.gpus, 0 if simulator else cuda_probe.device_count(), simulator)
-    client = resolve_client(client, spec.gpus)
-    memory = budget_for(spec.memory, client, spec.workers, spec.gpus)
-    return dataclasses.replace(spec, memory=memory), client
 
 
 def job_workers(spec: JobSpec, client: Any) -> WorkerShape:
@@ -227,28 +187,6 @@ def with_predictions(
         predicted=(measured, *({**p.as_dict(), "basis": "assumed"} for p in assumed)),
         device=device,
     )
-
-
-def wants_dashboard(job_plan: JobPlan, product: Product, spec: JobSpec, client: Any) -> bool:
-    """Whether the LocalCluster the job starts serves Dask's dashboard: as
-    ``spec.dashboard`` asks, else when ``job_plan`` (made for the cluster's workers,
-    :func:`job_workers`) is predicted to take
-    :data:`~outofcore.jobs.spec.DASHBOARD_AFTER_SECONDS` or more here (a GPU cluster keeps
-    its dashboard: the prediction is the CPUs')."""
-    from outofcore.config import flag  # noqa: PLC0415 (imports dask)
-    from outofcore.jobs.spec import DASHBOARD_AFTER_SECONDS  # noqa: PLC0415 (imports zarr)
-    from outofcore.machine import prediction  # noqa: PLC0415 (the probe imports zarr)
-
-    if spec.dashboard is not None:
-        return spec.dashboard
-    if client is not None:  # no LocalCluster to start
-        return False
-    if spec.gpus:
-        return True
-    processes = not runs_in_process(spec.gpus, flag("in-process-worker"))
-    plan = job_plan.plan
-    seconds = prediction.predicted_seconds(plan, product, spec.output_codec, processes)
-    return seconds >= DASHBOARD_AFTER_SECONDS
 
 
 def warn_unsharded(plan: Plan, spec: JobSpec, existing: zarr.Array | None) -> None:

@@ -13,7 +13,8 @@ from outofcore import config
 from outofcore.compute.engines import resolve_backend
 from outofcore.jobs.inputs import Operands, check_output_room
 from outofcore.jobs.phases import Phases
-from outofcore.jobs.planning import JobPlan, plan_job, wants_dashboard, where_it_runs
+from outofcore.jobs.placement import wants_dashboard, where_it_runs
+from outofcore.jobs.planning import JobPlan, plan_job
 from outofcore.jobs.spec import JobSpec
 from outofcore.journal.lease import check_not_held
 from outofcore.journal.resume import Start

@@ -17,7 +17,7 @@ import outofcore
 from outofcore import cli
 from outofcore.errors import InputError
 from outofcore.frontends.cli_parser import build_parser
-from outofcore.jobs import planning
+from outofcore.jobs import placement, planning
 from outofcore.jobs.inputs import open_product
 from outofcore.jobs.spec import DASHBOARD_AFTER_SECONDS, JobSpec
 from outofcore.machine import prediction, probe_cache
@@ -89,15 +89,15 @@ def test_the_prediction_decides_between_a_short_and_a_long_job(tmp_path, no_prob
     workers = planning.job_workers(spec, None)  # the LocalCluster the job would start
     large = planning.plan_job(big, spec, workers)
     assert prediction.predicted_seconds(large.plan, big, "none", False) >= DASHBOARD_AFTER_SECONDS
-    assert planning.wants_dashboard(large, big, spec, None) is True
+    assert placement.wants_dashboard(large, big, spec, None) is True
     short = planning.plan_job(small, spec, workers)
     assert prediction.predicted_seconds(short.plan, small, "none", False) < DASHBOARD_AFTER_SECONDS
-    assert planning.wants_dashboard(short, small, spec, None) is False
+    assert placement.wants_dashboard(short, small, spec, None) is False
     # As asked, whatever the prediction; a cluster the job does not start keeps its own.
     unasked = JobSpec(memory="256MiB", dashboard=False)
-    assert planning.wants_dashboard(large, big, unasked, None) is False
-    assert planning.wants_dashboard(short, small, JobSpec(memory="256MiB", dashboard=True), None)
-    assert planning.wants_dashboard(large, big, spec, "sync") is False
+    assert placement.wants_dashboard(large, big, unasked, None) is False
+    assert placement.wants_dashboard(short, small, JobSpec(memory="256MiB", dashboard=True), None)
+    assert placement.wants_dashboard(large, big, spec, "sync") is False
 
 
 def test_cached_figures_never_measure(tmp_path):

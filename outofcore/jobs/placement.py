@@ -1,0 +1,78 @@
+"""Where a job runs, decided before it is planned, and whether it serves a dashboard.
+
+:func:`where_it_runs`: the client (resolved once), usable GPUs, the budget per worker
+(:func:`with_budget`); :func:`wants_dashboard`: after the plan, from its predicted time.
+The plan itself is :mod:`outofcore.jobs.planning`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from scheduler.addresses import resolve_client
+from scheduler.cluster import budget_for, runs_in_process
+from scheduler.gpu_cluster import check_gpus_usable
+
+if TYPE_CHECKING:
+    from outofcore.jobs.planning import JobPlan
+    from outofcore.jobs.spec import JobSpec
+    from outofcore.operands.product import Product
+
+
+def with_budget(spec: JobSpec, client: Any) -> JobSpec:
+    """``spec`` with its memory budget per worker chosen when it names none
+    (:func:`scheduler.cluster.budget_for`)."""
+    memory = budget_for(spec.memory, client, spec.workers, spec.gpus)
+    return dataclasses.replace(spec, memory=memory)
+
+
+def where_it_runs(
+    spec: JobSpec | None, options: dict[str, Any], client: Any
+) -> tuple[JobSpec, Any]:
+    """The job's spec (:meth:`JobSpec.of <outofcore.jobs.spec.JobSpec.of>` ``spec`` and
+    ``options``) with its budget per worker chosen, and the client it runs on; every
+    setting of this process parsed first (:func:`outofcore.config.check_all`).
+
+    GPU workers this job would start on this node (``gpus``, no client) are refused first
+    where no CUDA GPU is usable here: the CUDA driver's device count
+    (:func:`outofcore.compute.cuda.probe.device_count`, without importing numba; numba's CUDA
+    simulator counts as a GPU, as in the tests) goes to
+    :func:`scheduler.gpu_cluster.check_gpus_usable`.  Then ``client`` is resolved
+    (:func:`scheduler.addresses.resolve_client`: None is the default Client when one is
+    open) and the budget chosen for it (:func:`scheduler.cluster.budget_for`).
+    """
+    from outofcore import config  # noqa: PLC0415 (imports dask)
+    from outofcore.compute.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
+    from outofcore.jobs.spec import JobSpec  # noqa: PLC0415 (imports dask)
+
+    spec = JobSpec.of(spec, options)
+    config.check_all()  # a bad setting is refused here, not in a worker's task
+    if spec.gpus and client is None:
+        simulator = cuda_probe.simulator_enabled()
+        check_gpus_usable(spec.gpus, 0 if simulator else cuda_probe.device_count(), simulator)
+    client = resolve_client(client, spec.gpus)
+    memory = budget_for(spec.memory, client, spec.workers, spec.gpus)
+    return dataclasses.replace(spec, memory=memory), client
+
+
+def wants_dashboard(job_plan: JobPlan, product: Product, spec: JobSpec, client: Any) -> bool:
+    """Whether the LocalCluster the job starts serves Dask's dashboard: as
+    ``spec.dashboard`` asks, else when ``job_plan`` (made for the cluster's workers,
+    :func:`job_workers`) is predicted to take
+    :data:`~outofcore.jobs.spec.DASHBOARD_AFTER_SECONDS` or more here (a GPU cluster keeps
+    its dashboard: the prediction is the CPUs')."""
+    from outofcore.config import flag  # noqa: PLC0415 (imports dask)
+    from outofcore.jobs.spec import DASHBOARD_AFTER_SECONDS  # noqa: PLC0415 (imports zarr)
+    from outofcore.machine import prediction  # noqa: PLC0415 (the probe imports zarr)
+
+    if spec.dashboard is not None:
+        return spec.dashboard
+    if client is not None:  # no LocalCluster to start
+        return False
+    if spec.gpus:
+        return True
+    processes = not runs_in_process(spec.gpus, flag("in-process-worker"))
+    plan = job_plan.plan
+    seconds = prediction.predicted_seconds(plan, product, spec.output_codec, processes)
+    return seconds >= DASHBOARD_AFTER_SECONDS
