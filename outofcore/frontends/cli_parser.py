@@ -247,7 +247,7 @@ def _add_out_dtype(parser: argparse.ArgumentParser) -> None:
 def _number(text: str) -> int | float | complex:
     """A scale as typed: an integer (``9007199254740993``), or a whole number float64 would
     round (``9007199254740993.0``), is an int, exactly (never rounded through float:
-    :func:`outofcore.operands.dtypes.check_scale`); else a float (``2.0``, ``1e20``: float64 holds
+    :func:`outofcore.operands.scales.check_scale`); else a float (``2.0``, ``1e20``: float64 holds
     them) or a complex number."""
     text = text.replace(" ", "")
     try:

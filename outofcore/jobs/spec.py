@@ -16,7 +16,8 @@ from outofcore.config import parse_size
 from outofcore.errors import InputError
 from outofcore.journal.lease import lease_timeout
 from outofcore.operands.arrays import ZARR_FORMATS
-from outofcore.operands.dtypes import check_flag, check_scale, parse_dtype
+from outofcore.operands.dtypes import check_flag, parse_dtype
+from outofcore.operands.scales import check_scale
 from outofcore.storage.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
 from outofcore.storage.stores import check_storage_options
 from scheduler.gpu_cluster import parse_gpus

@@ -33,17 +33,10 @@ from outofcore.operands.derived import (
     vector_bytes,
 )
 from outofcore.operands.derived import describe as describe_steps
-from outofcore.operands.dtypes import (
-    ADDEND_DTYPES,
-    OpView,
-    ProductTypes,
-    check_flag,
-    check_scale,
-    product_types,
-    typed_scale,
-)
+from outofcore.operands.dtypes import ADDEND_DTYPES, OpView, ProductTypes, check_flag, product_types
 from outofcore.operands.joined import Joined
 from outofcore.operands.reading import read_converted, sample_means, sums_along, zarr_read_shards
+from outofcore.operands.scales import check_scale, typed_scale
 from outofcore.operands.stacking import Matrix, Stack, Window
 from outofcore.storage import stored_arrays
 from outofcore.storage.locations import Location

@@ -18,7 +18,8 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 
 from outofcore.storage import storeops
-from outofcore.storage.manifest import StrangersError, join_key, local_base, logger, show
+from outofcore.storage.manifest import StrangersError, local_base, logger, show
+from outofcore.storage.output_keys import join_key
 
 
 def delete_keys(store: Store, prefix: str, keys: Iterable[str]) -> None:

@@ -29,17 +29,15 @@ from __future__ import annotations
 import logging
 import os
 import re
-import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from zarr.abc.store import Store
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
 from outofcore.errors import InputError
 from outofcore.storage.documents import DocumentError, load_document
+from outofcore.storage.output_keys import _link_target, _list_store, _read_metadata, join_key
 
 #: Folder of a job's journal inside its output (:mod:`outofcore.journal.records`).
 JOURNAL_DIR = "_outofcore"
@@ -73,8 +71,6 @@ _JOURNAL_FOLDER = re.compile(
 #: outofcore's chunk files ``<key>.<hex>.partial``.
 _TEMPORARY = re.compile(r"(.+)\.[0-9a-f]{32}\.partial")
 _INDEX_ONLY = re.compile(_INDEX)
-#: Largest metadata document read to learn the chunk keys (bigger: no chunk key is known).
-_METADATA_BYTES = 16 << 20
 #: Names shown in a message, at most.
 SHOWN = 5
 logger = logging.getLogger("outofcore")
@@ -335,11 +331,6 @@ def _protocols(fs: object) -> tuple[str, ...]:
     return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
-def join_key(*parts: str) -> str:
-    """``parts`` joined into one key (empty parts left out)."""
-    return "/".join(p for p in parts if p)
-
-
 def _chunk_forms(store: Store, top: str, base: str | None) -> tuple[ChunkKeys, ...]:
     forms = []
     for name in ("zarr.json", ".zarray"):
@@ -348,41 +339,6 @@ def _chunk_forms(store: Store, top: str, base: str | None) -> tuple[ChunkKeys, .
         if form is not None:
             forms.append(form)
     return tuple(forms)
-
-
-def _read_metadata(store: Store, top: str, base: str | None, name: str) -> bytes | None:
-    """The document ``name`` at the output's top, when it is a plain file of sane size."""
-    if base is not None:
-        path = os.path.join(base, join_key(top, name))
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-        try:
-            fd = os.open(path, flags)
-        except OSError:
-            return None
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size > _METADATA_BYTES:
-                return None
-            return f.read(_METADATA_BYTES)
-    reader = _reader(store)
-    try:
-        buffer = sync(reader.get(join_key(top, name), prototype=default_buffer_prototype()))
-    except OSError:
-        return None
-    if buffer is None or len(buffer) > _METADATA_BYTES:
-        return None
-    return buffer.to_bytes()
-
-
-def _reader(store: Store) -> Store:
-    """A read-only twin of ``store`` where it has one (a writable LocalStore creates its
-    folder when opened), else ``store``."""
-    if store.read_only:
-        return store
-    try:
-        return store.with_read_only(True)
-    except NotImplementedError:
-        return store
 
 
 def _walk_local(
@@ -428,26 +384,3 @@ def _walk_local(
                 yield name, "file"
             else:
                 yield name, "strangers"
-
-
-def _link_target(path: str) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return "?"
-
-
-def _list_store(store: Store, top: str, under: str) -> list[str]:
-    """Every key below the output (``under`` it), relative to the output."""
-    start = join_key(top, under)
-    reader = _reader(store)
-
-    async def collect() -> list[str]:
-        return [key async for key in reader.list_prefix(start + "/" if start else "")]
-
-    try:
-        keys = sync(collect())
-    except FileNotFoundError:
-        return []
-    skip = len(top) + 1 if top else 0
-    return [key[skip:] for key in keys if not top or key.startswith(top + "/")]

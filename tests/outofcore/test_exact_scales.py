@@ -21,7 +21,8 @@ import outofcore
 from outofcore.errors import InputError
 from outofcore.frontends.cli_parser import _number
 from outofcore.frontends.verify import verify
-from outofcore.operands.dtypes import check_scale, product_types
+from outofcore.operands.dtypes import product_types
+from outofcore.operands.scales import check_scale
 from tests.helpers import cli, write_zarr
 
 SYNC = {"client": "sync", "progress": False}

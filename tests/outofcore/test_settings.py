@@ -233,7 +233,7 @@ def test_a_bad_setting_is_refused_by_the_api_before_anything_is_written(
 
 #: Values given to every numeric option.
 OPTION_VALUES = ["nan", "inf", "-inf", "-5", "0", "1e400", str(2**70), "garbage", "1.5"]
-#: The options typed by part 1 of the issue (scales: outofcore.operands.dtypes.check_scale).
+#: The options typed by part 1 of the issue (scales: outofcore.operands.scales.check_scale).
 SCALES = {"--alpha", "--beta"}
 
 
