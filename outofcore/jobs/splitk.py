@@ -36,15 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from outofcore.compute.tile import (
-    TaskIO,
-    addend_bytes,
-    compute_tile,
-    output_bytes,
-    output_grid,
-    write_finished_rows,
-    write_mirror,
-)
+from outofcore.compute.tile import TaskIO, compute_tile, write_finished_rows
+from outofcore.compute.tile_io import addend_bytes, output_bytes, output_grid, write_mirror
 from outofcore.jobs.recorded import (
     RecordedJob,
     TileResult,
