@@ -23,7 +23,8 @@ from typing import Any
 import zarr
 
 from outofcore.errors import InputError, JobFailedError, OutputExistsError
-from outofcore.journal.records import FORMAT, Journal, WrittenCheck, timestamp
+from outofcore.journal.job_schema import FORMAT
+from outofcore.journal.records import Journal, WrittenCheck, timestamp
 from outofcore.journal.targets import array_made_by_outofcore, check_replaceable
 from outofcore.storage import stored_arrays
 from outofcore.storage.documents import DocumentError, load_document
