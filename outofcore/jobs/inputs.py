@@ -16,8 +16,9 @@ import zarr
 from outofcore.errors import InputError
 from outofcore.jobs.phases import Phases
 from outofcore.jobs.spec import JobSpec
+from outofcore.journal.identity import job_identity, output_layout
 from outofcore.journal.records import Journal
-from outofcore.journal.resume import Start, inspect_output, job_identity, output_layout
+from outofcore.journal.resume import Start, inspect_output
 from outofcore.journal.status import describe_output
 from outofcore.journal.targets import check_replaceable
 from outofcore.operands import arrays
@@ -61,7 +62,7 @@ class Operands:
     #: How messages name the output.
     where: str
     fingerprints: dict[str, Fingerprint]
-    #: What must match for a rerun to resume (:func:`outofcore.journal.resume.job_identity`).
+    #: What must match for a rerun to resume (:func:`outofcore.journal.identity.job_identity`).
     identity: dict[str, Any]
 
     @classmethod

@@ -46,7 +46,7 @@ def describe(array: zarr.Array | Parts) -> str:
 def location_of(array: zarr.Array) -> str | None:
     """A comparable location (absolute local path or URL) of an array, or None in memory.
 
-    Kept in job records (:func:`outofcore.journal.resume.describe_input`); identity checks
+    Kept in job records (:func:`outofcore.journal.identity.describe_input`); identity checks
     compare :class:`outofcore.storage.locations.Location` objects (:func:`same_array`).
     """
     if isinstance(array.store, MemoryStore):

@@ -13,7 +13,7 @@ import pytest
 import outofcore
 from outofcore.errors import InputError
 from outofcore.frontends.verify import verify
-from outofcore.journal.resume import differences, job_identity
+from outofcore.journal.identity import differences, job_identity
 from outofcore.operands.dtypes import product_types
 from outofcore.operands.product import Product
 from outofcore.operands.random_values import random_values
