@@ -47,7 +47,6 @@ import math
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import dask
@@ -57,46 +56,25 @@ import zarr
 
 from outofcore import config
 from outofcore.compute.worker_context import worker_context
+from outofcore.frontends.verify_exact import _verify_exact
+from outofcore.frontends.verify_report import (
+    VerifyReport,
+    _failures,
+    _largest,
+    _operands,
+    _row_bounds,
+    _scale,
+)
 from outofcore.journal.targets import JOB_ATTRIBUTE
 from outofcore.operands import arrays
-from outofcore.operands.derived import on_dask
-from outofcore.operands.joined import Joined
 from outofcore.operands.product import Product
-from outofcore.operands.reading import ReadError, read_panel
-from outofcore.operands.stacking import Window
+from outofcore.operands.reading import ReadError
 from outofcore.storage import stored_arrays
 from outofcore.storage.codecs import ChunkSizeError
 from outofcore.storage.locations import locate
 from scheduler.addresses import computing_on
 
 SAFETY = 16.0
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    """Outcome of :func:`verify`."""
-
-    passed: bool
-    rounds: int
-    max_relative_residual: float
-    tolerance: float
-    failing_rows: int
-    first_failing_row: int | None
-    nonfinite_mismatches: int
-    #: Whether the check was exact (an integer product).
-    exact: bool = False
-    #: The batch index of the matrix holding the first failing row (a stack's; None for
-    #: a product of one matrix, or when none fails).
-    first_failing_matrix: tuple[int, ...] | None = None
-    #: Rows holding an element whose value was not confirmed, and how many such elements:
-    #: NaN or Inf in ``C`` where the reference is Inf or mixes Infs (only "not finite" is
-    #: confirmed there), and the rows not compared because their values may overflow the
-    #: output's dtype and hold an Inf.  A report that passes with these says so.
-    unchecked_rows: int = 0
-    unchecked_elements: int = 0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _check_complete(c: zarr.Array) -> None:
@@ -161,16 +139,7 @@ def verify(
         None: Dask's convention (the default Client when one is open, else what
         ``dask.config`` names), else threads of this process.
     """
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
-        raise arrays.InputError(
-            f"rounds = {rounds!r}: need a whole number from 1 to {MAX_ROUNDS} (each round is "
-            "one random vector kept in memory; a wrong result escapes two already only below "
-            "the tolerance)"
-        )
-    if seed is not None and (
-        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
-    ):
-        raise arrays.InputError(f"seed = {seed!r}: need None or a whole number from 0 to 2**63-1")
+    _check_rounds_and_seed(rounds, seed)
     # Each array named by a path or URL is located once, with the options that open it.
     a, b, c, addend = (
         locate(x, storage_options) if isinstance(x, str | os.PathLike) else x
@@ -178,28 +147,16 @@ def verify(
     )
     c_arr = arrays.open_input(c, "C", dtypes=None)
     _check_complete(c_arr)
-    product = Product.open(
+    product = _checked_product(
         a,
         b,
+        c_arr,
         transpose_a=transpose_a,
         transpose_b=transpose_b,
         alpha=alpha,
         beta=beta,
         addend=addend,
-        out_dtype=c_arr.dtype,
     )
-    if tuple(c_arr.shape) != product.shape:
-        raise arrays.InputError(
-            f"C is {tuple(c_arr.shape)} but the product "
-            f"({'A.T' if product.transpose_a else 'A'} @ "
-            f"{'B.T' if product.transpose_b else 'B'}) is {product.shape}"
-        )
-    if product.types.boolean:
-        raise arrays.InputError(
-            f"C ({stored_arrays.describe(c_arr)}) is a bool product: it holds whether any of the "
-            "ands is true, not a sum, and Freivalds' check multiplies sums; compare it with "
-            "the inputs' product as integers (outofcore matmul ... --out-dtype int64), nonzero"
-        )
     rng = np.random.default_rng(seed)
     r = rng.choice(np.array([-1, 1]), size=(product.matrix_shape[1], rounds))
     try:
@@ -217,6 +174,39 @@ def verify(
         worker_context().release_in_process()
 
 
+def _check_rounds_and_seed(rounds: Any, seed: Any) -> None:
+    """Refuse a number of rounds or a seed :func:`verify` cannot use, naming it."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
+        raise arrays.InputError(
+            f"rounds = {rounds!r}: need a whole number from 1 to {MAX_ROUNDS} (each round is "
+            "one random vector kept in memory; a wrong result escapes two already only below "
+            "the tolerance)"
+        )
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
+    ):
+        raise arrays.InputError(f"seed = {seed!r}: need None or a whole number from 0 to 2**63-1")
+
+
+def _checked_product(a: Any, b: Any, c_arr: zarr.Array, **options: Any) -> Product:
+    """The product ``c_arr`` should hold (:meth:`Product.open` with ``options``), refused
+    when ``c_arr`` has another shape or the product is a bool one (not a sum)."""
+    product = Product.open(a, b, **options, out_dtype=c_arr.dtype)
+    if tuple(c_arr.shape) != product.shape:
+        raise arrays.InputError(
+            f"C is {tuple(c_arr.shape)} but the product "
+            f"({'A.T' if product.transpose_a else 'A'} @ "
+            f"{'B.T' if product.transpose_b else 'B'}) is {product.shape}"
+        )
+    if product.types.boolean:
+        raise arrays.InputError(
+            f"C ({stored_arrays.describe(c_arr)}) is a bool product: it holds whether any of the "
+            "ands is true, not a sum, and Freivalds' check multiplies sums; compare it with "
+            "the inputs' product as integers (outofcore matmul ... --out-dtype int64), nonzero"
+        )
+    return product
+
+
 @contextlib.contextmanager
 def _own_threads() -> Iterator[None]:
     """Dask's threaded scheduler on a pool of this call's own, shut down (its running
@@ -228,218 +218,6 @@ def _own_threads() -> Iterator[None]:
         dask.config.set(pool=pool),
     ):
         yield
-
-
-def _operands(product: Product, c: zarr.Array) -> tuple[da.Array, ...]:
-    """``op(A)``, ``op(B)``, ``C`` and the addend (or None) as Dask arrays in their stored
-    dtypes (the caller converts them),
-    each of two or more dimensions (a vector as a one-row or one-column matrix, numpy's
-    promotion; the batch dimensions broadcast), each block read as a job's tasks read
-    (:func:`outofcore.operands.reading.read_panel`): chunks never decode to more than their size,
-    transient errors are retried, and a block that cannot be read or decoded is a
-    :class:`~outofcore.operands.reading.ReadError` naming the array, its region and the chunk's
-    key (it was zarr's bare ``ValueError``)."""
-    stack = product.stack
-
-    def read(array: zarr.Array) -> da.Array:
-        return da.from_array(array, chunks=array.chunks, getitem=_read_block, name=False)
-
-    def matrices(x: da.Array) -> da.Array:
-        """An output-shaped array with the vectors' unit axes put back."""
-        if stack.a_vector:
-            x = da.expand_dims(x, axis=x.ndim - (0 if stack.b_vector else 1))
-        return da.expand_dims(x, axis=x.ndim) if stack.b_vector else x
-
-    def operand(role: str, window: Window | None) -> da.Array:
-        """The values operand ``role`` reads: its array (its parts joined), its window."""
-        values = product.values(role)
-        if isinstance(values, Joined):
-            x = da.concatenate([read(part) for part in values.arrays], axis=values.axis)
-        else:
-            x = read(values)
-        if window is None:
-            return x
-        (row, col), (rows, cols) = window.start, window.shape
-        return x[row : row + rows, col : col + cols]
-
-    # Operands computed as they are read: their region, then their steps.
-    a = on_dask(product.a_steps, operand("A", product.a_window), read)
-    b = on_dask(product.b_steps, operand("B", product.b_window), read)
-    a = a[None, :] if stack.a_vector else da.swapaxes(a, -1, -2) if stack.transpose_a else a
-    b = b[:, None] if stack.b_vector else da.swapaxes(b, -1, -2) if stack.transpose_b else b
-    addend = None if product.addend is None else matrices(read(product.addend))
-    return a, b, matrices(read(c)), addend
-
-
-def _failures(bad: np.ndarray) -> tuple[int, int | None, tuple[int, ...] | None]:
-    """How many rows fail in ``bad`` (rows of each matrix of the output, batch first), the
-    first one's row, and its matrix's batch index (None for one matrix)."""
-    found = np.argwhere(bad)
-    if not found.size:
-        return 0, None, None
-    first = tuple(int(i) for i in found[0])
-    return len(found), first[-1], first[:-1] if bad.ndim > 1 else None
-
-
-def _read_block(
-    array: zarr.Array, index: tuple[slice, ...], asarray: bool = True, lock: object = None
-) -> np.ndarray:
-    """One block of ``array`` for Dask (``from_array``'s getitem), read by
-    :func:`outofcore.operands.reading.read_panel`."""
-    bounds = zip(index, array.shape, strict=True)
-    selection = tuple(slice(*part.indices(size)) for part, size in bounds)
-    out = np.empty([part.stop - part.start for part in selection], dtype=array.dtype)
-    read_panel(array, selection, out)
-    return out
-
-
-def _wrapped(value: int) -> np.int64:
-    """A whole-number scale as int64 arithmetic applies it: modulo ``2**64``."""
-    return np.int64((int(value) + 2**63) % 2**64 - 2**63)
-
-
-#: The whole numbers a 64-bit result rounded to a float can be: int64's and uint64's,
-#: and 2**64 (uint64's largest rounded up).
-LOWEST, HIGHEST = -(2.0**63), 2.0**64
-
-
-def _whole(values: da.Array) -> da.Array:
-    """Where ``values`` are whole numbers a 64-bit integer rounded to a float can be."""
-    return (values == da.floor(values)) & (values >= LOWEST) & (values <= HIGHEST)
-
-
-def _to_modular(block: np.ndarray) -> np.ndarray:
-    """Whole-number float values (from -2**63 to 2**64) as int64 modulo ``2**64``;
-    anything else as 0 (the caller counts those elements as wrong)."""
-    usable = np.isfinite(block) & (block == np.floor(block))
-    usable &= (block >= LOWEST) & (block <= HIGHEST)
-    block = np.where(usable, block, 0.0)
-    high = block >= 2.0**63  # beyond int64: shifted down by 2**63 first (exact)
-    magnitude = np.abs(np.where(high, block - 2.0**63, block)).astype(np.uint64)
-    magnitude = np.where(high, magnitude + np.uint64(2**63), magnitude)  # 2**64 wraps to 0
-    wrapped = np.where(block < 0, np.uint64(0) - magnitude, magnitude)
-    return wrapped.view(np.int64)
-
-
-def _row_bounds(product: Product, a: da.Array, b: da.Array, addend) -> tuple[da.Array, ...]:
-    """``‖a_i‖₂`` (A's batch..., m), ``‖op(B)‖_F`` per matrix and ``‖d_i‖₂`` (or 0): the
-    parts of ``s_i`` (the module docstring), lazily."""
-    row_norms = da.sqrt((abs(a) ** 2).sum(axis=-1))
-    b_frobenius = da.sqrt((abs(b) ** 2).sum(axis=(-2, -1)))
-    addend_norms = da.zeros(()) if addend is None else da.sqrt((abs(addend) ** 2).sum(axis=-1))
-    return row_norms, b_frobenius, addend_norms
-
-
-def _scale(product: Product, row_norms, b_frobenius, addend_norms) -> np.ndarray:
-    """``s_i = |alpha|·‖a_i‖₂·‖op(B)‖_F + |beta|·‖d_i‖₂`` (batch..., m), in float64."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return abs(product.alpha) * np.asarray(row_norms) * np.asarray(b_frobenius)[
-            ..., None
-        ] + abs(product.beta) * np.asarray(addend_norms)
-
-
-def _largest(dtype: np.dtype) -> float:
-    """The largest finite magnitude of a float or complex dtype (inf for integers)."""
-    return float(np.finfo(dtype).max) if dtype.kind in "fc" else math.inf
-
-
-def _verify_exact(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyReport:
-    """Integers: exact in int64 arithmetic (modulo 2**64).  An integer output is compared
-    exactly; a float (or complex) one holds the 64-bit result rounded once, so ``C`` is
-    read back as integers modulo ``2**64`` and each row's residual, exact, is within the
-    rounding of its elements: ``|(C·r)_i − (...)_i| ≤ 2·u_out·‖c_i‖₁``."""
-    a, b, c_d, addend = _operands(product, c)
-    a, b = a.astype(np.int64), b.astype(np.int64)
-    addend = None if addend is None else addend.astype(np.int64)
-    r = r.astype(np.int64)
-    expected = a @ (b @ r) * _wrapped(product.alpha)
-    if addend is not None:
-        expected = expected + (addend @ r) * _wrapped(product.beta)
-    output = product.types.output
-    if output.kind in "iu":
-        cr, abr = dask.compute(c_d.astype(np.int64) @ r, expected)
-        failing, row, matrix = _failures((cr != abr).any(axis=-1))
-        return VerifyReport(
-            passed=failing == 0,
-            rounds=r.shape[1],
-            max_relative_residual=_largest_residual(cr - abr),
-            tolerance=0.0,
-            failing_rows=failing,
-            first_failing_row=row,
-            nonfinite_mismatches=0,
-            exact=True,
-            first_failing_matrix=matrix,
-        )
-    return _verify_exact_rounded(product, (a, b, c_d, addend), expected, r)
-
-
-def _largest_residual(difference: np.ndarray) -> float:
-    """The largest ``|difference|`` of int64 residuals (modulo 2**64, signed), as a float."""
-    return float(np.abs(difference.astype(np.float64)).max()) if difference.size else 0.0
-
-
-def _verify_exact_rounded(
-    product: Product, operands: tuple, expected: da.Array, r: np.ndarray
-) -> VerifyReport:
-    """An integer product written as a float or complex: see :func:`_verify_exact`."""
-    a, b, c_d, addend = operands
-    output = product.types.output
-    unit = float(np.finfo(output).eps) / 2
-    real = (c_d.real if output.kind == "c" else c_d).astype(np.float64)
-    imaginary = (c_d.imag != 0).sum(axis=-1) if output.kind == "c" else da.zeros(())
-    infinite = da.isinf(real)
-    usable = da.isfinite(real) & _whole(real)  # what a 64-bit integer's rounding can be
-    malformed = da.isnan(real) | (da.isfinite(real) & ~usable)
-    bounds = _row_bounds(
-        product,
-        a.astype(np.float64),
-        b.astype(np.float64),
-        None if addend is None else addend.astype(np.float64),
-    )
-    cr, abr, l1, infinite, malformed, imaginary, *bounds = dask.compute(
-        real.map_blocks(_to_modular, dtype=np.int64) @ r,
-        expected,
-        abs(da.where(usable, real, 0.0)).sum(axis=-1),
-        infinite.sum(axis=-1),
-        malformed.sum(axis=-1),
-        imaginary,
-        *bounds,
-    )
-    # Inf is numpy's rounding of a 64-bit value beyond the output's range (float16); a row
-    # that may reach it and holds Inf is not compared (its other values unchecked).
-    reach = _scale(product, *bounds) * (1 + 1e-6)  # wrapped (``wraps``): any 64-bit value
-    may_overflow = ~(reach < _largest(output)) | product.types.wraps
-    unchecked = (infinite > 0) & may_overflow
-    limit = 2 * unit * l1
-    residual = np.abs((cr - abr).astype(np.float64))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        relative = np.where(
-            l1[..., None] > 0, residual / l1[..., None], np.where(residual > 0, np.inf, 0.0)
-        )
-    unchecked = unchecked | (~unchecked & (limit >= 2.0**62))  # the modular residual says nothing
-    unchecked &= (malformed == 0) & (np.asarray(imaginary) == 0)  # wrong whatever the rest
-    wrong = (
-        ((residual > limit[..., None]).any(axis=-1) & ~unchecked)
-        | ((infinite > 0) & ~may_overflow)
-        | (malformed > 0)
-        | (np.asarray(imaginary) > 0)
-    )
-    failing, row, matrix = _failures(wrong)
-    checked = np.where(unchecked[..., None], 0.0, relative)
-    return VerifyReport(
-        passed=failing == 0,
-        rounds=r.shape[1],
-        max_relative_residual=float(checked.max()) if checked.size else 0.0,
-        tolerance=2 * unit,
-        failing_rows=failing,
-        first_failing_row=row,
-        nonfinite_mismatches=int((((infinite > 0) & ~may_overflow) | (malformed > 0)).sum()),
-        exact=True,
-        first_failing_matrix=matrix,
-        unchecked_rows=int(unchecked.sum()),
-        unchecked_elements=int(np.broadcast_to(unchecked, l1.shape).sum())
-        * product.matrix_shape[1],
-    )
 
 
 def _verify_rounded(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyReport:
