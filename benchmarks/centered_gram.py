@@ -5,7 +5,7 @@ LocalCluster of 2 worker processes, in one run:
 
 * ``outofcore``: ``outofcore.to_zarr(xc.T @ xc, url)``: the product found at the top
   of the graph, ``xc`` read from the stored X with the column means subtracted as each
-  panel is read (:mod:`outofcore.operands.derived`), half the tiles (a Gram product);
+  panel is read (:mod:`outofcore.operands.dask_graph`), half the tiles (a Gram product);
 * ``dask``: ``(xc.T @ xc).to_zarr(url)``.
 
 Each runs ``--repeats`` times (3), alternating, on the same cluster; the medians are

@@ -35,6 +35,9 @@ from scheduler.errors import BudgetError
 from scheduler.problem import Problem
 
 PANELS_IN_FLIGHT = 2
+#: Elements of a panel an operand's elementwise steps are applied to at once
+#: (:func:`outofcore.operands.steps.apply`): the size of their temporaries.
+STEP_SLAB_ELEMENTS = 2**14
 #: Largest side of an output chunk we create (a tile may hold several).
 MAX_OUTPUT_CHUNK = 2048
 #: Rows of C written at once (whole rows of output chunks, at least this many):
@@ -72,7 +75,8 @@ def loop_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
 
     ``w * (tm*tn + depth*tk*(tm + tn))`` for the tile and the panels in flight,
     live throughout (the last panels' rows are written while they are
-    multiplied); the staging panels of inputs stored in another dtype; the vectors
+    multiplied); the staging panels of inputs stored in another dtype, and the slabs
+    an operand's elementwise steps are applied in (``step_slabs``); the vectors
     of operands computed as they are read (``held_bytes``); and the
     codec buffers, kept from reads to writes and task to task: a file and a chunk
     buffer for each of the ``c = io_concurrency`` I/O threads, of the largest input
@@ -86,6 +90,8 @@ def loop_bytes(problem: Problem, tm: int, tn: int, tk: int, io_concurrency: int)
     input_chunk = input_chunk_bytes(p)
     panels = p.itemsize * PANELS_IN_FLIGHT * tk * (tm + tn)
     staging = tk * (tm * p.staging[0] + tn * p.staging[1])
+    staging += min(STEP_SLAB_ELEMENTS, tm * tk) * p.step_slabs[0]  # computed operands' steps
+    staging += min(STEP_SLAB_ELEMENTS, tk * tn) * p.step_slabs[1]
     shard_reads = max(  # of whole inner chunks: ``chunk_batch`` entries each
         shard_read_bytes(p.read_shards[0], p.a_chunks, wa, (tm, tk), io_concurrency)
         * p.chunk_batch[0],

@@ -33,6 +33,9 @@ class Problem:
     read_itemsizes: tuple[int, int] | None = None
     #: Bytes per element of A's and B's staging panels (0: decoded straight into the panel).
     staging: tuple[int, int] = (0, 0)
+    #: Bytes per element of the slabs A's and B's elementwise steps are applied in, at most
+    #: :data:`scheduler.memory.STEP_SLAB_ELEMENTS` of a panel (0: an operand without steps).
+    step_slabs: tuple[int, int] = (0, 0)
     #: Element size of the output; None: ``itemsize``.
     out_itemsize: int | None = None
     #: Bytes per output element of a write block's buffers (converted output, addend).
@@ -59,7 +62,7 @@ class Problem:
     #: take (their float64 copies are held while a panel is multiplied); 0: none.
     limbs: int = 0
     #: Bytes every task holds beside its buffers: the vectors of the elementwise steps
-    #: that compute an operand as it is read (:mod:`outofcore.operands.derived`).
+    #: that compute an operand as it is read (:mod:`outofcore.operands.steps`).
     held_bytes: int = 0
     #: Matrices of a stacked output ``(E..., m, n)`` (the product of its leading
     #: dimensions); None: one matrix, no batch axis (keys, journals and summaries as ever).
@@ -98,6 +101,7 @@ class Problem:
         sizes = [self.itemsize, *self.read_sizes, self.written_itemsize]
         extras = (
             *self.staging,
+            *self.step_slabs,
             self.block_extra,
             self.addend_itemsize,
             self.request_bytes,

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import zarr
 
-from outofcore.operands.derived import Step, Vectors, applicable, steps_behind
+from outofcore.operands.dask_graph import Vectors, steps_behind
 from outofcore.operands.interop import layer_reads
 from outofcore.operands.stacking import Window
+from outofcore.operands.steps import Step, applicable
 
 #: The functions of dask.array's blockwise product layers, by the call that makes them.
 PRODUCT_FUNCTIONS = {"_matmul": "matmul", "_tensordot": "tensordot", "chunk_einsum": "einsum"}
@@ -82,7 +83,7 @@ def _operand(
     graph: Any, name: str, vectors: Vectors
 ) -> tuple[zarr.Array, bool, tuple[Step, ...], Window | None] | None:
     """The zarr array a product's operand layer reads, whether it is its transpose, the
-    elementwise steps that compute it (:mod:`outofcore.operands.derived`) and the region read
+    elementwise steps that compute it (:mod:`outofcore.operands.dask_graph`) and the region read
     (a slice: :mod:`outofcore.operands.windows`); None otherwise."""
     plain = layer_reads(graph, name, 2)
     if plain is not None:

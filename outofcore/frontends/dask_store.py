@@ -27,10 +27,11 @@ from outofcore.frontends.generate import clear_own_array
 from outofcore.jobs.entry import matmul
 from outofcore.jobs.spec import JobSpec
 from outofcore.journal.targets import JOB_ATTRIBUTE, check_replaceable
-from outofcore.operands.derived import Vectors, result_dtype
+from outofcore.operands.dask_graph import Vectors
 from outofcore.operands.dtypes import product_types
 from outofcore.operands.interop import Operand, by_path, steps_by_path, type_name
 from outofcore.operands.reading import sample_means, sums_along
+from outofcore.operands.steps import result_dtype
 from outofcore.storage.locations import locate
 from outofcore.storage.stored_arrays import WRITE_CONFIG, describe
 from outofcore.storage.stores import zarr_options

@@ -11,7 +11,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from outofcore.operands.derived import on_dask
+from outofcore.operands.dask_graph import on_dask
 from outofcore.operands.joined import Joined
 from outofcore.operands.product import Product
 from outofcore.operands.reading import read_panel

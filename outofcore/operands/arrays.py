@@ -16,10 +16,11 @@ from zarr.errors import NodeTypeValidationError
 
 from outofcore.errors import InputError
 from outofcore.operands import interop
-from outofcore.operands.derived import Step, Vectors
+from outofcore.operands.dask_graph import Vectors
 from outofcore.operands.dtypes import INPUT_DTYPES, check_input_dtype
 from outofcore.operands.joined import Joined
 from outofcore.operands.stacking import Stack, Window
+from outofcore.operands.steps import Step
 from outofcore.storage.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors
 from outofcore.storage.locations import Location, locate
 from outofcore.storage.stored_arrays import WRITE_CONFIG, describe, same_array
@@ -97,7 +98,7 @@ def open_operand(
     """Open operand ``name`` as :func:`open_input` does; return the zarr array, whether
     ``source`` is its transpose (a dask array ``da.from_zarr(...).T``), which the
     product turns into its transpose flag, the elementwise steps that compute the
-    operand from it as it is read (:mod:`outofcore.operands.derived`; ``vectors`` keeps their
+    operand from it as it is read (:mod:`outofcore.operands.dask_graph`; ``vectors`` keeps their
     vectors for the product's other operand) and the region of it read (a slice
     ``x[:, :1000]``: :mod:`outofcore.operands.windows`; None for all of it)."""
     label = _label(name)

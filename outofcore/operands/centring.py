@@ -24,7 +24,7 @@ overflow).  So only a centred Gram whose failures show takes this path
 (:func:`fused_gram`): a non-finite result is refused (:meth:`PanelSums.correct`).
 Anything else (a cross-covariance, one operand centred, a step after the centring, a
 slice, a stack, float16) has its shifts made exact before the job
-(:func:`outofcore.operands.derived.exact_steps`: dask's own means).
+(:func:`outofcore.operands.dask_graph.exact_steps`: dask's own means).
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 
 from outofcore.errors import InputError
-from outofcore.operands.derived import Step, Vectors, describe, exact_steps
+from outofcore.operands.dask_graph import Vectors, exact_steps
 from outofcore.operands.stacking import Window
+from outofcore.operands.steps import Step, describe
 
 
 def settle(

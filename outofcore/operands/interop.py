@@ -35,9 +35,10 @@ import zarr
 from zarr.storage import FsspecStore, MemoryStore
 
 from outofcore.errors import InputError
-from outofcore.operands.derived import Step, Vectors, applicable, result_dtype, steps_behind
+from outofcore.operands.dask_graph import Vectors, steps_behind
 from outofcore.operands.dtypes import check_input_dtype
 from outofcore.operands.joined import Joined
+from outofcore.operands.steps import Step, applicable, result_dtype
 from outofcore.storage.locations import locate
 from scheduler.cluster import tasks_run_here
 
@@ -54,7 +55,7 @@ SUGGESTED_CHUNK = 2048
 class Operand:
     """An argument as outofcore reads it: a zarr array (or its path or URL), whether the
     argument is its transpose, and the elementwise steps applied as it is read
-    (:mod:`outofcore.operands.derived`; ``()`` for a stored array read as it is)."""
+    (:mod:`outofcore.operands.dask_graph`; ``()`` for a stored array read as it is)."""
 
     source: Any
     transposed: bool = False
@@ -76,7 +77,7 @@ def resolve(
     for dask and numpy arrays.  ``dtypes``: the dtypes a numpy array may have (None:
     any), checked before it is copied.  An :class:`Operand` is returned as it is.
     ``vectors`` keeps the vectors of elementwise steps between the operands of one
-    product (:class:`outofcore.operands.derived.Vectors`).
+    product (:class:`outofcore.operands.dask_graph.Vectors`).
 
     Raises
     ------
@@ -140,7 +141,7 @@ def _computed_behind(x: Any, vectors: Vectors | None = None) -> Operand | None:
     """A 2-D dask array that is a stored zarr array with elementwise steps (a centred
     or scaled matrix, ``astype``) and slices (``x[:, :1000]``): that array, its flag, the
     steps, with the vectors they use computed now, and the region read
-    (:func:`outofcore.operands.derived.steps_behind`); None otherwise."""
+    (:func:`outofcore.operands.dask_graph.steps_behind`); None otherwise."""
     if x.ndim != 2:
         return None
     graph = x.__dask_graph__()

@@ -24,20 +24,14 @@ import zarr
 
 from outofcore.errors import InputError
 from outofcore.operands import arrays, centring
-from outofcore.operands.derived import (
-    Step,
-    Vectors,
-    applicable,
-    result_dtype,
-    slab_bytes,
-    vector_bytes,
-)
-from outofcore.operands.derived import describe as describe_steps
+from outofcore.operands.dask_graph import Vectors
 from outofcore.operands.dtypes import ADDEND_DTYPES, OpView, ProductTypes, check_flag, product_types
 from outofcore.operands.joined import Joined
 from outofcore.operands.reading import read_converted, sample_means, sums_along, zarr_read_shards
 from outofcore.operands.scales import check_scale, typed_scale
 from outofcore.operands.stacking import Matrix, Stack, Window
+from outofcore.operands.steps import Step, applicable, result_dtype, slab_itemsize, vector_bytes
+from outofcore.operands.steps import describe as describe_steps
 from outofcore.storage import stored_arrays
 from outofcore.storage.locations import Location
 from outofcore.storage.presence import listed_array
@@ -69,7 +63,7 @@ class Product:
     #: so only the tiles on and above the diagonal are computed (:mod:`scheduler.plan`).
     symmetric: bool = False
     #: Elementwise steps that compute A (B) from the stored array as it is read, in the
-    #: stored orientation (:mod:`outofcore.operands.derived`: a centred matrix, ``astype``).
+    #: stored orientation (:mod:`outofcore.operands.dask_graph`: a centred matrix, ``astype``).
     a_steps: tuple[Step, ...] = ()
     b_steps: tuple[Step, ...] = ()
     #: The region of the stored A (B) read: a slice (:mod:`outofcore.operands.windows`); None:
@@ -292,6 +286,10 @@ class Product:
             out_grid=None if out is None else self._existing_grid(out),
             read_itemsizes=(self.a.dtype.itemsize, self.b.dtype.itemsize),
             staging=(staged[0], staged[1]),
+            step_slabs=(
+                slab_itemsize(self.a_steps, self.a.dtype),
+                slab_itemsize(self.b_steps, self.b.dtype),
+            ),
             out_itemsize=self.types.output.itemsize,
             block_extra=block_extra,
             addend_itemsize=0 if self.addend is None else self.addend.dtype.itemsize,
@@ -307,8 +305,6 @@ class Product:
             ),
             held_bytes=vector_bytes(self.a_steps)
             + vector_bytes(self.b_steps)
-            + slab_bytes(self.a_steps, self.a.dtype)
-            + slab_bytes(self.b_steps, self.b.dtype)
             + (centring.held_bytes(m, n, compute) if self.panel_sums else 0),
             batch=stack.count if stack.batch else None,
             a_matrices=math.prod(stack.a_batch),

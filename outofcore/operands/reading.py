@@ -23,10 +23,10 @@ import zarr
 
 from outofcore import config
 from outofcore.errors import JobFailedError
-from outofcore.operands.derived import Step
-from outofcore.operands.derived import apply as apply_steps
 from outofcore.operands.joined import Joined
 from outofcore.operands.stacking import Matrix
+from outofcore.operands.steps import Step
+from outofcore.operands.steps import apply as apply_steps
 from outofcore.storage import chunkfiles, stored_arrays
 from outofcore.storage.chunk_layout import check_selection, index_text, region_text
 from outofcore.storage.chunkfiles import DECODE_ERRORS, ChunkDecodeError
@@ -150,7 +150,7 @@ def read_converted(
     The region is decoded into ``staging`` (a flat buffer of the stored dtype
     with room for it; allocated when None) and then converted into ``out``.
     ``compute(values, out)`` writes ``out`` from the decoded values instead (an operand
-    computed as it is read, :func:`outofcore.operands.derived.apply`; ``values`` may be ``out``).
+    computed as it is read, :func:`outofcore.operands.steps.apply`; ``values`` may be ``out``).
     """
     if out.dtype == array.dtype:
         read_panel(array, selection, out)
@@ -181,7 +181,7 @@ def read_operand(
     ``array`` (a stack's entry, or a vector as a one-row or one-column matrix) and
     ``op`` is the identity or ``.T`` (``array`` may be stored arrays joined along one
     axis, :mod:`outofcore.operands.joined`); with ``steps`` (an operand computed as it is read,
-    :mod:`outofcore.operands.derived`) ``out`` holds the steps applied to the decoded values, as
+    :mod:`outofcore.operands.dask_graph`) ``out`` holds the steps applied to the decoded values, as
     numpy computes them.
 
     A transposed operand's region is ``M[cols, rows]``, read as stored into
@@ -270,7 +270,7 @@ def sums_along(array: zarr.Array, axis: int, extent: int | None = None) -> np.nd
     """Sums of a stored 2-D array along ``axis`` (0: one a column), in float64 (complex128
     for complex values): blocks of
     whole chunk rows read with :func:`read_panel` in this process's threads (a column
-    mean for an operand that computes, :mod:`outofcore.operands.derived`).  ``extent``: only the
+    mean for an operand that computes, :mod:`outofcore.operands.dask_graph`).  ``extent``: only the
     first ``extent`` entries along ``axis`` are summed (None: all)."""
     import os  # noqa: PLC0415
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
@@ -306,7 +306,7 @@ SAMPLE_SHARE = 16
 def sample_means(array: zarr.Array, axis: int) -> np.ndarray:
     """Means over ``axis`` of a stored 2-D array's first ``1/SAMPLE_SHARE`` along it
     (whole chunks, at least one), in float64: the shift of an operand centred from its
-    panel sums (:attr:`outofcore.operands.derived.Step.shift`)."""
+    panel sums (:attr:`outofcore.operands.steps.Step.shift`)."""
     length = array.shape[axis]
     chunk = max(array.chunks[axis], 1)
     share = -(-length // SAMPLE_SHARE)  # rounded up

@@ -1,7 +1,7 @@
 """Operands that compute (issue 31, item 2): a stored array with elementwise steps.
 
 ``x - x.mean(axis=0)``, ``(x - mu) / sigma``, ``x * w``, ``2 * x + 1`` and ``astype``
-are read from the stored ``x`` and computed panel by panel (:mod:`outofcore.operands.derived`);
+are read from the stored ``x`` and computed panel by panel (:mod:`outofcore.operands.dask_graph`);
 numpy, in float64, is the reference.  The steps and their vectors are in the job's
 identity: a resume refuses a changed expression.
 """
@@ -19,6 +19,8 @@ from outofcore.errors import InputError
 from outofcore.frontends.verify import verify
 from outofcore.journal.resume import ResumeError
 from outofcore.operands.reading import ReadError
+from outofcore.operands.steps import SLABS_ALIVE
+from scheduler.memory import STEP_SLAB_ELEMENTS
 from tests.helpers import break_chunk, restore_chunk, write_zarr
 
 
@@ -104,7 +106,9 @@ def test_the_vectors_are_in_the_memory_contract(stored):
     problem = centred.plan.problem
     # The column means' shifts of A and of B (float32), and a task's panel sums (float64).
     assert problem.held_bytes == 2 * 37 * 4 + (37 + 37) * 8
-    assert centred.plan.task_bytes == plain.plan.task_bytes + problem.held_bytes
+    assert problem.step_slabs == (SLABS_ALIVE * 4, SLABS_ALIVE * 4)  # float32 steps
+    slabs = 2 * min(STEP_SLAB_ELEMENTS, 37 * 211) * SLABS_ALIVE * 4  # one panel each at most
+    assert centred.plan.task_bytes == plain.plan.task_bytes + problem.held_bytes + slabs
 
 
 def test_what_is_no_elementwise_step_of_one_stored_array_is_refused(stored):

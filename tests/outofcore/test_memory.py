@@ -15,7 +15,7 @@ import pytest
 import zarr
 
 from outofcore.api import run_job
-from outofcore.operands.derived import SLAB_ELEMENTS, SLABS_ALIVE
+from outofcore.operands.steps import SLABS_ALIVE
 from outofcore.storage.stores import REQUEST_BYTES
 from scheduler.executors import SynchronousExecutor
 from tests.helpers import assert_product_close, random_matrix, write_zarr
@@ -334,8 +334,8 @@ def test_a_centred_region_of_a_stored_array_stays_within_its_projection(tmp_path
     part = part - part.mean(axis=0)
     result = run_job(part.T, part, tmp_path / "g.zarr", client="sync", progress=False,
                      memory=4 * 2**20)  # fmt: skip
-    steps = result.plan.problem.held_bytes - 2 * 719 * 4  # the vectors, and each operand's slabs
-    assert steps == 2 * SLABS_ALIVE * SLAB_ELEMENTS * 4  # float32: the steps stay float32
+    assert result.plan.problem.held_bytes == 2 * 719 * 4
+    assert result.plan.problem.step_slabs == (SLABS_ALIVE * 4, SLABS_ALIVE * 4)  # float32
     within_projection(task_peaks, result.plan)
     c = x[37:1190, 71:790].astype(np.float64)
     c -= c.mean(axis=0)

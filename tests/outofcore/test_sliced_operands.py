@@ -19,7 +19,7 @@ from outofcore.errors import InputError
 from outofcore.frontends.cli_output import format_summary
 from outofcore.frontends.verify import verify
 from outofcore.journal.resume import ResumeError
-from outofcore.operands.derived import steps_behind
+from outofcore.operands.dask_graph import steps_behind
 from outofcore.operands.interop import layer_reads
 from outofcore.operands.reading import ReadError
 from outofcore.operands.stacking import Window

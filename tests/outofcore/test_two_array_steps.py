@@ -1,7 +1,7 @@
 """Elementwise steps between two stored arrays (issue 31, item 2): ``x * y``, ``y - x``.
 
 The operand is read from ``x`` and each panel combined with the same region of ``y``
-(:mod:`outofcore.operands.derived`), never stored; ``y`` is an input of the job (fingerprinted)
+(:mod:`outofcore.operands.dask_graph`), never stored; ``y`` is an input of the job (fingerprinted)
 and its panel is counted in each task's memory.  numpy, in float64, is the reference.
 """
 
