@@ -65,6 +65,7 @@ from outofcore.frontends.verify_report import (
     _row_bounds,
     _scale,
 )
+from outofcore.jobs.opening import open_product
 from outofcore.journal.targets import JOB_ATTRIBUTE
 from outofcore.operands import arrays
 from outofcore.operands.product import Product
@@ -189,9 +190,9 @@ def _check_rounds_and_seed(rounds: Any, seed: Any) -> None:
 
 
 def _checked_product(a: Any, b: Any, c_arr: zarr.Array, **options: Any) -> Product:
-    """The product ``c_arr`` should hold (:meth:`Product.open` with ``options``), refused
-    when ``c_arr`` has another shape or the product is a bool one (not a sum)."""
-    product = Product.open(a, b, **options, out_dtype=c_arr.dtype)
+    """The product ``c_arr`` should hold (:func:`outofcore.jobs.opening.open_product` with
+    ``options``), refused when ``c_arr`` has another shape or the product is a bool one."""
+    product = open_product(a, b, **options, out_dtype=c_arr.dtype)
     if tuple(c_arr.shape) != product.shape:
         raise arrays.InputError(
             f"C is {tuple(c_arr.shape)} but the product "

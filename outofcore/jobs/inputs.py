@@ -14,6 +14,7 @@ import numpy as np
 import zarr
 
 from outofcore.errors import InputError
+from outofcore.jobs import opening
 from outofcore.jobs.phases import Phases
 from outofcore.jobs.spec import JobSpec
 from outofcore.journal.identity import job_identity, output_layout
@@ -36,7 +37,7 @@ def open_product(a: arrays.ArrayLike, b: arrays.ArrayLike, spec: JobSpec) -> Pro
         locate(x, spec.storage_options) if isinstance(x, str | os.PathLike) else x
         for x in (a, b, spec.addend)
     )
-    return Product.open(
+    return opening.open_product(
         a,
         b,
         transpose_a=spec.transpose_a,

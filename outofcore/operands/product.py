@@ -24,22 +24,32 @@ import zarr
 
 from outofcore.errors import InputError
 from outofcore.operands import arrays, centring
-from outofcore.operands.dask_graph import Vectors
-from outofcore.operands.dtypes import ADDEND_DTYPES, OpView, ProductTypes, check_flag, product_types
+from outofcore.operands.dtypes import OpView, ProductTypes, check_flag, product_types
 from outofcore.operands.joined import Joined
-from outofcore.operands.reading import read_converted, sample_means, sums_along, zarr_read_shards
+from outofcore.operands.operand_checks import (
+    _check_addend_scale,
+    _check_steps,
+    _first_part,
+    _read_shape,
+    _same_values,
+    named_parts,
+)
+from outofcore.operands.reading import read_converted, zarr_read_shards
 from outofcore.operands.scales import check_scale, typed_scale
 from outofcore.operands.stacking import Matrix, Stack, Window
-from outofcore.operands.steps import Step, applicable, result_dtype, slab_itemsize, vector_bytes
+from outofcore.operands.steps import Step, result_dtype, slab_itemsize, vector_bytes
 from outofcore.operands.steps import describe as describe_steps
 from outofcore.storage import stored_arrays
-from outofcore.storage.locations import Location
 from outofcore.storage.presence import listed_array
 from outofcore.storage.stores import request_bytes
 from scheduler.problem import Problem
 
 if TYPE_CHECKING:
     from outofcore.storage.fingerprint import Fingerprint
+
+#: An operand as opened (:func:`outofcore.operands.arrays.open_operand`): its array (or
+#: arrays joined), whether its transpose was given, its elementwise steps, its window.
+Opened = tuple["zarr.Array | Joined", bool, "tuple[Step, ...]", "Window | None"]
 
 
 @dataclass(frozen=True)
@@ -76,23 +86,20 @@ class Product:
     b_joined: Joined | None = None
 
     @classmethod
-    def open(
+    def of(
         cls,
-        a: arrays.ArrayLike | Location,
-        b: arrays.ArrayLike | Location,
+        a: Opened,
+        b: Opened,
+        addend_array: zarr.Array | None = None,
         *,
         transpose_a: bool = False,
         transpose_b: bool = False,
         alpha: int | float | complex = 1.0,
         beta: int | float | complex = 0.0,
-        addend: arrays.ArrayLike | Location | None = None,
         out_dtype: Any = None,
     ) -> Product:
-        """Open and check the operands (a URL by its location, with the fsspec options it
-        carries: :func:`outofcore.storage.locations.locate`); nothing is written.
-
-        An operand given as a transposed dask array (``da.from_zarr(...).T``) is its
-        zarr array with the transpose flag flipped (:mod:`outofcore.operands.interop`).
+        """The product of operands already opened (:func:`outofcore.jobs.opening.open_product`
+        opens them and reads what centring needs), checked; nothing is read or written.
 
         Raises
         ------
@@ -100,35 +107,17 @@ class Product:
             Naming the shapes, dtypes, scales or paths that do not make a product:
             inner dimensions that differ, a dtype not taken, ``beta != 0``
             without an addend (or an addend with ``beta == 0``), an addend of
-            another shape, or an addend that is A or B.
+            another shape.
         """
-        # Vectors computed once for both operands; means to subtract are shifts first.
-        vectors = Vectors(reduce=sums_along, sample=sample_means)
-        a_array, a_flipped, a_steps, a_window = arrays.open_operand(a, "A", vectors=vectors)
-        b_array, b_flipped, b_steps, b_window = arrays.open_operand(b, "B", vectors=vectors)
-        addend_array = None
-        if addend is not None:
-            addend_array = arrays.open_input(addend, "the addend", ADDEND_DTYPES)
-            read = {**_named_parts("A", a_array), **_named_parts("B", b_array)}
-            arrays.check_distinct(addend_array, read, "the addend")
-        if all(isinstance(flag, bool | np.bool_) for flag in (transpose_a, transpose_b)):
-            # Centred over k: from the panel sums, or the exact means read now (flags of
-            # another type are refused just below).
-            a_steps, b_steps = centring.settle(
-                a_array, b_array, (a_steps, b_steps),
-                (bool(transpose_a) != a_flipped, bool(transpose_b) != b_flipped),
-                (a_window, b_window), vectors,
-            )  # fmt: skip
-        # The flags after the arrays: each step below is a lower layer's (dtypes).
-        # numpy.matmul's shape rules (:mod:`outofcore.operands.stacking`); a 1-D operand is its own
-        # transpose, so its flag is False (the job's identity does not depend on it).
+        (a_array, a_flipped, a_steps, a_window), (b_array, b_flipped, b_steps, b_window) = a, b
+        # numpy.matmul's shape rules (:mod:`outofcore.operands.stacking`); a 1-D operand is
+        # its own transpose, so its flag is False (the job's identity does not depend on it).
         stack = Stack.of(
             _read_shape(a_array, a_window),
             _read_shape(b_array, b_window),
             check_flag(transpose_a, "transpose_a") != a_flipped,
             check_flag(transpose_b, "transpose_b") != b_flipped,
         )
-        transpose_a, transpose_b = stack.transpose_a, stack.transpose_b
         if addend_array is not None and tuple(addend_array.shape) != stack.out_shape:
             raise InputError(
                 f"the addend ({stored_arrays.describe(addend_array)}) has shape "
@@ -145,25 +134,19 @@ class Product:
             beta=beta,
             out_dtype=out_dtype,
         )
-        if beta != 0 and addend_array is None:
-            raise InputError(f"beta = {beta} needs an addend (out = alpha*A@B + beta*addend)")
-        if beta == 0 and addend_array is not None:
-            raise InputError(
-                f"an addend ({stored_arrays.describe(addend_array)}) was given with beta = 0, "
-                "so it would be ignored; pass beta (e.g. 1.0) or leave the addend out"
-            )
+        _check_addend_scale(beta, addend_array)
         return cls(
             a=_first_part(a_array),
             b=_first_part(b_array),
             a_joined=a_array if isinstance(a_array, Joined) else None,
             b_joined=b_array if isinstance(b_array, Joined) else None,
             types=types,
-            transpose_a=transpose_a,
-            transpose_b=transpose_b,
+            transpose_a=stack.transpose_a,
+            transpose_b=stack.transpose_b,
             alpha=typed_scale(check_scale(alpha, "alpha"), types),
             beta=typed_scale(check_scale(beta, "beta"), types),
             addend=addend_array,
-            symmetric=transpose_a != transpose_b
+            symmetric=stack.transpose_a != stack.transpose_b
             and addend_array is None
             and _same_values(a_array, b_array)
             and describe_steps(a_steps) == describe_steps(b_steps)
@@ -242,7 +225,7 @@ class Product:
     @property
     def inputs(self) -> dict[str, zarr.Array]:
         """Every array read (A, B and the addend when there is one), by name."""
-        named = {**_named_parts("A", self.values("A")), **_named_parts("B", self.values("B"))}
+        named = {**named_parts("A", self.values("A")), **named_parts("B", self.values("B"))}
         for name, steps in (("A", self.a_steps), ("B", self.b_steps)):  # x * y: y is read
             stored = [step.other for step in steps if step.stored_other]
             named.update({f"{name} step {i}": y for i, y in enumerate(stored, start=1)})
@@ -396,51 +379,6 @@ class Product:
         if self.types.output == rows.dtype:
             return rows
         return rows.astype(self.types.output)
-
-
-def _named_parts(name: str, values: zarr.Array | Joined) -> dict[str, zarr.Array]:
-    """The arrays an operand reads, by name: ``A``, or ``A``, ``A part 2``, ... joined."""
-    if not isinstance(values, Joined):
-        return {name: values}
-    return {
-        name if number == 1 else f"{name} part {number}": part
-        for number, part in enumerate(values.arrays, start=1)
-    }
-
-
-def _first_part(values: zarr.Array | Joined) -> zarr.Array:
-    return values.arrays[0] if isinstance(values, Joined) else values
-
-
-def _same_values(a: zarr.Array | Joined, b: zarr.Array | Joined) -> bool:
-    """Whether two operands read the same stored values (the same parts, joined alike)."""
-    if isinstance(a, Joined) or isinstance(b, Joined):
-        if not (isinstance(a, Joined) and isinstance(b, Joined)) or a.axis != b.axis:
-            return False
-        pairs = zip(a.arrays, b.arrays, strict=False)
-        return len(a.arrays) == len(b.arrays) and all(
-            stored_arrays.same_array(x, y) for x, y in pairs
-        )
-    return stored_arrays.same_array(a, b)
-
-
-def _read_shape(array: zarr.Array | Joined, window: Window | None) -> tuple[int, ...]:
-    """The shape of the values read of ``array``: its ``window``'s, or its own."""
-    return tuple(array.shape) if window is None else window.shape
-
-
-def _check_steps(name: str, array: zarr.Array, steps: tuple[Step, ...]) -> None:
-    """Refuse elementwise steps outofcore does not apply as it reads: on an operand that
-    is not a matrix, or giving an integer or bool operand (whose product is exact)."""
-    if not steps:
-        return
-    dtype = result_dtype(steps, array.dtype)
-    if array.ndim != 2 or not applicable(steps, array.dtype):
-        raise InputError(
-            f"input {name} computes {dtype} values from {stored_arrays.describe(array)} (shape "
-            f"{tuple(array.shape)}) by elementwise steps; outofcore applies steps to "
-            "matrices of float or complex values as it reads them: store the operand first"
-        )
 
 
 def _entries_a_chunk(array: zarr.Array, batch: tuple[int, ...]) -> int:

@@ -13,6 +13,7 @@ import pytest
 import outofcore
 from outofcore.errors import InputError
 from outofcore.frontends.verify import verify
+from outofcore.jobs.opening import open_product
 from outofcore.journal.identity import differences, job_identity
 from outofcore.operands.dtypes import product_types
 from outofcore.operands.product import Product
@@ -166,8 +167,8 @@ def test_resume_identity_names_a_changed_product(tmp_path):
     write_zarr(tmp_path / "a.zarr", random_values(rng, (9, 7), np.dtype("float32")), (4, 4))
     write_zarr(tmp_path / "d.zarr", random_values(rng, (7, 7), np.dtype("float32")), (4, 4))
     a, d = tmp_path / "a.zarr", tmp_path / "d.zarr"
-    plain = Product.open(a, a, transpose_a=True)
-    scaled = Product.open(a, a, transpose_a=True, alpha=2.0, beta=1.0, addend=d)
+    plain = open_product(a, a, transpose_a=True)
+    scaled = open_product(a, a, transpose_a=True, alpha=2.0, beta=1.0, addend=d)
     then = job_identity(plain.inputs, _fingerprints(plain), 1 << 20, None, None, plain.summary())
     now = job_identity(scaled.inputs, _fingerprints(scaled), 1 << 20, None, None, scaled.summary())
     found = differences(then, now)

@@ -22,8 +22,8 @@ from outofcore.errors import (
     InputError,
     OutputExistsError,
 )
+from outofcore.jobs.opening import open_product
 from outofcore.journal.lease import lease_timeout
-from outofcore.operands.product import Product
 from outofcore.operands.reading import read_retry_settings
 from tests.helpers import cli, random_matrix, write_zarr
 
@@ -139,7 +139,7 @@ def test_integer_product_beyond_float64s_exact_range_goes_through_limbs(tmp_path
     k = 2**23 + 1
     a = zarr.create_array(str(tmp_path / "a.zarr"), shape=(2, k), chunks=(2, 2**20), dtype="i2")
     b = zarr.create_array(str(tmp_path / "b.zarr"), shape=(k, 3), chunks=(2**20, 3), dtype="i2")
-    types = Product.open(a, b).types
+    types = open_product(a, b).types
     assert types.bound == k * 2**30 and types.limbs is not None and str(types.compute) == "int64"
     with pytest.raises(InputError, match=r"alpha = 0.5 is not a whole number"):
         run(a, b, tmp_path / "c.zarr", alpha=0.5)

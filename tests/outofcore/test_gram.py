@@ -20,7 +20,7 @@ import outofcore
 from outofcore.api import run_job
 from outofcore.compute.blas import gram_into, mirror_upper, syrk_accumulate
 from outofcore.errors import InputError
-from outofcore.operands.product import Product
+from outofcore.jobs.opening import open_product
 from outofcore.operands.random_values import random_values
 from tests.helpers import assert_gemm_close, cli, random_matrix, write_zarr
 
@@ -133,12 +133,12 @@ def test_not_symmetric_unless_one_array_times_its_own_transpose(tmp_path):
     write_zarr(tmp_path / "y.zarr", x, (10, 10))
     write_zarr(tmp_path / "d.zarr", x, (10, 10))
     x_path, y_path = tmp_path / "x.zarr", tmp_path / "y.zarr"
-    assert Product.open(x_path, x_path, transpose_a=True).symmetric
-    assert Product.open(str(x_path), str(tmp_path / "." / "x.zarr"), transpose_b=True).symmetric
-    assert not Product.open(x_path, y_path, transpose_a=True).symmetric  # equal values, 2 arrays
-    assert not Product.open(x_path, x_path).symmetric  # X @ X is not symmetric
-    assert not Product.open(x_path, x_path, transpose_a=True, transpose_b=True).symmetric
-    with_addend = Product.open(
+    assert open_product(x_path, x_path, transpose_a=True).symmetric
+    assert open_product(str(x_path), str(tmp_path / "." / "x.zarr"), transpose_b=True).symmetric
+    assert not open_product(x_path, y_path, transpose_a=True).symmetric  # equal values, 2 arrays
+    assert not open_product(x_path, x_path).symmetric  # X @ X is not symmetric
+    assert not open_product(x_path, x_path, transpose_a=True, transpose_b=True).symmetric
+    with_addend = open_product(
         x_path, x_path, transpose_a=True, beta=1.0, addend=tmp_path / "d.zarr"
     )
     assert not with_addend.symmetric  # beta * D need not be symmetric
