@@ -7,6 +7,7 @@ import argparse
 import decimal
 import importlib.metadata
 from pathlib import Path
+from typing import Any
 
 from outofcore.compute.engines import BACKENDS
 from outofcore.config import parse_size
@@ -37,6 +38,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"outofcore {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (
+        _add_matmul_command,
+        _add_gram_command,
+        _add_random_command,
+        _add_plan_command,
+        _add_status_command,
+        _add_verify_command,
+        _add_demo_command,
+    ):
+        add(commands)
+    return parser
+
+
+def _add_matmul_command(commands: Any) -> None:
+    """The ``matmul`` command's parser and options."""
 
     run = commands.add_parser(
         "matmul", help="compute C = alpha * op(A) @ op(B) + beta * D into a zarr array"
@@ -47,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_product(run)
     _add_job_options(run)
 
+
+def _add_gram_command(commands: Any) -> None:
+    """The ``gram`` command's parser and options."""
     gram = commands.add_parser(
         "gram",
         help="compute G = alpha * X.T @ X (or X @ X.T) into a zarr array: the tiles on and "
@@ -60,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     gram.add_argument("--alpha", type=_number, default=1.0, help="scale (default 1)")
     _add_job_options(gram)
 
+
+def _add_random_command(commands: Any) -> None:
+    """The ``random`` command's parser and options."""
     rand = commands.add_parser("random", help="write a seeded random array (inputs for tests)")
     rand.add_argument("path")
     rand.add_argument(
@@ -80,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage_options(rand)
     _add_quiet(rand)
 
+
+def _add_plan_command(commands: Any) -> None:
+    """The ``plan`` command's parser and options."""
     plan = commands.add_parser(
         "plan",
         help="print the plan of a matmul job without running it: it takes every option "
@@ -97,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
         "few seconds) instead of using the figures cached for it",
     )
 
+
+def _add_status_command(commands: Any) -> None:
+    """The ``status`` command's parser and options."""
     status = commands.add_parser(
         "status", help="show the state of the job writing an output (tiles done, lease)"
     )
@@ -104,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage_options(status)
     _add_json(status)
 
+
+def _add_verify_command(commands: Any) -> None:
+    """The ``verify`` command's parser and options."""
     check = commands.add_parser("verify", help="check C = A @ B by Freivalds' method")
     check.add_argument("a")
     check.add_argument("b")
@@ -115,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(check)
     _add_quiet(check, "print nothing when the product is right (the exit status says it)")
 
+
+def _add_demo_command(commands: Any) -> None:
+    """The ``demo`` command's parser and options."""
     demo = commands.add_parser(
         "demo", help="generate inputs larger than the budget, multiply, verify, summarise"
     )
@@ -126,7 +160,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dashboard(demo)
     _add_json(demo)
     _add_quiet(demo, "no progress or summary; the verdict only when the product is wrong")
-    return parser
 
 
 def _add_job_options(run: argparse.ArgumentParser) -> None:
