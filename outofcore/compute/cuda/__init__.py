@@ -144,16 +144,7 @@ def gemm(
     cuda = _require_cuda()
     from outofcore.compute.cuda import kernels  # noqa: PLC0415
 
-    operands = {}
-    for name, x in (("a", a), ("b", b), ("c", c)):
-        operands[name] = _as_operand(name, x, cuda)
-    _, _, k = check_operands(*(arr for arr, _ in operands.values()))
-    for name, (arr, on_device) in operands.items():
-        if not _is_c_contiguous(arr, on_device):
-            raise InputError(
-                f"{name} must be C-contiguous (strides {tuple(arr.strides)} for shape "
-                f"{tuple(arr.shape)}); pass numpy.ascontiguousarray({name})"
-            )
+    operands, k = _checked_operands(a, b, c, cuda)
     if params is not None:
         params.check()
     m, n = operands["c"][0].shape
@@ -185,6 +176,22 @@ def gemm(
         if stream:
             stream.synchronize()
     return c
+
+
+def _checked_operands(a: Any, b: Any, c: Any, cuda: Any) -> tuple[dict[str, Any], int]:
+    """``{name: (array, on_device)}`` of :func:`gemm`'s operands and their inner size,
+    refused when their shapes or dtypes do not make a product or one is not C-contiguous."""
+    operands = {}
+    for name, x in (("a", a), ("b", b), ("c", c)):
+        operands[name] = _as_operand(name, x, cuda)
+    _, _, k = check_operands(*(arr for arr, _ in operands.values()))
+    for name, (arr, on_device) in operands.items():
+        if not _is_c_contiguous(arr, on_device):
+            raise InputError(
+                f"{name} must be C-contiguous (strides {tuple(arr.strides)} for shape "
+                f"{tuple(arr.shape)}); pass numpy.ascontiguousarray({name})"
+            )
+    return operands, k
 
 
 def make_engine(backend: str = "cuda", *, params: TileParams | None = None) -> CudaEngine:
