@@ -66,20 +66,8 @@ def phase_engine() -> dict:
     cuda = numba_cuda()
     dtype = np.dtype(np.float32)
     m, n, k, panel = (24, 16, 16, 8) if dry_run() else (8192, 8192, 8192, 1024)
-    repeats = 1 if dry_run() else 3
-    params = None if not dry_run() else tile_params(dtype)
-    rng = np.random.default_rng(3)
-    a_host = cuda.pinned_array((m, k), dtype)
-    b_host = cuda.pinned_array((k, n), dtype)
-    a_host[...] = rng.standard_normal((m, k))
-    b_host[...] = rng.standard_normal((k, n))
-    panels = [(a_host[:, s : s + panel], b_host[s : s + panel]) for s in range(0, k, panel)]
-    # Panels as a tile task holds them: each one contiguous in its own pinned buffer.
-    contiguous = []
-    for a_p, b_p in panels:
-        a_c = cuda.pinned_array(a_p.shape, dtype)
-        a_c[...] = a_p
-        contiguous.append((a_c, b_p))
+    repeats, params = (1, tile_params(dtype)) if dry_run() else (3, None)
+    a_host, b_host, contiguous, transposed = _host_panels(cuda, dtype, (m, n, k), panel)
     expected_rows = a_host[:4].astype(np.float64) @ b_host.astype(np.float64)
 
     host_cpu: dict[int, list[float]] = {}
@@ -97,7 +85,6 @@ def phase_engine() -> dict:
         return statistics.median(host_cpu[id(engine)]) * 1e3
 
     out: dict[str, Any] = {"tile": [m, n, k], "panel": panel}
-    # Sub-tiled: a device budget of a quarter of C (the simulator's tiny tiles need 1 KiB).
     bound = rounding_bound(a_host[:4], b_host, None, "float32")
 
     def measure(label: str, pairs, device_memory: int | None) -> dict[str, Any]:
@@ -118,14 +105,8 @@ def phase_engine() -> dict:
             "copy_layouts": dict(getattr(engine, "copy_layouts", {})),
         }
 
-    # A transposed A panel (a strided view of A as stored), as --transpose-a and Gram tiles.
-    at_host = cuda.pinned_array((k, m), dtype)
-    at_host[...] = a_host.T
-    transposed = [
-        (at_host[s : s + panel].T, b_p)
-        for s, (_, b_p) in zip(range(0, k, panel), panels, strict=True)
-    ]
-    quarter = 1024 if dry_run() else m * n * dtype.itemsize // 4  # sub-tiled: a quarter of C
+    # Sub-tiled: a device budget of a quarter of C (the simulator's tiny tiles need 1 KiB).
+    quarter = 1024 if dry_run() else m * n * dtype.itemsize // 4
     parts = Parts(out)
     parts.run("resident", lambda: measure("resident", contiguous, None))
     parts.run("sub_tiled", lambda: measure("sub_tiled", contiguous, quarter))
@@ -157,6 +138,31 @@ def phase_engine() -> dict:
 
     parts.run("overlap", alone)
     return parts.finish()
+
+
+def _host_panels(cuda: Any, dtype: np.dtype, shape: tuple[int, int, int], panel: int) -> tuple:
+    """Seeded A and B in pinned memory, and their panels as a tile task holds them: each A
+    panel contiguous in its own pinned buffer, and transposed (a strided view of A as
+    stored, as --transpose-a and Gram tiles read it)."""
+    m, n, k = shape
+    rng = np.random.default_rng(3)
+    a_host = cuda.pinned_array((m, k), dtype)
+    b_host = cuda.pinned_array((k, n), dtype)
+    a_host[...] = rng.standard_normal((m, k))
+    b_host[...] = rng.standard_normal((k, n))
+    panels = [(a_host[:, s : s + panel], b_host[s : s + panel]) for s in range(0, k, panel)]
+    contiguous = []
+    for a_p, b_p in panels:
+        a_c = cuda.pinned_array(a_p.shape, dtype)
+        a_c[...] = a_p
+        contiguous.append((a_c, b_p))
+    at_host = cuda.pinned_array((k, m), dtype)
+    at_host[...] = a_host.T
+    transposed = [
+        (at_host[s : s + panel].T, b_p)
+        for s, (_, b_p) in zip(range(0, k, panel), panels, strict=True)
+    ]
+    return a_host, b_host, contiguous, transposed
 
 
 def _dry_job(folder: Path, a_url: str, b_url: str, c_url: str) -> dict:
