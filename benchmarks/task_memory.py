@@ -1,6 +1,6 @@
 """Each kind of task's memory on realistic shapes: the plan's projection against peak RSS.
 
-Issue 20.  ``tests/outofcore/test_memory.py`` checks every kind of task against its
+Issue 20.  ``tests/outofcore/jobs/test_memory.py`` checks every kind of task against its
 projection on small shapes, with tracemalloc (numpy's buffers only).  This benchmark
 runs one realistic shape per kind, each case in a fresh Python process, and measures
 what a worker's operating system sees: resident memory.

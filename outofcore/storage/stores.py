@@ -327,7 +327,7 @@ def _remote_metadata(location: Location, what: str, where: str) -> dict[str, byt
 
 #: Bytes one chunk request in flight to an object store holds beside the chunk's own
 #: buffers: the client's request, the response object and its body's read buffers.
-#: Measured (tests/outofcore/test_memory.py, s3fs on moto, 10 KB chunks): about 36 KB per
+#: Measured (tests/outofcore/jobs/test_memory.py, s3fs on moto, 10 KB chunks): about 36 KB per
 #: request beyond its chunk's two buffers.
 REQUEST_BYTES = 64 * 1024
 

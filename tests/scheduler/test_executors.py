@@ -3,7 +3,7 @@
 The scheduler and workers run in this process, on one event loop: what is
 checked here is scheduling (worker shapes, memory limits, retries, waiting for
 workers), which needs no separate processes.  Killed worker processes are
-tested in tests/system/test_cluster.py and tests/outofcore/test_integrity.py.
+tested in tests/system/test_cluster.py and tests/outofcore/jobs/test_integrity.py.
 """
 
 from __future__ import annotations

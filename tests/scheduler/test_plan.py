@@ -590,7 +590,7 @@ def test_planning_a_huge_output_lists_no_tile():
 
 def test_shards_zarr_reads_count_their_blocks_and_the_plan_still_fits():
     """Issue 28: a panel read through zarr's sharding codec holds a shard's part of it,
-    stored and decoded (tests/outofcore/test_memory.py measures it)."""
+    stored and decoded (tests/outofcore/jobs/test_memory.py measures it)."""
     from scheduler.memory import shard_read_bytes  # noqa: PLC0415
 
     chunks = Problem(m=4096, k=4096, n=4096, itemsize=4, a_chunks=(256, 256), b_chunks=(256, 256))

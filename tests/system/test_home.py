@@ -20,7 +20,7 @@ def test_a_run_with_an_empty_home_passes_and_leaves_it_empty(tmp_path):
     # The command-line job and plan (the probe cache), and the wheels' command (pip, whose user
     # agent starts rustc where rustup is installed), each wrote under HOME before.
     tests = [
-        "tests/outofcore/test_cli.py::test_random_plan_matmul_verify_on_ragged_chunks_with_a_64mib_budget",
+        "tests/outofcore/frontends/test_cli.py::test_random_plan_matmul_verify_on_ragged_chunks_with_a_64mib_budget",
         "tests/cuda/test_gpu_check.py::test_the_wheels_for_the_offline_node_are_one_command_and_fit_a_device_call",
     ]
     run = subprocess.run(

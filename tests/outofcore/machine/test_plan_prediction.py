@@ -15,7 +15,7 @@ from outofcore import cli
 from outofcore.frontends.generate import random_array
 from outofcore.machine import prediction, probe, probe_cache
 from scheduler.worker_sizing import local_blas_threads
-from tests.outofcore.test_probe import FIGURES
+from tests.outofcore.machine.test_probe import FIGURES
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from outofcore.machine import probe, probe_cache
 from outofcore.machine.probe import Figures
 from outofcore.machine.probe_cache import machine_figures, machine_identity
-from tests.outofcore.test_probe import FIGURES
+from tests.outofcore.machine.test_probe import FIGURES
 
 
 class Counting:

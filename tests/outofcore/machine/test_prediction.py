@@ -11,7 +11,7 @@ import pytest
 
 from outofcore.machine import prediction, probe
 from outofcore.machine.prediction import local_machine
-from tests.outofcore.test_probe import FIGURES
+from tests.outofcore.machine.test_probe import FIGURES
 
 SIZED = replace(FIGURES, sgemm_flops=4e9, sgemm_small_flops=1e9, dgemm_small_flops=5e8)
 SMALL, LARGE = prediction._side(probe.GEMM_SMALL), prediction._side(probe.GEMM_LARGE)

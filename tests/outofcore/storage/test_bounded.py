@@ -118,7 +118,7 @@ def peak_of(code: str, env: dict | None = None) -> tuple[subprocess.CompletedPro
 def test_a_bomb_is_refused_before_its_size_is_allocated(name):
     code = (
         "import numpy as np, sys; sys.path.insert(0, '.'); "
-        "from tests.outofcore.test_bounded import BOMBS; "
+        "from tests.outofcore.storage.test_bounded import BOMBS; "
         "from outofcore.storage.codecs import ChunkSizeError, decode_bounded; "
         f"codec, make = BOMBS[{name!r}]; data = make(); "
         "out = np.empty(8192, np.uint8)\n"

@@ -160,7 +160,7 @@ def test_writes_into_an_existing_zarr_array_with_its_own_chunks(tmp_path):
     write_zarr(tmp_path / "a.zarr", a, (12, 8))
     write_zarr(tmp_path / "b.zarr", b, (8, 10))
     # An array outofcore made (random's), given with overwrite: it keeps its chunks. One a
-    # user made is never written (issue 28: tests/outofcore/test_manifest.py).
+    # user made is never written (issue 28: tests/outofcore/storage/test_manifest.py).
     random_array(tmp_path / "c.zarr", (60, 50), (9, 25), "float32")
     out = zarr.open_array(str(tmp_path / "c.zarr"), mode="r+")
     result = run_job(

@@ -4,7 +4,7 @@ A job with no ``client=`` inside ``with Client(cluster):`` runs on that cluster
 (the scheduler sees its tasks; the cluster stays open), its task keys name
 their kind under ``key_split`` and each job is one ``distributed.span`` named
 after its output.  With no Client open a job starts a LocalCluster of its own
-and closes it (tests/outofcore/test_cli.py and tests/system/test_cluster.py
+and closes it (tests/outofcore/frontends/test_cli.py and tests/system/test_cluster.py
 cover that path too).
 """
 
