@@ -17,7 +17,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-import zarr
 
 from outofcore.compute import panel_cache
 from outofcore.compute.blas import mirror_upper
@@ -32,33 +31,14 @@ from outofcore.compute.tile_io import (
     output_grid,
     write_mirror,
 )
+from outofcore.compute.tile_job import TileJob
 from outofcore.compute.worker_context import worker_context
 from outofcore.operands.centring import PanelSums
-from outofcore.operands.product import Product
 from outofcore.operands.reading import read_operand
 from outofcore.storage import chunkfiles
 from outofcore.storage.writing import write_region
 from scheduler.memory import PANELS_IN_FLIGHT, write_block_rows
 from scheduler.plan import TileTask
-
-
-@dataclass(frozen=True)
-class TileJob:
-    """What every task of one job shares: the product, the output, the panels, how to compute."""
-
-    product: Product
-    c: zarr.Array
-    panels: tuple[tuple[int, int], ...]
-    tm: int
-    tn: int
-    tk: int
-    backend: str
-    blas_threads: int
-    io_concurrency: int
-    #: This run's job id (fresh for every run, resumed ones too): kept panels belong to it.
-    job_id: str
-    #: Cap on the device bytes of a GPU engine (``--device-memory``); None: its own budget.
-    device_memory: int | None = None
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from outofcore.compute.tile_job import TileJob
 from outofcore.storage.writing import write_region
 from scheduler.io_model import chunk_span
 from scheduler.memory import write_block_rows
 from scheduler.plan import TileTask
-
-if TYPE_CHECKING:
-    from outofcore.compute.tile import TileJob
 
 
 def operand_entries(job: TileJob, task: TileTask) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -39,7 +39,8 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 from outofcore.compute import peaks
-from outofcore.compute.tile import TaskIO, TileJob, compute_tile
+from outofcore.compute.tile import TaskIO, compute_tile
+from outofcore.compute.tile_job import TileJob
 from outofcore.compute.worker_context import worker_context
 from outofcore.journal.records import Journal, is_sealed
 from outofcore.journal.store import parse_document
@@ -94,7 +95,7 @@ class TileResult:
 
 @dataclass(frozen=True)
 class RecordedJob:
-    """A :class:`~outofcore.compute.tile.TileJob` whose tasks record each finished task in the
+    """A :class:`~outofcore.compute.tile_job.TileJob` whose tasks record each finished task in the
     output's journal."""
 
     tile_job: TileJob

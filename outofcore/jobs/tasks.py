@@ -1,5 +1,5 @@
 """A job's tasks: the worker-side job every tile task carries
-(:class:`~outofcore.compute.tile.TileJob`),
+(:class:`~outofcore.compute.tile_job.TileJob`),
 running the tiles (or a split plan's parts and reductions) on an executor with progress,
 and the job's figures from their results."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from outofcore.compute.tile import TileJob
+from outofcore.compute.tile_job import TileJob
 from outofcore.jobs.inputs import Operands
 from outofcore.jobs.progress import progress
 from outofcore.jobs.recorded import RecordedJob, TileResult, compute_and_record

@@ -264,6 +264,15 @@ def _exact_types(
     return ProductTypes(wide, wide, exact=True, bound=bound, limbs=limbs, wraps=wraps)
 
 
+def typed_scale(value: int | float | complex, types: ProductTypes) -> int | float | complex:
+    """A checked scale as the product applies it: an int for an exact (integer) product,
+    a float or complex for a floating one (a Python int converted once, as numpy converts
+    it to the array's float dtype)."""
+    if types.exact:
+        return int(value.real)
+    return float(value) if isinstance(value, int) else value
+
+
 def limb_count(dtype: np.dtype) -> int:
     """How many 16-bit limbs hold a value of ``dtype`` (bool and 8-bit integers: one)."""
     return max(1, np.dtype(dtype).itemsize // 2)

@@ -24,7 +24,7 @@ import zarr
 
 from outofcore.errors import InputError
 from outofcore.operands import arrays, centring
-from outofcore.operands.dtypes import OpView, ProductTypes, check_flag, product_types
+from outofcore.operands.dtypes import OpView, ProductTypes, check_flag, product_types, typed_scale
 from outofcore.operands.joined import Joined
 from outofcore.operands.operand_checks import (
     _check_addend_scale,
@@ -35,7 +35,7 @@ from outofcore.operands.operand_checks import (
     named_parts,
 )
 from outofcore.operands.reading import read_converted, zarr_read_shards
-from outofcore.operands.scales import check_scale, typed_scale
+from outofcore.operands.scales import check_scale
 from outofcore.operands.stacking import Matrix, Stack, Window
 from outofcore.operands.steps import Step, result_dtype, slab_itemsize, vector_bytes
 from outofcore.operands.steps import describe as describe_steps

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import decimal
 import numbers
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from outofcore.errors import InputError
-
-if TYPE_CHECKING:
-    from outofcore.operands.dtypes import ProductTypes
 
 #: Whole-number scales of an integer product: those a 64-bit integer holds (int64 or
 #: uint64), applied exactly, modulo ``2**64``.
@@ -58,12 +55,3 @@ def _whole_number(value: Any) -> int | None:
     if isinstance(value, decimal.Decimal) and value.is_finite() and value == value.to_integral():
         return int(value) if value.adjusted() < 400 else None
     return None
-
-
-def typed_scale(value: int | float | complex, types: ProductTypes) -> int | float | complex:
-    """A checked scale as the product applies it: an int for an exact (integer) product,
-    a float or complex for a floating one (a Python int converted once, as numpy converts
-    it to the array's float dtype)."""
-    if types.exact:
-        return int(value.real)
-    return float(value) if isinstance(value, int) else value
