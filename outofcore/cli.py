@@ -35,7 +35,7 @@ from outofcore.frontends.cli_output import (
     print_result,
 )
 from outofcore.frontends.cli_parser import build_parser
-from outofcore.operands.stacking import shape_text
+from outofcore.storage.stored_arrays import shape_text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

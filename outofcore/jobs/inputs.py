@@ -5,8 +5,6 @@ needs on its disk."""
 
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,19 +22,12 @@ from outofcore.journal.status import describe_output
 from outofcore.journal.targets import check_replaceable
 from outofcore.operands import arrays
 from outofcore.operands.product import Product
-from outofcore.operands.stacking import shape_text
 from outofcore.storage.fingerprint import Fingerprint, fingerprint
 from outofcore.storage.locations import Location, locate
-from outofcore.storage.writing import disk_usage_of
 
 
 def open_product(a: arrays.ArrayLike, b: arrays.ArrayLike, spec: JobSpec) -> Product:
     """The product a job with ``spec`` computes, opened and checked (nothing is written)."""
-    # Each array named by a path or URL is located once, with the options that open it.
-    a, b, addend = (
-        locate(x, spec.storage_options) if isinstance(x, str | os.PathLike) else x
-        for x in (a, b, spec.addend)
-    )
     return opening.open_product(
         a,
         b,
@@ -44,8 +35,9 @@ def open_product(a: arrays.ArrayLike, b: arrays.ArrayLike, spec: JobSpec) -> Pro
         transpose_b=spec.transpose_b,
         alpha=spec.alpha,
         beta=spec.beta,
-        addend=addend,
+        addend=spec.addend,
         out_dtype=spec.out_dtype,
+        storage_options=spec.storage_options,
     )
 
 
@@ -128,31 +120,4 @@ class Operands:
             self.identity,
             overwrite,
             self.fingerprints,
-        )
-
-
-def check_output_room(
-    out: zarr.Array | Location, shape: tuple[int, ...], dtype: np.dtype, spec: JobSpec
-) -> None:
-    """Refuse a new output that the free space of its local disk cannot hold
-    uncompressed (``--output-codec none``, the default; products of dense values hardly
-    compress), before anything is written: a metadata-only 10^8 x 10^8 product ran until
-    killed.  Outputs elsewhere, or compressed, are not checked.
-
-    Raises
-    ------
-    InputError
-        Naming the output's bytes and the free bytes.
-    """
-    if spec.output_codec != "none" or isinstance(out, zarr.Array) or not out.is_local:
-        return
-    from dask.utils import format_bytes  # noqa: PLC0415
-
-    total = math.prod(shape) * np.dtype(dtype).itemsize
-    folder, free, _ = disk_usage_of(out.path)
-    if total > free:
-        raise InputError(
-            f"the output is {shape_text(shape)} {np.dtype(dtype)}: {format_bytes(total)} "
-            f"uncompressed, and {folder!r} has {format_bytes(free)} free: make room, choose "
-            "another disk, or compress the output (--output-codec zstd, checked as it writes)"
         )

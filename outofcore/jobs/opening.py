@@ -8,6 +8,7 @@ Nothing is written.  :func:`outofcore.jobs.inputs.open_product` (a job) and
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from outofcore.operands.dtypes import ADDEND_DTYPES
 from outofcore.operands.operand_checks import named_parts
 from outofcore.operands.product import Product
 from outofcore.operands.reading import sample_means, sums_along
-from outofcore.storage.locations import Location
+from outofcore.storage.locations import Location, locate
 
 
 def open_product(
@@ -31,17 +32,24 @@ def open_product(
     beta: int | float | complex = 0.0,
     addend: arrays.ArrayLike | Location | None = None,
     out_dtype: Any = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Product:
     """Open and check the operands of ``alpha * op(a) @ op(b) + beta * addend``.
 
-    An operand given as a transposed dask array (``da.from_zarr(...).T``) is its zarr
-    array with the transpose flag flipped (:mod:`outofcore.operands.interop`).
+    Each one named by a path or URL is located once, with ``storage_options`` (the fsspec
+    options that open it: :func:`outofcore.storage.locations.locate`).  An operand given
+    as a transposed dask array (``da.from_zarr(...).T``) is its zarr array with the
+    transpose flag flipped (:mod:`outofcore.operands.interop`).
 
     Raises
     ------
     InputError
         As :meth:`Product.of`, and for an addend that is A or B.
     """
+    a, b, addend = (
+        locate(x, storage_options) if isinstance(x, str | os.PathLike) else x
+        for x in (a, b, addend)
+    )
     # Vectors computed once for both operands; means to subtract are shifts first.
     vectors = Vectors(reduce=sums_along, sample=sample_means)
     a_array, a_flipped, a_steps, a_window = arrays.open_operand(a, "A", vectors=vectors)

@@ -11,7 +11,7 @@ from typing import Any
 
 from outofcore import config
 from outofcore.compute.engines import resolve_backend
-from outofcore.jobs.inputs import Operands, check_output_room
+from outofcore.jobs.inputs import Operands
 from outofcore.jobs.phases import Phases
 from outofcore.jobs.placement import wants_dashboard, where_it_runs
 from outofcore.jobs.planning import JobPlan, plan_job
@@ -19,6 +19,7 @@ from outofcore.jobs.spec import JobSpec
 from outofcore.journal.lease import check_not_held
 from outofcore.journal.resume import Start
 from outofcore.operands import arrays, interop
+from outofcore.storage.writing import check_output_room
 from scheduler.addresses import check_client
 from scheduler.cluster import check_local_memory, is_local
 
@@ -88,7 +89,7 @@ def prepare_job(
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
     if start.existing is None:  # an output its disk cannot hold, before any write
-        check_output_room(operands.out, operands.shape, operands.dtype, spec)
+        check_output_room(operands.out, operands.shape, operands.dtype, spec.output_codec)
     # Refuse a budget too small for the smallest tile before any cluster starts: with
     # the workers of the LocalCluster or process the job starts (a scheduler elsewhere
     # is asked once its workers have joined: one task at a time until then).

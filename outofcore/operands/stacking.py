@@ -26,6 +26,7 @@ import numpy as np
 
 from outofcore.errors import InputError
 from outofcore.operands.dtypes import OpView
+from outofcore.storage.stored_arrays import shape_text
 
 #: The roles :meth:`Stack.matrix` takes.
 ROLES = ("A", "B", "out")
@@ -65,11 +66,6 @@ def _op_matrix(shape: tuple[int, ...], transposed: bool, vector: str) -> tuple[i
         return (1, shape[0]) if vector == "row" else (shape[0], 1)
     rows, cols = shape[-2:]
     return (cols, rows) if transposed else (rows, cols)
-
-
-def shape_text(shape: tuple[int, ...]) -> str:
-    """A shape as messages write it: ``13x11``, ``7x13x11``, ``13`` (1-D), ``0-d``."""
-    return "x".join(map(str, shape)) if shape else "0-d"
 
 
 def _describe(shape: tuple[int, ...], transposed: bool, name: str) -> str:

@@ -89,3 +89,8 @@ def open_existing_output(target: zarr.Array, shape: tuple[int, ...], dtype: np.d
             f"the product is {shape} {dtype}"
         )
     return for_writing(target)
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    """A shape as messages write it: ``13x11``, ``7x13x11``, ``13`` (1-D), ``0-d``."""
+    return "x".join(map(str, shape)) if shape else "0-d"

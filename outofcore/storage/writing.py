@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import itertools
+import math
 import os
 import shutil
 import uuid
@@ -34,10 +35,12 @@ from dask.utils import format_bytes
 from zarr.storage import LocalStore
 
 from outofcore import config
-from outofcore.errors import OutputWriteError
+from outofcore.errors import InputError, OutputWriteError
 from outofcore.storage import chunkfiles, stored_arrays
 from outofcore.storage.chunk_io import chunk_io
 from outofcore.storage.chunk_layout import region_text
+from outofcore.storage.locations import Location
+from outofcore.storage.stored_arrays import shape_text
 
 #: errno values of a full disk or a spent quota.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -255,3 +258,28 @@ def local_folder(array: zarr.Array) -> str | None:
     if isinstance(array.store, LocalStore):
         return os.path.join(os.fspath(array.store.root), array.path)
     return None
+
+
+def check_output_room(
+    out: zarr.Array | Location, shape: tuple[int, ...], dtype: np.dtype, output_codec: str
+) -> None:
+    """Refuse a new output that the free space of its local disk cannot hold
+    uncompressed (``--output-codec none``, the default; products of dense values hardly
+    compress), before anything is written: a metadata-only 10^8 x 10^8 product ran until
+    killed.  Outputs elsewhere, or compressed, are not checked.
+
+    Raises
+    ------
+    InputError
+        Naming the output's bytes and the free bytes.
+    """
+    if output_codec != "none" or isinstance(out, zarr.Array) or not out.is_local:
+        return
+    total = math.prod(shape) * np.dtype(dtype).itemsize
+    folder, free, _ = disk_usage_of(out.path)
+    if total > free:
+        raise InputError(
+            f"the output is {shape_text(shape)} {np.dtype(dtype)}: {format_bytes(total)} "
+            f"uncompressed, and {folder!r} has {format_bytes(free)} free: make room, choose "
+            "another disk, or compress the output (--output-codec zstd, checked as it writes)"
+        )
