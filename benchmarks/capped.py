@@ -30,8 +30,8 @@ allocate, not the cache of inputs.  JSON goes to ``--out-dir``.
 
 Usage (root, cgroup v1)::
 
-    python benchmarks/capped.py                              # 16384², cap 1.5 GiB
-    python benchmarks/capped.py --size 1024 --chunk 256 --cap 1GiB   # a smoke run
+    python -m benchmarks.capped                              # 16384², cap 1.5 GiB
+    python -m benchmarks.capped --size 1024 --chunk 256 --cap 1GiB   # a smoke run
 """
 
 from __future__ import annotations
@@ -45,13 +45,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
-
-from cgroup import MemoryGroup, unavailable  # noqa: E402
-from compare import ensure_inputs  # noqa: E402
+from benchmarks.harness.cgroup import MemoryGroup, unavailable
+from benchmarks.harness.inputs import DEFAULT_DATA, DEFAULT_RESULTS, ensure_inputs
+from benchmarks.harness.processes import ROOT
 
 DASK_SCRIPT = """
 import json, sys, time
@@ -113,8 +109,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--timeout", type=float, default=1800, help="outofcore's limit, s")
     parser.add_argument("--dask-timeout", type=float, default=900, help="dask.array's limit, s")
-    parser.add_argument("--data-dir", type=Path, default=HERE / "data")
-    parser.add_argument("--out-dir", type=Path, default=HERE / "results")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)
     return parser
 
 

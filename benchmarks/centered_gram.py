@@ -16,8 +16,8 @@ against its projection (plus the allowance beside a task).
 
 Usage::
 
-    python benchmarks/centered_gram.py              # X 262144x1024 float32, 1 GiB, zstd
-    python benchmarks/centered_gram.py --quick      # 16384x256, a smoke run
+    python -m benchmarks.centered_gram              # X 262144x1024 float32, 1 GiB, zstd
+    python -m benchmarks.centered_gram --quick      # 16384x256, a smoke run
 """
 
 from __future__ import annotations
@@ -26,18 +26,13 @@ import argparse
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.runner import ChildFailed, run_json  # noqa: E402
+from benchmarks.harness.inputs import DEFAULT_DATA
+from benchmarks.harness.processes import ChildFailed, run_json
 
 #: The issue's target: outofcore at least this much faster than dask.
 TARGET = 1.3
@@ -137,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows, cols, chunk = (16384, 256, 4096) if args.quick else (262144, 1024, 16384)
     memory = "64MiB" if args.quick else "1GiB"
-    folder = args.dir or Path(tempfile.mkdtemp(prefix="centered-gram-", dir=HERE / "data"))
+    folder = args.dir or Path(tempfile.mkdtemp(prefix="centered-gram-", dir=DEFAULT_DATA))
     folder.mkdir(parents=True, exist_ok=True)
     try:
         if not (folder / "x.zarr").exists():
@@ -145,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"centred Gram: X {rows}x{cols} float32 (zstd chunks {chunk}x{cols}), 2 workers")
         try:
             figures = run_json(
-                [__file__, "--child", folder, "--memory", memory, "--repeats", args.repeats],
+                ["-m", "benchmarks.centered_gram", "--child", folder, "--memory", memory,
+                 "--repeats", args.repeats],
                 timeout=3600,
             )  # fmt: skip
         except ChildFailed as failed:

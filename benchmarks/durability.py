@@ -5,7 +5,10 @@ then runs the same in-process job (``client="sync"``) with the setting ``fsync``
 off, alternating, ``--repeats`` times each, and prints each run's seconds and the time
 spent in the two durability calls (chunk flushes, journal writes).
 
-    python benchmarks/durability.py --size 2048 --chunks 128 --memory 4MiB --repeats 3
+    python -m benchmarks.durability --size 2048 --chunks 128 --memory 4MiB --repeats 3
+
+Internal floor: it times the durability calls of ``outofcore.journal.store`` and
+``outofcore.storage.writing`` themselves, so it imports those modules.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ elements, then times :func:`outofcore.storage.fingerprint.fingerprint` on it: th
 first run after asking the kernel to drop its caches (as root; a no-op
 elsewhere) and the median of the warm runs after it.
 
-    python benchmarks/fingerprint.py --objects 100000 --repeats 5 [--dir /data/tmp]
+    python -m benchmarks.fingerprint --objects 100000 --repeats 5 [--dir /data/tmp]
+
+Internal floor: it times ``outofcore.storage.fingerprint.fingerprint`` itself.
 """
 
 from __future__ import annotations

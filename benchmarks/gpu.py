@@ -2,9 +2,9 @@
 
 Run on a GPU node (see docs/gpu.md)::
 
-    python benchmarks/gpu.py                      # 4096 and 8192, float32 and float64
-    python benchmarks/gpu.py --sizes 2048 4096 8192 16384 --repeats 20 --json out.json
-    python benchmarks/gpu.py --engine             # also the tile engine, panels from host
+    python -m benchmarks.gpu                      # 4096 and 8192, float32 and float64
+    python -m benchmarks.gpu --sizes 2048 4096 8192 16384 --repeats 20 --json out.json
+    python -m benchmarks.gpu --engine             # also the tile engine, panels from host
 
 Each product is timed with CUDA events around the launch alone (inputs already
 on the device), after one warm-up run that compiles the kernel; the median of
@@ -14,6 +14,9 @@ two are compared, so a fast wrong kernel cannot pass unnoticed.
 
 ``--engine`` times the tile engine end to end for one tile: k-panels copied
 from pinned host memory while the previous panel multiplies, C copied back.
+
+Internal floor: it times ``outofcore.compute.cuda``'s kernels and engine themselves
+(``outofcore.gpu_check.common`` for the CUDA-event timing).
 """
 
 from __future__ import annotations

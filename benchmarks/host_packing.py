@@ -10,10 +10,13 @@ descriptor (``describe_2d_copy``) with the layout test.  The driver call and the
 transpose kernel's launch add a few microseconds each on a GPU node
 (``python -m outofcore.gpu_check`` measures the engine's host CPU time per panel there).
 
-    python benchmarks/host_packing.py                 # 16384 x 2048 float32, 9 repeats
-    python benchmarks/host_packing.py --rows 4096 --depth 512 --json out.json
+    python -m benchmarks.host_packing                 # 16384 x 2048 float32, 9 repeats
+    python -m benchmarks.host_packing --rows 4096 --depth 512 --json out.json
 
 Exits 1 when the 2-D copy's host time is not at least 10x below the packing's.
+
+Internal floor: it times ``outofcore.compute.cuda.buffers`` itself
+(``describe_2d_copy``, ``layout``, ``STAGE_BYTES``).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ equality).  Prints medians and ratios; writes JSON to ``--out-dir``.
 
 Usage::
 
-    python benchmarks/int8_gram.py                       # 131072 x 512, 3 rounds
-    python benchmarks/int8_gram.py --rows 4096 --cols 64 --repeats 1   # smoke
+    python -m benchmarks.int8_gram                       # 131072 x 512, 3 rounds
+    python -m benchmarks.int8_gram --rows 4096 --cols 64 --repeats 1   # smoke
 """
 
 from __future__ import annotations
@@ -36,10 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from runner import ChildFailed, run_json  # noqa: E402
+from benchmarks.harness.inputs import DEFAULT_DATA, DEFAULT_RESULTS
+from benchmarks.harness.processes import ChildFailed, run_json
 
 SYSTEMS = ("numpy", "dask", "outofcore")
 
@@ -111,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
-    parser.add_argument("--data-dir", type=Path, default=ROOT / "benchmarks" / "data")
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)
     args = parser.parse_args(argv)
     systems = args.systems.split(",")
     g = args.data_dir / f"g-int8-{args.rows}x{args.cols}-{args.chunk}.zarr"
@@ -124,7 +122,17 @@ def main(argv: list[str] | None = None) -> int:
                 out = str(Path(scratch) / f"{system}.zarr")
                 try:
                     runs[system].append(
-                        run_json([__file__, "--child", system, str(g), out, str(args.workers)])
+                        run_json(
+                            [
+                                "-m",
+                                "benchmarks.int8_gram",
+                                "--child",
+                                system,
+                                str(g),
+                                out,
+                                str(args.workers),
+                            ]
+                        )
                     )
                 except ChildFailed as failure:
                     print(failure.stderr, file=sys.stderr)

@@ -27,8 +27,11 @@ cost, not only the latency.
 
 Usage::
 
-    python benchmarks/latency.py --quick              # a smoke test: 512², 128² chunks
-    python benchmarks/latency.py --size 8192 --chunk 1024 --repeats 3
+    python -m benchmarks.latency --quick              # a smoke test: 512², 128² chunks
+    python -m benchmarks.latency --size 8192 --chunk 1024 --repeats 3
+
+Internals: ``outofcore.storage.locations`` and ``outofcore.storage.stores`` give
+dask.array the same storage options as outofcore.
 """
 
 from __future__ import annotations
@@ -42,11 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from s3_local import DelayProxy, MotoServer  # noqa: E402
+from benchmarks.s3_local import DelayProxy, MotoServer
 
 SYSTEMS = ("outofcore local", "outofcore S3", "outofcore S3, 2 in flight", "dask.array S3")
 

@@ -3,7 +3,7 @@ outofcore against numpy (and dask.array).
 
 S and T are ``--batch`` x ``--n`` x ``--n`` float32 (16 x 2048²: 256 MiB each),
 seeded standard normal, in zstd ``(1, --chunk, --chunk)`` chunks.  Each round runs,
-each in a fresh Python process (see benchmarks/runner.py):
+each in a fresh Python process (see benchmarks/harness/races.py):
 
 * ``numpy``: reads S and T with zarr, ``S @ T`` (batched BLAS), writes C;
 * ``dask``: ``(da.from_zarr(S) @ da.from_zarr(T)).compute()``, threaded scheduler;
@@ -18,20 +18,17 @@ failure or a wrong result (outofcore refusing stacks included), 2 a target misse
 
 Usage::
 
-    python benchmarks/matmul_stack.py            # 16 x 2048², 2 rounds
-    python benchmarks/matmul_stack.py --quick    # 4 x 256², 1 round: a smoke test
+    python -m benchmarks.matmul_stack            # 16 x 2048², 2 rounds
+    python -m benchmarks.matmul_stack --quick    # 4 x 256², 1 round: a smoke test
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from runner import Operand, Race, add_common_arguments, race  # noqa: E402
+from benchmarks.harness.inputs import Operand
+from benchmarks.harness.races import Race, add_common_arguments, race
 
 
 def spec(batch: int, n: int, chunk: int) -> Race:

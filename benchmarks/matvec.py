@@ -3,7 +3,7 @@ numpy and dask.array.
 
 A is ``--n`` x ``--n`` float32 (16384²: 1 GiB) in zstd ``--chunk``² chunks, x a 1-D
 float32 zarr array of ``--n`` in ``--vector-chunk`` chunks; both seeded standard
-normal.  Each round runs, each in a fresh Python process (see benchmarks/runner.py):
+normal.  Each round runs, each in a fresh Python process (see benchmarks/harness/races.py):
 
 * ``numpy``: ``zarr.open_array(A)[...] @ zarr.open_array(x)[...]``, y written;
 * ``dask``: ``(da.from_zarr(A) @ da.from_zarr(x)).compute()``, threaded scheduler;
@@ -18,21 +18,18 @@ wrong result (outofcore refusing 1-D operands included), 2 a target missed.
 
 Usage::
 
-    python benchmarks/matvec.py                 # 16384² (1 GiB), 3 rounds
-    python benchmarks/matvec.py --quick         # 2048², 1 round: a smoke test
-    python benchmarks/matvec.py --dir /data/bench --json benchmarks/results/matvec.json
+    python -m benchmarks.matvec                 # 16384² (1 GiB), 3 rounds
+    python -m benchmarks.matvec --quick         # 2048², 1 round: a smoke test
+    python -m benchmarks.matvec --dir /data/bench --json benchmarks/results/matvec.json
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from runner import Operand, Race, add_common_arguments, race  # noqa: E402
+from benchmarks.harness.inputs import Operand
+from benchmarks.harness.races import Race, add_common_arguments, race
 
 
 def spec(n: int, chunk: int, vector_chunk: int) -> Race:

@@ -15,8 +15,8 @@ process:
 
 Usage::
 
-    python benchmarks/plan_cost.py                       # 10^8, 10^10, 10^12 rows
-    python benchmarks/plan_cost.py --rows 1e10 --no-command
+    python -m benchmarks.plan_cost                       # 10^8, 10^10, 10^12 rows
+    python -m benchmarks.plan_cost --rows 1e10 --no-command
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from benchmarks.harness.processes import ROOT
 
 COLUMNS = 64
 CHUNK_ROWS = 100_000

@@ -8,8 +8,10 @@ and ``outofcore matmul --json`` on a LocalCluster, whose summary's ``seconds``
 (the tasks' time, without the cluster's start) is the measured time.  Each pair
 is printed with its ratio; on a machine others use, the load moves both.
 
-    python benchmarks/prediction.py [--repeats 3] [--cases demo,8192] [--dir DIR] [--cached]
-    python benchmarks/prediction.py --scale 16 --repeats 1     # every size 16x smaller
+    python -m benchmarks.prediction [--repeats 3] [--cases demo,8192] [--dir DIR] [--cached]
+    python -m benchmarks.prediction --scale 16 --repeats 1     # every size 16x smaller
+
+Internals: the demo's sizes come from ``outofcore.frontends.cli_parser``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ traffic, exact for S3 clients, which send one request at a time per connection).
 
 Usage::
 
-    python benchmarks/latency_proxy.py --listen 9001 --target 127.0.0.1:9000 --delay 0.02
+    python -m benchmarks.s3_local --listen 9001 --target 127.0.0.1:9000 --delay 0.02
 
 or in a program: ``server = MotoServer(); with DelayProxy(("127.0.0.1", server.port),
 0.02) as proxy: ...proxy.endpoint...; server.stop()``.  The tests start their

@@ -25,9 +25,9 @@ Writes ``benchmarks/results/small-jobs-<date>.json``.
 
 Usage::
 
-    python benchmarks/small_jobs.py --cases sq512 sq2048 --repeats 3      # a minute
-    python benchmarks/small_jobs.py --repeats 3                           # the quarter sizes
-    python benchmarks/small_jobs.py --cases gram-full large-k-full --repeats 1  # the issue's
+    python -m benchmarks.small_jobs --cases sq512 sq2048 --repeats 3      # a minute
+    python -m benchmarks.small_jobs --repeats 3                           # the quarter sizes
+    python -m benchmarks.small_jobs --cases gram-full large-k-full --repeats 1  # the issue's
 """
 
 from __future__ import annotations
@@ -44,10 +44,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from shapes import Shape, ensure_shape_inputs  # noqa: E402
+from benchmarks.harness.inputs import DEFAULT_DATA, DEFAULT_RESULTS
+from benchmarks.shape_zoo.cases import Shape, ensure_shape_inputs
 
 #: The issue's shapes: small squares, and its Gram and large-k products at a quarter size
 #: (shapes.py's :class:`Shape`: for a Gram case X is ``k×m`` in ``a_chunks``).
@@ -237,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(DEFAULT_CASES))
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--data-dir", type=Path, default=HERE / "data")
-    parser.add_argument("--results", type=Path, default=HERE / "results")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     args = parser.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory(prefix="small-jobs-") as scratch:

@@ -15,7 +15,10 @@ over HTTP through
 
 Usage::
 
-    python benchmarks/status_tiles.py --tiles 100000
+    python -m benchmarks.status_tiles --tiles 100000
+
+Internal floor: it writes the records with ``outofcore.journal.records.Journal`` and
+``outofcore.storage.storeops`` and times the listings themselves.
 """
 
 from __future__ import annotations
@@ -26,12 +29,8 @@ import json
 import math
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from s3_local import DelayProxy, MotoServer, free_port  # noqa: E402
+from benchmarks.s3_local import DelayProxy, MotoServer, free_port
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -48,9 +48,12 @@ Writes ``benchmarks/results/task-memory-<date>.json``.
 
 Usage::
 
-    python benchmarks/task_memory.py                     # every case, about 2 minutes
-    python benchmarks/task_memory.py --cases split gram
-    python benchmarks/task_memory.py --scale 16          # a smoke run (the tests')
+    python -m benchmarks.task_memory                     # every case, about 2 minutes
+    python -m benchmarks.task_memory --cases split gram
+    python -m benchmarks.task_memory --scale 16          # a smoke run (the tests')
+
+Internal floor: each task's peak comes from ``outofcore.compute.peaks``; the output
+is checked with ``outofcore.frontends.verify.verify``.
 """
 
 from __future__ import annotations
@@ -68,9 +71,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from benchmarks.harness.inputs import DEFAULT_RESULTS
+from benchmarks.harness.processes import ROOT
 
 MiB = 2**20
 
@@ -321,7 +323,17 @@ def sharded_random(path: str, operand: Operand, seed: int) -> None:
 def run_case(name: str, scale: int, data: Path) -> dict[str, Any]:
     """Measure case ``name`` in a fresh Python process."""
     process = subprocess.run(
-        [sys.executable, __file__, "--child", name, "--scale", str(scale), "--data-dir", str(data)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.task_memory",
+            "--child",
+            name,
+            "--scale",
+            str(scale),
+            "--data-dir",
+            str(data),
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -365,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--scale", type=int, default=1, help="divide dimensions by this")
     parser.add_argument("--data-dir", type=Path, default=None, help="inputs (default: a temp dir)")
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.scale < 1:

@@ -20,8 +20,8 @@ medians and ratios; writes JSON to ``--out-dir``.
 
 Usage::
 
-    python benchmarks/wide_integers.py                      # 2048^3, 3 rounds
-    python benchmarks/wide_integers.py --n 256 --chunk 128 --repeats 1   # smoke
+    python -m benchmarks.wide_integers                      # 2048^3, 3 rounds
+    python -m benchmarks.wide_integers --n 256 --chunk 128 --repeats 1   # smoke
 """
 
 from __future__ import annotations
@@ -36,10 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from runner import ChildFailed, run_json  # noqa: E402
+from benchmarks.harness.inputs import DEFAULT_DATA, DEFAULT_RESULTS
+from benchmarks.harness.processes import ROOT, ChildFailed, run_json
 
 SYSTEMS = ("numpy", "dask", "outofcore")
 #: Largest magnitude of the values (counts, say).
@@ -111,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
-    parser.add_argument("--data-dir", type=Path, default=ROOT / "benchmarks" / "data")
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)
     args = parser.parse_args(argv)
     systems = args.systems.split(",")
     a = args.data_dir / f"int32-a-{args.n}-{args.chunk}.zarr"
@@ -126,7 +124,17 @@ def main(argv: list[str] | None = None) -> int:
                 out = str(Path(scratch) / f"{system}.zarr")
                 try:
                     runs[system].append(
-                        run_json([__file__, "--child", system, str(a), str(b), out])
+                        run_json(
+                            [
+                                "-m",
+                                "benchmarks.wide_integers",
+                                "--child",
+                                system,
+                                str(a),
+                                str(b),
+                                out,
+                            ]
+                        )
                     )
                 except ChildFailed as failure:
                     print(failure.stderr, file=sys.stderr)

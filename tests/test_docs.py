@@ -43,7 +43,7 @@ NOT_HERE = {
     "python3 -m venv": "the install: .ci/run runs the README's commands themselves",
     "pip install": "an install: the test extra has what the examples need",
     ".venv/bin/pip": "an install: the test extra has what the examples need",
-    "python benchmarks/": "a benchmark: tests/system/test_benchmarks.py runs each on small sizes",
+    "python -m benchmarks.": "a benchmark: tests/system/test_benchmarks.py runs each small",
 }
 #: Shapes and chunks a hundred times smaller (at least 1), so the examples take seconds.
 SMALLER = re.compile(r"--(shape|chunks) (\d+(?:,\d+)*)")

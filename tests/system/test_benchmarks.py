@@ -1,4 +1,4 @@
-"""benchmarks/compare.py end to end on tiny inputs, and the properties speed relies on."""
+"""``python -m benchmarks.compare`` end to end on tiny inputs, and what speed relies on."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from importlib import import_module
 
 import numpy as np
 import pytest
@@ -15,11 +16,11 @@ from outofcore.compute.engines import CpuEngine, gemm_accumulate
 from scheduler.io_model import io_lower_bound
 from scheduler.problem import Problem
 from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES
-from tests.helpers import ROOT, load_benchmark
+from tests.helpers import ROOT
 
 
 def test_compare_runs_numpy_and_outofcore_and_writes_json_and_png(tmp_path):
-    compare = load_benchmark("compare")
+    compare = import_module("benchmarks.compare")
     out = tmp_path / "results"
     status = compare.main(
         [
@@ -277,8 +278,8 @@ def test_direct_chunk_reader_matches_zarr_with_ragged_edges_and_missing_chunks(t
 
 
 def test_latency_benchmark_runs_every_system_through_the_delaying_proxy(tmp_path, moto_server):
-    """benchmarks/latency.py --quick: local, delayed S3 (two settings) and dask.array."""
-    latency = load_benchmark("latency")
+    """benchmarks.latency --quick: local, delayed S3 (two settings) and dask.array."""
+    latency = import_module("benchmarks.latency")
     report = latency.main(["--quick", "--delay", "0.005", "--json", str(tmp_path / "l.json")])
     assert json.loads((tmp_path / "l.json").read_text()) == report
     systems = report["systems"]
@@ -293,7 +294,7 @@ def test_latency_benchmark_runs_every_system_through_the_delaying_proxy(tmp_path
 
 
 def test_delay_proxy_delays_each_request_and_counts_it(moto_server):
-    s3_local = load_benchmark("s3_local")
+    s3_local = import_module("benchmarks.s3_local")
     import s3fs  # noqa: PLC0415
 
     bucket = moto_server.bucket("proxy-probe").removeprefix("s3://")
@@ -311,12 +312,12 @@ def test_delay_proxy_delays_each_request_and_counts_it(moto_server):
 
 
 def test_capped_benchmark_runs_every_system_inside_the_cgroup(tmp_path):
-    """benchmarks/capped.py on 1024² inputs under a 1 GiB cap (its refusal, job, dask, numpy)."""
-    cgroup = load_benchmark("cgroup")
+    """benchmarks.capped on 1024² inputs under a 1 GiB cap (its refusal, job, dask, numpy)."""
+    cgroup = import_module("benchmarks.harness.cgroup")
     why = cgroup.unavailable()
     if why:
         pytest.skip(f"no capped cgroup here: {why}")
-    capped = load_benchmark("capped")
+    capped = import_module("benchmarks.capped")
     out = tmp_path / "results"
     data = str(tmp_path / "data")
     sizes = ["--size", "1024", "--chunk", "256", "--cap", "1GiB"]
@@ -336,8 +337,8 @@ def test_capped_benchmark_runs_every_system_inside_the_cgroup(tmp_path):
 
 
 def test_shape_zoo_runs_every_shape_and_checks_every_result(tmp_path):
-    """benchmarks/shapes.py at 1/64 scale: every shape, system and floor, results checked."""
-    shapes = load_benchmark("shapes")
+    """benchmarks.shapes at 1/64 scale: every shape, system and floor, results checked."""
+    shapes = import_module("benchmarks.shapes")
     out = tmp_path / "results"
     png = tmp_path / "zoo.png"
     status = shapes.main(
@@ -385,7 +386,7 @@ def test_shape_zoo_check_fails_a_wrong_product(tmp_path):
     """The zoo's check tells a product missing one k-panel from float32 rounding."""
     import zarr
 
-    shapes = load_benchmark("shapes")
+    checking = import_module("benchmarks.harness.checking")
     rng = np.random.default_rng(0)
     a = rng.standard_normal((64, 4096), dtype=np.float32)
     b = rng.standard_normal((4096, 48), dtype=np.float32)
@@ -397,15 +398,15 @@ def test_shape_zoo_check_fails_a_wrong_product(tmp_path):
     }.items():
         paths[name] = str(tmp_path / f"{name}.zarr")
         zarr.create_array(paths[name], data=value, chunks=(32, 48))
-    assert shapes.compare_outputs(paths["reordered"], paths["ref"], 4096)["ok"]
-    assert not shapes.compare_outputs(paths["missing"], paths["ref"], 4096)["ok"]
-    assert not shapes.compare_outputs(str(tmp_path / "none.zarr"), paths["ref"], 4096)["ok"]
+    assert checking.compare_outputs(paths["reordered"], paths["ref"], 4096)["ok"]
+    assert not checking.compare_outputs(paths["missing"], paths["ref"], 4096)["ok"]
+    assert not checking.compare_outputs(str(tmp_path / "none.zarr"), paths["ref"], 4096)["ok"]
 
 
 def test_task_memory_benchmark_measures_every_kind_of_task(tmp_path, moto_server):
-    """benchmarks/task_memory.py at 1/16 scale: every case in its own process, each kind
+    """benchmarks.task_memory at 1/16 scale: every case in its own process, each kind
     of task's peak RSS against its projection, every output verified."""
-    task_memory = load_benchmark("task_memory")
+    task_memory = import_module("benchmarks.task_memory")
     out = tmp_path / "results"
     status = task_memory.main(["--scale", "16", "--out-dir", str(out)])
     assert status == 0
@@ -434,7 +435,7 @@ def test_task_memory_benchmark_measures_every_kind_of_task(tmp_path, moto_server
 
 
 def test_task_memory_check_fails_a_kind_over_its_projection_and_a_wrong_output():
-    task_memory = load_benchmark("task_memory")
+    task_memory = import_module("benchmarks.task_memory")
     figures = {"verified": True, "kinds": {"tile": {"projected": 100, "measured": 150}}}
     assert task_memory.check(figures, 50) == []
     assert (
@@ -447,10 +448,10 @@ def test_task_memory_check_fails_a_kind_over_its_projection_and_a_wrong_output()
 
 
 def test_host_packing_benchmark_compares_packing_with_the_2d_copy(tmp_path):
-    """benchmarks/host_packing.py on a small transposed panel: both figures, the ratio."""
+    """benchmarks.host_packing on a small transposed panel: both figures, the ratio."""
     out = tmp_path / "packing.json"
     result = subprocess.run(
-        [sys.executable, "benchmarks/host_packing.py", "--rows", "2048", "--depth", "256",
+        [sys.executable, "-m", "benchmarks.host_packing", "--rows", "2048", "--depth", "256",
          "--repeats", "3", "--json", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
     )  # fmt: skip
@@ -463,10 +464,10 @@ def test_host_packing_benchmark_compares_packing_with_the_2d_copy(tmp_path):
 
 
 def test_matvec_and_stack_benchmarks_check_every_system(tmp_path):
-    """benchmarks/matvec.py and matmul_stack.py in their quick modes: every system ran,
+    """benchmarks.matvec and benchmarks.matmul_stack in their quick modes: every system ran,
     every output agreed with numpy's (issue 30)."""
     for name in ("matvec", "matmul_stack"):
-        bench, out = load_benchmark(name), tmp_path / f"{name}.json"
+        bench, out = import_module(f"benchmarks.{name}"), tmp_path / f"{name}.json"
         args = ["--quick", "--dir", str(tmp_path / "data"), "--json", str(out)]
         assert bench.main([*args, "--systems", "numpy,dask,outofcore"]) == 0, name
         report = json.loads(out.read_text())
@@ -475,11 +476,11 @@ def test_matvec_and_stack_benchmarks_check_every_system(tmp_path):
 
 
 def test_centered_gram_benchmark_runs_both_systems_on_one_cluster(tmp_path):
-    """benchmarks/centered_gram.py --quick: outofcore.to_zarr(xc.T @ xc) and dask's,
+    """benchmarks.centered_gram --quick: outofcore.to_zarr(xc.T @ xc) and dask's,
     agreeing with each other and with float64, within the memory projection (issue 31)."""
     out = tmp_path / "gram.json"
     done = subprocess.run(
-        [sys.executable, "benchmarks/centered_gram.py", "--quick", "--dir", str(tmp_path),
+        [sys.executable, "-m", "benchmarks.centered_gram", "--quick", "--dir", str(tmp_path),
          "--json", str(out)],
         capture_output=True, text=True, timeout=600, cwd=ROOT, check=False,
     )  # fmt: skip

@@ -1,7 +1,7 @@
 """Jobs inside a real cgroup v1 memory group: the cap is learned, refused and fitted.
 
 Each test starts ``outofcore`` processes inside a group made by
-``benchmarks/cgroup.py`` (root and ``/sys/fs/cgroup/memory`` needed; skipped
+``benchmarks/harness/cgroup.py`` (root and ``/sys/fs/cgroup/memory`` needed; skipped
 with the reason otherwise).
 """
 
@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+from importlib import import_module
 
 import numpy as np
 import pytest
 import zarr
 
 from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES
-from tests.helpers import ROOT, load_benchmark, write_zarr
+from tests.helpers import ROOT, write_zarr
 
-cgroup = load_benchmark("cgroup")
+cgroup = import_module("benchmarks.harness.cgroup")
 pytestmark = pytest.mark.skipif(
     cgroup.unavailable() is not None, reason=f"no capped cgroup here: {cgroup.unavailable()}"
 )

@@ -1,17 +1,17 @@
-"""benchmarks/prediction.py end to end on small inputs: ``outofcore plan --reprobe`` and the
+"""benchmarks.prediction end to end on small inputs: ``outofcore plan --reprobe`` and the
 job, back to back, for the demo's case and the 8192² one (issue 21, item 6)."""
 
 from __future__ import annotations
 
 import json
+from importlib import import_module
 
 from outofcore.machine.probe_cache import CACHE_NAME
-from tests.helpers import load_benchmark
 
 
 def test_the_prediction_benchmark_pairs_each_plan_with_its_job(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the processes' probe cache
-    prediction = load_benchmark("prediction")
+    prediction = import_module("benchmarks.prediction")
     out = tmp_path / "pairs.json"
     argv = ["--scale", "16", "--repeats", "1", "--dir", str(tmp_path / "data"), "--json", str(out)]
     pairs = prediction.main(argv)

@@ -1,13 +1,8 @@
-"""Shared scaffolding of the benchmarks: fresh processes, timed, and zarr products raced.
+"""Product races: zarr inputs, a numpy reference, then rounds of every system, each fresh.
 
-Processes (any benchmark):
+Processes are :mod:`benchmarks.harness.processes`'s.
 
-* :func:`run_json` runs ``python ARGS...`` in a fresh process and returns the JSON
-  object its last line of output prints (:class:`ChildFailed` when it fails);
-* :func:`timed` runs a command in a fresh process and returns its wall time, the
-  peak RSS of its whole process tree (sampled) and what it printed.
-
-Product races (``matvec.py``, ``matmul_stack.py``): :func:`race` writes seeded
+Product races (``benchmarks.matvec``, ``benchmarks.matmul_stack``): :func:`race` writes seeded
 float32 zarr inputs (zstd chunks), runs an untimed numpy reference first (which
 also reads every input, so the page cache is warm for everyone alike: dropping it
 needs root), then ``--repeat`` rounds of every system, each in a fresh process (every
@@ -30,331 +25,32 @@ compared with the reference (float32 tolerance of depth ``k``).
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-DEFAULT_DATA = HERE / "data"
+from benchmarks.harness.checking import compare_outputs
+from benchmarks.harness.children import (
+    SYSTEMS,
+    compile_outofcore,
+    outofcore_command,
+    outofcore_json,
+)
+from benchmarks.harness.inputs import DEFAULT_DATA, Operand, stored_bytes, write_operand
+from benchmarks.harness.processes import timed
+from benchmarks.harness.reports import format_bytes
 
-# --------------------------------------------------------------------------- processes
-
-
-class ChildFailed(RuntimeError):
-    """A child process exited nonzero (or printed no JSON); ``stderr`` says why."""
-
-    def __init__(self, returncode: int, stderr: str) -> None:
-        super().__init__(f"child process exited with status {returncode}")
-        self.returncode = returncode
-        self.stderr = stderr
-
-
-def run_json(args: Sequence[str], *, cwd: Path = ROOT, timeout: float | None = None) -> Any:
-    """Run ``python ARGS...`` in a fresh process; the JSON its last stdout line holds."""
-    done = subprocess.run(
-        [sys.executable, *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        check=False,
-        timeout=timeout,
-    )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise ChildFailed(done.returncode, done.stderr)
-    return json.loads(lines[-1])
-
-
-@dataclass
-class Timed:
-    """One command's run: wall seconds, peak RSS of its process tree, what it printed."""
-
-    seconds: float
-    peak_rss_bytes: int
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def last_json(self) -> Any:
-        """The JSON object on the last line of stdout (None when there is none)."""
-        for line in reversed(self.stdout.strip().splitlines()):
-            try:
-                return json.loads(line)
-            except ValueError:
-                return None
-        return None
-
-    def stderr_tail(self, lines: int = 12) -> str:
-        return "\n".join(self.stderr.rstrip().splitlines()[-lines:])
-
-
-def timed(
-    command: Sequence[str],
-    *,
-    cwd: Path = ROOT,
-    env: dict[str, str] | None = None,
-    timeout: float | None = None,
-    interval: float = 0.05,
-) -> Timed:
-    """Run ``command`` in a fresh process; its wall time and sampled peak tree RSS.
-
-    The RSS of the process and all its descendants (a LocalCluster's workers) is
-    summed every ``interval`` seconds.  A run past ``timeout`` is killed and reported
-    with return code -9.
-    """
-    import psutil  # noqa: PLC0415
-
-    peak = 0
-    stop = threading.Event()
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        list(map(str, command)),
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    root = psutil.Process(process.pid)
-
-    def sample() -> None:
-        nonlocal peak
-        while not stop.is_set():
-            total = 0
-            try:
-                tree = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                tree = []
-            for proc in tree:
-                try:
-                    total += proc.memory_info().rss
-                except psutil.Error:
-                    continue
-            peak = max(peak, total)
-            stop.wait(interval)
-
-    sampler = threading.Thread(target=sample, daemon=True, name="rss-sampler")
-    sampler.start()
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-        returncode = process.returncode
-    except subprocess.TimeoutExpired:
-        process.kill()
-        stdout, stderr = process.communicate()
-        stderr += f"\n(killed after {timeout} s)"
-        returncode = -9
-    seconds = time.perf_counter() - start
-    stop.set()
-    sampler.join()
-    return Timed(seconds, peak, returncode, stdout, stderr)
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n:.2f} GiB"  # pragma: no cover
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-@dataclass(frozen=True)
-class Operand:
-    """A seeded standard-normal float32 zarr array to write (zstd chunks)."""
-
-    name: str
-    shape: tuple[int, ...]
-    chunks: tuple[int, ...]
-    seed: int
-
-    def folder(self) -> str:
-        dims = "x".join(map(str, self.shape))
-        return f"{self.name}-f32-{dims}-c{'x'.join(map(str, self.chunks))}-s{self.seed}.zarr"
-
-    @property
-    def nbytes(self) -> int:
-        return 4 * math.prod(self.shape)
-
-
-def write_operand(path: Path, operand: Operand, threads: int | None = None) -> bool:
-    """Write ``operand`` at ``path`` unless a whole one is there; True when written.
-
-    Each chunk draws from its own generator seeded ``(seed, *chunk index)``, so
-    the values depend on the seed, shape and chunks only; a ``.complete`` marker
-    says the array is whole.
-    """
-    import numpy as np  # noqa: PLC0415
-    import zarr  # noqa: PLC0415
-    from zarr.codecs import ZstdCodec  # noqa: PLC0415
-
-    if (path / ".complete").exists():
-        return False
-    array = zarr.create_array(
-        str(path),
-        shape=operand.shape,
-        chunks=operand.chunks,
-        dtype="float32",
-        compressors=ZstdCodec(level=3),
-        overwrite=True,
-    )
-    grid = [range(0, n, c) for n, c in zip(operand.shape, operand.chunks, strict=True)]
-
-    def write_chunk(origin: tuple[int, ...]) -> None:
-        box = tuple(
-            slice(o, min(o + c, n))
-            for o, c, n in zip(origin, operand.chunks, operand.shape, strict=True)
-        )
-        index = tuple(o // c for o, c in zip(origin, operand.chunks, strict=True))
-        rng = np.random.default_rng((operand.seed, *index))
-        array[box] = rng.standard_normal([s.stop - s.start for s in box], dtype=np.float32)
-
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
-
-    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
-        list(pool.map(write_chunk, itertools.product(*grid)))
-    (path / ".complete").touch()
-    return True
-
-
-def stored_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-# --------------------------------------------------------------------------- checking
-
-
-#: Tolerance factor over float32 rounding (as benchmarks/shapes.py).
-TOLERANCE_FACTOR = 8
-
-
-def tolerance(k: int) -> tuple[float, float]:
-    """``(rtol, atol)`` between two float32 products of depth ``k`` of standard normals.
-
-    Entries are about ``√k``; summing ``k`` float32 products loses about ``eps·√k``
-    relative to the terms, so ``rtol = F·eps·√k``, ``atol = F·eps·k``.  A lost or
-    repeated k-panel of depth ``d`` moves entries by about ``√d``, far outside.
-    """
-    eps = 2.0**-23
-    return TOLERANCE_FACTOR * eps * math.sqrt(k), TOLERANCE_FACTOR * eps * k
-
-
-def compare_outputs(path: Path, reference: Path, k: int) -> dict:
-    """Compare a stored product with the reference, block by block along axis 0.
-
-    Returns ``ok``, ``error_ratio`` (largest ``|c - ref| / (atol + rtol·|ref|)``: at
-    most 1 passes; NaN or a missing output fails), ``max_abs_error``, ``rtol``, ``atol``.
-    """
-    import numpy as np  # noqa: PLC0415
-    import zarr  # noqa: PLC0415
-
-    rtol, atol = tolerance(k)
-    report: dict[str, Any] = {"rtol": rtol, "atol": atol}
-    try:
-        got, want = (zarr.open_array(str(p), mode="r") for p in (path, reference))
-    except Exception as error:  # noqa: BLE001 (no output is a failed check, not a crash)
-        return {**report, "ok": False, "error": f"cannot open: {error}"}
-    if got.shape != want.shape:
-        return {**report, "ok": False, "error": f"shape {got.shape}, expected {want.shape}"}
-    if got.dtype != want.dtype:
-        return {**report, "ok": False, "error": f"dtype {got.dtype}, expected {want.dtype}"}
-    worst, largest, non_finite = 0.0, 0.0, 0
-    row = 4 * max(1, math.prod(want.shape[1:]))
-    step = max(1, (64 * 2**20) // row)
-    for r0 in range(0, want.shape[0], step):
-        g = np.asarray(got[r0 : r0 + step], np.float64)
-        w = np.asarray(want[r0 : r0 + step], np.float64)
-        finite = np.isfinite(g)
-        non_finite += int(finite.size - np.count_nonzero(finite))
-        diff = np.abs(g[finite] - w[finite])
-        bound = atol + rtol * np.abs(w[finite])
-        worst = max(worst, float(np.max(diff / bound, initial=0.0)))
-        largest = max(largest, float(np.max(diff, initial=0.0)))
-    report.update(error_ratio=worst, max_abs_error=largest)
-    if non_finite:
-        share = non_finite / math.prod(want.shape)
-        where = f"{non_finite} of {math.prod(want.shape)} ({share:.1%})"
-        return {**report, "ok": False, "error": f"NaN or inf in {where} elements"}
-    return {**report, "ok": worst <= 1.0}
-
-
-# --------------------------------------------------------------------------- children
-
-
-def child(system: str, a: str, b: str, out: str, out_chunks: str) -> dict:
-    """One baseline in this (fresh) process: its phases' seconds.  ``out_chunks`` is JSON."""
-    t0 = time.perf_counter()
-    import numpy as np  # noqa: PLC0415
-    import zarr  # noqa: PLC0415
-
-    phases: dict[str, float] = {}
-    if system == "numpy":
-        phases["import"] = time.perf_counter() - t0
-        t = time.perf_counter()
-        x = zarr.open_array(a, mode="r")[...]
-        y = zarr.open_array(b, mode="r")[...]
-        phases["read"] = time.perf_counter() - t
-        t = time.perf_counter()
-        c = x @ y
-        phases["multiply"] = time.perf_counter() - t
-    elif system in ("dask", "dask-cluster"):
-        import dask  # noqa: PLC0415
-        import dask.array as da  # noqa: PLC0415
-
-        phases["import"] = time.perf_counter() - t0
-        product = da.from_zarr(a) @ da.from_zarr(b)
-        if system == "dask":
-            t = time.perf_counter()
-            with dask.config.set(scheduler="threads"):
-                c = product.compute()
-            phases["compute"] = time.perf_counter() - t
-        else:
-            from distributed import Client, LocalCluster  # noqa: PLC0415
-
-            t = time.perf_counter()
-            with LocalCluster(dashboard_address=None) as cluster, Client(cluster) as client:
-                phases["cluster_start"] = time.perf_counter() - t
-                t = time.perf_counter()
-                c = client.compute(product).result()
-                phases["compute"] = time.perf_counter() - t
-                workers = len(cluster.workers)
-                t = time.perf_counter()
-            phases["cluster_stop"] = time.perf_counter() - t
-            phases["workers"] = workers
-    else:
-        raise SystemExit(f"unknown system {system!r}")
-    t = time.perf_counter()
-    c = np.ascontiguousarray(c)
-    zarr.create_array(out, data=c, chunks=tuple(json.loads(out_chunks)), compressors=None)
-    phases["write"] = time.perf_counter() - t
-    return {"phases": phases, "shape": list(c.shape), "dtype": str(c.dtype)}
-
-
-def outofcore_command() -> list[str]:
-    """The ``outofcore`` console script next to this Python (else ``python -m``)."""
-    script = Path(sys.executable).with_name("outofcore")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "outofcore.cli"]
-
-
-# --------------------------------------------------------------------------- races
-
-BASELINES = ("numpy", "dask", "dask-cluster")
-SYSTEMS = (*BASELINES, "outofcore")
+#: The module a race runs, in a fresh process from the checkout root, for one baseline.
+CHILD = "benchmarks.harness.children"
 
 
 @dataclass
@@ -437,14 +133,14 @@ def _run(
         command = [*outofcore_command(), "matmul", a, b, "-o", str(out), "--json", *extra]
     else:
         chunks = json.dumps(list(spec.out_chunks))
-        command = [sys.executable, str(Path(__file__)), "--child", system, a, b, str(out), chunks]
+        command = [sys.executable, "-m", CHILD, system, a, b, str(out), chunks]
     run = timed(command, timeout=args.timeout)
     entry: dict[str, Any] = {
         "seconds": run.seconds,
         "peak_rss_bytes": run.peak_rss_bytes,
         "returncode": run.returncode,
     }
-    printed = run.last_json() if system != "outofcore" else _outofcore_json(run.stdout)
+    printed = run.last_json() if system != "outofcore" else outofcore_json(run.stdout)
     if run.returncode != 0:
         entry["stderr_tail"] = run.stderr_tail()
         entry["command"] = command
@@ -457,27 +153,6 @@ def _run(
         entry["phases"] = printed["phases"]
         entry["seconds_without_write"] = run.seconds - printed["phases"]["write"]
     return entry
-
-
-def compile_outofcore() -> None:
-    """Compile outofcore's packages to bytecode where it is missing or stale.
-
-    numpy, zarr and Dask were compiled when pip installed them; outofcore, installed
-    editable, compiles a module on its first import, unless ``PYTHONDONTWRITEBYTECODE``
-    is set (the Docker image and some sandboxes set it): then every timed run would
-    compile about 60 modules again (0.1 s here) that a user's install has compiled.
-    """
-    import compileall  # noqa: PLC0415
-
-    for package in ("outofcore", "scheduler"):
-        compileall.compile_dir(ROOT / package, quiet=2)
-
-
-def _outofcore_json(stdout: str) -> Any:
-    try:
-        return json.loads(stdout)
-    except ValueError:
-        return None
 
 
 def _race(
@@ -682,10 +357,3 @@ def print_table(spec: Race, report: dict) -> None:
         print(f"  outofcore: refused/failed: {tail[-1] if tail else '(no stderr)'}")
     if report["wrong"]:
         print(f"  WRONG results from: {', '.join(report['wrong'])}")
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps(child(*sys.argv[2:7])))
-        sys.exit(0)
-    sys.exit("usage: python benchmarks/runner.py --child SYSTEM A B OUT OUT_CHUNKS_JSON")

@@ -1,0 +1,61 @@
+"""Reports: summaries of timed runs (medians, ratios to numpy, reads against the bound), sizes.
+
+Each case prints its own table; what they share is here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+#: Bytes in a GiB, for tables.
+GIB = 2**30
+
+
+def summarise(runs: dict[str, list[dict]], info: dict) -> dict:
+    """Each system's medians over its runs: seconds, peak RSS, bytes read, ratios to numpy."""
+    systems: dict[str, Any] = {}
+    for system, items in runs.items():
+        ok = [r for r in items if "error" not in r]
+        if not ok:
+            systems[system] = {"error": items[-1].get("error", "no run")}
+            continue
+        # Stored bytes read, scaled up to the decoded bytes they hold (ratio = decoded / stored).
+        decoded = statistics.median(r["read_chars"] for r in ok) * info["compression_ratio"]
+        systems[system] = {
+            "seconds_median": statistics.median(r["seconds"] for r in ok),
+            "seconds_all": [r["seconds"] for r in ok],
+            "cpu_seconds_median": statistics.median(r["cpu_seconds"] for r in ok),
+            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in ok),
+            "read_chars_median": statistics.median(r["read_chars"] for r in ok),
+            "bytes_read_decoded_equiv": decoded,
+            "read_over_lower_bound": decoded / info["lower_bound_bytes"],
+            "blas": sorted({k for r in ok for k in r.get("blas", [])}),
+            "runs": ok,
+        }
+    base = systems.get("numpy", {}).get("seconds_median")
+    for entry in systems.values():
+        if base and "seconds_median" in entry:
+            entry["ratio_to_numpy"] = entry["seconds_median"] / base
+    # Ratios within each round too (same noise for both sides of the ratio).
+    if "numpy" in runs:
+        for system, items in runs.items():
+            if system == "numpy" or "seconds_median" not in systems[system]:
+                continue
+            pairs = [
+                s["seconds"] / n["seconds"]
+                for s, n in zip(items, runs["numpy"], strict=False)
+                if "error" not in s and "error" not in n
+            ]
+            if pairs:
+                systems[system]["ratio_to_numpy_per_round_median"] = statistics.median(pairs)
+    return systems
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes in B, KiB, MiB or GiB, for a table."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"  # pragma: no cover
