@@ -46,7 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness.cgroup import MemoryGroup, unavailable
-from benchmarks.harness.inputs import DEFAULT_DATA, DEFAULT_RESULTS, ensure_inputs
+from benchmarks.harness.inputs import (
+    add_folder_arguments,
+    ensure_inputs,
+)
 from benchmarks.harness.processes import ROOT
 
 DASK_SCRIPT = """
@@ -109,8 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--timeout", type=float, default=1800, help="outofcore's limit, s")
     parser.add_argument("--dask-timeout", type=float, default=900, help="dask.array's limit, s")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)
+    add_folder_arguments(parser)
     return parser
 
 

@@ -58,9 +58,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness.inputs import DEFAULT_DATA, DEFAULT_RESULTS, ensure_inputs, stored_bytes
-from benchmarks.harness.reports import GIB, summarise
-from benchmarks.harness.timing import BLAS_OVERRIDES, measure, run_one
+from benchmarks.harness.inputs import ensure_inputs, stored_bytes
+from benchmarks.harness.reports import GIB, pyplot, summarise
+from benchmarks.harness.timing import BLAS_OVERRIDES, add_timing_arguments, measure, run_one
 
 ALL_SYSTEMS = ("numpy", "dask", "dask-cluster", "cubed", "outofcore")
 DEFAULT_SYSTEMS = ("numpy", "dask", "cubed", "outofcore")
@@ -111,10 +111,7 @@ def table(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = pyplot()
 
     systems = {k: v for k, v in result["systems"].items() if "error" not in v}
     names = list(systems)
@@ -164,16 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         "'outofcore@2' in --systems overrides it; dask-cluster starts one per core",
     )
     parser.add_argument("--quick", action="store_true", help="2048², 1 round: under 2 minutes")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
-    parser.add_argument(
-        "--blas",
-        choices=("native", "inherit"),
-        default="native",
-        help="native (default): unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for every "
-        "system, so OpenBLAS picks its kernel for this CPU; inherit: keep this environment's",
-    )
+    add_timing_arguments(parser, timeout=900)
     args = parser.parse_args(argv)
 
     from outofcore.config import parse_size  # noqa: PLC0415

@@ -22,12 +22,13 @@ Internal floor: it times ``outofcore.compute.cuda``'s kernels and engine themsel
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 
 import numpy as np
+
+from benchmarks.harness.reports import save_json
 
 #: Largest dimension the textbook kernel (--reference) is timed at.
 REFERENCE_MAX = 4096
@@ -199,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"H2D {erow['h2d_gb_per_s']:.1f} GB/s"
                 )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        save_json(args.json, rows)
     for line in wrong:
         print(f"WRONG: {line}", file=sys.stderr)
     return 1 if wrong else 0

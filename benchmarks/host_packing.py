@@ -22,13 +22,13 @@ Internal floor: it times ``outofcore.compute.cuda.buffers`` itself
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 
 import numpy as np
 
+from benchmarks.harness.reports import save_json
 from outofcore.compute.cuda.buffers import STAGE_BYTES, describe_2d_copy, layout
 
 
@@ -85,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{max(args.repeats, 101)})"
     )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        save_json(args.json, result, indent=1)
     return 0 if ratio >= 10 else 1
 
 

@@ -32,12 +32,12 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.inputs import DEFAULT_DATA, DEFAULT_RESULTS
-from benchmarks.harness.processes import ChildFailed, run_json
+from benchmarks.harness.inputs import add_folder_arguments
+from benchmarks.harness.processes import child_rounds
+from benchmarks.harness.reports import save_json
 
 SYSTEMS = ("numpy", "dask", "outofcore")
 
@@ -109,34 +109,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)
+    add_folder_arguments(parser)
     args = parser.parse_args(argv)
     systems = args.systems.split(",")
     g = args.data_dir / f"g-int8-{args.rows}x{args.cols}-{args.chunk}.zarr"
     make_input(g, args.rows, args.cols, args.chunk)
-    runs: dict[str, list[dict]] = {s: [] for s in systems}
-    with tempfile.TemporaryDirectory(prefix="int8-gram-") as scratch:
-        for _ in range(args.repeats):
-            for system in systems:
-                out = str(Path(scratch) / f"{system}.zarr")
-                try:
-                    runs[system].append(
-                        run_json(
-                            [
-                                "-m",
-                                "benchmarks.int8_gram",
-                                "--child",
-                                system,
-                                str(g),
-                                out,
-                                str(args.workers),
-                            ]
-                        )
-                    )
-                except ChildFailed as failure:
-                    print(failure.stderr, file=sys.stderr)
-                    return 1
+    runs = child_rounds(
+        "benchmarks.int8_gram",
+        systems,
+        args.repeats,
+        "int8-gram-",
+        lambda system, out: [system, str(g), out, str(args.workers)],
+    )
+    if runs is None:
+        return 1
     reference = runs[systems[0]][0]
     wrong = [
         s
@@ -169,9 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if "dask" in medians and "outofcore" in medians:
         print(f"  dask.array / outofcore: {medians['dask'] / medians['outofcore']:.1f}x")
     print("  results agree (sum and trace): " + ("yes" if not wrong else f"NO: {wrong}"))
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    path = args.out_dir / f"int8-gram-{args.rows}x{args.cols}.json"
-    path.write_text(json.dumps(result, indent=2))
+    path = save_json(args.out_dir / f"int8-gram-{args.rows}x{args.cols}.json", result)
     print(f"  wrote {path}")
     return 0 if not wrong else 1
 

@@ -1,7 +1,7 @@
 """Latency benchmark: the same product from local disk and from an S3 server 20 ms away.
 
 A ``moto_server`` (a real S3 API, in memory) runs on loopback behind
-:class:`s3_local.DelayProxy`, which delays every request by ``--delay``
+:class:`benchmarks.s3_local.DelayProxy`, which delays every request by ``--delay``
 seconds.  The inputs (``--size``² float32, ``--chunk``² chunks, zstd, the
 same seeded values in both places) are written to local disk and, directly
 (not through the proxy), to the S3 server.  Then, ``--repeats`` rounds, the

@@ -65,10 +65,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import DEFAULT_DATA, DEFAULT_RESULTS, stored_bytes
+from benchmarks.compare import stored_bytes
 from benchmarks.harness.checking import TOLERANCE_FACTOR, compare_outputs
 from benchmarks.harness.reports import summarise
-from benchmarks.harness.timing import measure, run_one
+from benchmarks.harness.timing import add_timing_arguments, measure, run_one
 from benchmarks.shape_zoo.cases import (
     BUSY_FRACTION,
     FLOORS,
@@ -180,15 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-floors", dest="floors", action="store_false", help="skip the I/O floors"
     )
     parser.add_argument("--png", type=Path, help="write the bar chart here")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per measurement")
-    parser.add_argument(
-        "--blas",
-        choices=("native", "inherit"),
-        default="native",
-        help="as in compare.py: native unsets OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE per system",
-    )
+    add_timing_arguments(parser, timeout=1800)
     args = parser.parse_args(argv)
 
     from outofcore.config import parse_size  # noqa: PLC0415

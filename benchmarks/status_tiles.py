@@ -4,7 +4,7 @@ A journal with ``--tiles`` tile records (a square-ish grid of tiles) is put
 straight into the memory of a ``moto`` S3 server run in this process
 (``ThreadedMotoServer``: 10⁵ PUTs over HTTP take moto many minutes); then,
 over HTTP through
-:class:`s3_local.DelayProxy` (``--delay`` a request), it times
+:class:`benchmarks.s3_local.DelayProxy` (``--delay`` a request), it times
 
 * ``status``: :func:`outofcore.api.job_status`, which lists the records (one
   paged listing per row of tiles, many in flight) and reads none;

@@ -227,7 +227,7 @@ def measure(case: Case, data: Path) -> dict[str, Any]:
     options: dict[str, Any] = {}
     root = str(data)
     if case.s3:
-        from s3_local import MotoServer  # noqa: PLC0415
+        from benchmarks.s3_local import MotoServer  # noqa: PLC0415
 
         server = MotoServer()
         options = {"storage_options": server.options}

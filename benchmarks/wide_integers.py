@@ -32,12 +32,12 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.inputs import DEFAULT_DATA, DEFAULT_RESULTS
-from benchmarks.harness.processes import ROOT, ChildFailed, run_json
+from benchmarks.harness.inputs import add_folder_arguments
+from benchmarks.harness.processes import ROOT, child_rounds
+from benchmarks.harness.reports import save_json
 
 SYSTEMS = ("numpy", "dask", "outofcore")
 #: Largest magnitude of the values (counts, say).
@@ -109,36 +109,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)
+    add_folder_arguments(parser)
     args = parser.parse_args(argv)
     systems = args.systems.split(",")
     a = args.data_dir / f"int32-a-{args.n}-{args.chunk}.zarr"
     b = args.data_dir / f"int32-b-{args.n}-{args.chunk}.zarr"
     make_input(a, args.n, args.chunk, 1)
     make_input(b, args.n, args.chunk, 2)
-    runs: dict[str, list[dict]] = {s: [] for s in systems}
-    with tempfile.TemporaryDirectory(prefix="wide-integers-") as scratch:
-        for _ in range(args.repeats):
-            for system in systems:
-                out = str(Path(scratch) / f"{system}.zarr")
-                try:
-                    runs[system].append(
-                        run_json(
-                            [
-                                "-m",
-                                "benchmarks.wide_integers",
-                                "--child",
-                                system,
-                                str(a),
-                                str(b),
-                                out,
-                            ]
-                        )
-                    )
-                except ChildFailed as failure:
-                    print(failure.stderr, file=sys.stderr)
-                    return 1
+    runs = child_rounds(
+        "benchmarks.wide_integers",
+        systems,
+        args.repeats,
+        "wide-integers-",
+        lambda system, out: [system, str(a), str(b), out],
+    )
+    if runs is None:
+        return 1
     reference = runs[systems[0]][0]["checksum"]
     wrong = sorted({s for s in systems for r in runs[s] if r["checksum"] != reference})
     medians = {s: statistics.median(r["seconds"] for r in runs[s]) for s in systems}
@@ -162,9 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  numpy / {s}: {speedup:6.1f}x  (result {runs[s][0]['dtype']})"
         )
     print("  every element equal to numpy's: " + ("yes" if not wrong else f"NO: {wrong}"))
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    path = args.out_dir / f"wide-integers-{args.n}.json"
-    path.write_text(json.dumps(result, indent=2))
+    path = save_json(args.out_dir / f"wide-integers-{args.n}.json", result)
     print(f"  wrote {path}")
     return 0 if not wrong else 1
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import math
 import os
@@ -112,3 +113,9 @@ def ensure_array(path: Path, shape: tuple[int, int], chunks: tuple[int, int], se
         done.write_text("ok\n")
         print(f"made {path.name} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return path
+
+
+def add_folder_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--data-dir`` (inputs, cached) and ``--out-dir`` (results), the harness's defaults."""
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,3 +125,43 @@ def timed(
     stop.set()
     sampler.join()
     return Timed(seconds, peak, returncode, stdout, stderr)
+
+
+def child_rounds(
+    module: str,
+    systems: Sequence[str],
+    repeats: int,
+    prefix: str,
+    child_args: Callable[[str, str], list[str]],
+) -> dict[str, list[Any]] | None:
+    """``repeats`` rounds of every system, each ``python -m MODULE --child ...`` in a fresh process.
+
+    Parameters
+    ----------
+    module, systems, repeats
+        The case module run as a child, the systems in each round's order, the rounds.
+    prefix
+        The prefix of the temporary folder the outputs are written in.
+    child_args
+        ``child_args(system, out)``: the arguments after ``--child``; ``out`` is the
+        path of that system's output in the temporary folder.
+
+    Returns
+    -------
+    dict or None
+        Each system's runs (the JSON each child printed last), or None when a child
+        failed (its stderr printed).
+    """
+    runs: dict[str, list[Any]] = {s: [] for s in systems}
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        for _ in range(repeats):
+            for system in systems:
+                out = str(Path(scratch) / f"{system}.zarr")
+                try:
+                    runs[system].append(
+                        run_json(["-m", module, "--child", *child_args(system, out)])
+                    )
+                except ChildFailed as failure:
+                    print(failure.stderr, file=sys.stderr)
+                    return None
+    return runs

@@ -5,7 +5,9 @@ Each case prints its own table; what they share is here.
 
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
 from typing import Any
 
 #: Bytes in a GiB, for tables.
@@ -59,3 +61,21 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1024
     return f"{n:.2f} GiB"  # pragma: no cover
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (files only, no display needed)."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
+def save_json(path: str | Path, value: Any, indent: int = 2) -> Path:
+    """Write ``value`` as JSON at ``path``, its folder made first; the path written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=indent))
+    return path

@@ -5,6 +5,7 @@ Its set-up is untimed; the timed region is sampled (tree RSS, bytes read, CPU se
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness.inputs import add_folder_arguments
 from benchmarks.harness.processes import ROOT
 from benchmarks.harness.sampling import TreeSampler
 from benchmarks.harness.systems import RUNNERS
@@ -117,3 +119,16 @@ def measure(
         tail = (proc.stderr or proc.stdout)[-2000:]
         return {"system": system, "error": f"exit {proc.returncode}: {tail}"}
     return json.loads(lines[-1][len("RESULT ") :])
+
+
+def add_timing_arguments(parser: argparse.ArgumentParser, timeout: float) -> None:
+    """The options of a timed run: ``--data-dir``, ``--out-dir``, ``--timeout``, ``--blas``."""
+    add_folder_arguments(parser)
+    parser.add_argument("--timeout", type=float, default=timeout, help="seconds per measurement")
+    parser.add_argument(
+        "--blas",
+        choices=("native", "inherit"),
+        default="native",
+        help="native (default): unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for every "
+        "system, so OpenBLAS picks its kernel for this CPU; inherit: keep this environment's",
+    )

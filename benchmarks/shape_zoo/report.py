@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.reports import GIB
+from benchmarks.harness.reports import GIB, pyplot
 from benchmarks.shape_zoo.cases import (
     BUSY_FRACTION,
     COMPUTE_TARGET,
@@ -178,10 +178,7 @@ def table(result: dict) -> str:
 
 def plot(result: dict, path: Path) -> None:
     """Grouped bars: each system's median time over numpy's, per shape."""
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = pyplot()
 
     shapes = list(result["shapes"])
     series = {"numpy": "#888", "dask": "#c84", "outofcore": "#4a7", "floor": "#57a"}
