@@ -17,6 +17,7 @@ import numpy as np
 import psutil
 import zarr
 
+from benchmarks import s3_local as _S3_LOCAL  # a moto_server process, a delaying proxy
 from outofcore.frontends.generate import random_array
 from outofcore.journal.records import JOURNAL_DIR
 
@@ -230,29 +231,6 @@ def engine_protocol_gaps(engine) -> set[str]:
     return {name for name in wanted if not hasattr(engine, name)}
 
 
-def load_benchmark(name: str):
-    """``benchmarks/NAME.py`` as a module (its folder on ``sys.path``, as when run)."""
-    import importlib.util  # noqa: PLC0415
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while it runs
-    spec.loader.exec_module(module)
-    return module
-
-
-def _s3_local():
-    """benchmarks/s3_local.py (a moto_server process and a delaying proxy), loaded by path."""
-    import importlib.util  # noqa: PLC0415
-
-    spec = importlib.util.spec_from_file_location("s3_local", ROOT / "benchmarks" / "s3_local.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("s3_local", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-_S3_LOCAL = _s3_local()
 MotoServer = _S3_LOCAL.MotoServer
 
 
