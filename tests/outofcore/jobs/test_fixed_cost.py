@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import tomllib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,9 +19,12 @@ from outofcore import cli, config
 from outofcore.api import run_job
 from outofcore.compute.worker_context import worker_context
 from outofcore.jobs.phases import Phases
-from tests.helpers import assert_product_close, random_matrix, write_zarr
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import (
+    ROOT,  # noqa: E402
+    assert_product_close,
+    random_matrix,
+    write_zarr,
+)
 
 #: The phases of a job, in the order they run (outofcore/jobs/phases.py).
 JOB_PHASES = [

@@ -13,7 +13,6 @@ import itertools
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,7 +43,8 @@ DTYPES = [
     "complex128",
 ]
 PAIRS = list(itertools.product(DTYPES, DTYPES))
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT  # noqa: E402
+
 #: Odd shapes, ragged chunks: m = 13, k = 17, n = 11 in chunks that divide none.
 A_SHAPE, A_CHUNKS, B_SHAPE, B_CHUNKS = (13, 17), (5, 6), (17, 11), (7, 4)
 
@@ -277,7 +277,8 @@ def test_wide_integer_benchmark_runs_and_agrees_with_numpy(tmp_path):
     done = subprocess.run(
         [
             sys.executable,
-            "benchmarks/wide_integers.py",
+            "-m",
+            "benchmarks.wide_integers",
             "--n",
             "96",
             "--chunk",
