@@ -65,8 +65,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import stored_bytes
 from benchmarks.harness.checking import TOLERANCE_FACTOR, compare_outputs
+from benchmarks.harness.inputs import stored_bytes
 from benchmarks.harness.reports import summarise
 from benchmarks.harness.timing import add_timing_arguments, measure, run_one
 from benchmarks.shape_zoo.cases import (
