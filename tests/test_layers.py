@@ -160,3 +160,21 @@ def test_the_check_catches_planted_wrong_imports(tmp_path):
 def test_a_module_outside_the_layers_is_named(module):
     with pytest.raises(ValueError, match=module):
         layer_of(module)
+
+
+@pytest.mark.parametrize(
+    "layer", ["frontends", "jobs", "machine", "compute", "journal", "operands", "storage"]
+)
+def test_each_layer_names_its_modules(layer):
+    """A layer's ``__init__`` docstring names every module in it (``name``, or ``name/`` for a
+    package inside it) and says what the layer may import."""
+    folder = ROOT / "outofcore" / layer
+    text = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+    modules = {p.stem for p in folder.glob("*.py") if p.name != "__init__.py"}
+    packages = {p.parent.name for p in folder.glob("*/__init__.py")}
+    unnamed = sorted(
+        [m for m in modules if f"``{m}``" not in text]
+        + [f"{p}/" for p in packages if f"``{p}/``" not in text]
+    )
+    assert not unnamed, f"outofcore/{layer}/__init__.py does not name {unnamed}"
+    assert "May import:" in text

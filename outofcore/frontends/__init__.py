@@ -1,8 +1,13 @@
 """The front-ends: how people reach a job besides the Python faces.
 
-The command line's options (``cli_parser``) and output (``cli_output``); dask.array's
-product at the top of a graph (``dask_products``) and ``outofcore.to_zarr``
-(``dask_store``); ``verify`` (Freivalds' check); ``generate`` (seeded random arrays).
+- ``cli_parser``: the ``outofcore`` command line's commands, options and value types.
+- ``cli_output``: what the command prints, as JSON or as text.
+- ``dask_products``: the matrix product at the top of a dask array's graph, as operands.
+- ``dask_store``: ``outofcore.to_zarr``, a dask array stored, its product by a job.
+- ``xarray_dot``: the machinery of ``outofcore.xarray.dot`` (alignment, windows, output).
+- ``verify``, ``verify_report``, ``verify_exact``: Freivalds' check, its report, and its
+  exact-integer verdicts.
+- ``generate``: seeded random zarr arrays written chunk by chunk (``outofcore generate``).
 
 May import: jobs, machine, compute, journal, operands, storage, outofcore.errors and
 outofcore.config, scheduler.  Imported only by the faces (``outofcore/__init__``, ``api``,

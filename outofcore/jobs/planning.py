@@ -15,8 +15,8 @@ a worker runs one task per thread, so the plan's budget is per task,
 Where a job runs (the client, usable GPUs, the budget per worker) and whether it serves a
 dashboard are :mod:`outofcore.jobs.placement`'s, decided before and after it is planned.
 
-No Dask or numba is imported here at module level (zarr and the probe are imported
-where a function needs them).
+No Dask, zarr or numba is imported here at module level (config, the stores' settings and
+the machine's prediction are imported where a function needs them).
 """
 
 from __future__ import annotations
