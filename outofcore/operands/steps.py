@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from outofcore.operands.dtypes import INPUT_DTYPES
 from outofcore.storage.locations import locate
 from scheduler.memory import STEP_SLAB_ELEMENTS
 
@@ -102,8 +103,6 @@ def applicable(steps: Sequence[Step], stored: np.dtype) -> bool:
     values, or integers of the stored dtype at every step (``counts + 1``, wrapping as
     numpy's).  Integer steps that change the dtype are dask's to compute: dask's integer
     product wraps block by block, and an exact product would differ from it."""
-    from outofcore.operands.dtypes import INPUT_DTYPES  # noqa: PLC0415
-
     stored = np.dtype(stored)
     dtypes = [stored, *(np.dtype(step.dtype) for step in steps)]
     dtypes += [np.dtype(step.other.dtype) for step in steps if step.stored_other]
