@@ -18,7 +18,6 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before anything imports nu
 
 import atexit
 import contextlib
-import functools
 import shutil
 import tempfile
 from pathlib import Path
@@ -218,33 +217,9 @@ def azure_container(azurite, request):
 
 # -- markers (registered in pyproject.toml; tests/README.md) -------------------------------
 
-#: Test files among the slowest of the suite (seconds on a 2-core machine, from
-#: ``pytest --durations``): ``pytest -m "not slow"`` leaves them out.
-SLOW_FILES = frozenset()
-#: Fixtures that start a Dask cluster.
-CLUSTER_FIXTURES = frozenset({"local_cluster", "own_local_cluster"})
-
-
-@functools.cache
-def _source(path: Path) -> str:
-    return path.read_text(errors="replace")
-
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    """Mark each test ``cluster``, ``system`` and ``slow`` from what it uses: its
-    fixtures and module (a cluster started, processes spawned), its folder and file."""
-    root = Path(__file__).resolve().parent
-    for item in items:
-        path = Path(item.path).resolve()
-        source = _source(path)
-        relative = path.relative_to(root.parent).as_posix()
-        uses_cluster = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
-            word in source for word in ("LocalCluster(", "gen_cluster", "LocalCUDACluster")
-        )
-        spawns = relative.startswith("tests/system/") or "import subprocess" in source
-        if uses_cluster:
-            item.add_marker(pytest.mark.cluster)
-        if spawns:
-            item.add_marker(pytest.mark.system)
-        if relative.startswith("tests/system/") or relative in SLOW_FILES:
-            item.add_marker(pytest.mark.slow)
+    """Mark each test ``cluster``, ``system`` and ``slow`` (tests/markers.py)."""
+    from tests.markers import mark  # noqa: PLC0415
+
+    mark(items)
