@@ -16,7 +16,7 @@ two are compared, so a fast wrong kernel cannot pass unnoticed.
 from pinned host memory while the previous panel multiplies, C copied back.
 
 Internal floor: it times ``outofcore.compute.cuda``'s kernels and engine themselves
-(``outofcore.gpu_check.common`` for the CUDA-event timing).
+(``tools.gpu_check.common`` for the CUDA-event timing).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def flops(m: int, n: int, k: int) -> float:
 def time_events(cuda, fn, repeats: int) -> float:
     """Median seconds of ``fn()`` between two CUDA events on the default stream, after a
     warm-up (and compilation): the GPU check's timer."""
-    from outofcore.gpu_check.common import median_event_ms
+    from tools.gpu_check.common import median_event_ms
 
     return median_event_ms(fn, repeats, cuda.synchronize) / 1e3
 

@@ -8,7 +8,7 @@ the device (``outofcore.compute.cuda.buffers.copy_to_device``).  This measures, 
 without a GPU, the host's share of each: the packing copy, and building the 2-D copy's
 descriptor (``describe_2d_copy``) with the layout test.  The driver call and the
 transpose kernel's launch add a few microseconds each on a GPU node
-(``python -m outofcore.gpu_check`` measures the engine's host CPU time per panel there).
+(``python -m tools.gpu_check`` measures the engine's host CPU time per panel there).
 
     python -m benchmarks.host_packing                 # 16384 x 2048 float32, 9 repeats
     python -m benchmarks.host_packing --rows 4096 --depth 512 --json out.json

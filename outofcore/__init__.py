@@ -8,10 +8,12 @@ True
 ``outofcore.xarray.dot`` is ``xr.dot`` of zarr-backed DataArrays, out of core.
 
 The layers, top to bottom (an import only goes down; ``tests/test_layers.py``): the faces
-(this package, ``api``, ``cli``, ``generate``, ``xarray``, ``gpu_check``), ``frontends``,
+(this package, ``api``, ``cli``, ``generate``, ``xarray``), ``frontends``,
 ``jobs``, ``machine``, ``compute``, ``journal`` (beside compute: jobs -> journal ->
 storage), ``operands``, ``storage``, then ``errors`` and ``config``, and ``scheduler``
 (the plan, which imports nothing of outofcore).  Each folder's ``__init__`` says more.
+The GPU check is a tool run from the checkout (``python -m tools.gpu_check``), not
+part of the package.
 
 The heavy modules (Dask, zarr, BLAS) load on first use of ``matmul`` or
 ``verify``, so ``import scheduler.plan`` and ``outofcore.errors`` stay light.

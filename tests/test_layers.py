@@ -3,7 +3,7 @@ layers, never back up.
 
 The layers, top to bottom (``outofcore/__init__.py`` says the same)::
 
-    faces      outofcore/__init__, api, cli, generate, xarray, gpu_check/
+    faces      outofcore/__init__, api, cli, generate, xarray
     frontends  the command line's parts, the dask and xarray bridges, verify, generate
     jobs       a job from spec to output
     machine    the probe, its cache, the prediction
@@ -13,6 +13,9 @@ The layers, top to bottom (``outofcore/__init__.py`` says the same)::
     storage    locations, stores, chunk files, codecs, reads, writes, deletes
     base       outofcore.errors, outofcore.config
     scheduler  the plan, the memory model, executors: imports nothing of outofcore
+
+The GPU check is no layer: it is a tool run from the checkout (``tools/gpu_check/``), not
+installed.  Only ``outofcore/compute/cuda/`` imports ``numba.cuda``.
 
 An import counts wherever it is written: at the top, inside a function, or under
 ``if TYPE_CHECKING:`` (a type is still a dependency a reader has to follow).
@@ -53,7 +56,7 @@ def layer_of(module: str) -> str:
     """The layer of a dotted module name of outofcore or scheduler."""
     if module == "scheduler" or module.startswith("scheduler."):
         return "scheduler"
-    if module in FACES or module.startswith("outofcore.gpu_check"):
+    if module in FACES:
         return "faces"
     if module in BASE:
         return "base"
@@ -178,3 +181,39 @@ def test_each_layer_names_its_modules(layer):
     )
     assert not unnamed, f"outofcore/{layer}/__init__.py does not name {unnamed}"
     assert "May import:" in text
+
+
+def imports_numba_cuda(source: str) -> bool:
+    """Whether ``source`` imports ``numba.cuda`` (``from numba import cuda`` included)."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(
+            alias.name.startswith("numba.cuda") for alias in node.names
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("numba.cuda"):
+                return True
+            if node.module == "numba" and any(alias.name == "cuda" for alias in node.names):
+                return True
+    return False
+
+
+def test_only_the_cuda_folder_imports_numba_cuda():
+    """Everything of the package that imports ``numba.cuda`` is in ``compute/cuda/``; the
+    check sees each form of the import (planted below)."""
+    cuda = ROOT / "outofcore" / "compute" / "cuda"
+    outside = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "outofcore").rglob("*.py"))
+        if cuda not in path.parents and imports_numba_cuda(path.read_text())
+    ]
+    assert not outside, f"numba.cuda imported outside outofcore/compute/cuda/: {outside}"
+    assert not (ROOT / "outofcore" / "gpu_check").exists()  # a tool, not installed
+    for planted in (
+        "from numba import cuda",
+        "import numba.cuda",
+        "from numba.cuda import jit",
+        "def f():\n    from numba import njit, cuda\n",
+    ):
+        assert imports_numba_cuda(planted), planted
+    assert not imports_numba_cuda("from numba import njit\nimport numbat")

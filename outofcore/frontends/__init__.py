@@ -11,5 +11,5 @@
 
 May import: jobs, machine, compute, journal, operands, storage, outofcore.errors and
 outofcore.config, scheduler.  Imported only by the faces (``outofcore/__init__``, ``api``,
-``cli``, ``generate``, ``xarray``, ``gpu_check``).  ``tests/test_layers.py`` holds it.
+``cli``, ``generate``, ``xarray``).  ``tests/test_layers.py`` holds it.
 """

@@ -72,7 +72,8 @@ def wants_dashboard(job_plan: JobPlan, product: Product, spec: JobSpec, client: 
         return False
     if spec.gpus:
         return True
-    processes = not runs_in_process(spec.gpus, flag("in-process-worker"))
+    # CPU workers from here on (GPU clusters returned above): no GPUs to ask about.
+    processes = not runs_in_process(None, flag("in-process-worker"))
     plan = job_plan.plan
     seconds = prediction.predicted_seconds(plan, product, spec.output_codec, processes)
     return seconds >= DASHBOARD_AFTER_SECONDS

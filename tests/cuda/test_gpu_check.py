@@ -1,4 +1,4 @@
-"""The GPU check (python -m outofcore.gpu_check) cannot rot: its dry run on the simulator.
+"""The GPU check (python -m tools.gpu_check) cannot rot: its dry run on the simulator.
 
 A session that is lent a GPU runs ``scripts/gpu-check`` there as its one device call; CI runs
 every phase here on numba's CUDA simulator at tiny sizes, so the check is known to work
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from outofcore.gpu_check import runner as check
+from tools.gpu_check import runner as check
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_dry_run_passes_every_phase_and_prints_each_phase_time(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "outofcore.gpu_check", "--dry-run", "--out", str(tmp_path)],
+        [sys.executable, "-m", "tools.gpu_check", "--dry-run", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=900,

@@ -3,11 +3,11 @@
 Run it as the first and only device call of a session that has a GPU (``scripts/gpu-check``
 installs the carried wheels first)::
 
-    python -m outofcore.gpu_check --out "$OUT" --deadline 420
+    python -m tools.gpu_check --out "$OUT" --deadline 420
 
 and without a GPU, as CI does, on numba's CUDA simulator at tiny sizes::
 
-    python -m outofcore.gpu_check --dry-run --out /tmp/gpu-check
+    python -m tools.gpu_check --dry-run --out /tmp/gpu-check
 
 Each phase runs in a process of its own (``--phase NAME``) under its own timeout and
 what is left of ``--deadline``; a phase that fails, hangs or crashes is recorded and the
@@ -35,10 +35,10 @@ run cut short still leaves what it measured.  Phases, cheapest first:
 The exit status is 0 when every phase that ran passed, 1 otherwise.
 
 This module is the runner (arguments, phase scheduling, deadlines, the summary); the
-phases are in :mod:`outofcore.gpu_check.kernel_phases` (env to kernel),
-:mod:`outofcore.gpu_check.engine_phases` (bandwidth to cluster) and
-:mod:`outofcore.gpu_check.tool_phases` (sanitizer, pytest), their shared helpers in
-:mod:`outofcore.gpu_check.common`.
+phases are in :mod:`tools.gpu_check.kernel_phases` (env to kernel),
+:mod:`tools.gpu_check.engine_phases` (bandwidth to cluster) and
+:mod:`tools.gpu_check.tool_phases` (sanitizer, pytest), their shared helpers in
+:mod:`tools.gpu_check.common`.
 """
 
 from __future__ import annotations
@@ -57,20 +57,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from outofcore.gpu_check.common import REPO, CheckFailed
-from outofcore.gpu_check.engine_phases import (
+from tools.gpu_check.common import REPO, CheckFailed
+from tools.gpu_check.engine_phases import (
     phase_bandwidth,
     phase_cluster,
     phase_engine,
     phase_job,
 )
-from outofcore.gpu_check.kernel_phases import (
+from tools.gpu_check.kernel_phases import (
     phase_big_c,
     phase_correctness,
     phase_env,
     phase_kernel,
 )
-from outofcore.gpu_check.tool_phases import phase_pytest, phase_sanitizer, sanitizer_workload
+from tools.gpu_check.tool_phases import phase_pytest, phase_sanitizer, sanitizer_workload
 
 SUMMARY = "gpu-check.json"
 LOG = "gpu-check.log"
@@ -172,7 +172,7 @@ def run_check(out_dir: Path, phases: list[Phase], deadline_s: float, dry: bool) 
         cmd = [
             sys.executable,
             "-m",
-            "outofcore.gpu_check",
+            "tools.gpu_check",
             "--phase",
             phase.name,
             "--result",
@@ -217,7 +217,7 @@ def run_check(out_dir: Path, phases: list[Phase], deadline_s: float, dry: bool) 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m outofcore.gpu_check", description=__doc__.split("\n")[0]
+        prog="python -m tools.gpu_check", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--out",

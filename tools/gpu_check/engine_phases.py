@@ -2,7 +2,7 @@
 ``engine`` (one tile against its copies and kernels alone), ``job`` (the command line's
 ``random`` -> ``matmul --backend cuda`` -> ``verify``) and ``cluster`` (the GPU cluster).
 
-Each runs in a process of its own, started by :mod:`outofcore.gpu_check`.
+Each runs in a process of its own, started by :mod:`tools.gpu_check`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from outofcore.gpu_check.common import (
+from tools.gpu_check.common import (
     CheckFailed,
     Parts,
     dry_run,

@@ -1,9 +1,9 @@
 """What the GPU check's phases share: its dtypes and error bounds, a phase's failure,
 its independent parts, the simulator switch, timers and a bounded subprocess.
 
-The phases themselves are in :mod:`outofcore.gpu_check.kernel_phases`,
-:mod:`outofcore.gpu_check.engine_phases` and :mod:`outofcore.gpu_check.tool_phases`; the runner
-(``python -m outofcore.gpu_check``) in :mod:`outofcore.gpu_check`.
+The phases themselves are in :mod:`tools.gpu_check.kernel_phases`,
+:mod:`tools.gpu_check.engine_phases` and :mod:`tools.gpu_check.tool_phases`; the runner
+(``python -m tools.gpu_check``) in :mod:`tools.gpu_check`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The GPU check's tool phases: ``sanitizer`` (compute-sanitizer on a small workload,
-:func:`sanitizer_workload`, run as ``python -m outofcore.gpu_check --phase
+:func:`sanitizer_workload`, run as ``python -m tools.gpu_check --phase
 sanitizer_workload``) and ``pytest`` (``tests/cuda`` without the simulator).
 
-Each runs in a process of its own, started by :mod:`outofcore.gpu_check`.
+Each runs in a process of its own, started by :mod:`tools.gpu_check`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from outofcore.gpu_check.common import (
+from tools.gpu_check.common import (
     DTYPES,
     CheckFailed,
     dry_run,
@@ -70,7 +70,7 @@ def _find_sanitizer() -> str | None:
 
 def phase_sanitizer(deadline: float) -> dict:
     """compute-sanitizer memcheck, racecheck and synccheck on small launches."""
-    workload = [sys.executable, "-m", "outofcore.gpu_check", "--phase", "sanitizer_workload"]
+    workload = [sys.executable, "-m", "tools.gpu_check", "--phase", "sanitizer_workload"]
     if dry_run():
         result = run_command(workload, 60)
         if result["rc"]:

@@ -1,7 +1,7 @@
 """The GPU check's kernel phases: ``env`` (the node, and each production kernel as
 compiled on it), ``correctness``, ``big_c`` and ``kernel`` (GFLOP/s against cuBLAS).
 
-Each runs in a process of its own, started by :mod:`outofcore.gpu_check`.
+Each runs in a process of its own, started by :mod:`tools.gpu_check`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from outofcore.gpu_check.common import (
+from tools.gpu_check.common import (
     DTYPES,
     EPS,
     CheckFailed,
