@@ -15,7 +15,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     OPENBLAS_THREAD_TIMEOUT=16 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    NUMBA_CACHE_DIR=/var/cache/outofcore/kernels
+# Compiled CUDA kernels are kept here between worker processes (numba-cuda's on-disk
+# cache, private to the image's user; the gpu-worker service keeps it in a volume).
+RUN mkdir -p -m 0700 /var/cache/outofcore/kernels
 
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE constraints.txt ./

@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 from dask.utils import format_bytes
 
+from outofcore.compute.cuda.cache_folder import use_kernel_cache
 from outofcore.config import check_all, flag
 from outofcore.errors import JOB_FAILED, OutOfCoreError
 from outofcore.frontends.cli_output import (
@@ -47,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     1, ``verify`` found the product wrong; 130, interrupted.  ``--debug`` (or
     ``OUTOFCORE_DEBUG=1``) adds the traceback.
     """
+    use_kernel_cache()  # before numba is imported: compiled kernels kept between processes
     args = build_parser().parse_args(argv)
     try:  # every setting parsed once, before anything starts (outofcore.config)
         debug = args.debug or flag("debug")

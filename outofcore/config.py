@@ -52,8 +52,10 @@ import contextlib
 import math
 import os
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import dask.config
@@ -348,3 +350,20 @@ def _shown(value: Any) -> str:
     """``repr(value)``, shortened for a message."""
     shown = repr(value)
     return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def cache_dir() -> Path:
+    """The user's cache folder for outofcore (the probe's figures, compiled kernels).
+
+    ``$XDG_CACHE_HOME/outofcore`` where that is set; else ``~/Library/Caches/outofcore``
+    on macOS, ``%LOCALAPPDATA%\\outofcore\\Cache`` on Windows, ``~/.cache/outofcore``
+    elsewhere (the platformdirs conventions, without the dependency).
+    """
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg) / "outofcore"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "outofcore"
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "outofcore" / "Cache"
+    return Path.home() / ".cache" / "outofcore"

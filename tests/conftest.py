@@ -42,7 +42,7 @@ damaged_reads.install()
 # The user's cache folder is never written: outofcore's probe cache
 # (outofcore/machine/probe_cache.py,
 # machine.json) goes to a temporary XDG_CACHE_HOME for the whole run and the processes it
-# starts, removed at the end (probe_cache.cache_dir reads the variable at each call). Figures
+# starts, removed at the end (outofcore.config.cache_dir reads the variable at each call). Figures
 # probed under the suite's own load would otherwise be what `outofcore plan` predicts from
 # afterwards. matplotlib's config and cache go there too (it makes ~/.config/matplotlib
 # otherwise). The compose smoke (opt-in) keeps its image cache where it was.

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from outofcore import config
+from outofcore.compute.cuda.cache_folder import use_kernel_cache
 from outofcore.compute.engines import resolve_backend
 from outofcore.compute.worker_context import worker_context
 from outofcore.jobs.output import (
@@ -93,6 +94,8 @@ def execute_job(job: PreparedJob, phases: Phases) -> JobResult:
 def _open_executor(
     client: Any, spec: JobSpec, dashboard: bool
 ) -> contextlib.AbstractContextManager[Executor]:
+    if spec.gpus and client is None:  # the GPU workers it starts inherit the kernels' folder
+        use_kernel_cache()
     return open_executor(
         client,
         budget_bytes=spec.memory,

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import platform
-import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from outofcore.compute import blas as blas_module
+from outofcore.config import cache_dir
 from outofcore.machine.probe import PROBE_VERSION, Figures, probe
 
 #: The cache file's name in :func:`cache_dir`.
@@ -88,23 +88,6 @@ def _cpu_quota(path: str = "/sys/fs/cgroup/cpu.max") -> str | None:
     with contextlib.suppress(OSError):
         return Path(path).read_text().strip()
     return None
-
-
-def cache_dir() -> Path:
-    """The user's cache folder for outofcore.
-
-    ``$XDG_CACHE_HOME/outofcore`` where that is set; else ``~/Library/Caches/outofcore``
-    on macOS, ``%LOCALAPPDATA%\\outofcore\\Cache`` on Windows, ``~/.cache/outofcore``
-    elsewhere (the platformdirs conventions, without the dependency).
-    """
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg) / "outofcore"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "outofcore"
-    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "outofcore" / "Cache"
-    return Path.home() / ".cache" / "outofcore"
 
 
 def cache_path() -> Path:

@@ -363,6 +363,6 @@ def test_compile_options_keep_two_production_blocks_per_sm():
     """Every production kernel is compiled for two 256-thread blocks per SM: 128 registers."""
     for params in PRODUCTION.values():
         options = kernels.compile_options(params)
-        assert options == {"launch_bounds": (256, kernels.BLOCKS_PER_SM), "lto": True}
+        assert options == {"launch_bounds": (256, kernels.BLOCKS_PER_SM), "lto": False}
         assert kernels.register_limit(params) == 128 == 65536 // (2 * 256)
     assert kernels.register_limit(TINY) == 255  # 16 threads: the per-thread maximum

@@ -40,6 +40,7 @@ from numba import cuda, uint32
 from numba.cuda import config as cuda_config
 from numba.cuda.cudadrv.driver import device_memset  # the simulator's, under NUMBA_ENABLE_CUDASIM
 
+from outofcore.compute.cuda.cache_folder import configure_numba
 from outofcore.errors import InputError
 from scheduler.device_plan import KERNEL_BLOCKS
 
@@ -118,9 +119,16 @@ def build_gemm_kernel(params: TileParams, dtype: np.dtype):
     device arrays of ``dtype``.  ``accumulate`` false overwrites ``c``.
     """
     params.check()
-    # the simulator's cuda.jit takes no launch bounds (and has no registers to bound)
-    options = {} if cuda_config.ENABLE_CUDASIM else compile_options(params)
-    return cuda.jit(make_gemm_function(params, dtype), **options)
+    function = make_gemm_function(params, dtype)
+    if cuda_config.ENABLE_CUDASIM:  # no launch bounds (no registers to bound), no cache
+        return cuda.jit(function)
+    return cuda.jit(function, cache=cached(), **compile_options(params))
+
+
+def cached() -> bool:
+    """Whether kernels are compiled with numba-cuda's on-disk cache: where a folder for it
+    is known (:mod:`outofcore.compute.cuda.cache_folder`)."""
+    return configure_numba() is not None
 
 
 def compile_options(params: TileParams) -> dict:
@@ -129,13 +137,16 @@ def compile_options(params: TileParams) -> dict:
     ``launch_bounds=(threads per block, BLOCKS_PER_SM)`` puts ``.maxntid`` and
     ``.minnctapersm`` into the kernel, so that ptxas keeps each thread within
     :func:`register_limit` registers (128 for the production 256 threads).
-    ``lto=True`` is numba-cuda's default where nvJitLink is installed (both
-    ``[cu12]`` and ``[cu13]`` install it), made explicit: the compile report
-    (``outofcore.compute.cuda.report``) compiles with these options, LTO included, so
-    what it reports is what :func:`build_gemm_kernel` runs.
+    ``lto=False``: numba-cuda links with LTO by default where nvJitLink is installed
+    (both ``[cu12]`` and ``[cu13]`` install it), which runs NVVM twice; the kernel calls
+    no device function to inline across modules, and no measurement showed a gain
+    (issue 44).  The compile report (``outofcore.compute.cuda.report``) compiles with
+    these options, so what it reports is what :func:`build_gemm_kernel` runs.
+    The on-disk cache (``cache=True``) is :func:`build_gemm_kernel`'s, not an option of
+    the code.
     """
     tx, ty = params.threads
-    return {"launch_bounds": (tx * ty, BLOCKS_PER_SM), "lto": True}
+    return {"launch_bounds": (tx * ty, BLOCKS_PER_SM), "lto": False}
 
 
 def register_limit(params: TileParams) -> int:
@@ -298,6 +309,7 @@ def make_gemm_function(params: TileParams, dtype: np.dtype):
                         else:
                             c[r, cc] = value
 
+    # The name carries all that shapes the kernel (its on-disk cache entry is found by it)
     name = f"gemm_{np.dtype(dtype).name}_{bm}x{bn}x{bk}_{tm}x{tn}"
     return _unroll_loop(gemm_tiled, "kk", name)
 

@@ -13,6 +13,7 @@ import numpy as np
 from numba import cuda
 from numba.cuda import config as cuda_config
 
+from outofcore.compute.cuda.kernels import cached
 from outofcore.errors import InputError
 
 #: Tile of the transpose kernel (``TRANSPOSE_TILE`` square, ``TRANSPOSE_ROWS`` rows of threads);
@@ -29,7 +30,10 @@ def build_transpose_kernel(dtype: np.dtype):
     column, so that the transposed reads hit distinct banks); both global reads
     and writes run along rows.
     """
-    return cuda.jit(make_transpose_function(dtype))
+    function = make_transpose_function(dtype)
+    if cuda_config.ENABLE_CUDASIM:
+        return cuda.jit(function)
+    return cuda.jit(function, cache=cached(), lto=False)
 
 
 def make_transpose_function(dtype: np.dtype):
@@ -53,6 +57,8 @@ def make_transpose_function(dtype: np.dtype):
             if row + j < dst.shape[0] and col < dst.shape[1]:
                 dst[row + j, col] = buf[tx, ty + j]
 
+    # Its name carries what shapes it (the on-disk cache entry is found by the name)
+    transpose.__name__ = transpose.__qualname__ = f"transpose_{np.dtype(dtype).name}_{tile}x{rows}"
     return transpose
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from outofcore import config
 from outofcore.machine import probe, probe_cache
 from outofcore.machine.probe import Figures
 from outofcore.machine.probe_cache import machine_figures, machine_identity
@@ -114,9 +116,9 @@ def test_the_cache_folder_follows_xdg_and_the_home_folder(monkeypatch, tmp_path)
     assert probe_cache.cache_path() == tmp_path / "xdg" / "outofcore" / "machine.json"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    if os.name == "posix" and probe_cache.sys.platform != "darwin":
-        assert probe_cache.cache_dir() == tmp_path / "home" / ".cache" / "outofcore"
-    assert probe_cache.cache_dir().is_relative_to(tmp_path / "home")
+    if os.name == "posix" and sys.platform != "darwin":
+        assert config.cache_dir() == tmp_path / "home" / ".cache" / "outofcore"
+    assert config.cache_dir().is_relative_to(tmp_path / "home")
 
 
 def test_the_test_run_never_writes_the_users_cache():
