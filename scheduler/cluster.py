@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import os
 import signal
 import sys
 import threading
@@ -33,6 +32,7 @@ from scheduler.addresses import (
     resolve_client,
 )
 from scheduler.blas_idle import IDLE_SPIN
+from scheduler.cores import usable_cores
 from scheduler.errors import ClusterError
 from scheduler.executors import (
     DaskExecutor,
@@ -137,7 +137,7 @@ def start_local_cluster(
         with _workers_ignore_interrupts():
             return start_gpu_cluster(gpus, memory_limit, logging.ERROR, dashboard)
     n_workers = local_worker_count(budget_bytes, workers)
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if n_workers > cores:
         logger.warning(
             "%d workers on %d core(s): each worker will wait for a core most of the "

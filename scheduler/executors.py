@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import uuid
 from collections import Counter
@@ -31,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from scheduler.cores import usable_cores
 from scheduler.errors import ClusterLostError, OutOfCoreError
 
 
@@ -73,7 +73,7 @@ def client_worker_shape(client: Any) -> WorkerShape:
     if not workers:
         return WorkerShape(workers=0, threads_per_worker=1, blas_threads=1)
     per_host = Counter(info["host"] for info in workers.values())
-    cores = client.run(os.cpu_count)
+    cores = client.run(usable_cores)
     # Each task running at once on a host gets an equal share of its cores.
     blas = min(
         max(1, (cores.get(address) or 1) // (per_host[info["host"]] * info["nthreads"]))
@@ -127,7 +127,7 @@ class SynchronousExecutor:
         self._aborted = error
 
     def worker_shape(self) -> WorkerShape:
-        return WorkerShape(workers=1, threads_per_worker=1, blas_threads=os.cpu_count() or 1)
+        return WorkerShape(workers=1, threads_per_worker=1, blas_threads=usable_cores())
 
     def run(
         self,

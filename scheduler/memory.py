@@ -115,6 +115,25 @@ def input_chunk_bytes(problem: Problem) -> int:
     return max(a_chunk, wb * p.b_chunks[0] * p.b_chunks[1] * p.chunk_batch[1])
 
 
+#: A task's codec buffers (two a decode thread) take at most this share of its budget
+#: when :func:`decode_threads` chooses how many chunks it decodes at once.
+DECODE_BUFFER_SHARE = 1 / 8
+
+
+def decode_threads(problem: Problem, task_budget: int, cores: int, least: int) -> int:
+    """Chunks a task reads and decodes at once from a local disk: one a core it may use
+    (``cores``, its share of the worker's CPU affinity), at least ``least``, and no more
+    than keep their codec buffers (two of :func:`input_chunk_bytes` each, counted by
+    :func:`loop_bytes`) within :data:`DECODE_BUFFER_SHARE` of ``task_budget``.
+
+    Decoding zstd costs about 1.3 CPU s a GiB: a GPU's tiles are fed only with many
+    cores decoding (design.md, "The GPU pipeline"), and a CPU worker's next panel is
+    decoded while BLAS multiplies the last one."""
+    per_thread = 2 * max(1, input_chunk_bytes(problem))
+    within = int(task_budget * DECODE_BUFFER_SHARE) // per_thread
+    return max(least, min(cores, within))
+
+
 def limb_bytes(problem: Problem, tm: int, tn: int, tk: int) -> int:
     """Bytes a wide integer product's multiply holds beside its panels
     (:mod:`outofcore.compute.limbs`): every float64 limb of B's panel, one of A's, a 64-bit

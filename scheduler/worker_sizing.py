@@ -8,9 +8,9 @@ No Dask is imported here: a plan sizes its workers before any cluster starts.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
+from scheduler.cores import usable_cores
 from scheduler.errors import ClusterError
 from scheduler.memory_cap import gib, memory_cap
 
@@ -144,7 +144,7 @@ def default_budget(workers: int | None = None, gpus: tuple[int, ...] | None = No
 def local_blas_threads(workers: int) -> int:
     """The BLAS threads each of ``workers`` LocalCluster workers gets: an equal share of
     this machine's cores, at least one."""
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
+    return max(1, usable_cores() // max(1, workers))
 
 
 def local_worker_limit(budget_bytes: int, gpu: bool = False) -> int:

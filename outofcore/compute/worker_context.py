@@ -29,7 +29,6 @@ in-process job (``client="sync"``) runs its tasks in the caller's thread and cal
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import weakref
 from collections.abc import Iterator
@@ -42,6 +41,7 @@ from outofcore.compute import blas
 from outofcore.compute.engines import TileEngine, make_engine
 from outofcore.compute.panel_cache import KeptPanels
 from outofcore.storage.chunk_io import chunk_io
+from scheduler.cores import usable_cores
 
 
 @dataclass
@@ -137,7 +137,7 @@ class WorkerContext:
         Compared with zarr's settings now, not with what was ever set: a worker that ran
         a local job (2 requests) and then an S3 one (16) must not keep the first value.
         """
-        threads = min(io_concurrency, os.cpu_count() or 1)
+        threads = min(io_concurrency, usable_cores())
         wanted = {"async.concurrency": io_concurrency, "threading.max_workers": threads}
         if any(zarr.config.get(key) != value for key, value in wanted.items()):
             zarr.config.set(wanted)

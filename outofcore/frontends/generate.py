@@ -21,6 +21,7 @@ from outofcore.storage.locations import Location, locate
 from outofcore.storage.stored_arrays import WRITE_CONFIG, shape_text
 from outofcore.storage.stores import zarr_options
 from outofcore.storage.writing import disk_usage_of
+from scheduler.cores import usable_cores
 
 
 def random_array(
@@ -64,7 +65,7 @@ def random_array(
     # and only when nothing inside it is another's: its own keys are deleted, one at a time.
     # Checked first: a place no array can be (/proc, an archive) is named as such.
     occupant = check_replaceable(where, deep=overwrite)
-    workers = threads or os.cpu_count() or 1
+    workers = threads or usable_cores()
     check_room(where, shape, chunks, np_dtype, workers)
     clear_own_array(where, occupant, overwrite)
     array = zarr.create_array(

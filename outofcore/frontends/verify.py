@@ -74,6 +74,7 @@ from outofcore.storage import stored_arrays
 from outofcore.storage.codecs import ChunkSizeError
 from outofcore.storage.locations import locate
 from scheduler.addresses import computing_on
+from scheduler.cores import usable_cores
 
 SAFETY = 16.0
 
@@ -215,7 +216,7 @@ def _own_threads() -> Iterator[None]:
     task of the check still reading after :func:`verify` returns (Dask's shared pool
     kept them running).  A Client or the synchronous scheduler ignores it."""
     with (
-        ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool,
+        ThreadPoolExecutor(usable_cores()) as pool,
         dask.config.set(pool=pool),
     ):
         yield

@@ -33,8 +33,9 @@ from scheduler.cluster import (
 )
 from scheduler.device_plan import device_summary
 from scheduler.executors import WorkerShape
+from scheduler.memory import decode_threads
 from scheduler.model import what_ifs
-from scheduler.plan import Plan
+from scheduler.plan import DEFAULT_IO_CONCURRENCY, Plan
 from scheduler.tiling import is_large_output, make_output_plan
 
 if TYPE_CHECKING:
@@ -141,11 +142,15 @@ def plan_job(
     options = plan_options(spec)
     if workers is None:
         workers = job_workers(spec, client) if is_local(client) else ONE_TASK
+    problem = product.problem(existing)
+    task_budget = spec.memory // max(1, workers.threads_per_worker)
+    # Decode threads: a core each of the task's share (CPU affinity), buffers in the budget
+    threads = decode_threads(problem, task_budget, workers.blas_threads, DEFAULT_IO_CONCURRENCY)
     plan = make_output_plan(
-        product.problem(existing),
-        spec.memory // max(1, workers.threads_per_worker),
+        problem,
+        task_budget,
         max(1, workers.workers),
-        io_concurrency=read_concurrency(product.inputs.values()),
+        io_concurrency=read_concurrency(product.inputs.values(), threads),
         **options,
     )
     return JobPlan(plan=plan, workers=workers, worker_budget_bytes=spec.memory)

@@ -30,6 +30,7 @@ from outofcore.operands.steps import apply as apply_steps
 from outofcore.storage import chunkfiles, stored_arrays
 from outofcore.storage.chunk_layout import check_selection, index_text, region_text
 from outofcore.storage.chunkfiles import DECODE_ERRORS, ChunkDecodeError
+from scheduler.cores import usable_cores
 
 #: Errors worth retrying: I/O and network failures (timeouts, resets, unreadable or
 #: undecodable chunks: :class:`~outofcore.storage.chunkfiles.ChunkDecodeError` is an OSError).
@@ -272,7 +273,6 @@ def sums_along(array: zarr.Array, axis: int, extent: int | None = None) -> np.nd
     whole chunk rows read with :func:`read_panel` in this process's threads (a column
     mean for an operand that computes, :mod:`outofcore.operands.dask_graph`).  ``extent``: only the
     first ``extent`` entries along ``axis`` are summed (None: all)."""
-    import os  # noqa: PLC0415
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     rows, cols = array.shape
@@ -288,7 +288,7 @@ def sums_along(array: zarr.Array, axis: int, extent: int | None = None) -> np.nd
         read_panel(array, (slice(r0, r0 + len(values)), slice(0, cols)), values)
         return values.sum(axis=axis, dtype=wide)
 
-    threads = max(1, min(len(starts), os.cpu_count() or 1))
+    threads = max(1, min(len(starts), usable_cores()))
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="outofcore-sum") as pool:
         parts = list(pool.map(block, starts))
     if axis == 0:

@@ -332,13 +332,14 @@ def _remote_metadata(location: Location, what: str, where: str) -> dict[str, byt
 REQUEST_BYTES = 64 * 1024
 
 
-def read_concurrency(arrays: Iterable[zarr.Array]) -> int:
-    """Chunks a task reads at once: the plan's default on local disks; with any input
-    on a remote store, the setting ``remote-concurrency`` (``$OUTOFCORE_REMOTE_CONCURRENCY``,
-    default 16) requests in flight, each with its chunk's buffers in the memory contract."""
+def read_concurrency(arrays: Iterable[zarr.Array], local: int = DEFAULT_IO_CONCURRENCY) -> int:
+    """Chunks a task reads at once: ``local`` on local disks (its decode threads,
+    :func:`scheduler.memory.decode_threads`); with any input on a remote store, the
+    setting ``remote-concurrency`` (``$OUTOFCORE_REMOTE_CONCURRENCY``, default 16)
+    requests in flight, each with its chunk's buffers in the memory contract."""
     if any(_remote(array) for array in arrays):
         return int(config.number("remote-concurrency", integer=True, positive=True))
-    return DEFAULT_IO_CONCURRENCY
+    return local
 
 
 def request_bytes(arrays: Iterable[zarr.Array]) -> int:
