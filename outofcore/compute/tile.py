@@ -20,6 +20,7 @@ import numpy as np
 
 from outofcore.compute import panel_cache
 from outofcore.compute.blas import mirror_upper
+from outofcore.compute.cpu_meter import CpuMeter
 from outofcore.compute.engines import TileEngine
 from outofcore.compute.tile_io import (
     _decoded_bytes,
@@ -59,6 +60,18 @@ class TaskIO:
     scratch_bytes: int = 0
     #: Parts of split tiles found damaged and computed again (a reduction).
     recomputed: tuple[str, ...] = ()
+    #: Seconds to get the engine and the panel buffers (a GPU's context and pinned
+    #: allocation on a worker's first task).
+    setup_seconds: float = 0.0
+    #: CPU seconds of reading and decoding panels, and of encoding and writing C
+    #: (:class:`outofcore.compute.cpu_meter.CpuMeter`: every thread's share).
+    decode_cpu_seconds: float = 0.0
+    write_cpu_seconds: float = 0.0
+    #: A GPU engine's kernel and copy time (CUDA events), and its first launch in the
+    #: process (compile or cache load and launch); 0 on the CPU.
+    kernel_seconds: float = 0.0
+    copy_seconds: float = 0.0
+    first_launch_seconds: float = 0.0
 
 
 #: Where a task's finished rows go: ``sink(r0, rows)``, ``r0`` the first row in the tile.
@@ -84,11 +97,13 @@ def compute_tile(
     rows are left as summed and ``keep_sums`` takes the panels' sums.
     """
     context = worker_context()
+    started = time.perf_counter()
     context.start_task(job.io_concurrency, chunkfiles.buffer_limit(_largest_chunk_bytes(job)))
     engine = context.engine(job.backend)
     # GPU engines: device budget min(own, the job's) and panel depth; CPU: nothing.
     engine.configure(device_memory=job.device_memory, panel_depth=job.tk)
     panels = TilePanels.prepare(job, task, engine)
+    setup = time.perf_counter() - started
     with (
         context.blas_threads(job.blas_threads),
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-read") as reader,
@@ -108,7 +123,18 @@ def compute_tile(
         read_wait_seconds=run.read_wait,
         compute_seconds=run.compute,
         write_seconds=run.write,
+        setup_seconds=setup,
+        decode_cpu_seconds=run.decode_cpu.seconds,
+        write_cpu_seconds=run.write_cpu.seconds,
+        **engine_timings(engine),
     )
+
+
+def engine_timings(engine: TileEngine) -> dict[str, float]:
+    """What ``engine`` measured of its last tile (a GPU engine's kernel and copy seconds,
+    first launch), as :class:`TaskIO` fields; nothing for an engine that measures none."""
+    timings = getattr(engine, "timings", None)
+    return dict(timings()) if timings is not None else {}
 
 
 @dataclass
@@ -281,6 +307,7 @@ class _PanelLoop:
         self.block = write_block_rows(output_grid(job)[0], task.shape[0])
         self.read_wait = self.compute = self.write = 0.0
         self.bytes_read = 0
+        self.decode_cpu, self.write_cpu = CpuMeter(), CpuMeter()
 
     def multiply_and_write(self) -> np.ndarray:
         """Run every panel through the engine, write the tile; return the tile written."""
@@ -291,7 +318,7 @@ class _PanelLoop:
         streamed_from = count - (min(STREAMED_PANELS, count) if streams else 0)
         types = self.job.product.types
         self.engine.start_tile(self.task.shape, types.compute, types.limbs)
-        pending = self.reader.submit(self.panels.load, 0)
+        pending = self.reader.submit(self._load, 0)
         streamed: list[tuple[np.ndarray, np.ndarray]] = []
         ahead: set[int] = set()  # row blocks the first streamed panel was added to early
         writes: list[Future] = []
@@ -300,7 +327,7 @@ class _PanelLoop:
             a_panel, b_panel, nbytes = pending.result()
             t1 = time.perf_counter()
             if s + 1 < count:
-                pending = self.reader.submit(self.panels.load, s + 1)
+                pending = self.reader.submit(self._load, s + 1)
             if gram is not None:
                 gram(a_panel)  # the upper triangle only (syrk): half the work
             elif s < streamed_from:
@@ -363,14 +390,20 @@ class _PanelLoop:
             writes.append(self.writer.submit(self._write_rows, r0, rows))
         return writes
 
+    def _load(self, position: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """:meth:`TilePanels.load`, its CPU seconds measured."""
+        with self.decode_cpu.span():
+            return self.panels.load(position)
+
     def _write_rows(self, r0: int, rows: np.ndarray) -> None:
         """Hand finished ``rows`` at row ``r0`` of the tile to the sink (after the owner
         check), centred first where the panel sums centre them (every panel is read)."""
         if self.before_write is not None:
             self.before_write()
-        if self.panels.sums is not None and self.finishes:
-            self.panels.sums.correct(r0, rows, self.job.product.k)
-        self.sink(r0, rows)
+        with self.write_cpu.span():
+            if self.panels.sums is not None and self.finishes:
+                self.panels.sums.correct(r0, rows, self.job.product.k)
+            self.sink(r0, rows)
 
 
 def write_finished_rows(job: TileJob, task: TileTask, r0: int, rows: np.ndarray) -> None:

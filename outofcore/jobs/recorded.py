@@ -91,6 +91,27 @@ class TileResult:
     #: Parts of split tiles this task found damaged (their kept sums no longer match their
     #: records' checksums) and computed again before adding them up (a reduction).
     recomputed: tuple[str, ...] = ()
+    #: Where the task's time went beside (:class:`~outofcore.compute.tile.TaskIO`): its
+    #: setup, the CPU seconds of decoding and of writing, a GPU's kernel and copy seconds
+    #: and its first launch.
+    setup_seconds: float = 0.0
+    decode_cpu_seconds: float = 0.0
+    write_cpu_seconds: float = 0.0
+    kernel_seconds: float = 0.0
+    copy_seconds: float = 0.0
+    first_launch_seconds: float = 0.0
+
+
+#: Where a task's time went beside read wait, compute and write (:class:`TileResult`);
+#: the job summary adds each up (:func:`outofcore.jobs.tasks.summarize`).
+TASK_FIGURES = (
+    "setup_seconds",
+    "decode_cpu_seconds",
+    "write_cpu_seconds",
+    "kernel_seconds",
+    "copy_seconds",
+    "first_launch_seconds",
+)
 
 
 @dataclass(frozen=True)
@@ -134,6 +155,7 @@ def run_recorded(
     token, rss_before = peaks.start()
     io = compute()
     peak = peaks.finish(token)  # this process's peak while the task ran, not its lifetime's
+    show_on_dashboard(io)
     job.check_owner()
     result = TileResult(
         key=result_key,
@@ -146,6 +168,24 @@ def run_recorded(
     )
     record(asdict(result))
     return result
+
+
+#: The figures of a task shown on Dask's dashboard (Fine Performance Metrics), by name.
+#: Their unit is not Dask's "seconds", which Dask subtracts from the task's own time:
+#: these overlap it (other threads, the device).
+DASHBOARD_FIGURES = ("read_wait_seconds", "write_seconds", *TASK_FIGURES)
+DASHBOARD_UNIT = "outofcore-seconds"
+
+
+def show_on_dashboard(io: TaskIO) -> None:
+    """Hand the task's figures (:data:`DASHBOARD_FIGURES`) to Dask's fine performance
+    metrics: shown on the dashboard under the task's prefix; nothing outside a worker."""
+    from distributed.metrics import context_meter  # noqa: PLC0415
+
+    for name in DASHBOARD_FIGURES:
+        value = getattr(io, name)
+        if value > 0:
+            context_meter.digest_metric(name.removesuffix("_seconds"), value, DASHBOARD_UNIT)
 
 
 def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:

@@ -14,7 +14,7 @@ import zarr
 from outofcore.compute.tile_job import TileJob
 from outofcore.jobs.inputs import Operands
 from outofcore.jobs.progress import progress
-from outofcore.jobs.recorded import RecordedJob, TileResult, compute_and_record
+from outofcore.jobs.recorded import TASK_FIGURES, RecordedJob, TileResult, compute_and_record
 from outofcore.jobs.spec import JobSpec
 from outofcore.jobs.splitk import SplitJob, compute_partial, reduce_tile
 from outofcore.operands.product import listed_product
@@ -133,6 +133,9 @@ def summarize(
         "read_wait_seconds": sum(r.read_wait_seconds for r in results),
         "compute_seconds": sum(r.compute_seconds for r in results),
         "write_seconds": sum(r.write_seconds for r in results),
+        # Where the tasks' time went beside (summed): setup, CPU seconds of decoding and
+        # writing (every thread's), a GPU's kernel and copy seconds and first launches.
+        **{name: sum(getattr(r, name) for r in results) for name in TASK_FIGURES},
         # Partial tiles (split-k): written by the parts, as the plan's scratch_bytes counts
         # them, and read back by the reductions.
         "scratch_bytes": sum(r.scratch_bytes for r in results if r.key not in tiles),

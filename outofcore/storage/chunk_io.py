@@ -14,6 +14,7 @@ three outlive a task, so they are kept here, once per process
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
@@ -38,6 +39,8 @@ class ChunkIO:
         self._pools: dict[int, ThreadPoolExecutor] = {}
         self._buffer_sets: list[BufferSet] = []
         self._layouts: dict[int, tuple[Any, Any]] = {}
+        #: CPU seconds of the chunk work each thread handed to the pool, by its ident.
+        self._cpu_by_caller: dict[int, float] = {}
 
     # -- threads ------------------------------------------------------------------
 
@@ -67,13 +70,18 @@ class ChunkIO:
         buffer and a chunk buffer) that later chunks, reads and writes alike, reuse.
         """
         pool = self.chunk_pool()
+        caller = threading.get_ident()
 
         def run(index: tuple[int, ...]) -> None:
             scratch = self.take_buffers()
+            started = time.thread_time()
             try:
                 work(index, scratch)
             finally:
                 self.return_buffers(scratch)
+                spent = time.thread_time() - started
+                with self._lock:
+                    self._cpu_by_caller[caller] = self._cpu_by_caller.get(caller, 0.0) + spent
 
         futures = [pool.submit(run, tuple(index)) for index in jobs]
         try:
@@ -83,6 +91,13 @@ class ChunkIO:
             for future in futures:
                 future.cancel()
             wait(futures)
+
+    def caller_cpu_seconds(self) -> float:
+        """CPU seconds the pool's threads have spent on chunks the calling thread asked for
+        (:meth:`run_per_chunk`: decoding and encoding), over the process's life: take the
+        difference over a span (:class:`outofcore.compute.cpu_meter.CpuMeter`)."""
+        with self._lock:
+            return self._cpu_by_caller.get(threading.get_ident(), 0.0)
 
     # -- buffer sets --------------------------------------------------------------
 

@@ -597,3 +597,15 @@ def test_a_centred_gram_from_panel_sums_on_the_simulator(tmp_path, monkeypatch, 
     assert (g == g.T).all()
     c = x.astype(np.float64) - x.astype(np.float64).mean(axis=0)
     np.testing.assert_allclose(g, c.T @ c, rtol=1e-4, atol=1e-3 * np.abs(c.T @ c).max())
+
+
+def test_the_engine_times_its_first_launch_once_and_events_it_cannot_read_are_left_out():
+    """The first tile reports the engine's first launch (compile and launch); later tiles
+    do not.  The simulator's events time nothing: kernel and copy seconds stay 0."""
+    engine = CudaEngine(params=TINY)
+    run_tile(engine, (9, 7), [5], np.float32)
+    first = engine.timings()
+    assert first["first_launch_seconds"] > 0
+    assert first["kernel_seconds"] == first["copy_seconds"] == 0.0
+    run_tile(engine, (9, 7), [5], np.float32, seed=1)
+    assert "first_launch_seconds" not in engine.timings()

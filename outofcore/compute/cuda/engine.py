@@ -71,24 +71,14 @@ from outofcore.compute.cuda.buffers import (
     make_stream,
 )
 from outofcore.compute.cuda.device_share import DeviceShare
+from outofcore.compute.cuda.event_timer import EventTimer
 from outofcore.compute.cuda.kernels import PRODUCTION, TileParams, launch
+from outofcore.compute.cuda.probe import import_cupy
 from outofcore.errors import BackendError, InputError
 from outofcore.operands.dtypes import COMPUTE_DTYPES
 from scheduler.device_plan import DevicePlan, plan_device
 
 BACKENDS = ("cuda", "cupy")
-
-
-def _import_cupy():
-    try:
-        import cupy  # noqa: PLC0415
-        import cupy.cublas  # noqa: F401, PLC0415
-    except ImportError as exc:
-        raise BackendError(
-            f"backend 'cupy' needs CuPy with cuBLAS ({exc}); install the 'cupy' extra "
-            "(pip install 'outofcore[cupy]') or use backend 'cuda'"
-        ) from exc
-    return cupy
 
 
 @dataclass
@@ -151,7 +141,7 @@ class CudaEngine:
         if not 0 < fraction <= 1:
             raise InputError(f"fraction must be in (0, 1], got {fraction!r}")
         self.name = backend
-        self._cupy = _import_cupy() if backend == "cupy" else None
+        self._cupy = import_cupy() if backend == "cupy" else None
         if params is not None:
             params.check()
         self._params = params
@@ -175,6 +165,8 @@ class CudaEngine:
         self.device_plan: DevicePlan | None = None
         self.transfer_bytes = {"h2d": 0, "d2h": 0}
         self.copy_layouts: Counter[str] = Counter()
+        self._timer = EventTimer()
+        self._timings: dict[str, float] = {}
 
     @property
     def budget_bytes(self) -> int:
@@ -242,6 +234,7 @@ class CudaEngine:
         if m < 0 or n < 0:
             raise InputError(f"tile shape must be non-negative, got {tuple(shape)}")
         self._tile = _Tile((m, n), dtype)
+        self._timings = {}
         self.device_plan = None
         self.transfer_bytes = {"h2d": 0, "d2h": 0}
 
@@ -310,13 +303,20 @@ class CudaEngine:
         if plan.resident:
             out = self._c_host.view(m * n, dtype).reshape(m, n)
             c = self._c_dev[0].view((m, n), dtype)
-            c.copy_to_host(out, stream=self._compute_stream)
+            with self._timer.timed("copy_seconds", self._compute_stream):
+                c.copy_to_host(out, stream=self._compute_stream)
             self.transfer_bytes["d2h"] += out.nbytes
-            self._compute_stream.synchronize()
+            self._synchronize()
+            self._timings = self._timer.collect()
             return out
-        for stream in self._c_streams:  # every store has landed in the accumulator
-            stream.synchronize()
+        self._synchronize()  # every store has landed in the accumulator
+        self._timings = self._timer.collect()
         return to_row_major(tile.host, m, n, plan)
+
+    def timings(self) -> dict[str, float]:
+        """The last tile's kernel and copy seconds (CUDA events) and, once, the engine's
+        first launch (:class:`outofcore.compute.cuda.event_timer.EventTimer`)."""
+        return dict(self._timings)
 
     # -- internals ---------------------------------------------------------------------------
     def _plan(self, tile: _Tile, depth: int, transposed: bool = False) -> DevicePlan:
@@ -364,8 +364,9 @@ class CudaEngine:
             slot.consumed.wait(copy)
         a_dev = slot.a.view(a.shape, a.dtype, before_grow=self._synchronize)
         b_dev = slot.b.view(b.shape, b.dtype, before_grow=self._synchronize)
-        self._to_device(a, a_dev, copy)
-        self._to_device(b, b_dev, copy)
+        with self._timer.timed("copy_seconds", copy):
+            self._to_device(a, a_dev, copy)
+            self._to_device(b, b_dev, copy)
         slot.copied.record(copy)
         slot.copied.wait(compute)
         self._multiply(a_dev, b_dev, c, accumulate)
@@ -419,10 +420,11 @@ class CudaEngine:
         stream = self._compute_stream
         if self._cupy is None:
             params = self._params or PRODUCTION[np.dtype(c_dev.dtype)]
-            launch(a_dev, b_dev, c_dev, accumulate, stream=stream, params=params)
+            with self._timer.launch(stream):
+                launch(a_dev, b_dev, c_dev, accumulate, stream=stream, params=params)
             return
         cp = self._cupy
-        with cp.cuda.ExternalStream(int(stream)):
+        with self._timer.launch(stream), cp.cuda.ExternalStream(int(stream)):
             a, b, c = cp.asarray(a_dev), cp.asarray(b_dev), cp.asarray(c_dev)
             cp.cublas.gemm("N", "N", a, b, out=c, alpha=1.0, beta=1.0 if accumulate else 0.0)
 

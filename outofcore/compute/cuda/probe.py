@@ -101,3 +101,17 @@ def device_count() -> int:
             return 0
         return max(0, count.value)
     return 0
+
+
+def import_cupy():
+    """Return CuPy with cuBLAS (the ``"cupy"`` backend), or raise BackendError naming the
+    extra to install."""
+    try:
+        import cupy  # noqa: PLC0415
+        import cupy.cublas  # noqa: F401, PLC0415
+    except ImportError as exc:
+        raise BackendError(
+            f"backend 'cupy' needs CuPy with cuBLAS ({exc}); install the 'cupy' extra "
+            "(pip install 'outofcore[cupy]') or use backend 'cuda'"
+        ) from exc
+    return cupy
