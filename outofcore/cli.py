@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from scheduler.blas_idle import shorten_blas_spin
+from scheduler.gpu_cluster import number_devices_as_nvidia_smi
 
 shorten_blas_spin()  # before numpy and SciPy load OpenBLAS (below); scheduler.blas_idle
 
@@ -48,7 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     1, ``verify`` found the product wrong; 130, interrupted.  ``--debug`` (or
     ``OUTOFCORE_DEBUG=1``) adds the traceback.
     """
-    use_kernel_cache()  # before numba is imported: compiled kernels kept between processes
+    # Before numba or CUDA start: compiled kernels kept between processes, and CUDA's
+    # device numbers those of nvidia-smi and --gpus (so one GPU's worker can run here)
+    use_kernel_cache()
+    number_devices_as_nvidia_smi()
     args = build_parser().parse_args(argv)
     try:  # every setting parsed once, before anything starts (outofcore.config)
         debug = args.debug or flag("debug")

@@ -41,7 +41,12 @@ from scheduler.executors import (
     WorkerShape,
     client_worker_shape,
 )
-from scheduler.gpu_cluster import cluster_kind, start_gpu_cluster
+from scheduler.gpu_cluster import (
+    GPU_RESOURCE,
+    cluster_kind,
+    numbers_devices_as_nvidia_smi,
+    start_gpu_cluster,
+)
 from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST
 from scheduler.tls import client_security
 from scheduler.worker_sizing import (
@@ -125,7 +130,8 @@ def start_local_cluster(
     is installed and sees the GPUs); each gets the memory limit
     :func:`~scheduler.worker_sizing.local_worker_limit` gives (GPU workers: with CUDA's
     allowance).
-    ``in_process`` runs CPU workers as threads of this process instead (:func:`runs_in_process`).
+    ``in_process`` runs CPU workers, or a single GPU's, as threads of this process instead
+    (:func:`runs_in_process`).
     ``dashboard`` serves Dask's dashboard (False: none, and no bokeh imported); the
     scheduler's web server (Dask's health and metrics pages) takes a free port either
     way: with no address Dask would take 8787, and warn where another holds it.
@@ -133,10 +139,11 @@ def start_local_cluster(
     from distributed import LocalCluster  # noqa: PLC0415
 
     memory_limit = local_worker_limit(budget_bytes, gpu=bool(gpus))
-    if gpus:
+    here = runs_in_process(gpus, in_process)
+    if gpus and not here:
         with _workers_ignore_interrupts():
             return start_gpu_cluster(gpus, memory_limit, logging.ERROR, dashboard)
-    n_workers = local_worker_count(budget_bytes, workers)
+    n_workers = len(gpus) if gpus else local_worker_count(budget_bytes, workers)
     cores = usable_cores()
     if n_workers > cores:
         logger.warning(
@@ -149,7 +156,7 @@ def start_local_cluster(
     # Dask's nanny starts workers with OMP/OPENBLAS/MKL_NUM_THREADS=1; our tasks
     # size BLAS themselves (threadpoolctl), so start its pool at the share of
     # cores each worker gets rather than growing it from one thread.
-    if runs_in_process(gpus, in_process):
+    if here:
         # Each worker's memory monitor reads this whole process's memory: give each the
         # limit of them all.  Scheduler and workers talk inproc://; their web servers are
         # the only listening sockets.  LocalCluster can put a worker's web server on
@@ -166,6 +173,8 @@ def start_local_cluster(
         )
         try:
             cluster.new_spec["options"]["dashboard_address"] = LOCAL_DASHBOARD_ADDRESS
+            if gpus:  # tile tasks of a GPU job ask for the resource (one GPU: one worker)
+                cluster.new_spec["options"]["resources"] = {GPU_RESOURCE: 1}
             cluster.scale(n_workers)
             cluster.wait_for_workers(n_workers, timeout=CONNECT_TIMEOUT_SECONDS * 3)
         except BaseException:
@@ -190,16 +199,23 @@ def start_local_cluster(
 
 def runs_in_process(gpus: tuple[int, ...] | None, in_process: bool) -> bool:
     """Whether a LocalCluster runs its workers in this process: ``in_process`` asked for,
-    and CPU workers (no ``gpus``), however many.
+    and CPU workers (no ``gpus``), however many, or the worker of a single GPU where this
+    process numbers devices as ``nvidia-smi`` does (:func:`~scheduler.gpu_cluster.
+    numbers_devices_as_nvidia_smi`: the command sets it before CUDA starts).
 
     CPU workers gain nothing from processes of their own: their tasks spend their time
     in BLAS, decoding and chunk I/O, which release the GIL, and BLAS's threads are set
     for the process (:meth:`outofcore.compute.worker_context.WorkerContext.blas_threads`).  In
     this process they start in a twentieth of the time (no interpreter to spawn,
-    nothing imported again: docs/performance.md, "The first seconds").  GPU workers
-    (one device each) keep their processes.
+    nothing imported again: docs/performance.md, "The first seconds").  A single GPU's
+    worker in this process saves the start and stop of a GPU cluster (2.5 to 4 s on the
+    GPU nodes measured, design.md), the imports and CUDA context of a second process; its
+    tasks select the GPU (:func:`outofcore.compute.cuda.in_process_device`).  Several GPUs
+    keep a process each (one device, one CUDA context each).
     """
-    return in_process and not gpus
+    if not in_process:
+        return False
+    return not gpus or (len(gpus) == 1 and numbers_devices_as_nvidia_smi())
 
 
 def tasks_run_here(client: Any, gpus: tuple[int, ...] | None, in_process: bool) -> bool:

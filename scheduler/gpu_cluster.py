@@ -26,8 +26,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -47,6 +48,21 @@ DASK_CUDA_KIND = "LocalCUDACluster (dask-cuda)"
 #: threads that sleep soon after a call (:data:`scheduler.blas_idle.IDLE_SPIN`).
 GPU_WORKER_ENV = MappingProxyType({"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **IDLE_SPIN})
 logger = logging.getLogger("outofcore")
+#: CUDA's variable for its device order, and the order ``nvidia-smi`` (and ``--gpus``) use.
+DEVICE_ORDER = ("CUDA_DEVICE_ORDER", GPU_WORKER_ENV["CUDA_DEVICE_ORDER"])
+
+
+def number_devices_as_nvidia_smi(environ: MutableMapping[str, str] | None = None) -> None:
+    """Have CUDA in this process number devices as ``nvidia-smi`` does (PCI bus order),
+    unless ``$CUDA_DEVICE_ORDER`` is set: call it before CUDA starts (the command does)."""
+    environ = os.environ if environ is None else environ
+    environ.setdefault(*DEVICE_ORDER)
+
+
+def numbers_devices_as_nvidia_smi() -> bool:
+    """Whether CUDA in this process numbers devices as ``--gpus`` means them."""
+    name, order = DEVICE_ORDER
+    return os.environ.get(name) == order
 
 
 @dataclass(frozen=True)

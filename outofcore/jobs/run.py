@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 from outofcore import config
 from outofcore.compute.cuda.cache_folder import use_kernel_cache
+from outofcore.compute.cuda.device_choice import in_process_device
 from outofcore.compute.engines import resolve_backend
 from outofcore.compute.worker_context import worker_context
 from outofcore.jobs.output import (
@@ -32,7 +34,7 @@ from outofcore.journal.leasing import Lease
 from outofcore.journal.resume import check_start_unchanged
 from outofcore.journal.targets import JOB_ATTRIBUTE
 from outofcore.operands import interop
-from scheduler.cluster import is_local, open_executor
+from scheduler.cluster import is_local, open_executor, runs_in_process
 from scheduler.executors import Executor, SynchronousExecutor
 from scheduler.worker_sizing import check_worker_memory
 
@@ -91,11 +93,20 @@ def execute_job(job: PreparedJob, phases: Phases) -> JobResult:
     return JobResult(output=output, plan=plan, summary=summary, results=tuple(results))
 
 
-def _open_executor(
-    client: Any, spec: JobSpec, dashboard: bool
+@contextlib.contextmanager
+def _open_executor(client: Any, spec: JobSpec, dashboard: bool) -> Iterator[Executor]:
+    in_process = config.flag("in-process-worker")
+    with contextlib.ExitStack() as held:
+        if spec.gpus and client is None:  # its GPU workers inherit the kernels' folder
+            use_kernel_cache()
+            if runs_in_process(spec.gpus, in_process):  # one GPU's worker, a thread here
+                held.enter_context(in_process_device(spec.gpus[0]))
+        yield held.enter_context(_executor(client, spec, dashboard, in_process))
+
+
+def _executor(
+    client: Any, spec: JobSpec, dashboard: bool, in_process: bool
 ) -> contextlib.AbstractContextManager[Executor]:
-    if spec.gpus and client is None:  # the GPU workers it starts inherit the kernels' folder
-        use_kernel_cache()
     return open_executor(
         client,
         budget_bytes=spec.memory,
@@ -103,7 +114,7 @@ def _open_executor(
         gpus=spec.gpus,
         announce=spec.progress,
         connect_timeout=config.number("connect-timeout", positive=True),
-        in_process=config.flag("in-process-worker"),
+        in_process=in_process,
         dashboard=dashboard,
         # Tasks that ran in this process (in-process, or its LocalCluster's worker threads)
         # leave their engines, panels and buffers here: free them with the executor.

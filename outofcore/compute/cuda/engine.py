@@ -70,6 +70,7 @@ from outofcore.compute.cuda.buffers import (
     layout,
     make_stream,
 )
+from outofcore.compute.cuda.device_choice import select_for_this_thread
 from outofcore.compute.cuda.device_share import DeviceShare
 from outofcore.compute.cuda.event_timer import EventTimer
 from outofcore.compute.cuda.kernels import PRODUCTION, TileParams, launch
@@ -141,6 +142,7 @@ class CudaEngine:
         if not 0 < fraction <= 1:
             raise InputError(f"fraction must be in (0, 1], got {fraction!r}")
         self.name = backend
+        select_for_this_thread()  # a single GPU's job in this process: its GPU
         self._cupy = import_cupy() if backend == "cupy" else None
         if params is not None:
             params.check()
