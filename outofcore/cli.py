@@ -158,7 +158,11 @@ def _quiet_shutdown() -> None:
     """Silence Dask's logs of the cluster being torn down (after Ctrl-C, and once the
     command's outcome is printed: a future of the closed cluster's comms that timed
     out and was never read printed its traceback into a job's log at exit)."""
-    for name in ("distributed", "tornado", "asyncio"):
+    families = ("distributed", "tornado", "asyncio")
+    # Their children too: Dask's logging config gives some a level of their own
+    # (``tornado.application``: error), which a parent's level does not override.
+    named = [n for n in logging.root.manager.loggerDict if n.split(".")[0] in families]
+    for name in {*families, *named}:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 

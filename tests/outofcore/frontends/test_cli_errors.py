@@ -317,3 +317,24 @@ def test_random_refuses_an_array_the_disk_or_memory_cannot_hold(tmp_path):
                             "--chunks", "1000000,1000000")  # fmt: skip
     assert_one_line(huge_chunks, BAD_INPUT, "chunks 1000000x1000000 of float32", "available")
     assert not big.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_after_ctrl_c_dasks_loggers_with_levels_of_their_own_are_quiet_too():
+    """Dask's config gives ``tornado.application`` a level of its own (error): a race of
+    distributed's ``sync`` at Ctrl-C logged a traceback through it (CI, 2026-11-29)."""
+    import logging  # noqa: PLC0415
+
+    import distributed  # noqa: F401, PLC0415 (configures the loggers)
+
+    from outofcore import cli as cli_module  # noqa: PLC0415
+
+    names = ["tornado", "tornado.application", "distributed", "distributed.client", "asyncio"]
+    levels = {name: logging.getLogger(name).level for name in names}
+    assert levels["tornado.application"] != logging.NOTSET  # its own level, as the bug needs
+    try:
+        cli_module._quiet_shutdown()
+        for name in names:
+            assert logging.getLogger(name).getEffectiveLevel() > logging.CRITICAL, name
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
