@@ -47,7 +47,7 @@ from scheduler.gpu_cluster import (
     numbers_devices_as_nvidia_smi,
     start_gpu_cluster,
 )
-from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST
+from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST, local_dashboard_link
 from scheduler.tls import client_security
 from scheduler.worker_sizing import (
     DEFAULT_BUDGET_BYTES,
@@ -300,7 +300,7 @@ def open_executor(
                     print(
                         f"Started a {cluster_kind(cluster)}: {n_workers} worker(s)"
                         f"{' in this process' if here else ''}, "
-                        f"{dashboard_note(local_client.dashboard_link, dashboard)}",
+                        f"{dashboard_note(_local_link(local_client), dashboard)}",
                         file=sys.stderr,
                     )
                 yield DaskExecutor(local_client)
@@ -414,6 +414,12 @@ def serves_dashboard() -> bool:
     except ImportError:
         return False
     return True
+
+
+def _local_link(client: Any) -> str:
+    """The dashboard link of a cluster this process started: where it listens."""
+    services = client.scheduler_info(n_workers=0).get("services", {})
+    return local_dashboard_link(services) or client.dashboard_link
 
 
 def dashboard_note(link: str, asked: bool) -> str:

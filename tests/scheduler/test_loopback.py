@@ -57,3 +57,24 @@ def test_gpu_workers_listen_on_loopback_only():
         assert_loopback_only(before)
         workers = executor.client.scheduler_info()["workers"]
         assert workers and all(a.startswith(f"tcp://{LOCAL_HOST}:") for a in workers)
+
+
+@pytest.mark.parametrize("in_process", [True, False])
+def test_the_printed_dashboard_link_answers(in_process, capsys):
+    """The start line's dashboard address is where the dashboard listens (loopback), not
+    the machine's address that Dask's own link names."""
+    import re  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    from scheduler.cluster import serves_dashboard  # noqa: PLC0415
+
+    if not serves_dashboard():
+        pytest.skip("the dashboard needs bokeh, not installed here")
+    with open_executor(
+        None, budget_bytes=64 << 20, workers=1, in_process=in_process, dashboard=True
+    ):
+        line = capsys.readouterr().err
+        [link] = re.findall(r"dashboard at (\S+)", line)
+        assert link.startswith(f"http://{LOCAL_HOST}:")
+        with urllib.request.urlopen(link, timeout=30) as answer:  # noqa: S310 (loopback)
+            assert answer.status == 200
