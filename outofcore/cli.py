@@ -389,7 +389,15 @@ def _demo(args: argparse.Namespace) -> int:
 
 #: The function that runs each command
 #: (:func:`outofcore.frontends.cli_parser.build_parser` names it).
+def _help(args: argparse.Namespace) -> int:
+    """``outofcore help [COMMAND]``: the command's help (or the command line's)."""
+    parser = build_parser()
+    (parser.command_parser(args.topic) if args.topic else parser).print_help()
+    return 0
+
+
 COMMANDS = {
+    "help": _help,
     "matmul": _matmul,
     "gram": _gram,
     "random": _random,

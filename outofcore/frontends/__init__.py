@@ -2,6 +2,8 @@
 
 - ``cli_parser``: the ``outofcore`` command line's commands, options and value types.
 - ``cli_output``: what the command prints, as JSON or as text.
+- ``cli_suggestions``: the parser's manners: the command's usage and "did you mean" on a
+  mistake, no abbreviations.
 - ``dask_products``: the matrix product at the top of a dask array's graph, as operands.
 - ``dask_store``: ``outofcore.to_zarr``, a dask array stored, its product by a job.
 - ``xarray_dot``: the machinery of ``outofcore.xarray.dot`` (alignment, windows, output).

@@ -12,6 +12,7 @@ from typing import Any
 from outofcore.compute.engines import BACKENDS
 from outofcore.config import parse_size
 from outofcore.errors import OutOfCoreError
+from outofcore.frontends.cli_suggestions import CommandParser
 from outofcore.operands.dtypes import INPUT_DTYPES
 from outofcore.storage.codecs import DEFAULT_OUTPUT_CODEC, OUTPUT_CODECS
 
@@ -24,7 +25,7 @@ DEMO_MEMORY = "40MiB"
 def build_parser() -> argparse.ArgumentParser:
     """The ``outofcore`` command line: its options, and each command's name as ``command``
     (:data:`outofcore.cli.COMMANDS` runs it)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="outofcore",
         description="Out-of-core matrix multiplication of zarr arrays on Dask.",
         epilog="Exit status: 0 done; 1 verify found the product wrong; 2 bad command or "
@@ -37,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the traceback of an error (also OUTOFCORE_DEBUG=1)",
     )
     parser.add_argument("--version", action="version", version=f"outofcore {version()}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
+    )
     for add in (
         _add_matmul_command,
         _add_gram_command,
@@ -48,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
         _add_demo_command,
     ):
         add(commands)
+    helper = commands.add_parser("help", help="show the help of a command: outofcore help matmul")
+    helper.add_argument(
+        "topic", nargs="?", choices=sorted(commands.choices), help="the command to explain"
+    )
     return parser
 
 
@@ -83,7 +90,7 @@ def _add_gram_command(commands: Any) -> None:
 def _add_random_command(commands: Any) -> None:
     """The ``random`` command's parser and options."""
     rand = commands.add_parser("random", help="write a seeded random array (inputs for tests)")
-    rand.add_argument("path")
+    rand.add_argument("path", help="path or URL of the new zarr array")
     rand.add_argument(
         "--shape",
         required=True,
@@ -95,10 +102,17 @@ def _add_random_command(commands: Any) -> None:
         "--chunks", required=True, type=_sizes, metavar="R,C", help="one chunk size a dimension"
     )
     rand.add_argument(
-        "--dtype", choices=[str(d) for d in INPUT_DTYPES], default="float32", help="%(default)s"
+        "--dtype",
+        choices=[str(d) for d in INPUT_DTYPES],
+        default="float32",
+        help="element type (default %(default)s)",
     )
-    rand.add_argument("--seed", type=int, default=0)
-    rand.add_argument("--overwrite", action="store_true")
+    rand.add_argument(
+        "--seed", type=int, default=0, help="seed of the values (default 0): same seed, same array"
+    )
+    rand.add_argument(
+        "--overwrite", action="store_true", help="replace an array outofcore wrote at the path"
+    )
     _add_storage_options(rand)
     _add_quiet(rand)
 
@@ -111,8 +125,8 @@ def _add_plan_command(commands: Any) -> None:
         "of matmul and plans as the job would, for the workers it would get (a --scheduler "
         "is asked for its workers)",
     )
-    plan.add_argument("a")
-    plan.add_argument("b")
+    plan.add_argument("a", help="path or URL of the zarr array A")
+    plan.add_argument("b", help="path or URL of the zarr array B")
     _add_product(plan)
     _add_job_options(plan)
     plan.add_argument(
@@ -136,12 +150,20 @@ def _add_status_command(commands: Any) -> None:
 def _add_verify_command(commands: Any) -> None:
     """The ``verify`` command's parser and options."""
     check = commands.add_parser("verify", help="check C = A @ B by Freivalds' method")
-    check.add_argument("a")
-    check.add_argument("b")
-    check.add_argument("c")
+    check.add_argument("a", help="path or URL of the zarr array A")
+    check.add_argument("b", help="path or URL of the zarr array B")
+    check.add_argument("c", help="path or URL of the product C to check")
     _add_product(check)
-    check.add_argument("--rounds", type=int, default=2)
-    check.add_argument("--seed", type=int)
+    check.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="random vectors C is checked with (default 2): each halves, at least, the chance "
+        "that a wrong C passes",
+    )
+    check.add_argument(
+        "--seed", type=int, help="seed of the random vectors (default: a fresh one each run)"
+    )
     _add_storage_options(check)
     _add_json(check)
     _add_quiet(check, "print nothing when the product is right (the exit status says it)")
@@ -153,9 +175,10 @@ def _add_demo_command(commands: Any) -> None:
         "demo", help="generate inputs larger than the budget, multiply, verify, summarise"
     )
     demo.add_argument("--size", type=int, default=DEMO_SIZE, help="m = k = n")
-    demo.add_argument("--chunk", type=int, default=DEMO_CHUNK)
+    chunk = "chunk edge of the inputs (default %(default)s)"
+    demo.add_argument("--chunk", type=int, default=DEMO_CHUNK, help=chunk)
     _add_memory(demo, DEMO_MEMORY)
-    demo.add_argument("--workers", type=_workers)
+    demo.add_argument("--workers", type=_workers, help="workers of the LocalCluster (default: one)")
     demo.add_argument("--dir", type=Path, help="keep the arrays here (default: a temporary dir)")
     _add_dashboard(demo)
     _add_json(demo)
@@ -171,7 +194,13 @@ def _add_job_options(run: argparse.ArgumentParser) -> None:
         "cap on the device memory of each GPU worker, e.g. 2GiB (default: "
         "80%% of its free memory); larger host tiles are cut into device tiles",
     )
-    run.add_argument("--backend", choices=BACKENDS, default="auto")
+    run.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="what multiplies the tiles: cpu (BLAS), cuda (our numba kernel), cupy (cuBLAS); "
+        "auto (default): cuda where a GPU and numba-cuda are here, else cpu",
+    )
     run.add_argument(
         "--scheduler",
         metavar="ADDRESS",
