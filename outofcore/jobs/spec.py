@@ -87,7 +87,9 @@ class JobSpec:
     gpus
         Start one worker per listed GPU on this node instead of a CPU cluster.
     progress
-        Show a progress bar on stderr (and announce a LocalCluster).
+        Show a progress bar on stderr (and announce a LocalCluster): the command line's
+        way; off by default, a Python call prints nothing (Dask's own progress and
+        dashboard, or logging, tell what a job does).
     dashboard
         Serve Dask's dashboard from the LocalCluster the job starts: True, False, or
         None (the default): when the job is predicted to take at least
@@ -124,7 +126,7 @@ class JobSpec:
     lease_timeout: float | None = None
     workers: int | None = None
     gpus: tuple[int, ...] | None = None
-    progress: bool = True
+    progress: bool = False
     dashboard: bool | None = None
     dimension_names: tuple[str | None, ...] | None = None
     storage_options: dict[str, Any] | None = field(default=None, repr=False)

@@ -82,8 +82,9 @@ def test_a_job_without_client_runs_on_the_default_client_and_leaves_it_open(
     with Client(cluster) as client:
         with get_task_stream(client) as stream:
             result = run_job(
-                inputs["a_path"], inputs["b_path"], tmp_path / "c.zarr", tile=(140, 66)
-            )
+                inputs["a_path"], inputs["b_path"], tmp_path / "c.zarr", tile=(140, 66),
+                progress=True,  # the command line's announcement (a Python call is quiet)
+            )  # fmt: skip
         # The scheduler of the user's cluster ran every tile, on its own workers.
         tiles = [r for r in stream.data if key_split(r["key"]) == "outofcore-tile"]
         assert len(tiles) == len(result.plan.tasks) == 6
