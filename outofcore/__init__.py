@@ -37,6 +37,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    """The public names (loaded on first use) beside the module's own."""
+    return sorted({*globals(), *__all__})
+
+
 def __getattr__(name: str) -> Any:
     if name == "matmul":
         from outofcore.api import matmul

@@ -36,7 +36,7 @@ from outofcore.frontends.xarray_dot import (
     _product_name,
     write_product,
 )
-from outofcore.jobs.spec import JobSpec
+from outofcore.jobs.spec import JobSpec, with_job_options
 from outofcore.operands.interop import type_name
 
 __all__ = ["DEFAULT_NAME", "SET_BY_DOT", "dot"]
@@ -45,6 +45,7 @@ __all__ = ["DEFAULT_NAME", "SET_BY_DOT", "dot"]
 SET_BY_DOT = ("transpose_a", "transpose_b", "dimension_names")
 
 
+@with_job_options(excluding=SET_BY_DOT)
 def dot(
     a: Any,
     b: Any,

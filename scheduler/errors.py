@@ -36,6 +36,11 @@ class InputError(OutOfCoreError, ValueError):
     """An input or output array is missing, malformed or incompatible."""
 
 
+class OptionError(InputError, TypeError):
+    """A keyword that is no option of the call: a ``TypeError``, as Python's for an
+    unexpected keyword argument (and an :class:`InputError`, refused before any work)."""
+
+
 class BudgetError(OutOfCoreError, ValueError):
     """The memory budget cannot hold even the smallest tile the chunking allows."""
 

@@ -25,7 +25,7 @@ from outofcore.errors import InputError
 from outofcore.frontends.dask_products import FoundProduct, product_at_top, top_product
 from outofcore.frontends.generate import clear_own_array
 from outofcore.jobs.entry import matmul
-from outofcore.jobs.spec import JobSpec
+from outofcore.jobs.spec import JobSpec, with_job_options
 from outofcore.journal.targets import JOB_ATTRIBUTE, check_replaceable
 from outofcore.operands.dask_graph import Vectors
 from outofcore.operands.dtypes import product_types
@@ -40,10 +40,20 @@ from scheduler.addresses import computing_on
 logger = logging.getLogger("outofcore")
 
 
+@with_job_options(excluding=("transpose_a", "transpose_b"))
 def to_zarr(
-    x: Any, url: Any, spec: JobSpec | None = None, *, client: Any = None, **options: Any
-) -> zarr.Array:
+    x: Any,
+    url: Any,
+    spec: JobSpec | None = None,
+    *,
+    client: Any = None,
+    compute: bool = True,
+    **options: Any,
+) -> Any:
     """Store the dask array ``x`` as a zarr array at ``url``; return it, opened.
+
+    ``compute=False``: dask's contract, a ``dask.delayed`` object that stores ``x`` so
+    when computed (and returns the array); its options are checked now.
 
     Where ``x`` is a matrix product at its top (``a @ b``, ``da.matmul``, ``da.dot``,
     ``da.tensordot`` over one pair of axes, ``da.einsum("ij,jk->ik", ...)``, with
@@ -60,6 +70,9 @@ def to_zarr(
     """
     import dask.array as da  # noqa: PLC0415
 
+    if not compute:
+        JobSpec.of(spec, options)  # an unknown option is refused now, not when computed
+        return _later(x, url, spec, client, options)
     if not isinstance(x, da.Array):
         raise InputError(
             f"to_zarr stores a dask array; got a {type_name(x)}: for zarr arrays, paths and "
@@ -108,6 +121,26 @@ def to_zarr(
     if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
         raise RuntimeError(f"the product {out.shape} is not x's {x.shape}")
     return out
+
+
+def _later(x: Any, url: Any, spec: JobSpec | None, client: Any, options: dict) -> Any:
+    """A ``dask.delayed`` object that runs :func:`to_zarr` when computed; ``x`` is held in
+    its closure, not as an argument, so that dask does not compute it first.  Computed
+    on a Dask worker, the job runs on that worker's cluster (``worker_client``: the task
+    leaves its thread to the job's tasks meanwhile)."""
+    import dask  # noqa: PLC0415
+
+    def store() -> zarr.Array:
+        try:
+            from distributed import get_worker, worker_client  # noqa: PLC0415
+
+            get_worker()
+        except (ImportError, ValueError):  # not in a Dask worker's task
+            return to_zarr(x, url, spec, client=client, **options)
+        with worker_client() as here:
+            return to_zarr(x, url, spec, client=client or here, **options)
+
+    return dask.delayed(store, pure=False)()
 
 
 def _integer_product(found: FoundProduct) -> bool:

@@ -23,7 +23,7 @@ from outofcore.jobs.output import (
 from outofcore.jobs.phases import Phases
 from outofcore.jobs.run import execute_job
 from outofcore.jobs.setup import prepare_job
-from outofcore.jobs.spec import JobSpec
+from outofcore.jobs.spec import JobSpec, with_job_options
 from outofcore.journal.targets import JOB_ATTRIBUTE
 from outofcore.operands import arrays
 
@@ -33,6 +33,7 @@ __all__ = ["ATTRIBUTE", "gram", "matmul", "run_job"]
 ATTRIBUTE = JOB_ATTRIBUTE
 
 
+@with_job_options()
 def matmul(
     a: arrays.ArrayLike,
     b: arrays.ArrayLike,
@@ -47,8 +48,9 @@ def matmul(
     Parameters
     ----------
     a, b
-        2-D ``zarr.Array`` objects, or paths / fsspec URLs of any bool, integer,
-        float or complex dtype, mixed as numpy mixes them
+        ``zarr.Array`` objects of one or more dimensions (matrices, vectors, stacks of
+        matrices: numpy's ``matmul`` rules), or their paths / fsspec URLs; any bool,
+        integer, float or complex dtype, mixed as numpy mixes them
         (:mod:`outofcore.operands.dtypes`); also ``da.from_zarr`` dask arrays (``.T`` too) and,
         in process, numpy arrays (:mod:`outofcore.operands.interop`).
     out
@@ -87,6 +89,7 @@ def matmul(
     return run_job(a, b, out, spec, client=client, **options).output
 
 
+@with_job_options(excluding=("transpose_a", "transpose_b", "addend", "beta"))
 def gram(
     x: arrays.ArrayLike,
     out: arrays.ArrayLike,
@@ -122,6 +125,7 @@ def gram(
     return run_job(x, x, out, spec, client=client, **options).output
 
 
+@with_job_options()
 def run_job(
     a: arrays.ArrayLike,
     b: arrays.ArrayLike,

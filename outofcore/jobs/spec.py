@@ -8,12 +8,14 @@ opened, so a bad option fails at once with the value named.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+import inspect
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, TypeVar
 
 from outofcore.compute.engines import check_backend
 from outofcore.config import parse_size
-from outofcore.errors import InputError
+from outofcore.errors import InputError, OptionError
 from outofcore.journal.lease import lease_timeout
 from outofcore.operands.arrays import ZARR_FORMATS
 from outofcore.operands.dtypes import check_flag, parse_dtype
@@ -174,13 +176,46 @@ class JobSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(options) - known)
         if unknown:
-            raise InputError(f"unknown job option(s) {unknown}; the options are {sorted(known)}")
+            raise OptionError(
+                f"unexpected keyword argument(s) {unknown}: no job option; the options are "
+                f"{sorted(known)}"
+            )
         return cls(**options)
 
     @property
     def on_gpu(self) -> bool:
         """Whether the job's engines run on a GPU."""
         return self.backend in ("cuda", "cupy")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def with_job_options(*, excluding: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """Give a function taking the job options as ``**options`` a signature that lists
+    them, keyword-only, with :class:`JobSpec`'s defaults (its fields: one definition),
+    less ``excluding``: what ``help()``, ``inspect.signature`` and completion show.
+    What it accepts is unchanged (:meth:`JobSpec.of` refuses an unknown one, a
+    ``TypeError``)."""
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func)
+        kept = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        taken = {p.name for p in kept} | set(excluding)
+        options = [
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=f.default if f.default is not MISSING else None,
+                annotation=f.type,
+            )
+            for f in fields(JobSpec)
+            if f.name not in taken
+        ]
+        func.__signature__ = signature.replace(parameters=[*kept, *options])  # type: ignore[attr-defined]
+        return func
+
+    return decorate
 
 
 def _names(value: Any) -> tuple[str | None, ...] | None:

@@ -46,13 +46,17 @@ def test_a_short_job_starts_its_cluster_without_the_dashboard_unless_asked(tmp_p
     a, b = random_matrix(rng, (67, 53), "float32"), random_matrix(rng, (53, 41), "float32")
     write_zarr(tmp_path / "a.zarr", a, (30, 17))
     write_zarr(tmp_path / "b.zarr", b, (17, 23))
-    c = outofcore.matmul(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr")
+    # progress=True: the cluster's start line, as the command prints it
+    c = outofcore.matmul(
+        tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", progress=True
+    )
     assert_product_close(c[...], a, b)
     stderr = capsys.readouterr().err
     assert f"in this process, {SHORT}" in stderr
     c = outofcore.matmul(
-        tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "d.zarr", dashboard=True
-    )
+        tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "d.zarr", dashboard=True,
+        progress=True,
+    )  # fmt: skip
     assert_product_close(c[...], a, b)
     stderr = capsys.readouterr().err
     assert SHORT not in stderr

@@ -55,7 +55,9 @@ def test_bad_options_are_named_before_any_array_is_opened(options, error, messag
 
 
 def test_unknown_options_and_both_ways_at_once_are_refused(tmp_path):
-    with pytest.raises(InputError, match=r"unknown job option\(s\) \['memroy'\].*'memory'"):
+    with pytest.raises(
+        InputError, match=r"unexpected keyword argument\(s\) \['memroy'\].*'memory'"
+    ):
         outofcore.matmul("a", "b", tmp_path / "c", memroy="1GiB")
     with pytest.raises(InputError, match="in the JobSpec or as keywords, not both"):
         outofcore.matmul("a", "b", tmp_path / "c", JobSpec(backend="cpu"), memory="1GiB")
