@@ -313,9 +313,19 @@ def predict_tasks(plan: object, model: DeviceModel, decode_bps: float, write_bps
     return predict(plan, machine)
 
 
-def measure(folder: Path, sizes: Sizes, threads: int, model: DeviceModel) -> Row:
-    """One row of the table: decode and write rates, then the tasks, at ``threads``."""
-    a, b = make_inputs(folder, sizes)
+def measure(
+    folder: Path,
+    sizes: Sizes,
+    threads: int,
+    model: DeviceModel,
+    inputs: tuple[Path, Path] | None = None,
+) -> Row:
+    """One row of the table: decode and write rates, then the tasks, at ``threads``.
+
+    ``inputs``: A and B of ``sizes`` made elsewhere (zstd zarr arrays, float32); by
+    default :func:`make_inputs` in ``folder``.
+    """
+    a, b = inputs or make_inputs(folder, sizes)
     decode = decode_rate(a, threads)
     write = write_rate(folder, (sizes.tile, sizes.tile), (sizes.chunk, sizes.chunk), threads)
     plan, sums = run_tasks(a, b, folder / "null-c.zarr", sizes, threads, model)

@@ -8,9 +8,12 @@ The phases themselves are in :mod:`tools.gpu_check.kernel_phases`,
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -157,3 +160,72 @@ def run_command(cmd: list[str], timeout: float, env: dict | None = None) -> dict
         "tail": tail,
         "stdout": proc.stdout,
     }
+
+
+#: The figures of a job's ``--json`` summary the check keeps.
+JOB_FIGURES = (
+    "tasks",
+    "gflops",
+    "seconds",
+    "compute_seconds",
+    "read_wait_seconds",
+    "write_seconds",
+    "peak_worker_bytes",
+    "phases",
+    "device",
+    "setup_seconds",
+    "kernel_seconds",
+    "copy_seconds",
+    "first_launch_seconds",
+    "decode_cpu_seconds",
+    "tile",
+    "tk",
+    "tiles",
+    "bytes_read",
+    "task_bytes_projected",
+)
+
+
+def outofcore_cli(*args: str, timeout: float = 120, env: dict | None = None) -> dict:
+    """Run ``python -m outofcore.cli ARGS``; raise :class:`CheckFailed` unless it exits 0."""
+    result = run_command([sys.executable, "-m", "outofcore.cli", *args], timeout, env)
+    if result["rc"] != 0:
+        raise CheckFailed(f"outofcore {' '.join(args)} exited {result['rc']}: {result['tail']}")
+    return result
+
+
+def job_figures(summary: dict) -> dict:
+    """The figures of a job's summary the check keeps (:data:`JOB_FIGURES`)."""
+    return {key: summary[key] for key in JOB_FIGURES if key in summary}
+
+
+def cli_job(args: list[str], timeout: float, env: dict | None = None) -> dict:
+    """``outofcore matmul ARGS --json --no-dashboard`` in a fresh process: its seconds, its
+    summary's figures and the tail of its output."""
+    result = outofcore_cli("matmul", *args, "--json", "--no-dashboard", timeout=timeout, env=env)
+    row: dict[str, Any] = {"s": result["s"], "stderr_tail": result["tail"][-800:]}
+    stdout = result["stdout"]
+    with contextlib.suppress(ValueError):
+        row["summary"] = job_figures(json.loads(stdout[stdout.index("{") :]))
+    return row
+
+
+def python_call(target: str, *args: Any, timeout: float, env: dict | None = None) -> Any:
+    """``module:function(*args)`` in a fresh interpreter; its JSON result (printed last).
+
+    A dict result gets ``process_s``: the child's seconds, interpreter start and imports
+    included.
+    """
+    module, function = target.split(":")
+    code = (
+        "import json, sys\n"
+        f"from {module} import {function}\n"
+        f"print(json.dumps({function}(*json.loads(sys.argv[1])), default=str))\n"
+    )
+    result = run_command([sys.executable, "-c", code, json.dumps(args)], timeout, env)
+    if result["rc"] != 0:
+        raise CheckFailed(f"{target} exited {result['rc']}: {result['tail']}")
+    value = json.loads(result["stdout"].strip().splitlines()[-1])
+    if isinstance(value, dict):
+        value["process_s"] = result["s"]
+    return value

@@ -1,20 +1,14 @@
-"""The GPU check's engine and job phases: ``bandwidth`` (host<->device copies),
-``engine`` (one tile against its copies and kernels alone), ``job`` (the command line's
-``random`` -> ``matmul --backend cuda`` -> ``verify``) and ``cluster`` (the GPU cluster).
+"""The GPU check's engine phases: ``bandwidth`` (host<->device copies), ``engine`` (one
+tile against its copies and kernels alone) and ``cluster`` (the GPU cluster).  The job
+phases are in :mod:`tools.gpu_check.job_phases`.
 
 Each runs in a process of its own, started by :mod:`tools.gpu_check`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import shutil
 import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,17 +20,9 @@ from tools.gpu_check.common import (
     median_event_ms,
     numba_cuda,
     rounding_bound,
-    run_command,
     tile_params,
     wall_ms,
 )
-
-
-def _cli(*args: str, timeout: float = 120) -> dict:
-    result = run_command([sys.executable, "-m", "outofcore.cli", *args], timeout)
-    if result["rc"] != 0:
-        raise CheckFailed(f"outofcore {' '.join(args)} exited {result['rc']}: {result['tail']}")
-    return result
 
 
 def phase_bandwidth() -> dict:
@@ -163,89 +149,6 @@ def _host_panels(cuda: Any, dtype: np.dtype, shape: tuple[int, int, int], panel:
         for s, (_, b_p) in zip(range(0, k, panel), panels, strict=True)
     ]
     return a_host, b_host, contiguous, transposed
-
-
-def _dry_job(folder: Path, a_url: str, b_url: str, c_url: str) -> dict:
-    """The dry run's matmul: run_job in this process on the simulator with tiny kernel tiles."""
-    from outofcore.api import run_job  # noqa: PLC0415
-    from outofcore.compute.cuda.engine import CudaEngine  # noqa: PLC0415
-    from outofcore.compute.worker_context import worker_context  # noqa: PLC0415
-
-    engines = worker_context().thread().engines
-    engines["cuda"] = CudaEngine("cuda", params=tile_params(np.float32))
-    t0 = time.perf_counter()
-    result = run_job(
-        a_url,
-        b_url,
-        c_url,
-        memory="1MiB",
-        backend="cuda",
-        client="sync",
-        progress=False,
-        tile=(8, 12),
-        tk=8,
-        device_memory=1024,
-    )
-    return {"s": time.perf_counter() - t0, "tasks": len(result.plan.tasks)}
-
-
-def phase_job() -> dict:
-    """``random`` -> ``matmul --backend cuda --gpus 0`` -> ``verify``: resident and
-    sub-tiled, ``A.T @ A``, a stack of matrices times one, and a matrix-vector product."""
-    folder = Path(tempfile.mkdtemp(prefix="gpu-check-job-"))
-    try:
-        a, b, s, v = (str(folder / f"{name}.zarr") for name in ("a", "b", "s", "v"))
-        if dry_run():
-            shapes = {a: ("21,17", "4,4"), b: ("17,23", "4,4"), s: ("3,21,17", "1,4,4")}
-        else:
-            shapes = {
-                a: ("8192,6144", "2048,2048"),
-                b: ("6144,7168", "2048,2048"),
-                s: ("8,2048,6144", "1,2048,2048"),  # 8 matrices of 2048x6144, times B
-                v: ("6144", "2048"),  # A @ v: tiles one column wide
-            }
-        out: dict[str, Any] = {"shapes": {Path(p).stem: shape for p, shape in shapes.items()}}
-        out["random_s"] = sum(
-            _cli("random", path, "--shape", shape, "--chunks", chunks, "--seed", str(seed))["s"]
-            for seed, (path, (shape, chunks)) in enumerate(shapes.items(), start=1)
-        )
-        runs = {
-            "resident": ([], a, b),
-            "sub_tiled": (["--device-memory", "64MiB"], a, b),
-            "transposed_a": (["--transpose-a"], a, a),  # A.T @ A: every panel arrives transposed
-            "stack": ([], s, b),
-            "vector": ([], a, v),
-        }
-        keep = ("tasks", "gflops", "seconds", "compute_seconds", "read_wait_seconds",
-                "write_seconds", "peak_worker_bytes", "phases", "device")  # fmt: skip
-
-        def job(label: str, extra: list[str], first: str, second: str) -> dict[str, Any]:
-            c = str(folder / f"c_{label}.zarr")
-            if dry_run():
-                row = _dry_job(folder, first, second, c)
-            else:
-                options = ["--memory", "1GiB", "--no-dashboard", "--json", *extra]
-                command = ["matmul", first, second, "-o", c, "--backend", "cuda", "--gpus", "0"]
-                result = _cli(*command, *options, timeout=60)
-                row = {"s": result["s"], "stderr_tail": result["tail"][-800:]}
-                with contextlib.suppress(ValueError):
-                    summary = json.loads(result["stdout"][result["stdout"].index("{") :])
-                    row["summary"] = {key: summary[key] for key in keep if key in summary}
-            transposes = [flag for flag in extra if flag.startswith("--transpose")]
-            row["verify_s"] = _cli("verify", first, second, c, *transposes, timeout=60)["s"]
-            return row
-
-        parts = Parts(out)
-        for label, (extra, first, second) in runs.items():
-            if dry_run() and (
-                first not in shapes or second not in shapes or extra[:1] == ["--transpose-a"]
-            ):
-                continue  # tests/cuda runs transposed jobs and vectors on the simulator
-            parts.run(label, lambda label=label, extra=extra, first=first, second=second: job(
-                label, extra, first, second))  # fmt: skip
-        return parts.finish()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def phase_cluster() -> dict:

@@ -3,7 +3,7 @@
 Run it as the first and only device call of a session that has a GPU (``scripts/gpu-check``
 installs the carried wheels first)::
 
-    python -m tools.gpu_check --out "$OUT" --deadline 420
+    python -m tools.gpu_check --out "$OUT" --deadline 500
 
 and without a GPU, as CI does, on numba's CUDA simulator at tiny sizes::
 
@@ -12,33 +12,53 @@ and without a GPU, as CI does, on numba's CUDA simulator at tiny sizes::
 Each phase runs in a process of its own (``--phase NAME``) under its own timeout and
 what is left of ``--deadline``; a phase that fails, hangs or crashes is recorded and the
 next one runs.  After every phase the summary (``gpu-check.json``) is rewritten, so a
-run cut short still leaves what it measured.  Phases, cheapest first:
+run cut short still leaves what it measured.  The phases' timeouts on a GPU add up to
+the default deadline, 500 s: with the wheels' install the check is one call under
+9 minutes.  Phases, cheapest first:
 
-``env``          driver, GPU, PCIe link, package versions, registers / local memory /
-                 shared memory of each production kernel as compiled on this chip
-``correctness``  the four dtypes at production tile sizes, ragged shapes, ``C``
-                 pre-filled with NaN (overwrite) or values (accumulate), against cuBLAS
-                 in float64 (complex128); two runs bit-identical
-``big_c``        a float32 ``C`` of more than 2**32 elements (32-bit index overflow)
-``kernel``       GFLOP/s of our kernel against cuBLAS per dtype (CUDA events), results
-                 compared; the textbook kernel once
-``bandwidth``    pinned and pageable host<->device copies
-``engine``       one tile through the engine against its copies alone and its kernels
-                 alone (overlap), resident and sub-tiled, and a transposed panel
-``job``          ``outofcore random`` -> ``matmul --backend cuda --gpus 0`` (resident,
-                 then a small ``--device-memory``) -> ``verify``
-``cluster``      the GPU cluster ``--gpus 0`` starts, and its worker's resident memory
-                 before and after the engine is made
-``sanitizer``    compute-sanitizer memcheck, racecheck and synccheck on small launches
-``pytest``       ``tests/cuda`` and the GPU cluster test, without the simulator
+``env``            driver, GPU, PCIe link, package versions, registers / local memory /
+                   shared memory of each production kernel as compiled on this chip
+``correctness``    the four dtypes at production tile sizes, ragged shapes, ``C``
+                   pre-filled with NaN (overwrite) or values (accumulate), against cuBLAS
+                   in float64 (complex128); two runs bit-identical
+``big_c``          a float32 ``C`` of more than 2**32 elements (32-bit index overflow)
+``kernel``         GFLOP/s of our kernel against cuBLAS per dtype (CUDA events), results
+                   compared; the textbook kernel once
+``bandwidth``      pinned and pageable host<->device copies
+``engine``         one tile through the engine against its copies alone and its kernels
+                   alone (overlap), resident and sub-tiled, and a transposed panel
+``compile_cache``  every production kernel built and first launched in a cold process
+                   and in a warm one sharing a fresh ``NUMBA_CACHE_DIR``, per dtype
+``host``           decode GB/s of zstd chunks at 1..N threads, disk read and write,
+                   pinned allocation, CUDA context, the null-device loop
+                   (:mod:`benchmarks.null_device`)
+``job``            ``outofcore random`` -> ``matmul --backend cuda --gpus 0`` -> ``verify``:
+                   a cold process, a warm one (kernels cached), sub-tiled, ``A.T @ A``, a
+                   stack, a vector, and ``run_job`` twice in the phase's own process
+``cluster``        the GPU cluster ``--gpus 0`` starts, and its worker's resident memory
+                   before and after the engine is made
+``alternatives``   on the job's data: the plain cupy script, a hand-tiled one under a
+                   device cap, dask.array with cupy blocks, ``--backend cupy``, and
+                   outofcore's CPU path against numpy's BLAS on the node's cores
+``perf``           a compute-bound job (32768^3 float32, zstd 2048^2 chunks,
+                   ``--device-memory 8GiB``, or the largest size the disk and the time
+                   allow) against the hand-tiled cupy script and the null-device prediction
+``sanitizer``      compute-sanitizer memcheck, racecheck and synccheck on small launches
+``pytest``         ``tests/cuda`` and the GPU cluster test, without the simulator
+
+``sanitizer`` and ``pytest`` run only when ``outofcore/compute/cuda/*.py`` changed since
+the newest ``docs/gpu-check-*.json`` that records its hash (``kernels_sha256``, in every
+summary; :mod:`tools.gpu_check.kernel_hash`); ``--only`` runs them anyway.
 
 The exit status is 0 when every phase that ran passed, 1 otherwise.
 
 This module is the runner (arguments, phase scheduling, deadlines, the summary); the
 phases are in :mod:`tools.gpu_check.kernel_phases` (env to kernel),
-:mod:`tools.gpu_check.engine_phases` (bandwidth to cluster) and
-:mod:`tools.gpu_check.tool_phases` (sanitizer, pytest), their shared helpers in
-:mod:`tools.gpu_check.common`.
+:mod:`tools.gpu_check.engine_phases` (bandwidth, engine, cluster),
+:mod:`tools.gpu_check.host_phases` (compile_cache, host),
+:mod:`tools.gpu_check.job_phases` (job), :mod:`tools.gpu_check.alternatives`,
+:mod:`tools.gpu_check.perf_phase` and :mod:`tools.gpu_check.tool_phases` (sanitizer,
+pytest), their shared helpers in :mod:`tools.gpu_check.common`.
 """
 
 from __future__ import annotations
@@ -57,19 +77,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.gpu_check.alternatives import phase_alternatives
 from tools.gpu_check.common import REPO, CheckFailed
-from tools.gpu_check.engine_phases import (
-    phase_bandwidth,
-    phase_cluster,
-    phase_engine,
-    phase_job,
-)
+from tools.gpu_check.engine_phases import phase_bandwidth, phase_cluster, phase_engine
+from tools.gpu_check.host_phases import compile_child, phase_compile_cache, phase_host
+from tools.gpu_check.job_phases import phase_job
+from tools.gpu_check.kernel_hash import WHEN_CHANGED, kernels_sha256, unchanged_since
 from tools.gpu_check.kernel_phases import (
     phase_big_c,
     phase_correctness,
     phase_env,
     phase_kernel,
 )
+from tools.gpu_check.perf_phase import phase_perf
 from tools.gpu_check.tool_phases import phase_pytest, phase_sanitizer, sanitizer_workload
 
 SUMMARY = "gpu-check.json"
@@ -85,18 +105,26 @@ class Phase:
     dry_timeout: float
 
 
+#: GPU timeouts add up to :data:`DEADLINE` (measured phase times: docs/gpu-check-*.json;
+#: sanitizer and pytest used to compile every kernel, and load them from the cache now).
 PHASES = (
-    Phase("env", 60, 60),
-    Phase("correctness", 90, 120),
-    Phase("big_c", 60, 60),
-    Phase("kernel", 75, 60),
-    Phase("bandwidth", 25, 30),
-    Phase("engine", 60, 90),
-    Phase("job", 120, 120),
-    Phase("cluster", 45, 60),
-    Phase("sanitizer", 120, 60),
-    Phase("pytest", 120, 10),
+    Phase("env", 30, 60),
+    Phase("correctness", 30, 120),
+    Phase("big_c", 15, 60),
+    Phase("kernel", 35, 60),
+    Phase("bandwidth", 10, 30),
+    Phase("engine", 25, 90),
+    Phase("compile_cache", 40, 60),
+    Phase("host", 40, 60),
+    Phase("job", 70, 120),
+    Phase("cluster", 15, 60),
+    Phase("alternatives", 55, 90),
+    Phase("perf", 70, 90),
+    Phase("sanitizer", 25, 60),
+    Phase("pytest", 40, 10),
 )
+#: The whole check's default deadline, seconds.
+DEADLINE = 500
 
 
 PHASE_FUNCTIONS: dict[str, Callable[..., dict]] = {
@@ -106,9 +134,18 @@ PHASE_FUNCTIONS: dict[str, Callable[..., dict]] = {
     "kernel": phase_kernel,
     "bandwidth": phase_bandwidth,
     "engine": phase_engine,
+    "compile_cache": phase_compile_cache,
+    "compile_child": compile_child,  # not a phase: compile_cache's fresh processes
+    "host": phase_host,
     "job": phase_job,
     "cluster": phase_cluster,
+    "alternatives": phase_alternatives,
+    "perf": phase_perf,
+    "sanitizer": phase_sanitizer,
+    "pytest": phase_pytest,
 }
+#: Phases that are given their deadline (``time.monotonic()`` seconds).
+TAKES_DEADLINE = ("perf", "sanitizer", "pytest")
 
 
 # -- the driver --------------------------------------------------------------------------------
@@ -121,12 +158,8 @@ def _run_phase_here(name: str, result_path: Path, deadline: float) -> int:
         if name == "sanitizer_workload":
             sanitizer_workload()
             return 0
-        if name == "sanitizer":
-            data = phase_sanitizer(deadline)
-        elif name == "pytest":
-            data = phase_pytest(deadline)
-        else:
-            data = PHASE_FUNCTIONS[name]()
+        function = PHASE_FUNCTIONS[name]
+        data = function(deadline) if name in TAKES_DEADLINE else function()
         status, code = "passed", 0
     except CheckFailed as exc:
         data, status, code = {**exc.data, "error": str(exc)}, "failed", 1
@@ -144,17 +177,71 @@ def _run_phase_here(name: str, result_path: Path, deadline: float) -> int:
     return code
 
 
-def run_check(out_dir: Path, phases: list[Phase], deadline_s: float, dry: bool) -> dict:
-    """Run each phase in a subprocess under its timeout; return (and keep writing) the summary."""
+def _run_phase_process(
+    name: str, timeout: float, env: dict, log: Any, result_path: Path
+) -> dict[str, Any]:
+    """Run phase ``name`` in a process of its own under ``timeout``; its result."""
+    result_path.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "tools.gpu_check", "--phase", name, "--result",
+           str(result_path), "--phase-deadline", str(timeout)]  # fmt: skip
+    log.write(f"\n===== {name} (timeout {timeout:.0f} s) =====\n")
+    log.flush()
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
+        )
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            proc.wait()
+            raise
+        if result_path.exists():
+            data = json.loads(result_path.read_text())
+        else:
+            data = {"status": "error", "error": f"exited {proc.returncode} with no result"}
+    except subprocess.TimeoutExpired:
+        data = {"status": "timeout", "error": f"no result within {timeout:.0f} s"}
+    data["wall_s"] = round(time.monotonic() - t0, 2)
+    return data
+
+
+def _skip(phase: Phase, left: float, unchanged: str | None, forced: tuple[str, ...]) -> str | None:
+    """Why ``phase`` is not run (its status), or None to run it."""
+    if left < 5:
+        return "skipped: the deadline is reached"
+    if phase.name in WHEN_CHANGED and unchanged and phase.name not in forced:
+        return f"skipped: kernels unchanged since {unchanged}"
+    return None
+
+
+def run_check(
+    out_dir: Path,
+    phases: list[Phase],
+    deadline_s: float,
+    dry: bool,
+    forced: tuple[str, ...] = (),
+    docs: Path = REPO / "docs",
+) -> dict:
+    """Run each phase in a subprocess under its timeout; return (and keep writing) the summary.
+
+    ``sanitizer`` and ``pytest`` are skipped when the kernels' hash is the one of the
+    newest summary in ``docs`` that has one, unless ``forced`` names them.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env["NUMBA_ENABLE_CUDASIM"] = "1" if dry else "0"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
+    digest = kernels_sha256()
+    unchanged = unchanged_since(digest, docs)
     summary: dict[str, Any] = {
         "dry_run": dry,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "deadline_s": deadline_s,
+        "kernels_sha256": digest,
         "phases": {},
     }
     end = time.monotonic() + deadline_s
@@ -162,47 +249,16 @@ def run_check(out_dir: Path, phases: list[Phase], deadline_s: float, dry: bool) 
     scratch = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     for phase in phases:
         left = end - time.monotonic()
-        timeout = min(phase.dry_timeout if dry else phase.timeout, left)
-        if left < 5:
-            summary["phases"][phase.name] = {"status": "skipped", "why": "deadline reached"}
-            print(f"{phase.name:12} skipped: the deadline is reached", flush=True)
+        skipped = _skip(phase, left, unchanged, forced)
+        if skipped is not None:
+            summary["phases"][phase.name] = {"status": skipped}
+            print(f"{phase.name:14} {skipped}", flush=True)
             continue
+        timeout = min(phase.dry_timeout if dry else phase.timeout, left)
         result_path = scratch / f"phase-{phase.name}.json"  # $OUT brings back 8 files at most
-        result_path.unlink(missing_ok=True)
-        cmd = [
-            sys.executable,
-            "-m",
-            "tools.gpu_check",
-            "--phase",
-            phase.name,
-            "--result",
-            str(result_path),
-            "--phase-deadline",
-            str(timeout),
-        ]
-        log.write(f"\n===== {phase.name} (timeout {timeout:.0f} s) =====\n")
-        log.flush()
-        t0 = time.monotonic()
-        try:
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
-            )
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, 9)
-                proc.wait()
-                raise
-            if result_path.exists():
-                data = json.loads(result_path.read_text())
-            else:
-                data = {"status": "error", "error": f"exited {proc.returncode} with no result"}
-        except subprocess.TimeoutExpired:
-            data = {"status": "timeout", "error": f"no result within {timeout:.0f} s"}
-        data["wall_s"] = round(time.monotonic() - t0, 2)
+        data = _run_phase_process(phase.name, timeout, env, log, result_path)
         summary["phases"][phase.name] = data
-        line = f"{phase.name:12} {data['status']:8} {data['wall_s']:7.1f} s"
+        line = f"{phase.name:14} {data['status']:8} {data['wall_s']:7.1f} s"
         if "error" in data:
             line += f"  {str(data['error'])[:300]}"
         print(line, flush=True)
@@ -210,7 +266,7 @@ def run_check(out_dir: Path, phases: list[Phase], deadline_s: float, dry: bool) 
     log.close()
     shutil.rmtree(scratch, ignore_errors=True)
     statuses = [p["status"] for p in summary["phases"].values()]
-    summary["passed"] = all(s in ("passed", "skipped") for s in statuses)
+    summary["passed"] = all(s == "passed" or s.startswith("skipped") for s in statuses)
     (out_dir / SUMMARY).write_text(json.dumps(summary, indent=1, default=str))
     return summary
 
@@ -231,7 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         help="numba's CUDA simulator at tiny sizes (no GPU needed)",
     )
     parser.add_argument(
-        "--deadline", type=float, default=420, help="seconds for the whole check (default 420)"
+        "--deadline",
+        type=float,
+        default=DEADLINE,
+        help=f"seconds for the whole check (default {DEADLINE})",
     )
     parser.add_argument(
         "--only", nargs="+", choices=[p.name for p in PHASES], help="run these phases alone"
@@ -245,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run_phase_here(args.phase, result, time.monotonic() + args.phase_deadline)
     phases = [p for p in PHASES if not args.only or p.name in args.only]
     t0 = time.monotonic()
-    summary = run_check(args.out, phases, args.deadline, args.dry_run)
+    forced = tuple(args.only or ())
+    summary = run_check(args.out, phases, args.deadline, args.dry_run, forced)
     print(
         f"gpu check: {'passed' if summary['passed'] else 'FAILED'} in "
         f"{time.monotonic() - t0:.0f} s; summary in {args.out / SUMMARY}"
