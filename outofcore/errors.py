@@ -10,10 +10,15 @@ from scheduler.errors import (
     InputChangedError,
     InputError,
     JobFailedError,
+    LeaseError,
+    LeaseLostError,
     OptionError,
     OutOfCoreError,
+    OutputChangedError,
     OutputExistsError,
     OutputWriteError,
+    ReadError,
+    ResumeError,
 )
 
 __all__ = [
@@ -26,8 +31,13 @@ __all__ = [
     "InputChangedError",
     "InputError",
     "JobFailedError",
+    "LeaseError",
+    "LeaseLostError",
     "OptionError",
     "OutOfCoreError",
+    "OutputChangedError",
     "OutputExistsError",
     "OutputWriteError",
+    "ReadError",
+    "ResumeError",
 ]

@@ -67,3 +67,23 @@ class InputChangedError(JobFailedError, RuntimeError):
 
 class OutputWriteError(JobFailedError, OSError):
     """Writing the output (or its journal) failed, e.g. its disk is full."""
+
+
+class ResumeError(OutputExistsError):
+    """The output holds the journal of a different job (other inputs or parameters)."""
+
+
+class OutputChangedError(JobFailedError, RuntimeError):
+    """The output's own metadata changed while the job wrote it: it is not marked complete."""
+
+
+class LeaseError(JobFailedError, RuntimeError):
+    """Another live job holds the output's lease (wait for it, then rerun)."""
+
+
+class LeaseLostError(LeaseError):
+    """A task's job no longer holds the output's lease: the task must not write."""
+
+
+class ReadError(JobFailedError, OSError):
+    """Reading an input region kept failing after every retry."""

@@ -70,3 +70,21 @@ def test_importing_outofcore_stays_light():
     code = "import sys, outofcore; print(sorted({'dask', 'zarr', 'numba'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_error_the_docs_name_is_importable_from_outofcore_errors():
+    """docs/api.md's error tables name what a caller catches: each from outofcore.errors,
+    one class wherever else it is imported from (issue 45)."""
+    import builtins  # noqa: PLC0415
+    import re  # noqa: PLC0415
+
+    import outofcore.errors as errors  # noqa: PLC0415
+    from outofcore.journal.resume import ResumeError  # noqa: PLC0415
+    from outofcore.operands.reading import ReadError  # noqa: PLC0415
+    from tests.helpers import ROOT  # noqa: PLC0415
+
+    named = set(re.findall(r"`(\w+Error)`", (ROOT / "docs" / "api.md").read_text()))
+    assert {"ReadError", "LeaseError", "ResumeError", "LeaseLostError"} <= named
+    missing = sorted(n for n in named if not hasattr(errors, n) and not hasattr(builtins, n))
+    assert not missing, f"docs/api.md names errors outofcore.errors lacks: {missing}"
+    assert errors.ResumeError is ResumeError and errors.ReadError is ReadError

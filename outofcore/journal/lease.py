@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 
 from outofcore import config
-from outofcore.errors import JobFailedError
+from outofcore.errors import LeaseError, LeaseLostError
 from outofcore.journal.records import JOB_NAME, Journal, timestamp
 
 LEASE_NAME = "lease.json"
@@ -39,14 +39,6 @@ LEASE_NAME = "lease.json"
 MAX_LEASE_TIMEOUT = 86400.0
 #: Where outofcore says what is not the result (the command shows it on stderr).
 logger = logging.getLogger("outofcore")
-
-
-class LeaseError(JobFailedError, RuntimeError):
-    """Another live job holds the output's lease (wait for it, then rerun)."""
-
-
-class LeaseLostError(LeaseError):
-    """A task's job no longer holds the output's lease: the task must not write."""
 
 
 def lease_timeout(value: float | None = None) -> float:

@@ -22,7 +22,12 @@ from typing import Any
 
 import zarr
 
-from outofcore.errors import InputError, JobFailedError, OutputExistsError
+from outofcore.errors import (
+    InputError,
+    OutputChangedError,
+    OutputExistsError,
+    ResumeError,
+)
 from outofcore.journal.identity import differences
 from outofcore.journal.job_schema import FORMAT
 from outofcore.journal.records import Journal, WrittenCheck, timestamp
@@ -34,15 +39,6 @@ from outofcore.storage.locations import Location
 from outofcore.storage.manifest import Contents, StrangersError, is_local, output_contents
 from outofcore.storage.stores import zarr_options
 from scheduler.plan import Plan
-
-
-class ResumeError(OutputExistsError):
-    """The output holds the journal of a different job (other inputs or parameters)."""
-
-
-class OutputChangedError(JobFailedError, RuntimeError):
-    """The output's own metadata changed while the job wrote it: it is not marked complete."""
-
 
 #: The output array's metadata documents, format 3 then format 2 (its attributes, which
 #: outofcore rewrites, are in ``zarr.json``'s ``attributes`` field or in ``.zattrs``).

@@ -22,7 +22,7 @@ import numpy as np
 import zarr
 
 from outofcore import config
-from outofcore.errors import JobFailedError
+from outofcore.errors import ReadError
 from outofcore.operands.joined import Joined
 from outofcore.operands.stacking import Matrix
 from outofcore.operands.steps import Step
@@ -37,10 +37,6 @@ from scheduler.cores import usable_cores
 TRANSIENT_READ_ERRORS = (OSError, TimeoutError)
 #: Where outofcore says what is not the result: here, each retried read.
 logger = logging.getLogger("outofcore")
-
-
-class ReadError(JobFailedError, OSError):
-    """Reading an input region kept failing after every retry."""
 
 
 def read_retry_settings() -> tuple[int, float]:
