@@ -13,7 +13,7 @@ the decode rate, the read wait and the task time, against the time model's predi
 (:func:`scheduler.model.predict` on a :class:`~scheduler.model.Machine` of the modelled
 device and the decode and write rates measured here)::
 
-    python -m benchmarks.null_device                        # 8192^3 float32, 1024^2 chunks
+    python -m benchmarks.null_device                        # 16384^3 float32, 2048^2 chunks
     python -m benchmarks.null_device --size 4096 --chunk 512 --tile 2048 --tk 512
     python -m benchmarks.null_device --kernel-tflops 0.2 --json out.json
 
@@ -379,10 +379,10 @@ def format_table(rows: Sequence[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", type=int, default=8192, help="m = k = n (default 8192)")
-    parser.add_argument("--chunk", type=int, default=1024, help="square zstd chunks of A and B")
-    parser.add_argument("--tile", type=int, default=4096, help="square output tile (tm = tn)")
-    parser.add_argument("--tk", type=int, default=1024, help="panel depth")
+    parser.add_argument("--size", type=int, default=16384, help="m = k = n (default 16384)")
+    parser.add_argument("--chunk", type=int, default=2048, help="square zstd chunks of A and B")
+    parser.add_argument("--tile", type=int, default=8192, help="square output tile (tm = tn)")
+    parser.add_argument("--tk", type=int, default=2048, help="panel depth")
     parser.add_argument("--threads", type=int, help="most decode threads (default: the cores)")
     parser.add_argument("--kernel-tflops", type=float, default=KERNEL_FLOPS / 1e12)
     parser.add_argument("--pcie-gb-s", type=float, default=PCIE_BPS / 1e9)

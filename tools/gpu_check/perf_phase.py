@@ -113,8 +113,16 @@ def phase_perf(deadline: float) -> dict:
             return row
 
         parts.run("job", job)
+        needed = 1.2 * out["job"].get("s", 0) if isinstance(out["job"], dict) else 0
+
+        def time_for_another() -> str | None:
+            left = deadline - time.monotonic()
+            return None if left > needed + 5 else f"skipped: {left:.0f} s left, {needed:.0f} needed"
+
         if cupy_or_none() is None:
             out["tiled_cupy"] = "skipped: no cupy"
+        elif (why := time_for_another()) is not None:
+            out["tiled_cupy"] = why
         else:
             c = str(folder / "c_tiled.zarr")
             target = "tools.gpu_check.alternatives:tiled_cupy"
@@ -135,7 +143,10 @@ def phase_perf(deadline: float) -> dict:
                 figures["null_over_job"] = row.measured_s / tasks
             return figures
 
-        parts.run("null_device", prediction)
+        if (why := time_for_another()) is not None:
+            out["null_device"] = why
+        else:
+            parts.run("null_device", prediction)
         return parts.finish()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
