@@ -337,6 +337,8 @@ def parse_size(size: int | str, what: str = "memory") -> int:
                 f"cannot read the size {_shown(size)}: use bytes or a number with a unit "
                 "such as 512MiB, 2GiB or 1.5GB"
             ) from None
+    if isinstance(size, str) and value > 0:
+        _check_bare_number(size, what)
     if value <= 0:
         raise InputError(f"a {what} size must be positive, got {_shown(size)}")
     if value > MAX_SIZE:
@@ -344,6 +346,30 @@ def parse_size(size: int | str, what: str = "memory") -> int:
             f"a {what} size must be at most 1 EiB ({MAX_SIZE} bytes), got {_shown(size)}"
         )
     return value
+
+
+#: Text without a unit below this many bytes is taken for a forgotten unit.
+BARE_NUMBER_BELOW = 2**20
+
+
+def _check_bare_number(text: str, what: str) -> None:
+    """Refuse a number without a unit that cannot be meant as bytes: a fraction of a byte
+    (``"1.5"``), or under a MiB (``"64"``): the unit was forgotten; say which one."""
+    number = text.strip()
+    if not re.fullmatch(r"[0-9]*\.?[0-9]+(?:e[0-9]+)?", number, re.IGNORECASE):
+        return  # it has a unit
+    value = float(number)
+    unit = "GiB" if value < 64 else "MiB"
+    if value != int(value):
+        raise InputError(
+            f"the {what} size {number!r} is not a whole number of bytes: did you mean "
+            f"{number}{unit}? (a size without a unit is bytes)"
+        )
+    if value < BARE_NUMBER_BELOW:
+        raise InputError(
+            f"the {what} size {number!r} is {int(value)} bytes: did you mean {number}{unit}? "
+            "(a size without a unit is bytes; give the unit)"
+        )
 
 
 def _shown(value: Any) -> str:

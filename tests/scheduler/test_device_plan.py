@@ -231,8 +231,12 @@ def test_plan_shows_the_device_tiling(operands, capsys):
 
 
 def test_plan_with_too_little_device_memory_names_the_bytes(operands, capsys):
-    assert cli.main(["plan", *operands, "--device-memory", "1000"]) == 2
+    assert cli.main(["plan", *operands, "--device-memory", "1000B"]) == 2
     assert "device budget of 1000 bytes" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # a unit forgotten: argparse refuses it
+        cli.main(["plan", *operands, "--device-memory", "1000"])
+    assert refused.value.code == 2
+    assert "is 1000 bytes: did you mean 1000MiB?" in capsys.readouterr().err
 
 
 def test_matmul_passes_the_device_memory_to_the_job(operands, monkeypatch, tmp_path):
