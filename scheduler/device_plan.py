@@ -35,13 +35,12 @@ host panel once per device-tile row; zarr is still read once per host tile.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scheduler.errors import BudgetError, InputError
 from scheduler.memory import mib, round_up
-from scheduler.tiling import widest
 
 if TYPE_CHECKING:
     from scheduler.plan import Plan
@@ -328,6 +327,25 @@ def job_pcie_bytes(
             cache[(tm, tn)] = device.pcie_bytes
         total += cache[(tm, tn)]
     return total
+
+
+def widest(height: int, unit: int, extent: int, within: Callable[[int, int], bool]) -> int:
+    """Widest width beside ``height`` rows ``within`` the budget: ``extent``, a ``unit``
+    multiple, or 0.
+
+    Binary search over the multiples of ``unit`` (exact when ``within`` is
+    monotone in the width); 0 when not even one ``unit`` fits.
+    """
+    if not within(height, min(extent, unit)):
+        return 0
+    low, high = 1, math.ceil(extent / unit)  # in units; ``low`` fits
+    while low < high:
+        middle = (low + high + 1) // 2
+        if within(height, min(extent, middle * unit)):
+            low = middle
+        else:
+            high = middle - 1
+    return min(extent, low * unit)
 
 
 def _round_down(value: int, unit: int) -> int:

@@ -44,11 +44,13 @@ partial tiles of a split-k plan (written once and read back once, raw),
 
 The busiest worker's flops come from the plan's tasks (tiles, or parts of
 tiles when k is split) handed out largest first to the least loaded worker
-(:func:`scheduler.tiling.busiest_worker`, the planner's own estimate).  Rates
+(:func:`scheduler.workload.busiest_worker`, the planner's own estimate).  Rates
 are inputs: ``outofcore plan`` builds this machine's from a short probe
-(:mod:`outofcore.machine.probe`); the presets below are stated assumptions (the GPU
-node and the CPU cluster, :func:`what_ifs`) to be replaced by measurements,
-and one historical measurement (:data:`CI_2CORE`).
+(:mod:`outofcore.machine.probe`); a GPU's kernel, PCIe and decode rates are the
+measured figures of :mod:`scheduler.gpu_rates` (:func:`gpu_machine`, their one home);
+the presets below are stated assumptions (the GPU node's count of GPUs and host
+threads, the CPU cluster, :func:`what_ifs`) to be replaced by measurements, and one
+historical measurement (:data:`CI_2CORE`).
 """
 
 from __future__ import annotations
@@ -56,8 +58,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
+from scheduler.gpu_rates import GpuTarget, gpu_target
 from scheduler.plan import Plan
-from scheduler.tiling import busiest_worker, make_output_plan
+from scheduler.tiling import make_output_plan
+from scheduler.workload import busiest_worker
 
 
 @dataclass(frozen=True)
@@ -125,20 +129,59 @@ CI_2CORE = Machine(
     disk_bps=2 * GB,
     network_bps=None,
 )
-#: Assumed: an 8-GPU H100 node, our kernel at ~35 TFLOP/s FP32 (about 70% of
-#: cuBLAS), PCIe Gen5 x16 at ~50 GB/s per GPU, NVMe RAID at 25 GB/s, 16 host
-#: cores decoding per GPU at ~1 GB/s each (zstd), one worker per GPU.
-GPU_NODE = Machine(
-    name="gpu-node (8x H100)",
-    nodes=1,
-    workers_per_node=8,
-    kernel_flops=35e12,
-    decode_bps=8 * GB,
-    encode_bps=4 * GB,
-    pcie_bps=50 * GB,
-    disk_bps=25 * GB,
-    network_bps=None,
-)
+
+
+def gpu_machine(
+    gpu: GpuTarget,
+    workers: int,
+    threads: int,
+    *,
+    name: str,
+    disk_bps: float,
+    nodes: int = 1,
+    compression: float = 0.92,
+    start_seconds: float = 0.0,
+    task_seconds: float = 0.0,
+) -> Machine:
+    """The :class:`Machine` of ``nodes`` nodes of ``workers`` GPU workers each, each decoding
+    with ``threads`` host threads: the kernel, PCIe, decode and write rates are ``gpu``'s
+    (:mod:`scheduler.gpu_rates`, the figures' one home), the disk ``disk_bps``."""
+    return Machine(
+        name=name,
+        nodes=nodes,
+        workers_per_node=workers,
+        kernel_flops=gpu.kernel_flops,
+        decode_bps=gpu.decode_bps(threads),
+        encode_bps=gpu.write_bps,
+        pcie_bps=gpu.pcie_bps,
+        disk_bps=disk_bps,
+        network_bps=None,
+        compression=compression,
+        scratch_write_bps=gpu.scratch_write_bps,
+        scratch_read_bps=gpu.scratch_read_bps,
+        start_seconds=start_seconds,
+        task_seconds=task_seconds,
+    )
+
+
+#: Assumed: an 8-GPU H100 node, 8 host threads decoding per GPU, NVMe RAID at 25 GB/s.
+GPU_NODE_GPUS, GPU_NODE_THREADS, GPU_NODE_DISK_BPS = 8, 8, 25 * GB
+
+
+def gpu_node(dtype: str = "float32") -> Machine:
+    """The assumed GPU node (:data:`GPU_NODE_GPUS` and its threads) with the measured
+    rates of our kernel in ``dtype`` (:func:`scheduler.gpu_rates.gpu_target`)."""
+    return gpu_machine(
+        gpu_target(dtype),
+        GPU_NODE_GPUS,
+        GPU_NODE_THREADS,
+        name=f"gpu-node ({GPU_NODE_GPUS}x H100)",
+        disk_bps=GPU_NODE_DISK_BPS,
+    )
+
+
+#: :func:`gpu_node` in float32.
+GPU_NODE = gpu_node()
 #: Assumed: CPU nodes of 64 cores (~3.5 TFLOP/s sgemm), one worker each, 100 Gb/s
 #: network to shared object storage of 100 GB/s aggregate.
 CPU_CLUSTER_NODE = Machine(
@@ -252,14 +295,17 @@ def what_ifs(
     tk: int | None = None,
     splits: int | None = None,
     shards: bool | None = None,
+    gpu_dtype: str = "float32",
 ) -> list[Prediction]:
     """Predictions on assumed machines: a GPU node and CPU clusters of ``nodes`` nodes.
 
-    Their rates are assumptions (:data:`GPU_NODE`, :data:`CPU_CLUSTER_NODE`), not
-    measurements: what the plan would take there, not what it takes here.  Each
-    machine gets its own plan (:func:`assumed_plans`, with the job's options).
+    Their node counts and CPU rates are assumptions (:func:`gpu_node`,
+    :data:`CPU_CLUSTER_NODE`), the GPU's rates measured elsewhere (``gpu_dtype``'s
+    kernel): what the plan would take there, not what it takes here.  Each machine gets
+    its own plan (:func:`assumed_plans`, with the job's options).
     """
     options = {"tile": tile, "tk": tk, "splits": splits, "shards": shards}
+    options["gpu_dtype"] = gpu_dtype
     return [
         predict(replanned, machine) for machine, replanned in assumed_plans(plan, nodes, **options)
     ]
@@ -273,24 +319,30 @@ def assumed_plans(
     tk: int | None = None,
     splits: int | None = None,
     shards: bool | None = None,
+    gpu_dtype: str = "float32",
 ) -> list[tuple[Machine, Plan]]:
     """The assumed machines of :func:`what_ifs` and the plan each gets: made for its number
     of workers, with the same budget per task and the options the job was planned with
     (``tile``, ``tk``, ``splits`` forced; ``shards`` for an output it creates, None: as
-    ``plan`` is sharded): :func:`~scheduler.tiling.make_output_plan`, pure and fast."""
-    machines = [GPU_NODE] + [CPU_CLUSTER_NODE.scaled(n) for n in nodes]
+    ``plan`` is sharded): :func:`~scheduler.tiling.make_output_plan`, pure and fast.  The
+    GPU node's plan is always made again, ranked by its GPU's rates (``gpu_dtype``'s
+    kernel, the job's decode threads)."""
+    gpu = gpu_target(gpu_dtype)
+    machines = [gpu_node(gpu_dtype)] + [CPU_CLUSTER_NODE.scaled(n) for n in nodes]
     if shards is None:
         shards = plan.problem.shard_tiles
     options = {"tile": tile, "tk": tk, "splits": splits, "shards": shards}
     plans = []
     for machine in machines:
         replanned = plan
-        if machine.workers != plan.workers:
+        on_gpu = machine.pcie_bps is not None
+        if on_gpu or machine.workers != plan.workers:
             replanned = make_output_plan(
                 replace(plan.problem, shard_tiles=False),  # the sharding is decided again
                 plan.task_budget_bytes,
                 machine.workers,
                 io_concurrency=plan.io_concurrency,
+                gpu=gpu if on_gpu else None,
                 **options,
             )
         plans.append((machine, replanned))

@@ -2,7 +2,10 @@
 
 Pure arithmetic, like :mod:`scheduler.plan`: nothing here imports Dask, numba or
 zarr.  Every candidate is held to the memory model's one budget test
-(:func:`scheduler.memory.fits`) and ranked by its estimated time (:func:`_estimate`).
+(:func:`scheduler.memory.fits`) and ranked by its estimated time (:func:`_estimate`; a
+GPU job's by its GPU's rates, :func:`scheduler.gpu_rates.gpu_seconds`, its tiles resident
+on the device budget where the smallest one is, and k split only where whole-k tiles
+cannot keep every GPU busy).
 A stack of matrices (``Problem.batch``) has every tile of every entry as tasks: they
 fill the workers before k is split or the tiles are made smaller (:func:`tile_count`).
 """
@@ -10,14 +13,16 @@ fill the workers before k is split or the tiles are made smaller (:func:`tile_co
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
 
+from scheduler.device_plan import widest
 from scheduler.errors import BudgetError, InputError
+from scheduler.gpu_rates import GpuTarget, gpu_seconds
 from scheduler.io_model import touched
 from scheduler.memory import check_fits, fits, mib, output_chunk, round_up, task_bytes
 from scheduler.plan import DEFAULT_IO_CONCURRENCY, Panels, Plan, Tiles
 from scheduler.problem import Problem
+from scheduler.workload import busiest_worker, tile_count
 
 #: Preferred k-panel depth: deep enough for BLAS to run near peak.
 TARGET_TK = 1024
@@ -46,6 +51,7 @@ def make_plan(
     tk: int | None = None,
     io_concurrency: int = DEFAULT_IO_CONCURRENCY,
     splits: int | None = None,
+    gpu: GpuTarget | None = None,
 ) -> Plan:
     """Choose tile sizes for ``problem`` within ``task_budget_bytes`` per task.
 
@@ -77,6 +83,12 @@ def make_plan(
     splits
         Force the number of parts k is split into (1: no split); at most the
         number of panels.
+    gpu
+        The GPU each worker multiplies on (a ``cuda`` or ``cupy`` job), or None (a CPU
+        job): candidates are ranked by :func:`~scheduler.gpu_rates.gpu_seconds` with its
+        rates and ``io_concurrency`` decode threads; with its device budget, tiles stay
+        resident where the smallest one can; k is not split where the smallest tiles
+        are at least as many as the workers.
 
     Raises
     ------
@@ -96,7 +108,7 @@ def make_plan(
 
     if tk is None:
         tk = _choose_tk(
-            p, k_unit, row_unit, col_unit, task_budget_bytes, io_concurrency, workers, splits
+            p, k_unit, row_unit, col_unit, task_budget_bytes, io_concurrency, workers, splits, gpu
         )
     _check_multiple("tk", tk, k_unit, p.k)
     panel_count = math.ceil(p.k / min(tk, p.k))
@@ -107,7 +119,7 @@ def make_plan(
         )
     if tile is None:
         tm, tn, best_splits = _best_tile(
-            p, row_unit, col_unit, tk, task_budget_bytes, io_concurrency, workers, splits
+            p, row_unit, col_unit, tk, task_budget_bytes, io_concurrency, workers, splits, gpu
         )
         if best_splits == 1:
             tm, tn = _split_for_workers(p, tm, tn, row_unit, col_unit, workers)
@@ -119,7 +131,7 @@ def make_plan(
             raise InputError(f"tile = {tile}: a symmetric product needs square tiles")
     tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
     if splits is None:
-        splits = _best_splits(p, tm, tn, tk, workers, task_budget_bytes, io_concurrency)
+        splits = _best_splits(p, tm, tn, tk, workers, task_budget_bytes, io_concurrency, gpu)
     check_fits(p, tm, tn, tk, task_budget_bytes, io_concurrency, splits)
     out_chunks = p.out_grid or (output_chunk(tm), output_chunk(tn))
     return Plan(
@@ -147,6 +159,7 @@ def make_output_plan(
     io_concurrency: int = DEFAULT_IO_CONCURRENCY,
     splits: int | None = None,
     shards: bool = True,
+    gpu: GpuTarget | None = None,
 ) -> Plan:
     """:func:`make_plan` for a job that creates its output: sharded when it is large.
 
@@ -158,6 +171,7 @@ def make_output_plan(
     output) is planned as it is.
     """
     options = {"tile": tile, "tk": tk, "io_concurrency": io_concurrency, "splits": splits}
+    options["gpu"] = gpu
     plan = make_plan(problem, task_budget_bytes, workers, **options)
     if not shards or problem.out_grid is not None or not is_large_output(plan):
         return plan
@@ -197,6 +211,7 @@ def _choose_tk(
     io_concurrency: int,
     workers: int,
     splits: int | None,
+    gpu: GpuTarget | None = None,
 ) -> int:
     """The panel depth: :data:`TARGET_TK` rounded to ``k_unit`` where the smallest tile
     fits ``budget`` with it (its parts and reduction too, when k is split).  Otherwise
@@ -213,7 +228,7 @@ def _choose_tk(
         return min(steps * k_unit, p.k)
     try:
         tm, tn, parts = _best_tile(
-            p, row_unit, col_unit, k_unit, budget, io_concurrency, workers, splits
+            p, row_unit, col_unit, k_unit, budget, io_concurrency, workers, splits, gpu
         )
     except BudgetError:
         return k_unit  # the plan refuses the budget with the thinnest panels' figures
@@ -240,6 +255,7 @@ def _best_tile(
     io_concurrency: int,
     workers: int,
     splits: int | None = None,
+    gpu: GpuTarget | None = None,
 ) -> tuple[int, int, int]:
     """The aligned tile within ``budget``, and the split of k, that minimise the job time.
 
@@ -247,14 +263,22 @@ def _best_tile(
     one giving ``R`` rows; its width is the widest that fits, or a narrower one
     with a few more columns (better balance over workers); when the tiles are
     too few for the workers, each split of k is tried too (``splits`` forces
-    one).  Each candidate is scored by :func:`_estimate`.  Returns ``(tm, tn, splits)``.
+    one).  Each candidate is scored by :func:`_score`.  On a GPU (``gpu``) tiles stay
+    resident on its device budget where the smallest one can, and k is split only where
+    the smallest tiles are fewer than the workers.  Returns ``(tm, tn, splits)``.
     """
     tk = min(tk, p.k)
 
-    def whole(tm: int, tn: int) -> bool:  # a task of a whole tile (no split) fits
+    def host(tm: int, tn: int) -> bool:  # a task of a whole tile (no split) fits
         return fits(p, tm, tn, tk, budget, io_concurrency)
 
-    if not whole(row_unit, col_unit):
+    resident = gpu is not None and gpu.resident(row_unit, col_unit, tk, p.itemsize)
+
+    def whole(tm: int, tn: int) -> bool:  # ... and its C tile stays on the device
+        return host(tm, tn) and (not resident or gpu.resident(tm, tn, tk, p.itemsize))
+
+    keep_k = gpu is not None and tile_count(p, row_unit, col_unit) >= workers
+    if not host(row_unit, col_unit):
         smallest = task_bytes(p, row_unit, col_unit, tk, io_concurrency)
         raise BudgetError(
             f"budget of {budget} bytes ({mib(budget)}) is too small: the smallest tile "
@@ -279,10 +303,11 @@ def _best_tile(
         for tn in widths:
             if not whole(tm, tn):
                 continue
-            for parts in [splits] if splits else _split_candidates(p, tm, tn, tk, workers):
+            tries = [1] if keep_k else _split_candidates(p, tm, tn, tk, workers)
+            for parts in [splits] if splits else tries:
                 if parts > 1 and not fits(p, tm, tn, tk, budget, io_concurrency, parts):
                     continue  # a part or its reduction would not fit
-                score = _estimate(p, tm, tn, tk, workers, parts)
+                score = _score(p, tm, tn, tk, workers, parts, io_concurrency, gpu)
                 if best is None or score < best[0]:
                     best = (score, tm, tn, parts)
     if best is None:  # the smallest tile fits, so some candidate does unless splits is forced
@@ -291,6 +316,23 @@ def _best_tile(
             + (f" with k split in {splits} parts (its parts and their reduction)" if splits else "")
         )
     return best[1], best[2], best[3]
+
+
+def _score(
+    p: Problem,
+    tm: int,
+    tn: int,
+    tk: int,
+    workers: int,
+    splits: int,
+    io_concurrency: int,
+    gpu: GpuTarget | None,
+) -> float:
+    """A candidate's estimated time: :func:`_estimate` on CPU workers, seconds by
+    :func:`~scheduler.gpu_rates.gpu_seconds` on ``gpu`` (only compared among themselves)."""
+    if gpu is None:
+        return _estimate(p, tm, tn, tk, workers, splits)
+    return gpu_seconds(p, tm, tn, tk, workers, splits, io_concurrency, gpu)
 
 
 def _estimate(p: Problem, tm: int, tn: int, tk: int, workers: int, splits: int) -> float:
@@ -326,16 +368,25 @@ def _split_candidates(p: Problem, tm: int, tn: int, tk: int, workers: int) -> ra
 
 
 def _best_splits(
-    p: Problem, tm: int, tn: int, tk: int, workers: int, budget: int, io_concurrency: int
+    p: Problem,
+    tm: int,
+    tn: int,
+    tk: int,
+    workers: int,
+    budget: int,
+    io_concurrency: int,
+    gpu: GpuTarget | None = None,
 ) -> int:
-    """The split of k that :func:`_estimate` rates fastest for fixed ``tm×tn`` tiles,
+    """The split of k that :func:`_score` rates fastest for fixed ``tm×tn`` tiles,
     among those whose parts and reduction fit ``budget`` (no split: the tile fits)."""
     candidates = [
         parts
         for parts in _split_candidates(p, tm, tn, tk, workers)
         if parts == 1 or fits(p, tm, tn, tk, budget, io_concurrency, parts)
     ]
-    return min(candidates, key=lambda parts: _estimate(p, tm, tn, tk, workers, parts))
+    return min(
+        candidates, key=lambda parts: _score(p, tm, tn, tk, workers, parts, io_concurrency, gpu)
+    )
 
 
 def _candidate_edges(extent: int, unit: int) -> list[int]:
@@ -348,68 +399,6 @@ def _candidate_edges(extent: int, unit: int) -> list[int]:
         counts.append(min(most, math.ceil(count)))
     edges = {min(extent, round_up(math.ceil(extent / c), unit)) for c in counts}
     return sorted(edges, reverse=True)
-
-
-def widest(height: int, unit: int, extent: int, within: Callable[[int, int], bool]) -> int:
-    """Widest width beside ``height`` rows ``within`` the budget: ``extent``, a ``unit``
-    multiple, or 0.
-
-    Binary search over the multiples of ``unit`` (exact when ``within`` is
-    monotone in the width); 0 when not even one ``unit`` fits.
-    """
-    if not within(height, min(extent, unit)):
-        return 0
-    low, high = 1, math.ceil(extent / unit)  # in units; ``low`` fits
-    while low < high:
-        middle = (low + high + 1) // 2
-        if within(height, min(extent, middle * unit)):
-            low = middle
-        else:
-            high = middle - 1
-    return min(extent, low * unit)
-
-
-def busiest_worker(p: Problem, tm: int, tn: int, workers: int, splits: int = 1) -> float:
-    """Output elements (times k) of the busiest worker when ``tm×tn`` tiles go to ``workers``.
-
-    With k split in ``splits`` parts every tile is that many tasks of
-    ``1/splits`` of its work; a symmetric product has the tiles on and above
-    the diagonal only, the diagonal ones at half the work (``syrk``).  Tasks
-    are handed out largest first to the least loaded worker.  Beyond ``4 *
-    workers`` tasks that is approximated, in constant time, by the mean share
-    or one whole task, whichever is larger (the planner calls this for every
-    candidate).  A stack's entries each have every tile.  :mod:`scheduler.model`
-    uses it too.
-    """
-    rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
-    last_height = p.m - (rows - 1) * tm
-    total = float(p.m * p.n)
-    if p.symmetric:  # the upper triangle of tiles, the diagonal ones at half the work
-        total = (total + (rows - 1) * tm * tm + last_height * last_height) / 2
-    total *= p.entries
-    if workers == 1:
-        return total
-    if tile_count(p, tm, tn) * splits > 4 * workers:  # fine-grained: the mean, or one task
-        return max(total / workers, tm * tn / splits)
-    heights = [tm] * (rows - 1) + [last_height]
-    widths = [tn] * (cols - 1) + [p.n - (cols - 1) * tn]
-    areas = [
-        heights[i] * widths[j] * (0.5 if i == j and p.symmetric else 1.0) / splits
-        for i in range(rows)
-        for j in range(i if p.symmetric else 0, cols)
-        for _ in range(splits * p.entries)
-    ]
-    loads = [0.0] * workers
-    for area in sorted(areas, reverse=True):
-        loads[loads.index(min(loads))] += area
-    return float(max(loads))
-
-
-def tile_count(p: Problem, tm: int, tn: int) -> int:
-    """Tasks of ``tm×tn`` tiles: every tile, or those on and above the diagonal (symmetric),
-    of every entry of a stack."""
-    rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
-    return p.entries * (rows * (rows + 1) // 2 if p.symmetric else rows * cols)
 
 
 def _split_for_workers(
