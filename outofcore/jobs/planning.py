@@ -15,6 +15,9 @@ a worker runs one task per thread, so the plan's budget is per task,
 Where a job runs (the client, usable GPUs, the budget per worker) and whether it serves a
 dashboard are :mod:`outofcore.jobs.placement`'s, decided before and after it is planned.
 
+A GPU job (:func:`job_gpu`) is planned with its GPU's rates and device budget
+(:class:`scheduler.gpu_rates.GpuTarget`, passed to the pure tiling) and predicted with them.
+
 No Dask, zarr or numba is imported here at module level (config, the stores' settings and
 the machine's prediction are imported where a function needs them).
 """
@@ -33,6 +36,7 @@ from scheduler.cluster import (
 )
 from scheduler.device_plan import device_summary
 from scheduler.executors import WorkerShape
+from scheduler.gpu_rates import KERNEL_FLOPS, GpuTarget, gpu_target
 from scheduler.memory import decode_threads
 from scheduler.model import what_ifs
 from scheduler.plan import DEFAULT_IO_CONCURRENCY, Plan
@@ -69,6 +73,8 @@ class JobPlan:
     #: The device tiling and PCIe bytes (:func:`scheduler.device_plan.device_summary`),
     #: with a device budget.
     device: dict[str, Any] | None = None
+    #: The GPU the plan was ranked for (:func:`job_gpu`); None: a CPU job.
+    gpu: GpuTarget | None = None
 
     def summary(self) -> dict[str, Any]:
         """The plan's summary (:meth:`scheduler.plan.Plan.summary`) with both budgets, the
@@ -83,6 +89,8 @@ class JobPlan:
             summary["predicted"] = list(self.predicted)
         if self.device is not None:
             summary["device"] = self.device
+        if self.gpu is not None:
+            summary["gpu"] = self.gpu.as_dict()
         return summary
 
 
@@ -110,6 +118,23 @@ def plan_options(spec: JobSpec) -> dict[str, Any]:
         "splits": spec.splits,
         "shards": spec.shards and spec.zarr_format == 3,
     }
+
+
+def job_gpu(product: Product, spec: JobSpec, workers: WorkerShape) -> GpuTarget | None:
+    """The GPU a job's tiles are multiplied on, as the plan sees it, or None (a CPU job).
+
+    A job is on GPUs when its backend is ``cuda`` or ``cupy``, or ``auto`` with GPU
+    workers (``spec.gpus``, or a cluster's workers that declare a GPU); its kernel
+    multiplies in the product's compute dtype (float16 and int8 in float32, exact integer
+    products in float64; wide integer products have no GPU kernel), on
+    ``spec.device_memory`` of device memory (None: each engine's own share, unknown here),
+    with a device scratch slice where an operand is transposed."""
+    on_gpu = spec.on_gpu or (spec.backend == "auto" and bool(spec.gpus or workers.gpu_workers))
+    dtype = str(product.types.compute)
+    if not on_gpu or dtype not in KERNEL_FLOPS:
+        return None
+    transposed = bool(spec.transpose_a or spec.transpose_b)
+    return gpu_target(dtype, device_memory=spec.device_memory, transposed=transposed)
 
 
 def plan_job(
@@ -146,14 +171,16 @@ def plan_job(
     task_budget = spec.memory // max(1, workers.threads_per_worker)
     # Decode threads: a core each of the task's share (CPU affinity), buffers in the budget
     threads = decode_threads(problem, task_budget, workers.blas_threads, DEFAULT_IO_CONCURRENCY)
+    gpu = job_gpu(product, spec, workers)  # a GPU job's tiles are ranked by its rates
     plan = make_output_plan(
         problem,
         task_budget,
         max(1, workers.workers),
         io_concurrency=read_concurrency(product.inputs.values(), threads),
+        gpu=gpu,
         **options,
     )
-    return JobPlan(plan=plan, workers=workers, worker_budget_bytes=spec.memory)
+    return JobPlan(plan=plan, workers=workers, worker_budget_bytes=spec.memory, gpu=gpu)
 
 
 def with_predictions(
@@ -180,8 +207,11 @@ def with_predictions(
         backend=spec.backend,
         output_codec=spec.output_codec,
         reprobe=reprobe,
+        gpu=job_plan.gpu,
     )
-    assumed = what_ifs(plan, **plan_options(spec))
+    dtype = str(product.types.compute)
+    gpu_dtype = dtype if dtype in KERNEL_FLOPS else "float64"  # wide integers: float64 limbs
+    assumed = what_ifs(plan, **plan_options(spec), gpu_dtype=gpu_dtype)
     device = None
     if device_memory is not None:
         transposed = bool(spec.transpose_a or spec.transpose_b)

@@ -2,9 +2,12 @@
 
 :func:`local_machine` turns the figures (:class:`outofcore.machine.probe.Figures`) into a
 :class:`scheduler.model.Machine` for one job (its workers, compute dtype, panel sizes
-and codecs): the model stays arithmetic.  :func:`predicted_seconds` predicts a job from
-the cached figures (:mod:`outofcore.machine.probe_cache`), or from :data:`ASSUMED_FIGURES`
-where this machine has not been probed.
+and codecs): the model stays arithmetic.  A GPU job's machine (:func:`gpu_plan_machine`)
+takes its kernel, PCIe and decode rates from the job's
+:class:`~scheduler.gpu_rates.GpuTarget` (the measured figures' one home) and only its disk
+and fixed costs from the probe.  :func:`predicted_seconds` predicts a job from the cached
+figures (:mod:`outofcore.machine.probe_cache`), or from :data:`ASSUMED_FIGURES` where this
+machine has not been probed.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import numpy as np
 
 from outofcore.machine.probe import GEMM_LARGE, GEMM_SMALL, Figures
 from outofcore.machine.probe_cache import cached_figures, machine_figures
+from scheduler import gpu_rates
 from scheduler.cluster import is_local, tasks_run_here
-from scheduler.model import Machine, predict
+from scheduler.gpu_rates import GpuTarget
+from scheduler.model import Machine, gpu_machine, predict
 from scheduler.worker_sizing import local_blas_threads
 
 if TYPE_CHECKING:
@@ -155,6 +160,30 @@ def plan_machine(
     )
 
 
+def gpu_plan_machine(
+    figures: Figures, plan: Plan, product: Product, gpu: GpuTarget, worker_processes: bool
+) -> Machine:
+    """The machine of ``plan``'s GPU workers here: ``gpu``'s kernel, PCIe and write rates,
+    its decode rate per thread times the plan's decode threads (``io_concurrency``), this
+    machine's disk (the probe's), and the fixed costs of a GPU job
+    (:data:`~scheduler.gpu_rates.START_SECONDS`, and
+    :data:`~scheduler.gpu_rates.CLUSTER_START_SECONDS` with ``worker_processes``)."""
+    compressed = any(bool(x.compressors) for x in (product.a, product.b))
+    start = JOB_START_CPU_SECONDS / figures.cpu_share + gpu_rates.START_SECONDS
+    if worker_processes:
+        start += gpu_rates.CLUSTER_START_SECONDS
+    return gpu_machine(
+        gpu,
+        plan.workers,
+        plan.io_concurrency,
+        name="this machine's GPUs",
+        disk_bps=figures.disk_read_bps,
+        compression=figures.compression if compressed else 1.0,
+        start_seconds=start,
+        task_seconds=TASK_CPU_SECONDS / figures.cpu_share,
+    )
+
+
 def predicted_seconds(
     plan: Plan, product: Product, output_codec: str, worker_processes: bool
 ) -> float:
@@ -175,10 +204,15 @@ def machine_prediction(
     backend: str,
     output_codec: str,
     reprobe: bool = False,
+    gpu: GpuTarget | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """This machine's figures (probed or cached) and its prediction of ``plan``
     (``basis`` "measured"), with a note where the job runs elsewhere; ``gpus``,
-    ``backend`` and ``output_codec`` are the job's (:class:`outofcore.jobs.spec.JobSpec`)."""
+    ``backend`` and ``output_codec`` are the job's (:class:`outofcore.jobs.spec.JobSpec`).
+
+    ``gpu``: the job's tiles are multiplied on GPUs with these rates
+    (:func:`gpu_plan_machine`); the prediction's ``rates`` is then ``"gpu"`` and its
+    ``gpu_basis`` (also the note) says which rates it rests on."""
     from outofcore.config import flag  # noqa: PLC0415 (imports dask)
 
     # The tasks run in this process ("sync", or a LocalCluster's CPU workers) or in
@@ -187,9 +221,16 @@ def machine_prediction(
 
     probed = machine_figures(local_blas_threads(plan.workers), reprobe=reprobe)
     local = plan_machine(probed.figures, plan, product, output_codec, not here)
+    rates: dict[str, Any] = {"rates": "cpu"}
+    if gpu is not None:
+        local = gpu_plan_machine(probed.figures, plan, product, gpu, not here)
+        basis = f"{gpu.basis(plan.io_concurrency)}; disk from this machine's probe"
+        rates = {"rates": "gpu", "gpu_basis": basis, "gpu": gpu.as_dict()}
     elsewhere = None
     if not is_local(client):
         elsewhere = f"the job runs on the workers of {client}, not here"
+    elif gpu is not None:
+        elsewhere = f"the job runs on GPUs, predicted with {rates['gpu_basis']}"
     elif gpus or backend in ("cuda", "cupy"):
         elsewhere = "the job runs on GPUs; the probe measured this machine's CPUs"
     machine = {
@@ -204,4 +245,4 @@ def machine_prediction(
         "worker_processes": not here,
         "note": elsewhere,
     }
-    return machine, {**predict(plan, local).as_dict(), "basis": "measured"}
+    return machine, {**predict(plan, local).as_dict(), "basis": "measured", **rates}

@@ -1,0 +1,143 @@
+"""A GPU job is planned and predicted with its GPU's rates (issue 44, item 5).
+
+Real zarr inputs on disk and this machine's figures injected through the probe's cache
+(as tests/outofcore/machine/test_plan_prediction.py does): the plan's GPU
+(:func:`outofcore.jobs.planning.job_gpu`), the GPU machine of the prediction
+(:func:`outofcore.machine.prediction.gpu_plan_machine`) and ``outofcore plan``'s lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from outofcore.frontends.generate import random_array
+from outofcore.jobs.inputs import open_product
+from outofcore.jobs.planning import job_gpu, plan_job, with_predictions
+from outofcore.jobs.spec import JobSpec
+from outofcore.machine.prediction import gpu_plan_machine, machine_prediction
+from scheduler.executors import WorkerShape
+from scheduler.gpu_rates import DECODE_BPS_PER_THREAD, KERNEL_FLOPS, PCIE_BPS, gpu_target
+from scheduler.model import predict
+from tests.outofcore.machine.test_plan_prediction import inject, plan, plan_json
+from tests.outofcore.machine.test_probe import FIGURES
+
+MiB = 2**20
+#: Four GPU workers of one thread, two BLAS (decode) threads each.
+FOUR_GPUS = WorkerShape(workers=4, threads_per_worker=1, blas_threads=2, gpu_workers=4)
+CPUS = WorkerShape(workers=4, threads_per_worker=1, blas_threads=2)
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """zstd inputs of several tiles, and a cache holding :data:`FIGURES` for this machine."""
+    random_array(tmp_path / "a.zarr", (512, 384), (64, 64), seed=1)
+    random_array(tmp_path / "b.zarr", (384, 448), (64, 64), seed=2)
+    random_array(tmp_path / "a16.zarr", (512, 384), (64, 64), "float16", seed=3)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    inject(FIGURES)
+    return tmp_path
+
+
+def opened(spec: JobSpec, a: str = "a.zarr"):
+    return open_product(a, "b.zarr", spec)
+
+
+@pytest.mark.parametrize(
+    ("options", "workers", "on_gpu"),
+    [
+        ({"backend": "cuda"}, CPUS, True),
+        ({"backend": "cupy"}, FOUR_GPUS, True),
+        ({"backend": "auto", "gpus": (0, 1)}, CPUS, True),
+        ({"backend": "auto"}, FOUR_GPUS, True),  # a cluster's workers declare GPUs
+        ({"backend": "auto"}, CPUS, False),
+        ({"backend": "cpu"}, FOUR_GPUS, False),
+    ],
+)
+def test_the_plan_knows_whether_its_tiles_go_to_a_gpu(folder, options, workers, on_gpu):
+    spec = JobSpec(memory="64MiB", **options)
+    job_plan = plan_job(opened(spec), spec, workers)
+    assert (job_plan.gpu is not None) is on_gpu
+    assert ("gpu" in job_plan.summary()) is on_gpu
+
+
+def test_the_gpu_is_the_jobs_dtype_device_budget_and_transpose(folder):
+    spec = JobSpec(memory="64MiB", backend="cuda", device_memory="3MiB", transpose_b=True)
+    gpu = job_gpu(open_product("a16.zarr", "a16.zarr", spec), spec, FOUR_GPUS)
+    assert gpu.dtype == "float32"  # float16 inputs multiply in float32
+    assert gpu.kernel_flops == KERNEL_FLOPS["float32"]
+    assert gpu.device_memory == 3 * MiB and gpu.transposed
+
+
+def test_a_gpu_jobs_tiles_are_resident_on_its_device_budget(folder):
+    """160 KiB of device memory holds a 128x192 float32 C tile, not 192x192: the CPU
+    plan's tiles are larger; the GPU plan's every tile stays on the device."""
+    from scheduler.device_plan import plan_device  # noqa: PLC0415
+
+    cpu_spec = JobSpec(memory="64MiB", backend="cpu")
+    cpu = plan_job(opened(cpu_spec), cpu_spec, CPUS).plan
+    spec = JobSpec(memory="64MiB", backend="cuda", device_memory=160 * 1024)
+    gpu = plan_job(opened(spec), spec, FOUR_GPUS).plan
+    shapes = {task.shape for task in gpu.tasks}
+    assert all(plan_device(*s, gpu.tk, 4, 160 * 1024, k=384).resident for s in shapes)
+    assert not plan_device(cpu.tm, cpu.tn, cpu.tk, 4, 160 * 1024, k=384).resident
+    assert gpu.splits == 1 and len(gpu.tasks) >= 4
+
+
+def test_the_gpu_prediction_uses_the_gpus_rates(folder):
+    spec = JobSpec(memory="64MiB", backend="cuda")
+    product = opened(spec)
+    job_plan = plan_job(product, spec, FOUR_GPUS)
+    machine = gpu_plan_machine(FIGURES, job_plan.plan, product, job_plan.gpu, False)
+    assert machine.kernel_flops == KERNEL_FLOPS["float32"] and machine.pcie_bps == PCIE_BPS
+    assert machine.decode_bps == pytest.approx(DECODE_BPS_PER_THREAD * job_plan.plan.io_concurrency)
+    assert machine.disk_bps == FIGURES.disk_read_bps  # the host's disk: the probe's
+    _, predicted = machine_prediction(
+        product, job_plan.plan, "sync", gpus=None, backend="cuda", output_codec="none",
+        gpu=job_plan.gpu,
+    )  # fmt: skip
+    assert predicted["rates"] == "gpu" and "37.0 TFLOP/s float32" in predicted["gpu_basis"]
+    expected = 2 * 512 * 384 * 448 / 4 / KERNEL_FLOPS["float32"]  # 4 equal tiles, 4 GPUs
+    assert predicted["compute"] == pytest.approx(expected, rel=0.35)
+
+
+def test_a_larger_kernel_rate_predicts_less_time(folder):
+    """Compute-bound (a kernel of 1 and 2 MFLOP/s): twice the rate, half the kernel time."""
+    spec = JobSpec(memory="64MiB", backend="cuda")
+    product = opened(spec)
+    job_plan = plan_job(product, spec, FOUR_GPUS)
+    slow, fast = (replace(job_plan.gpu, kernel_flops=rate) for rate in (1e6, 2e6))
+    plan_ = job_plan.plan
+    slow_p = predict(plan_, gpu_plan_machine(FIGURES, plan_, product, slow, False))
+    fast_p = predict(plan_, gpu_plan_machine(FIGURES, plan_, product, fast, False))
+    assert slow_p.bottleneck == fast_p.bottleneck == "compute"
+    assert fast_p.seconds < slow_p.seconds
+    assert fast_p.compute == pytest.approx(slow_p.compute / 2)
+
+
+def test_a_cpu_jobs_prediction_is_the_probes(folder):
+    spec = JobSpec(memory="64MiB", backend="cpu")
+    product = opened(spec)
+    job_plan = with_predictions(plan_job(product, spec, CPUS), product, spec, "sync")
+    measured = job_plan.predicted[0]
+    assert measured["rates"] == "cpu" and "gpu_basis" not in measured
+    assert measured["pcie"] == 0  # nothing crosses PCIe; BLAS at the probe's GFLOP/s
+    assert measured["compute"] > 1000 * 2 * 512 * 384 * 448 / 4 / KERNEL_FLOPS["float32"]
+
+
+def test_outofcore_plan_of_a_gpu_job_prints_the_gpu_basis(folder, capsys):
+    out = plan(capsys, "a.zarr", "b.zarr", "--backend", "cuda", "--device-memory", "1MiB")
+    assert "kernel 37.0 TFLOP/s float32, PCIe 55 GB/s, decode 0.85 GB/s a thread" in out
+    summary = plan_json(capsys, "a.zarr", "b.zarr", "--backend", "cuda", "--device-memory", "1MiB")
+    measured = summary["predicted"][0]
+    assert measured["rates"] == "gpu" and measured["pcie"] > 0
+    assert summary["gpu"]["device_memory"] == MiB and summary["splits"] == 1
+    cpu = plan(capsys, "a.zarr", "b.zarr", "--backend", "cpu")
+    assert "TFLOP/s" not in cpu
+
+
+def test_a_gpu_target_exists_for_every_gpu_compute_dtype():
+    for dtype, rate in KERNEL_FLOPS.items():
+        assert gpu_target(dtype).kernel_flops == rate > 1e12
