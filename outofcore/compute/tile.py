@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from outofcore.compute import panel_cache
+from outofcore.compute import panel_cache, panel_progress
 from outofcore.compute.blas import mirror_upper
 from outofcore.compute.cpu_meter import CpuMeter
 from outofcore.compute.engines import TileEngine
@@ -341,6 +341,7 @@ class _PanelLoop:
             self.compute += time.perf_counter() - t1
             self.read_wait += t1 - t0
             self.bytes_read += nbytes
+            panel_progress.report(self.job.job_id, self.task.key, s + 1, count)
         t0 = time.perf_counter()
         tile = self.engine.finish_tile()
         if diagonal:

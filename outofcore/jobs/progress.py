@@ -3,18 +3,25 @@
 A bar redraws itself with carriage returns, which a log file or a pipe keeps
 as one long line of updates.  When the stream is not a terminal,
 :func:`progress` writes a line when the job starts, at most one every
-:data:`LINE_EVERY_SECONDS` while tiles finish, and a last one when it ends
-(or stops)::
+:data:`LINE_EVERY_SECONDS` while tiles (or their panels) finish, and a last one when it
+ends (or stops)::
 
     matmul: 0/96 tiles (0%)
     matmul: 12/96 tiles (12%), 3.10 s elapsed, 3.87 tiles/s, about 22 s left
     matmul: 96/96 tiles (100%) in 24.81 s, 3.87 tiles/s
+
+The panels multiplied within running tasks count as their share of a task
+(:mod:`outofcore.compute.panel_progress`), so a job of one or two tiles moves, and its
+time left is known from the first panels::
+
+    matmul: 0/1 tiles (38%), 15.2 s elapsed, about 25 s left
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
@@ -23,7 +30,7 @@ from dask.utils import format_time
 from tqdm import tqdm
 
 #: Seconds between two progress lines when stderr is not a terminal.
-LINE_EVERY_SECONDS = 10.0
+LINE_EVERY_SECONDS = 5.0
 
 
 @contextlib.contextmanager
@@ -34,9 +41,11 @@ def progress(
     unit: str = "tile",
     name: str = "matmul",
     stream: TextIO | None = None,
-    every: float = LINE_EVERY_SECONDS,
+    every: float | None = None,
 ) -> Iterator[Callable[[Any], None]]:
-    """Report progress on ``stream`` (stderr); yields the callback to call per finished unit.
+    """Report progress on ``stream`` (stderr); yields the callback to call per finished unit
+    (with its result, whose ``key`` names the task), whose ``panel(key, done, total)`` takes
+    the panels done within a running task.
 
     Parameters
     ----------
@@ -52,29 +61,81 @@ def progress(
         Where to write (default ``sys.stderr``): a tqdm bar when it is a
         terminal, else :class:`ProgressLines`.
     every
-        Seconds between two plain lines.
+        Seconds between two plain lines (default :data:`LINE_EVERY_SECONDS`).
     """
     if not show:
-        yield _ignore
+        yield Ignored()
         return
     stream = sys.stderr if stream is None else stream
     if _is_terminal(stream):
         with tqdm(
             total=total, initial=done, unit=unit, desc=name, file=stream, dynamic_ncols=True
         ) as bar:
-            yield lambda _: bar.update(1)
+            yield BarProgress(bar, done)
         return
+    every = LINE_EVERY_SECONDS if every is None else every
     lines = ProgressLines(total, done, unit, name, stream, every)
     try:
-        yield lines.update
+        yield lines
     except BaseException:
         lines.close(stopped=True)
         raise
     lines.close()
 
 
-def _ignore(_: Any) -> None:
-    """The callback when nothing is shown."""
+class Ignored:
+    """The callbacks when nothing is shown."""
+
+    def __call__(self, _: Any = None) -> None:
+        """A task finished."""
+
+    def panel(self, key: str, done: int, total: int) -> None:
+        """Panels done within a task."""
+
+
+class Running:
+    """Units done, and the share done of the running ones (by task key); thread-safe (panel
+    reports come from worker threads and the client's event loop)."""
+
+    def __init__(self, done: int) -> None:
+        self._lock = threading.Lock()
+        self.done = done
+        self.partial: dict[str, float] = {}
+
+    def finished(self, result: Any) -> None:
+        with self._lock:
+            self.done += 1
+            self.partial.pop(getattr(result, "key", None), None)
+
+    def panel(self, key: str, done: int, total: int) -> None:
+        with self._lock:
+            if total > 0 and 0 <= done < total:  # the last panel: the task ends soon
+                self.partial[key] = done / total
+
+    @property
+    def amount(self) -> float:
+        """Units done, the running ones' shares included."""
+        with self._lock:
+            return self.done + sum(self.partial.values())
+
+
+class BarProgress:
+    """A tqdm bar moved by finished tasks and by the panels of running ones."""
+
+    def __init__(self, bar: tqdm, done: int) -> None:
+        self.bar = bar
+        self.running = Running(done)
+
+    def __call__(self, result: Any = None) -> None:
+        self.running.finished(result)
+        self._move()
+
+    def panel(self, key: str, done: int, total: int) -> None:
+        self.running.panel(key, done, total)
+        self._move()
+
+    def _move(self) -> None:
+        self.bar.update(round(self.running.amount, 3) - self.bar.n)
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -107,25 +168,44 @@ class ProgressLines:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.total = total
-        self.done = self.done_before = done
-        self.units = f"{unit}s"
+        self.done_before = done
+        self.running = Running(done)
+        self.unit = unit
         self.name = name
         self.stream = stream
         self.every = every
         self.clock = clock
+        self._lock = threading.Lock()
         self.started = self.last = clock()
         self._write(self._count())
 
-    def update(self, _: Any = None) -> None:
+    @property
+    def done(self) -> int:
+        """Units finished."""
+        return self.running.done
+
+    def update(self, result: Any = None) -> None:
         """One more unit done; a line when ``every`` seconds passed since the last."""
-        self.done += 1
+        self.running.finished(result)
+        self._maybe_line()
+
+    __call__ = update
+
+    def panel(self, key: str, done: int, total: int) -> None:
+        """``done`` of ``total`` panels of the running task ``key``; a line when due."""
+        self.running.panel(key, done, total)
+        self._maybe_line()
+
+    def _maybe_line(self) -> None:
         now = self.clock()
-        if now - self.last >= self.every and self.done < self.total:
+        with self._lock:
+            if now - self.last < self.every or self.done >= self.total:
+                return
             self.last = now
-            elapsed = now - self.started
-            line = f"{self._count()}, {format_time(elapsed)} elapsed{self._rate(elapsed)}"
-            left = self._seconds_left(elapsed)
-            self._write(line if left is None else f"{line}, about {format_time(left)} left")
+        elapsed = now - self.started
+        line = f"{self._count()}, {format_time(elapsed)} elapsed{self._rate(elapsed)}"
+        left = self._seconds_left(elapsed)
+        self._write(line if left is None else f"{line}, about {format_time(left)} left")
 
     def close(self, stopped: bool = False) -> None:
         """The last line: the count and time, or where the job stopped."""
@@ -136,16 +216,51 @@ class ProgressLines:
             self._write(f"{self._count()} in {format_time(elapsed)}{self._rate(elapsed)}")
 
     def _count(self) -> str:
-        share = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
-        return f"{self.done}/{self.total} {self.units}{share}"
+        share = f" ({100 * self.running.amount / self.total:.0f}%)" if self.total else ""
+        return f"{self.done}/{self.total} {self._units(self.total)}{share}"
+
+    def _units(self, count: float) -> str:
+        return self.unit if count == 1 else f"{self.unit}s"
 
     def _rate(self, elapsed: float) -> str:
         ran = self.done - self.done_before
-        return f", {ran / elapsed:.3g} {self.units}/s" if ran and elapsed > 0 else ""
+        if not ran or elapsed <= 0:
+            return ""
+        return f", {ran / elapsed:.3g} {self.unit}s/s"
 
     def _seconds_left(self, elapsed: float) -> float | None:
-        ran = self.done - self.done_before
-        return (self.total - self.done) * elapsed / ran if ran and elapsed > 0 else None
+        """From the work done so far, running tasks' panels included."""
+        ran = self.running.amount - self.done_before
+        return (
+            (self.total - self.running.amount) * elapsed / ran if ran > 0 and elapsed > 0 else None
+        )
 
     def _write(self, text: str) -> None:
         print(f"{self.name}: {text}", file=self.stream, flush=True)
+
+
+@contextlib.contextmanager
+def panel_reports(executor: Any, job_id: str, listener: Callable[[str, int, int], None]):
+    """Hand ``listener`` the panel reports of job ``job_id``'s tasks
+    (:mod:`outofcore.compute.panel_progress`): those made in this process directly, and
+    a Dask cluster's worker events through the executor's client, each checked."""
+    from outofcore.compute import panel_progress  # noqa: PLC0415
+
+    def event(item: Any) -> None:
+        message = item[1] if isinstance(item, tuple) and len(item) == 2 else None
+        if not isinstance(message, dict) or message.get("job") != job_id:
+            return
+        key, done, total = message.get("task"), message.get("done"), message.get("total")
+        if isinstance(key, str) and isinstance(done, int) and isinstance(total, int):
+            listener(key, done, total)
+
+    client = getattr(executor, "client", None)
+    with panel_progress.listening(job_id, listener):
+        if client is None:
+            yield
+            return
+        client.subscribe_topic(panel_progress.TOPIC, event)
+        try:
+            yield
+        finally:
+            client.unsubscribe_topic(panel_progress.TOPIC)

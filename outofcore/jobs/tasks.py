@@ -6,6 +6,7 @@ and the job's figures from their results."""
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ import zarr
 
 from outofcore.compute.tile_job import TileJob
 from outofcore.jobs.inputs import Operands
-from outofcore.jobs.progress import progress
+from outofcore.jobs.progress import panel_reports, progress
 from outofcore.jobs.recorded import TASK_FIGURES, RecordedJob, TileResult, compute_and_record
 from outofcore.jobs.spec import JobSpec
 from outofcore.jobs.splitk import SplitJob, compute_partial, reduce_tile
@@ -69,8 +70,12 @@ def run_tiles(
     resources = {GPU_RESOURCE: 1} if spec.on_gpu and workers.gpu_workers else None
     started = time.perf_counter()
     name = "gram" if plan.problem.symmetric else "matmul"
+    job_id = recorded.tile_job.job_id
     if plan.splits == 1:
-        with progress(len(plan.tasks), len(done), spec.progress, name=name) as on_result:
+        with (
+            progress(len(plan.tasks), len(done), spec.progress, name=name) as on_result,
+            panel_reports(executor, job_id, on_result.panel) if spec.progress else nullcontext(),
+        ):
             results = executor.run(compute_and_record, recorded, todo, on_result, resources, "tile")
         return results, time.perf_counter() - started
     split = SplitJob(recorded, plan.splits)
@@ -78,7 +83,10 @@ def run_tiles(
     parts = [p for p in plan.partial_tasks if p.tile.key not in done and p.key not in finished]
     total = len(plan.tasks) * (plan.splits + 1)  # every part, then every reduction
     done_before = total - len(parts) - len(todo)
-    with progress(total, done_before, spec.progress, "task", name) as on_result:
+    with (
+        progress(total, done_before, spec.progress, "task", name) as on_result,
+        panel_reports(executor, job_id, on_result.panel) if spec.progress else nullcontext(),
+    ):
         results = executor.run(compute_partial, split, parts, on_result, resources, "part")
         results += executor.run(reduce_tile, split, todo, on_result, kind="reduce")
     return results, time.perf_counter() - started

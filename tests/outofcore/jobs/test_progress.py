@@ -96,3 +96,66 @@ def test_progress_on_a_terminal_is_a_redrawn_bar():
     os.close(leader)
     drawn = drawn.decode()
     assert "\r" in drawn and "gram: 100%" in drawn and "3/3" in drawn
+
+
+def test_a_job_of_one_tile_moves_with_its_panels(tmp_path, monkeypatch, capsys):
+    """Issue 45: a job of one tile said ``0/1 tiles (0%)`` until it ended.  With its panel
+    loop slowed, the lines come at least every LINE_EVERY_SECONDS (at most 5 s), each
+    with the share of panels done and the time left."""
+    import re  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    from outofcore.api import run_job  # noqa: PLC0415
+    from outofcore.compute.tile import TilePanels  # noqa: PLC0415
+    from outofcore.jobs import progress as progress_module  # noqa: PLC0415
+    from tests.helpers import write_zarr  # noqa: PLC0415
+
+    assert progress_module.LINE_EVERY_SECONDS <= 5
+    monkeypatch.setattr(progress_module, "LINE_EVERY_SECONDS", 0.3)
+    load = TilePanels.load
+
+    def slow_load(self, position):
+        time.sleep(0.25)
+        return load(self, position)
+
+    monkeypatch.setattr(TilePanels, "load", slow_load)
+    rng = np.random.default_rng(1)
+    write_zarr(tmp_path / "a.zarr", rng.standard_normal((64, 160)).astype("float32"), (64, 16))
+    write_zarr(tmp_path / "b.zarr", rng.standard_normal((160, 48)).astype("float32"), (16, 48))
+    result = run_job(
+        tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr",
+        client="sync", progress=True, tile=(64, 48), tk=16,
+    )  # fmt: skip
+    assert len(result.plan.tasks) == 1 and result.plan.tk == 16  # one tile, ten panels
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("matmul:")]
+    assert lines[0] == "matmul: 0/1 tile (0%)" and lines[-1].startswith("matmul: 1/1 tile (100%)")
+    moving = lines[1:-1]
+    assert len(moving) >= 3, lines
+    shares = [int(re.search(r"\((\d+)%\)", line)[1]) for line in moving]
+    assert shares == sorted(shares) and shares[0] > 0 and shares[-1] < 100
+    assert all("elapsed" in line and "left" in line for line in moving)
+
+
+def test_panel_reports_of_a_worker_process_reach_the_client(local_cluster):
+    """Tasks on a worker process report their panels as worker events; the job's client
+    receives those of its own job, checked, and nothing else."""
+    from distributed import Client  # noqa: PLC0415
+
+    from outofcore.compute.panel_progress import report  # noqa: PLC0415
+    from outofcore.jobs.progress import panel_reports  # noqa: PLC0415
+    from tests.helpers import wait_for  # noqa: PLC0415
+
+    seen = []
+
+    class Executor:  # the executor's part panel_reports uses: its client
+        client = None
+
+    with Client(local_cluster(n_workers=1)) as client:
+        Executor.client = client
+        with panel_reports(Executor(), "job-1", lambda *a: seen.append(a)):
+            client.submit(report, "job-1", "tile-0-0", 3, 8, pure=False).result()
+            client.submit(report, "job-2", "tile-0-0", 5, 8, pure=False).result()  # not ours
+            wait_for(lambda: seen, 30, "the panel report")
+    assert seen == [("tile-0-0", 3, 8)]
