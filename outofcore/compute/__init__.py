@@ -8,6 +8,7 @@
 - ``blas``: ``gemm`` and ``syrk`` through ctypes.
 - ``limbs``: exact 64-bit integer products through 16-bit limbs.
 - ``worker_context`` and ``panel_cache``: what a worker keeps between tasks.
+- ``panel_progress``: each panel done, told to whoever shows the job's progress.
 - ``peaks``: a task's peak memory; ``cpu_meter``: the CPU seconds of its reads and writes.
 - ``cuda/``: everything that imports ``numba.cuda`` (the kernels and the CUDA engine).
 
