@@ -23,7 +23,14 @@ from scheduler.gpu_rates import (
     gpu_target,
 )
 from scheduler.memory import round_up
-from scheduler.model import GPU_NODE, GPU_NODE_THREADS, assumed_plans, gpu_machine, gpu_node
+from scheduler.model import (
+    GPU_NODE,
+    GPU_NODE_THREADS,
+    assumed_plans,
+    gpu_machine,
+    gpu_node,
+    predict,
+)
 from scheduler.problem import Problem
 from scheduler.tiling import make_output_plan
 
@@ -219,3 +226,15 @@ def test_a_gpu_target_refuses_what_no_kernel_multiplies_and_rates_that_are_not_p
         replace(gpu_target("float32"), pcie_bps=0.0)
     with pytest.raises(InputError, match="at least 1 byte"):
         gpu_target("float32", device_memory=0)
+
+
+@pytest.mark.parametrize(("threads", "disk_bps"), [(2, 3e9), (16, 25e9)])
+def test_the_time_model_agrees_with_the_ranking(threads, disk_bps):
+    """:func:`scheduler.model.predict` on the same GPUs (and a disk the ranking does not
+    know) predicts the GPU plan faster than the CPU ranking's split one."""
+    gpu = gpu_target("float32", device_memory=8 * GiB)
+    machine = gpu_machine(gpu, 8, threads, name="8 GPUs", disk_bps=disk_bps)
+    cpu_plan = make_output_plan(CUBE, 8 * GiB, 8, io_concurrency=threads)
+    gpu_plan_ = gpu_plan(CUBE, 8 * GiB, 8, 8 * GiB, io=threads)
+    assert cpu_plan.splits == 4 and gpu_plan_.splits == 1
+    assert predict(gpu_plan_, machine).seconds < predict(cpu_plan, machine).seconds
