@@ -36,18 +36,19 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.harness.inputs import DEFAULT_DATA, ensure_array
 from benchmarks.harness.reports import save_json
+from scheduler import gpu_rates
 
-#: The modelled device (docs/gpu.md, measured on lent H100/H200 nodes): our float32
-#: kernel's rate and pinned host<->device copies.
-KERNEL_FLOPS = 37e12
-PCIE_BPS = 55e9
+#: The modelled device: our float32 kernel's rate and pinned host<->device copies, as
+#: measured on lent H100/H200 nodes (:mod:`scheduler.gpu_rates`, their one home).
+KERNEL_FLOPS = gpu_rates.KERNEL_FLOPS["float32"]
+PCIE_BPS = gpu_rates.PCIE_BPS
 #: The backend name the null engine is kept under in the worker context.
 BACKEND = "null-device"
 
@@ -293,23 +294,23 @@ def run_tasks(
     return plan, sums
 
 
-def predict_tasks(plan: object, model: DeviceModel, decode_bps: float, write_bps: float):
-    """The time model's prediction (:func:`scheduler.model.predict`) of ``plan`` on one
-    worker with the modelled device and the host's measured decode and write rates;
-    inputs in the page cache (no disk limit), no start or per-task costs."""
-    from scheduler.model import Machine, predict  # noqa: PLC0415
+def predict_tasks(
+    plan: object, model: DeviceModel, threads: int, decode_bps: float, write_bps: float
+):
+    """The time model's prediction (:func:`scheduler.model.predict`) of ``plan`` on one GPU
+    worker (:func:`scheduler.model.gpu_machine`) with the modelled device, ``threads``
+    decode threads at the host's measured decode and write rates; inputs in the page
+    cache (no disk limit), no start or per-task costs."""
+    from scheduler.model import gpu_machine, predict  # noqa: PLC0415
 
-    machine = Machine(
-        name="null-device",
-        nodes=1,
-        workers_per_node=1,
+    gpu = replace(
+        gpu_rates.gpu_target("float32"),
         kernel_flops=model.kernel_flops,
-        decode_bps=decode_bps,
-        encode_bps=write_bps,
         pcie_bps=model.pcie_bps,
-        disk_bps=math.inf,
-        network_bps=None,
+        decode_bps_per_thread=decode_bps / threads,
+        write_bps=write_bps,
     )
+    machine = gpu_machine(gpu, 1, threads, name="null-device", disk_bps=math.inf)
     return predict(plan, machine)
 
 
@@ -329,7 +330,7 @@ def measure(
     decode = decode_rate(a, threads)
     write = write_rate(folder, (sizes.tile, sizes.tile), (sizes.chunk, sizes.chunk), threads)
     plan, sums = run_tasks(a, b, folder / "null-c.zarr", sizes, threads, model)
-    prediction = predict_tasks(plan, model, decode, write)
+    prediction = predict_tasks(plan, model, threads, decode, write)
     return Row(
         threads=threads,
         decode_gb_s=decode / 1e9,
