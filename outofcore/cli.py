@@ -3,6 +3,12 @@
 # ruff: noqa: E402 (OpenBLAS's idle spin is set before the imports that load it)
 from __future__ import annotations
 
+import time
+
+#: When this module began loading: the command's own start (a shell that ``exec``s it
+#: keeps its process, whose age would count the shell's time too).
+_LOADING = time.monotonic()
+
 from scheduler.blas_idle import shorten_blas_spin
 from scheduler.gpu_cluster import number_devices_as_nvidia_smi
 
@@ -17,7 +23,6 @@ import os
 import signal
 import sys
 import tempfile
-import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         _quiet_shutdown()
-        print("outofcore: interrupted", file=sys.stderr)
+        print(f"outofcore: interrupted{_what_was_kept(args)}", file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:  # `outofcore plan ... | head`: the reader left
         # Python's advice: point stdout at devnull so the exit flush raises nothing.
@@ -116,17 +121,32 @@ def _unexpected(exc: BaseException) -> str:
     )
 
 
+def _what_was_kept(args: argparse.Namespace) -> str:
+    """After Ctrl-C on a job: what it kept, and how to go on."""
+    out = getattr(args, "out", None)
+    if args.command not in ("matmul", "gram") or out is None:
+        return ""
+    return (
+        f"; the tiles finished are kept in {out}: rerun the same command to resume "
+        f"(outofcore status {out} shows them)"
+    )
+
+
 def _process_age() -> float:
-    """Seconds since this process started: from the kernel's clock since boot on Linux
-    (``/proc/uptime`` and the process's start in clock ticks, 10 ms apart), since psutil's
-    ``create_time`` adds a boot time rounded to the second (up to a second too much)."""
+    """Seconds since the command started: the process's age (from the kernel's clock
+    since boot on Linux: ``/proc/uptime`` and the start in clock ticks, 10 ms apart; psutil's
+    ``create_time`` adds a boot time rounded to the second), or, where less, since this
+    module began loading: a process that a shell ``exec``s into keeps the shell's start
+    (``bash -c 'sleep 5 && outofcore demo'`` counted the 5 s)."""
+    loading = time.monotonic() - _LOADING
     try:
         with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
             fields = stat.read().rsplit(")", 1)[1].split()
             since_boot = float(uptime.read().split()[0])
-        return max(0.0, since_boot - int(fields[19]) / os.sysconf("SC_CLK_TCK"))  # starttime
+        age = since_boot - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime
     except (OSError, ValueError, IndexError):
-        return max(0.0, time.time() - psutil.Process().create_time())
+        age = time.time() - psutil.Process().create_time()
+    return max(0.0, min(age, loading))
 
 
 def _log_to_stderr(debug: bool) -> None:

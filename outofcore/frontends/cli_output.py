@@ -365,7 +365,8 @@ def format_status(s: dict[str, Any]) -> str:
     progress = "no tile finished yet"
     if s["last_progress"]:
         progress = (
-            f"last tile finished {s['last_progress']} ({s['last_progress_seconds_ago']:.0f} s ago)"
+            f"last tile finished {s['last_progress']} "
+            f"({format_time(s['last_progress_seconds_ago'])} ago)"
         )
     lease = s["lease"]
     if lease is None:
@@ -373,7 +374,7 @@ def format_status(s: dict[str, Any]) -> str:
     elif lease["alive"]:
         holder = (
             f"job {lease['job_id']} (host {lease['host']}, pid {lease['pid']}), heartbeat "
-            f"{lease['heartbeat_seconds_ago']:.0f} s ago"
+            f"{format_time(lease['heartbeat_seconds_ago'])} ago"
         )
     else:
         holder = (

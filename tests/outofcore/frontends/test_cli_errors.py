@@ -256,6 +256,8 @@ def test_ctrl_c_stops_a_cluster_job_with_one_line(tmp_path):
     stderr = stderr.decode()
     assert job.returncode == 130, stderr
     assert "outofcore: interrupted" in stderr
+    # What was kept and how to go on (issue 45)
+    assert "the tiles finished are kept in c.zarr: rerun the same command to resume" in stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
 
 
@@ -338,3 +340,21 @@ def test_after_ctrl_c_dasks_loggers_with_levels_of_their_own_are_quiet_too():
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def test_startup_counts_the_command_not_the_shell_that_execs_it(tmp_path):
+    """``bash -c 'sleep 2 && outofcore ...'``: bash execs the command in its own process,
+    whose age counted the 2 s of sleep as the command's startup (issue 45)."""
+    import json  # noqa: PLC0415
+
+    random_array(tmp_path / "a.zarr", (40, 30), (20, 15), seed=1)
+    random_array(tmp_path / "b.zarr", (30, 20), (15, 10), seed=2)
+    command = (
+        f"sleep 2 && exec {sys.executable} -m outofcore.cli matmul a.zarr b.zarr -o c.zarr --json"
+    )
+    done = subprocess.run(
+        ["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    startup = json.loads(done.stdout)["phases"]["startup"]
+    assert 0 < startup < 2, startup
