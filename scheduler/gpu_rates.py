@@ -11,7 +11,8 @@ read back (:func:`gpu_seconds`).
 
 Measured on lent H100/H200 nodes (docs/gpu.md, design.md "The GPU pipeline, by the
 numbers"): :data:`KERNEL_FLOPS`, :data:`PCIE_BPS`, :data:`DECODE_BPS_PER_THREAD`,
-:data:`START_SECONDS`, :data:`CLUSTER_START_SECONDS`.  Assumed, not yet measured on a
+:data:`START_SECONDS`, :data:`CLUSTER_START_SECONDS`, cuBLAS's :data:`CUBLAS_FLOPS`
+(backend ``cupy``; its complex rates inferred).  Assumed, not yet measured on a
 GPU node: :data:`WRITE_BPS`, :data:`SCRATCH_WRITE_BPS`, :data:`SCRATCH_READ_BPS`.
 """
 
@@ -36,6 +37,15 @@ KERNEL_FLOPS: dict[str, float] = {
     "float64": 14.6e12,
     "complex64": 42.7e12 / 4,
     "complex128": 18.5e12 / 4,
+}
+#: cuBLAS's rate on the same devices, for backend ``cupy`` (docs/gpu.md: float32 50.2-51.5,
+#: float64 57.3-57.4 TFLOP/s at 8192³, measured; complex ones inferred from our kernel's
+#: measured rate and its measured fraction of cuBLAS at 4096³: 42.7 / 0.80, 18.5 / 0.32).
+CUBLAS_FLOPS: dict[str, float] = {
+    "float32": 50.5e12,
+    "float64": 57.3e12,
+    "complex64": 53.4e12 / 4,
+    "complex128": 57.8e12 / 4,
 }
 #: Pinned host-device copies, bytes/s each way (docs/gpu.md: 54.1-55.2 GB/s).
 PCIE_BPS = 55e9
@@ -74,6 +84,8 @@ class GpuTarget:
     device_memory: int | None = None
     #: An operand's panels reach the engine transposed (a device scratch slice each).
     transposed: bool = False
+    #: ``cuda`` (our kernel) or ``cupy`` (cuBLAS).
+    backend: str = "cuda"
 
     def __post_init__(self) -> None:
         rates = (self.kernel_flops, self.pcie_bps, self.decode_bps_per_thread)
@@ -100,7 +112,8 @@ class GpuTarget:
     def basis(self, threads: int) -> str:
         """The rates a GPU prediction rests on, in words."""
         return (
-            f"GPU rates (docs/gpu.md, measured on H100/H200): kernel "
+            f"GPU rates (docs/gpu.md, measured on H100/H200): "
+            f"{'cuBLAS' if self.backend == 'cupy' else 'kernel'} "
             f"{self.kernel_flops / 1e12:.1f} TFLOP/s {self.dtype}, PCIe "
             f"{self.pcie_bps / 1e9:.0f} GB/s, decode {self.decode_bps_per_thread / 1e9:.2f} "
             f"GB/s a thread x {threads}; assumed: writes {self.write_bps / 1e9:.1f} GB/s"
@@ -111,24 +124,31 @@ class GpuTarget:
 
 
 def gpu_target(
-    dtype: str, *, device_memory: int | None = None, transposed: bool = False
+    dtype: str,
+    *,
+    device_memory: int | None = None,
+    transposed: bool = False,
+    backend: str = "cuda",
 ) -> GpuTarget:
     """The :class:`GpuTarget` of a job whose kernel multiplies in ``dtype`` (its compute
     dtype's name: float16 and int8 products multiply in float32, exact integer ones in
-    float64), from the measured figures above.
+    float64), from the measured figures above: our kernel's rate (:data:`KERNEL_FLOPS`)
+    for ``backend`` ``cuda``, cuBLAS's (:data:`CUBLAS_FLOPS`) for ``cupy``.
 
     Raises
     ------
     InputError
-        For a dtype no GPU kernel multiplies in.
+        For a dtype no GPU kernel multiplies in, or a backend other than these two.
     """
+    if backend not in ("cuda", "cupy"):
+        raise InputError(f"backend {backend!r}: a GPU multiplies with 'cuda' or 'cupy'")
     if dtype not in KERNEL_FLOPS:
         raise InputError(
             f"compute dtype {dtype!r}: the GPU kernels multiply in {', '.join(KERNEL_FLOPS)}"
         )
     return GpuTarget(
         dtype=dtype,
-        kernel_flops=KERNEL_FLOPS[dtype],
+        kernel_flops=(CUBLAS_FLOPS if backend == "cupy" else KERNEL_FLOPS)[dtype],
         pcie_bps=PCIE_BPS,
         decode_bps_per_thread=DECODE_BPS_PER_THREAD,
         write_bps=WRITE_BPS,
@@ -136,6 +156,7 @@ def gpu_target(
         scratch_read_bps=SCRATCH_READ_BPS,
         device_memory=device_memory,
         transposed=transposed,
+        backend=backend,
     )
 
 

@@ -126,7 +126,8 @@ def job_gpu(product: Product, spec: JobSpec, workers: WorkerShape) -> GpuTarget 
     A job is on GPUs when its backend is ``cuda`` or ``cupy``, or ``auto`` with GPU
     workers (``spec.gpus``, or a cluster's workers that declare a GPU); its kernel
     multiplies in the product's compute dtype (float16 and int8 in float32, exact integer
-    products in float64; wide integer products have no GPU kernel), on
+    products in float64; wide integer products have no GPU kernel) at our kernel's rate, or
+    cuBLAS's for backend ``cupy``, on
     ``spec.device_memory`` of device memory (None: each engine's own share, unknown here),
     with a device scratch slice where an operand is transposed."""
     on_gpu = spec.on_gpu or (spec.backend == "auto" and bool(spec.gpus or workers.gpu_workers))
@@ -134,7 +135,9 @@ def job_gpu(product: Product, spec: JobSpec, workers: WorkerShape) -> GpuTarget 
     if not on_gpu or dtype not in KERNEL_FLOPS:
         return None
     transposed = bool(spec.transpose_a or spec.transpose_b)
-    return gpu_target(dtype, device_memory=spec.device_memory, transposed=transposed)
+    options = {"device_memory": spec.device_memory, "transposed": transposed}
+    backend = "cupy" if spec.backend == "cupy" else "cuda"  # auto with GPUs: cuda
+    return gpu_target(dtype, backend=backend, **options)
 
 
 def plan_job(

@@ -16,6 +16,7 @@ import pytest
 from scheduler.device_plan import plan_device
 from scheduler.errors import InputError
 from scheduler.gpu_rates import (
+    CUBLAS_FLOPS,
     DECODE_BPS_PER_THREAD,
     KERNEL_FLOPS,
     PCIE_BPS,
@@ -238,3 +239,11 @@ def test_the_time_model_agrees_with_the_ranking(threads, disk_bps):
     gpu_plan_ = gpu_plan(CUBE, 8 * GiB, 8, 8 * GiB, io=threads)
     assert cpu_plan.splits == 4 and gpu_plan_.splits == 1
     assert predict(gpu_plan_, machine).seconds < predict(cpu_plan, machine).seconds
+
+
+def test_cupy_multiplies_at_cublass_rate_and_other_backends_are_refused():
+    cupy = gpu_target("float64", backend="cupy")
+    assert cupy.kernel_flops == CUBLAS_FLOPS["float64"] > gpu_target("float64").kernel_flops
+    assert "cuBLAS 57.3 TFLOP/s float64" in cupy.basis(4)
+    with pytest.raises(InputError, match="'cuda' or 'cupy'"):
+        gpu_target("float32", backend="cpu")

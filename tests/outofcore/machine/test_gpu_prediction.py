@@ -18,8 +18,15 @@ from outofcore.jobs.planning import job_gpu, plan_job, with_predictions
 from outofcore.jobs.spec import JobSpec
 from outofcore.machine.prediction import gpu_plan_machine, machine_prediction
 from scheduler.executors import WorkerShape
-from scheduler.gpu_rates import DECODE_BPS_PER_THREAD, KERNEL_FLOPS, PCIE_BPS, gpu_target
+from scheduler.gpu_rates import (
+    CUBLAS_FLOPS,
+    DECODE_BPS_PER_THREAD,
+    KERNEL_FLOPS,
+    PCIE_BPS,
+    gpu_target,
+)
 from scheduler.model import predict
+from scheduler.worker_sizing import local_blas_threads
 from tests.outofcore.machine.test_plan_prediction import inject, plan, plan_json
 from tests.outofcore.machine.test_probe import FIGURES
 
@@ -31,13 +38,15 @@ CPUS = WorkerShape(workers=4, threads_per_worker=1, blas_threads=2)
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
-    """zstd inputs of several tiles, and a cache holding :data:`FIGURES` for this machine."""
+    """zstd inputs of several tiles, and a cache holding :data:`FIGURES` for this machine
+    (for the threads of one worker and of four)."""
     random_array(tmp_path / "a.zarr", (512, 384), (64, 64), seed=1)
     random_array(tmp_path / "b.zarr", (384, 448), (64, 64), seed=2)
     random_array(tmp_path / "a16.zarr", (512, 384), (64, 64), "float16", seed=3)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    inject(FIGURES)
+    for workers in (1, 4):  # no probe of this machine: the figures of a worker's threads
+        inject(FIGURES, local_blas_threads(workers))
     return tmp_path
 
 
@@ -94,11 +103,12 @@ def test_the_gpu_prediction_uses_the_gpus_rates(folder):
     assert machine.kernel_flops == KERNEL_FLOPS["float32"] and machine.pcie_bps == PCIE_BPS
     assert machine.decode_bps == pytest.approx(DECODE_BPS_PER_THREAD * job_plan.plan.io_concurrency)
     assert machine.disk_bps == FIGURES.disk_read_bps  # the host's disk: the probe's
-    _, predicted = machine_prediction(
+    here, predicted = machine_prediction(
         product, job_plan.plan, "sync", gpus=None, backend="cuda", output_codec="none",
         gpu=job_plan.gpu,
     )  # fmt: skip
     assert predicted["rates"] == "gpu" and "37.0 TFLOP/s float32" in predicted["gpu_basis"]
+    assert not here["probed_now"]  # the injected figures, not a probe of this machine
     expected = 2 * 512 * 384 * 448 / 4 / KERNEL_FLOPS["float32"]  # 4 equal tiles, 4 GPUs
     assert predicted["compute"] == pytest.approx(expected, rel=0.35)
 
@@ -141,3 +151,13 @@ def test_outofcore_plan_of_a_gpu_job_prints_the_gpu_basis(folder, capsys):
 def test_a_gpu_target_exists_for_every_gpu_compute_dtype():
     for dtype, rate in KERNEL_FLOPS.items():
         assert gpu_target(dtype).kernel_flops == rate > 1e12
+
+
+def test_backend_cupy_is_planned_and_predicted_at_cublass_rate(folder, capsys):
+    spec = JobSpec(memory="64MiB", backend="cupy")
+    gpu = job_gpu(opened(spec), spec, FOUR_GPUS)
+    assert gpu.backend == "cupy" and gpu.kernel_flops == CUBLAS_FLOPS["float32"]
+    auto = JobSpec(memory="64MiB", backend="auto", gpus=(0,))
+    assert job_gpu(opened(auto), auto, FOUR_GPUS).backend == "cuda"  # auto picks cuda
+    out = plan(capsys, "a.zarr", "b.zarr", "--backend", "cupy")
+    assert "cuBLAS 50.5 TFLOP/s float32" in out
