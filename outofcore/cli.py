@@ -404,6 +404,8 @@ def _demo(args: argparse.Namespace) -> int:
             print(json.dumps({**summary, "verify": report.as_dict()}, indent=2))
         elif not (args.quiet and report.passed):
             print(format_verify(report.as_dict()))
+        if args.dir is None and not quiet:
+            say(f"The arrays in {folder} are deleted now (--dir PATH keeps them)")
     return 0 if report.passed else 1
 
 

@@ -44,6 +44,7 @@ NOT_HERE = {
     "pip install": "an install: the test extra has what the examples need",
     ".venv/bin/pip": "an install: the test extra has what the examples need",
     "python -m benchmarks.": "a benchmark: tests/system/test_benchmarks.py runs each small",
+    "source .venv/bin/activate": "the install's venv: the tests run in the one they run in",
 }
 #: Shapes and chunks a hundred times smaller (at least 1), so the examples take seconds.
 SMALLER = re.compile(r"--(shape|chunks) (\d+(?:,\d+)*)")

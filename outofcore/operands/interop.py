@@ -218,11 +218,17 @@ def _data_array_data(x: Any, label: str) -> tuple[Any, str]:
             if decoded
             else ("data that is not one zarr array read whole")
         )
+        scaled = (
+            "; to multiply the stored values, open it with mask_and_scale=False "
+            "(a scale_factor s of both operands is then alpha=s_a*s_b)"
+            if decoded
+            else ""
+        )
         raise InputError(
             f"{what} holds {why}; outofcore reads stored zarr arrays as they are: open it "
             "with xr.open_dataarray(path, engine='zarr') (or xr.open_zarr) without "
             "subsetting, or store it first: x.to_dataset(name='x').to_zarr('x.zarr') and "
-            "pass 'x.zarr/x'"
+            f"pass 'x.zarr/x'{scaled}"
         )
     return data, what
 

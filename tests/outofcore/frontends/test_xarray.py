@@ -100,8 +100,14 @@ def test_values_xarray_decodes_are_refused_naming_why(tmp_path):
     values = rng.standard_normal((8, 6))
     path = stored(tmp_path, "s", values, ("i", "k"), (4, 3), encoding={"scale_factor": 0.5})
     scaled = xr.open_dataarray(path, engine="zarr", consolidated=False, chunks={})
-    with pytest.raises(InputError, match=r"values decoded on reading \(scale_factor\)"):
+    with pytest.raises(InputError, match=r"values decoded on reading \(scale_factor\)") as no:
         outofcore.matmul(scaled, scaled, str(tmp_path / "c.zarr"), transpose_a=True)
+    assert "mask_and_scale=False" in str(no.value) and "alpha=s_a*s_b" in str(no.value)
+    # As the refusal says: the stored values, with the scales as alpha, give the product.
+    raw = xr.open_dataarray(path, engine="zarr", consolidated=False, mask_and_scale=False)
+    c = outofcore.matmul(raw, raw, str(tmp_path / "raw.zarr"), transpose_a=True, alpha=0.25)
+    expected = scaled.values.T @ scaled.values
+    np.testing.assert_allclose(c[...], expected, rtol=1e-5, atol=1e-5)
     plain = stored(tmp_path, "p", values, ("i", "k"), (4, 3))
     sliced = xr.open_dataarray(plain, engine="zarr", consolidated=False)[:4]
     with pytest.raises(InputError, match="not one zarr array read whole"):
