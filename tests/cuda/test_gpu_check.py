@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.null_device import thread_counts
+from tools.gpu_check import common
 from tools.gpu_check import runner as check
 from tools.gpu_check.alternatives import square_tile
 from tools.gpu_check.kernel_hash import kernels_sha256, last_checked
@@ -97,6 +98,23 @@ def test_a_phase_over_its_time_is_recorded_and_fails_the_check(tmp_path):
     assert summary["phases"]["bandwidth"]["status"] == "passed"
     assert not summary["passed"]
     assert json.loads((tmp_path / check.SUMMARY).read_text())["passed"] is False
+
+
+def test_a_phase_keeps_what_its_parts_measured_for_a_timeout(tmp_path, monkeypatch):
+    """Parts write the figures so far where the runner says; a failed part is in them."""
+    partial = tmp_path / "phase.partial.json"
+    monkeypatch.setenv(common.PARTIAL_VARIABLE, str(partial))
+    parts = common.Parts({"size": 3})
+    parts.run("first", lambda: {"s": 1.5})
+    assert json.loads(partial.read_text()) == {"size": 3, "first": {"s": 1.5}}
+    parts.run("second", lambda: 1 / 0)
+    assert json.loads(partial.read_text())["second"]["error"].startswith("second: ZeroDivision")
+    # The processes a phase starts do not write over it.
+    child = common.run_command([sys.executable, "-c", PRINT_PARTIAL], 30)
+    assert child["stdout"].strip() == "None"
+
+
+PRINT_PARTIAL = f"import os; print(os.environ.get({common.PARTIAL_VARIABLE!r}))"
 
 
 def test_phases_past_the_deadline_are_skipped_not_run(tmp_path):

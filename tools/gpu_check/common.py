@@ -38,10 +38,16 @@ class CheckFailed(Exception):
         self.data = data or {}
 
 
+#: The environment variable naming where a phase's process keeps what its parts measured
+#: so far (set by the runner): a phase killed at its timeout still reports them.
+PARTIAL_VARIABLE = "GPU_CHECK_PARTIAL"
+
+
 class Parts:
     """A phase's independent measurements: each one's failure is recorded, and the
     others still run and keep their figures (the first GPU run lost a whole phase's
-    figures to its last part)."""
+    figures to its last part).  After every part the figures so far are written where
+    ``$GPU_CHECK_PARTIAL`` says, if it is set."""
 
     def __init__(self, out: dict[str, Any]) -> None:
         self.out = out
@@ -54,6 +60,9 @@ class Parts:
             message = f"{label}: {type(exc).__name__}: {str(exc)[:500]}"
             self.out[label] = {"error": message}
             self.failures.append(message)
+        partial = os.environ.get(PARTIAL_VARIABLE)
+        if partial:
+            Path(partial).write_text(json.dumps(self.out, default=str))
 
     def finish(self) -> dict[str, Any]:
         if self.failures:
@@ -149,6 +158,7 @@ def cupy_or_none():
 def run_command(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
     """Run ``cmd``; return its exit status, seconds and output tail (raise on a timeout)."""
     t0 = time.perf_counter()
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != PARTIAL_VARIABLE}
     proc = subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO, check=False
     )

@@ -78,7 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.gpu_check.alternatives import phase_alternatives
-from tools.gpu_check.common import REPO, CheckFailed
+from tools.gpu_check.common import PARTIAL_VARIABLE, REPO, CheckFailed
 from tools.gpu_check.engine_phases import phase_bandwidth, phase_cluster, phase_engine
 from tools.gpu_check.host_phases import compile_child, phase_compile_cache, phase_host
 from tools.gpu_check.job_phases import phase_job
@@ -180,8 +180,12 @@ def _run_phase_here(name: str, result_path: Path, deadline: float) -> int:
 def _run_phase_process(
     name: str, timeout: float, env: dict, log: Any, result_path: Path
 ) -> dict[str, Any]:
-    """Run phase ``name`` in a process of its own under ``timeout``; its result."""
+    """Run phase ``name`` in a process of its own under ``timeout``; its result (on a
+    timeout, with what its parts had measured)."""
     result_path.unlink(missing_ok=True)
+    partial = result_path.with_suffix(".partial.json")
+    partial.unlink(missing_ok=True)
+    env = {**env, PARTIAL_VARIABLE: str(partial)}
     cmd = [sys.executable, "-m", "tools.gpu_check", "--phase", name, "--result",
            str(result_path), "--phase-deadline", str(timeout)]  # fmt: skip
     log.write(f"\n===== {name} (timeout {timeout:.0f} s) =====\n")
@@ -203,7 +207,8 @@ def _run_phase_process(
         else:
             data = {"status": "error", "error": f"exited {proc.returncode} with no result"}
     except subprocess.TimeoutExpired:
-        data = {"status": "timeout", "error": f"no result within {timeout:.0f} s"}
+        data = json.loads(partial.read_text()) if partial.exists() else {}
+        data.update(status="timeout", error=f"no result within {timeout:.0f} s")
     data["wall_s"] = round(time.monotonic() - t0, 2)
     return data
 
