@@ -15,6 +15,7 @@ from scheduler.gpu_cluster import number_devices_as_nvidia_smi
 shorten_blas_spin()  # before numpy and SciPy load OpenBLAS (below); scheduler.blas_idle
 
 import argparse
+import dataclasses
 import gc
 import json
 import logging
@@ -306,6 +307,7 @@ def _random(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from outofcore.compute.engines import resolve_backend  # noqa: PLC0415
     from outofcore.jobs.inputs import open_product  # noqa: PLC0415
     from outofcore.jobs.placement import with_budget  # noqa: PLC0415
     from outofcore.jobs.planning import job_workers, plan_job, with_predictions  # noqa: PLC0415
@@ -321,6 +323,8 @@ def _plan(args: argparse.Namespace) -> int:
         if client and not is_local(client):
             client_security(client)
     spec = with_budget(_job_spec(args, _product_options(args)), client)
+    if is_local(client):  # as the job: this machine's GPU decides "auto" (jobs/setup.py)
+        spec = dataclasses.replace(spec, backend=resolve_backend(spec.backend))
     product = open_product(args.a, args.b, spec)
     if product.empty:
         print(

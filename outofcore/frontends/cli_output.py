@@ -280,7 +280,9 @@ def _format_predictions(
         )
         if machine:
             lines += _format_machine(machine)
-        if machine and machine.get("note"):
+        if p.get("rates") == "gpu" and p.get("gpu_basis"):
+            lines.append(f"                 GPU rates: {p['gpu_basis']}")
+        elif machine and machine.get("note"):
             lines.append(f"                 (a what-if: {machine['note']})")
     if assumed:
         lines.append("  what if        (assumed rates, not measured: scheduler/model.py)")
