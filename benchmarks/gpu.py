@@ -46,7 +46,7 @@ def flops(m: int, n: int, k: int) -> float:
 def time_events(cuda, fn, repeats: int) -> float:
     """Median seconds of ``fn()`` between two CUDA events on the default stream, after a
     warm-up (and compilation): the GPU check's timer."""
-    from tools.gpu_check.common import median_event_ms
+    from benchmarks.harness.timing import median_event_ms
 
     return median_event_ms(fn, repeats, cuda.synchronize) / 1e3
 

@@ -188,3 +188,26 @@ def gpu_seconds(
     )
     first = p.itemsize * min(tk, p.k) * (tm + tn) * (1 / decode_bps + 1 / gpu.pcie_bps)
     return max(streams) + math.ceil(tile_count(p, tm, tn) * splits / busy) * first
+
+
+def job_gpu_target(
+    backend: str,
+    gpu_workers: bool,
+    dtype: str,
+    *,
+    device_memory: int | None = None,
+    transposed: bool = False,
+) -> GpuTarget | None:
+    """The GPU a job's tiles are multiplied on, as the plan sees it, or None (a CPU job).
+
+    A job is on GPUs when its ``backend`` is ``cuda`` or ``cupy``, or ``auto`` with
+    ``gpu_workers`` (``--gpus``, or a cluster's workers that declare a GPU); its kernel
+    multiplies in ``dtype``, the product's compute dtype (wide integer products have no GPU
+    kernel: None), at our kernel's rate, or cuBLAS's for ``cupy``, on ``device_memory``
+    (None: each engine's own share, unknown here), with a device scratch slice where an
+    operand is ``transposed``."""
+    on_gpu = backend in ("cuda", "cupy") or (backend == "auto" and gpu_workers)
+    if not on_gpu or dtype not in KERNEL_FLOPS:
+        return None
+    chosen = "cupy" if backend == "cupy" else "cuda"  # auto with GPUs: our kernel
+    return gpu_target(dtype, backend=chosen, device_memory=device_memory, transposed=transposed)

@@ -9,9 +9,11 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +134,21 @@ def add_timing_arguments(parser: argparse.ArgumentParser, timeout: float) -> Non
         help="native (default): unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for every "
         "system, so OpenBLAS picks its kernel for this CPU; inherit: keep this environment's",
     )
+
+
+def median_event_ms(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
+    """Median milliseconds of ``fn`` between two CUDA events, after one warm-up call
+    (numba's CUDA events: the GPU benchmark and the GPU check time kernels with it)."""
+    from numba import cuda  # noqa: PLC0415 (a GPU benchmark: numba-cuda is installed)
+
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start, stop = cuda.event(), cuda.event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)

@@ -15,8 +15,9 @@ a worker runs one task per thread, so the plan's budget is per task,
 Where a job runs (the client, usable GPUs, the budget per worker) and whether it serves a
 dashboard are :mod:`outofcore.jobs.placement`'s, decided before and after it is planned.
 
-A GPU job (:func:`job_gpu`) is planned with its GPU's rates and device budget
-(:class:`scheduler.gpu_rates.GpuTarget`, passed to the pure tiling) and predicted with them.
+A GPU job (:func:`scheduler.gpu_rates.job_gpu_target`) is planned with its GPU's rates and
+device budget (:class:`scheduler.gpu_rates.GpuTarget`, passed to the pure tiling) and
+predicted with them.
 
 No Dask, zarr or numba is imported here at module level (config, the stores' settings and
 the machine's prediction are imported where a function needs them).
@@ -36,7 +37,7 @@ from scheduler.cluster import (
 )
 from scheduler.device_plan import device_summary
 from scheduler.executors import WorkerShape
-from scheduler.gpu_rates import KERNEL_FLOPS, GpuTarget, gpu_target
+from scheduler.gpu_rates import KERNEL_FLOPS, GpuTarget, job_gpu_target
 from scheduler.memory import decode_threads
 from scheduler.model import what_ifs
 from scheduler.plan import DEFAULT_IO_CONCURRENCY, Plan
@@ -73,7 +74,8 @@ class JobPlan:
     #: The device tiling and PCIe bytes (:func:`scheduler.device_plan.device_summary`),
     #: with a device budget.
     device: dict[str, Any] | None = None
-    #: The GPU the plan was ranked for (:func:`job_gpu`); None: a CPU job.
+    #: The GPU the plan was ranked for (:func:`scheduler.gpu_rates.job_gpu_target`); None: a
+    #: CPU job.
     gpu: GpuTarget | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -120,26 +122,6 @@ def plan_options(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def job_gpu(product: Product, spec: JobSpec, workers: WorkerShape) -> GpuTarget | None:
-    """The GPU a job's tiles are multiplied on, as the plan sees it, or None (a CPU job).
-
-    A job is on GPUs when its backend is ``cuda`` or ``cupy``, or ``auto`` with GPU
-    workers (``spec.gpus``, or a cluster's workers that declare a GPU); its kernel
-    multiplies in the product's compute dtype (float16 and int8 in float32, exact integer
-    products in float64; wide integer products have no GPU kernel) at our kernel's rate, or
-    cuBLAS's for backend ``cupy``, on
-    ``spec.device_memory`` of device memory (None: each engine's own share, unknown here),
-    with a device scratch slice where an operand is transposed."""
-    on_gpu = spec.on_gpu or (spec.backend == "auto" and bool(spec.gpus or workers.gpu_workers))
-    dtype = str(product.types.compute)
-    if not on_gpu or dtype not in KERNEL_FLOPS:
-        return None
-    transposed = bool(spec.transpose_a or spec.transpose_b)
-    options = {"device_memory": spec.device_memory, "transposed": transposed}
-    backend = "cupy" if spec.backend == "cupy" else "cuda"  # auto with GPUs: cuda
-    return gpu_target(dtype, backend=backend, **options)
-
-
 def plan_job(
     product: Product,
     spec: JobSpec,
@@ -170,11 +152,17 @@ def plan_job(
     options = plan_options(spec)
     if workers is None:
         workers = job_workers(spec, client) if is_local(client) else ONE_TASK
+    gpu = job_gpu_target(  # a GPU job's tiles are ranked by its GPU's rates
+        spec.backend,
+        bool(spec.gpus or workers.gpu_workers),
+        str(product.types.compute),
+        device_memory=spec.device_memory,
+        transposed=bool(spec.transpose_a or spec.transpose_b),
+    )
     problem = product.problem(existing)
     task_budget = spec.memory // max(1, workers.threads_per_worker)
     # Decode threads: a core each of the task's share (CPU affinity), buffers in the budget
     threads = decode_threads(problem, task_budget, workers.blas_threads, DEFAULT_IO_CONCURRENCY)
-    gpu = job_gpu(product, spec, workers)  # a GPU job's tiles are ranked by its rates
     plan = make_output_plan(
         problem,
         task_budget,

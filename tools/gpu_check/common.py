@@ -117,22 +117,6 @@ def rounding_bound(a: np.ndarray, b: np.ndarray, c0: np.ndarray | None, dtype: s
     return factor * (k + 2) * EPS[dtype] * mag + np.finfo(np.float64).tiny
 
 
-def median_event_ms(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
-    """Median milliseconds of ``fn`` between two CUDA events, after one warm-up call."""
-    cuda = numba_cuda()
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start, stop = cuda.event(), cuda.event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
-
-
 def wall_ms(fn: Callable[[], Any], repeats: int) -> float:
     """Median wall-clock milliseconds of ``fn``, after one warm-up call."""
     fn()

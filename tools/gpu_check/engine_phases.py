@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness.timing import median_event_ms
 from tools.gpu_check.common import (
     CheckFailed,
     Parts,
     dry_run,
-    median_event_ms,
     numba_cuda,
     rounding_bound,
     tile_params,

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness.timing import median_event_ms
 from tools.gpu_check.common import (
     DTYPES,
     EPS,
     CheckFailed,
     cupy_or_none,
     dry_run,
-    median_event_ms,
     numba_cuda,
     random_array,
     rounding_bound,

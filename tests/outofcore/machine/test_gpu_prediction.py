@@ -2,7 +2,7 @@
 
 Real zarr inputs on disk and this machine's figures injected through the probe's cache
 (as tests/outofcore/machine/test_plan_prediction.py does): the plan's GPU
-(:func:`outofcore.jobs.planning.job_gpu`), the GPU machine of the prediction
+(:func:`scheduler.gpu_rates.job_gpu_target`, from plan_job), the GPU machine of the prediction
 (:func:`outofcore.machine.prediction.gpu_plan_machine`) and ``outofcore plan``'s lines.
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 from outofcore.frontends.generate import random_array
 from outofcore.jobs.inputs import open_product
-from outofcore.jobs.planning import job_gpu, plan_job, with_predictions
+from outofcore.jobs.planning import plan_job, with_predictions
 from outofcore.jobs.spec import JobSpec
 from outofcore.machine.prediction import gpu_plan_machine, machine_prediction
 from scheduler.executors import WorkerShape
@@ -74,7 +74,7 @@ def test_the_plan_knows_whether_its_tiles_go_to_a_gpu(folder, options, workers, 
 
 def test_the_gpu_is_the_jobs_dtype_device_budget_and_transpose(folder):
     spec = JobSpec(memory="64MiB", backend="cuda", device_memory="3MiB", transpose_b=True)
-    gpu = job_gpu(open_product("a16.zarr", "a16.zarr", spec), spec, FOUR_GPUS)
+    gpu = plan_job(open_product("a16.zarr", "a16.zarr", spec), spec, FOUR_GPUS).gpu
     assert gpu.dtype == "float32"  # float16 inputs multiply in float32
     assert gpu.kernel_flops == KERNEL_FLOPS["float32"]
     assert gpu.device_memory == 3 * MiB and gpu.transposed
@@ -155,9 +155,9 @@ def test_a_gpu_target_exists_for_every_gpu_compute_dtype():
 
 def test_backend_cupy_is_planned_and_predicted_at_cublass_rate(folder, capsys):
     spec = JobSpec(memory="64MiB", backend="cupy")
-    gpu = job_gpu(opened(spec), spec, FOUR_GPUS)
+    gpu = plan_job(opened(spec), spec, FOUR_GPUS).gpu
     assert gpu.backend == "cupy" and gpu.kernel_flops == CUBLAS_FLOPS["float32"]
     auto = JobSpec(memory="64MiB", backend="auto", gpus=(0,))
-    assert job_gpu(opened(auto), auto, FOUR_GPUS).backend == "cuda"  # auto picks cuda
+    assert plan_job(opened(auto), auto, FOUR_GPUS).gpu.backend == "cuda"  # auto picks cuda
     out = plan(capsys, "a.zarr", "b.zarr", "--backend", "cupy")
     assert "cuBLAS 50.5 TFLOP/s float32" in out
