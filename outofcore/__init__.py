@@ -30,6 +30,7 @@ __all__ = [
     "gram",
     "job_status",
     "matmul",
+    "plan",
     "random_array",
     "to_zarr",
     "verify",
@@ -47,6 +48,10 @@ def __getattr__(name: str) -> Any:
         from outofcore.api import matmul
 
         return matmul
+    if name == "plan":
+        from outofcore.jobs.preview import plan
+
+        return plan
     if name == "gram":
         from outofcore.api import gram
 

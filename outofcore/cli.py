@@ -15,7 +15,6 @@ from scheduler.gpu_cluster import number_devices_as_nvidia_smi
 shorten_blas_spin()  # before numpy and SciPy load OpenBLAS (below); scheduler.blas_idle
 
 import argparse
-import dataclasses
 import gc
 import json
 import logging
@@ -307,26 +306,15 @@ def _random(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from outofcore.compute.engines import resolve_backend  # noqa: PLC0415
-    from outofcore.jobs.inputs import open_product  # noqa: PLC0415
-    from outofcore.jobs.placement import with_budget  # noqa: PLC0415
-    from outofcore.jobs.planning import job_workers, plan_job, with_predictions  # noqa: PLC0415
-    from scheduler.addresses import resolve_client  # noqa: PLC0415
-    from scheduler.cluster import is_local  # noqa: PLC0415
-    from scheduler.tls import client_security  # noqa: PLC0415
+    from outofcore.jobs.preview import plan_product  # noqa: PLC0415
 
     # The job's own spec, budget, workers and planning function: `plan` shows what
     # `matmul` runs.  A scheduler elsewhere is asked for its workers, as the job would
     # (the one --scheduler names, or dask.config's, as the job's client=None follows).
-    client = resolve_client(args.scheduler)
-    with _tls(args):  # the job's refusals (certificates, addresses)
-        if client and not is_local(client):
-            client_security(client)
-    spec = with_budget(_job_spec(args, _product_options(args)), client)
-    if is_local(client):  # as the job: this machine's GPU decides "auto" (jobs/setup.py)
-        spec = dataclasses.replace(spec, backend=resolve_backend(spec.backend))
-    product = open_product(args.a, args.b, spec)
-    if product.empty:
+    spec = _job_spec(args, _product_options(args))
+    with _tls(args):
+        product, job_plan = plan_product(args.a, args.b, spec, {}, args.scheduler, args.reprobe)
+    if job_plan is None:
         print(
             f"{shape_text(product.a.shape)} @ {shape_text(product.b.shape)}: an empty product "
             f"({shape_text(product.shape)}); matmul writes "
@@ -334,16 +322,6 @@ def _plan(args: argparse.Namespace) -> int:
             ", no tile"
         )
         return 0
-    with _tls(args):
-        workers = job_workers(spec, client)
-    job_plan = with_predictions(
-        plan_job(product, spec, workers),
-        product,
-        spec,
-        client,
-        reprobe=args.reprobe,
-        device_memory=args.device_memory,
-    )
     print_result({**job_plan.summary(), "product": product.summary()}, args.json, format_plan)
     return 0
 

@@ -86,3 +86,26 @@ def test_a_delayed_to_zarr_computed_on_a_cluster_runs_its_job_there(tmp_path, lo
         stored = client.compute(later).result(timeout=120)
     assert_product_close(zarr.open_array(tmp_path / "c.zarr")[...], a, b)
     assert tuple(stored.shape) == (50, 20)
+
+
+def test_plan_from_python_is_the_plan_the_command_prints(tmp_path, capsys):
+    import json  # noqa: PLC0415
+
+    from outofcore.cli import main  # noqa: PLC0415
+
+    rng = np.random.default_rng(5)
+    write_zarr(tmp_path / "a.zarr", rng.standard_normal((1200, 400)).astype("float32"), (100, 100))
+    write_zarr(tmp_path / "b.zarr", rng.standard_normal((400, 900)).astype("float32"), (100, 100))
+    a, b = str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr")
+    job_plan = outofcore.plan(a, b, memory="1MiB", client="sync")
+    assert "memory" in inspect.signature(outofcore.plan).parameters
+    command = ["plan", a, b, "--memory", "1MiB", "--scheduler", "sync"]
+    assert main([*command, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    summary = job_plan.summary()
+    for key in ("tile", "tk", "tiles", "task_bytes", "bytes_read"):
+        assert printed[key] == summary[key], key
+    assert len(job_plan.plan.tasks) == printed["tiles"] > 1
+    assert not (tmp_path / "c.zarr").exists()
+    with pytest.raises(TypeError):
+        outofcore.plan(a, b, memroy="1MiB")
