@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,9 @@ def format_summary(s: dict[str, Any]) -> str:
             f"{s['dtype']}, k = {s['k']}: an empty product, nothing to multiply "
             f"({s['seconds']:.2f} s)"
         )
-    tiles = "tiles (on and above the diagonal, mirrored)" if product.get("symmetric") else "tiles"
+    tiles = "tile" if s["tiles"] == 1 else "tiles"
+    if product.get("symmetric"):
+        tiles += " (on and above the diagonal, mirrored)"
     split = ""
     if s.get("splits", 1) > 1:
         split = (
@@ -46,23 +49,35 @@ def format_summary(s: dict[str, Any]) -> str:
             f"partial tiles {format_bytes(s['scratch_bytes'])} written, "
             f"{format_bytes(s['scratch_bytes_read'])} read back)"
         )
-    return "\n".join(
-        [
-            f"{formula} written to {s['output']}: {_shape(s['shape'])} {s['dtype']}, "
-            f"k = {s['k']}, backend {s['backend']}, {s['workers']} worker(s)",
-            f"  tiles          {s['tiles']} {tiles} of {s['tile'][0]}x{s['tile'][1]}, panels "
-            f"{s['tk']} deep ({s['tiles_skipped']} skipped){split}",
-            f"  time           {s['seconds']:.2f} s, {s['gflops']:.1f} GFLOP/s",
-            f"  read           {format_bytes(s['bytes_read'])} {_read_ratio(s)}",
-            f"  written        {format_bytes(s['bytes_written'])}",
-            f"  memory         peak worker RSS {format_bytes(s['peak_worker_bytes'])} during "
-            f"the tasks (a task grew it by at most {format_bytes(s.get('peak_task_bytes', 0))}); "
-            f"task projected {format_bytes(s['task_bytes_projected'])} of a "
-            f"{format_bytes(s['task_budget_bytes'])} budget per task",
-            f"  task time      compute {s['compute_seconds']:.2f} s, waiting for reads "
-            f"{s['read_wait_seconds']:.2f} s, writing {s['write_seconds']:.2f} s (summed)",
-            *_format_phases(s.get("phases")),
-        ]
+    lines = [
+        f"{formula} written to {s['output']}: {_shape(s['shape'])} {s['dtype']}, "
+        f"k = {s['k']}, backend {s['backend']}, {s['workers']} worker(s)",
+        f"  tiles          {s['tiles']} {tiles} of {s['tile'][0]}x{s['tile'][1]}, panels "
+        f"{s['tk']} deep ({s['tiles_skipped']} skipped){split}",
+        f"  time           {s['seconds']:.2f} s, {s['gflops']:.1f} GFLOP/s",
+        f"  read           {format_bytes(s['bytes_read'])} {_read_ratio(s)}",
+        f"  written        {format_bytes(s['bytes_written'])}",
+        f"  memory         peak worker RSS {format_bytes(s['peak_worker_bytes'])} (a task "
+        f"grew it by at most {format_bytes(s.get('peak_task_bytes', 0))}); a task projected "
+        f"{format_bytes(s['task_bytes_projected'])} of its "
+        f"{format_bytes(s['task_budget_bytes'])} budget",
+        f"  task time      compute {s['compute_seconds']:.2f} s, waiting for reads "
+        f"{s['read_wait_seconds']:.2f} s, writing {s['write_seconds']:.2f} s (summed)",
+        *_format_phases(s.get("phases")),
+    ]
+    return "\n".join(wrapped(line) for line in lines)
+
+
+#: The columns the command's lines keep within (details in --json).
+COLUMNS = 100
+
+
+def wrapped(line: str) -> str:
+    """``line`` broken at spaces to :data:`COLUMNS`, a summary line's continuations
+    indented under its text."""
+    indent = " " * (len(line) - len(line.lstrip(" ")) + 15) if line.startswith("  ") else "  "
+    return textwrap.fill(
+        line, COLUMNS, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
     )
 
 
@@ -71,8 +86,9 @@ def _format_phases(phases: dict[str, float] | None) -> list[str]:
     if not phases:
         return []
     total = sum(phases.values())
-    parts = ", ".join(f"{name.replace('_', ' ')} {seconds:.2f}" for name, seconds in phases.items())
-    return [f"  wall time      {total:.2f} s: {parts}"]
+    shown = {name: seconds for name, seconds in phases.items() if seconds >= 0.005}
+    parts = ", ".join(f"{name.replace('_', ' ')} {seconds:.2f}" for name, seconds in shown.items())
+    return [f"  wall time      {total:.2f} s: {parts} (the rest under 0.01 s; --json: all)"]
 
 
 def _read_ratio(s: dict[str, Any]) -> str:

@@ -122,8 +122,12 @@ def test_the_command_reports_its_startup_first(tmp_path):
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert text.returncode == 0, text.stderr
-    line = next(x for x in text.stdout.splitlines() if x.startswith("  wall time "))
-    assert ": startup " in line and ", cluster stop " in line
+    out = text.stdout.splitlines()
+    first = next(i for i, x in enumerate(out) if x.startswith("  wall time "))
+    rest = [x.strip() for x in out[first + 1 :] if x.startswith(" " * 17)]  # its wrap
+    line = " ".join([out[first], *rest])
+    assert ": startup " in line and " tasks " in line and "--json: all" in line
+    assert max(len(x) for x in out) <= 100  # within 100 columns
 
 
 def test_the_console_script_exits_with_mains_status_and_a_frozen_heap(tmp_path, monkeypatch):
