@@ -233,7 +233,7 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
     stored = machine.compression * (read + written) + 2 * scratch
     p = plan.problem
     busiest = 2 * p.k * busiest_worker(p, plan.tm, plan.tn, machine.workers, plan.splits)
-    compute = busiest / machine.kernel_flops
+    compute = busiest * p.limb_gemms / machine.kernel_flops  # a limb product: several gemm
     decode = read / workers / machine.decode_bps
     pcie = (read + written + scratch) / workers / machine.pcie_bps if machine.pcie_bps else 0.0
     disk_bps = machine.nodes * machine.disk_bps

@@ -151,6 +151,15 @@ class Problem:
             )
 
     @property
+    def limb_gemms(self) -> int:
+        """Float64 products one panel takes: 1, or for a product through 16-bit limbs
+        each pair of limbs whose shift stays below 64 bits (int32: 4; int64: 10;
+        :mod:`outofcore.compute.limbs`)."""
+        if not self.limbs:
+            return 1
+        return sum(1 for i in range(self.limbs) for j in range(self.limbs) if i + j < 4)
+
+    @property
     def entries(self) -> int:
         """Matrices of the output: ``batch``, or 1 without one."""
         return 1 if self.batch is None else self.batch

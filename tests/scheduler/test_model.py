@@ -174,3 +174,18 @@ def test_what_ifs_keep_the_jobs_forced_tile_depth_and_split():
     # Without the options each machine's own search chooses (its split differs here).
     free = assumed_plans(plan)
     assert any((p.tm, p.tn, p.tk, p.splits) != (1024, 2048, 1024, 2) for _, p in free)
+
+
+def test_limb_products_cost_their_gemms():
+    """A wide integer product is several float64 ``gemm`` a panel (int32 4, int64 10:
+    outofcore.compute.limbs); the model counts them (issue 45: ``plan`` predicted 229 ms
+    for an int32 job whose tasks took 1.93 s)."""
+    import dataclasses  # noqa: PLC0415
+
+    wide = dataclasses.replace(square(4096, 1024), itemsize=8)
+    plain = predict(make_plan(wide, 2**30), CI_2CORE)
+    for limbs, gemms in ((2, 4), (4, 10)):
+        problem = dataclasses.replace(wide, limbs=limbs)
+        assert problem.limb_gemms == gemms
+        limbed = predict(make_plan(problem, 2**30), CI_2CORE)
+        assert limbed.compute == pytest.approx(gemms * plain.compute, rel=0.3)
