@@ -63,17 +63,14 @@ DIGEST_BYTES_IN_FLIGHT = 256 * 2**20
 NAMED = 3
 
 
-@dataclass(frozen=True)
-class TileResult:
-    """What a task measured (every kind: tile, split part, reduction); the client adds
-    these up for the job summary, and the task's journal record keeps them."""
+@dataclass(frozen=True, kw_only=True)
+class TileResult(TaskIO):
+    """What a task measured (every kind: tile, split part, reduction): what its own work
+    measured (:class:`~outofcore.compute.tile.TaskIO`, the one definition of those
+    figures) and what the wrapper measures around it; the client adds these up for the
+    job summary, and the task's journal record keeps them."""
 
     key: str
-    bytes_read: int
-    bytes_written: int
-    read_wait_seconds: float
-    compute_seconds: float
-    write_seconds: float
     #: The task's wall time, from its start to its record (the wrapper's clock).
     seconds: float
     #: Peak resident bytes of the worker process while the task ran (outofcore.compute.peaks).
@@ -82,24 +79,10 @@ class TileResult:
     #: Host bytes the worker process keeps between tasks once this task is done
     #: (every thread's panels and accumulators, and the chunk-file I/O buffers).
     kept_bytes: int = 0
-    #: Bytes of partial tiles written (a part of a split tile) or read back (its reduction).
-    scratch_bytes: int = 0
     #: That peak over the process's resident bytes when the task began: how much the task
     #: grew its process (the first task of a fresh worker includes what it keeps for the
     #: tasks after it: buffers, its engine; later ones reuse them).
     task_peak_bytes: int = 0
-    #: Parts of split tiles this task found damaged (their kept sums no longer match their
-    #: records' checksums) and computed again before adding them up (a reduction).
-    recomputed: tuple[str, ...] = ()
-    #: Where the task's time went beside (:class:`~outofcore.compute.tile.TaskIO`): its
-    #: setup, the CPU seconds of decoding and of writing, a GPU's kernel and copy seconds
-    #: and its first launch.
-    setup_seconds: float = 0.0
-    decode_cpu_seconds: float = 0.0
-    write_cpu_seconds: float = 0.0
-    kernel_seconds: float = 0.0
-    copy_seconds: float = 0.0
-    first_launch_seconds: float = 0.0
 
 
 #: Where a task's time went beside read wait, compute and write (:class:`TileResult`);
