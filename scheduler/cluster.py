@@ -427,7 +427,7 @@ def dashboard_note(link: str, asked: bool) -> str:
     for and is served, what to install where it is not (no address of a page that only
     asks for bokeh), and how to ask for one on a short job."""
     if not asked:
-        return "no dashboard for a short job (--dashboard, or dashboard=True, for one)"
+        return "no dashboard (a short job: --dashboard for one)"
     if not serves_dashboard():
         return f"no dashboard ({DASHBOARD_EXTRA} for one)"
     return f"dashboard at {link}"

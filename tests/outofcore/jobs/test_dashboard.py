@@ -24,7 +24,7 @@ from outofcore.machine import prediction, probe_cache
 from scheduler.cluster import DASHBOARD_EXTRA, serves_dashboard
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
-SHORT = "no dashboard for a short job (--dashboard, or dashboard=True, for one)"
+SHORT = "no dashboard (a short job: --dashboard for one)"
 
 
 def operands(tmp_path, m: int, k: int, n: int, chunks: tuple[int, int]):
