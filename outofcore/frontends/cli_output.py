@@ -65,7 +65,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{s['read_wait_seconds']:.2f} s, writing {s['write_seconds']:.2f} s (summed)",
         *_format_phases(s.get("phases")),
     ]
-    return "\n".join(wrapped(line) for line in lines)
+    # The headline names the product and where it went whole (a test or a script reads
+    # it); the figures under it keep within the columns.
+    return "\n".join([lines[0], *(wrapped(line) for line in lines[1:])])
 
 
 #: The columns the command's lines keep within (details in --json).

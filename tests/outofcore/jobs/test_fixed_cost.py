@@ -127,7 +127,7 @@ def test_the_command_reports_its_startup_first(tmp_path):
     rest = [x.strip() for x in out[first + 1 :] if x.startswith(" " * 17)]  # its wrap
     line = " ".join([out[first], *rest])
     assert ": startup " in line and " tasks " in line and "--json: all" in line
-    assert max(len(x) for x in out) <= 100  # within 100 columns
+    assert max(len(x) for x in out[1:]) <= 100  # the figures within 100 columns
 
 
 def test_the_console_script_exits_with_mains_status_and_a_frozen_heap(tmp_path, monkeypatch):
