@@ -360,7 +360,10 @@ class Product:
         converted to the output dtype (exact for an integer product).
         """
         wide = self.types.limbs is not None  # int64 or uint64, modulo 2**64
-        if self.alpha != 1:
+        # numpy multiplies complex values by a scale of 1 too, as (1+0j): an infinite part
+        # times the other's 0 gives NaN (-inf+0j becomes -inf+nanj), and so must we.
+        complex_values = rows.dtype.kind == "c"
+        if self.alpha != 1 or complex_values:
             _scale(rows, self.alpha, wide)
         if self.addend is not None:
             (r0, c0), (h, w) = origin, rows.shape
@@ -368,7 +371,7 @@ class Product:
             where = self.matrix("out", entry)
             selection = where.selection(slice(r0, r0 + h), slice(c0, c0 + w))
             read_converted(self.addend, selection, where.view(addend))
-            if self.beta != 1:
+            if self.beta != 1 or complex_values:
                 _scale(addend, self.beta, wide)
             if wide:
                 np.add(rows.view(np.uint64), addend.view(np.uint64), out=rows.view(np.uint64))
@@ -395,7 +398,8 @@ def _scale(values: np.ndarray, factor: int | float | complex, wide: bool) -> Non
         unsigned = values.view(np.uint64)
         np.multiply(unsigned, np.uint64(int(factor) % 2**64), out=unsigned)
     else:
-        values *= factor
+        with np.errstate(invalid="ignore"):  # inf * 0 is NaN, as in numpy's product
+            values *= factor
 
 
 def listed_product(product: Product, fingerprints: Mapping[str, Fingerprint]) -> Product:
