@@ -37,12 +37,16 @@ logger = logging.getLogger("outofcore")
 CACHE_VARIABLE = "NUMBA_CACHE_DIR"
 #: The kernels' folder inside the user's cache folder.
 SUBFOLDER = "kernels"
+_warned = False
 
 
-def kernel_cache_folder(environ: MutableMapping[str, str] | None = None) -> str | None:
+def kernel_cache_folder(
+    environ: MutableMapping[str, str] | None = None, warn: bool = True
+) -> str | None:
     """The folder compiled kernels are kept in: ``$NUMBA_CACHE_DIR`` of ``environ``
     (``os.environ`` by default) where set, else the user's (made if missing), or None
-    where that one is not private to this user (no cache)."""
+    where that one is not private to this user (no cache; a warning says so when
+    ``warn``)."""
     environ = os.environ if environ is None else environ
     given = environ.get(CACHE_VARIABLE)
     if given:
@@ -50,6 +54,10 @@ def kernel_cache_folder(environ: MutableMapping[str, str] | None = None) -> str 
     folder = str(cache_dir() / SUBFOLDER)
     if private_folder(folder):
         return folder
+    global _warned
+    if not warn or _warned:
+        return None
+    _warned = True  # once a process, not once a kernel
     logger.warning(
         "compiled CUDA kernels are not cached: %s is not a folder private to this user "
         "(owned by it, not writable by others); set %s to one",
@@ -74,14 +82,17 @@ def private_folder(path: str) -> bool:
     return not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def use_kernel_cache(environ: MutableMapping[str, str] | None = None) -> str | None:
+def use_kernel_cache(
+    environ: MutableMapping[str, str] | None = None, warn: bool = False
+) -> str | None:
     """Set ``$NUMBA_CACHE_DIR`` in ``environ`` (``os.environ`` by default) to
     :func:`kernel_cache_folder` unless it is set; return the folder (None: no cache).
 
     Call it before ``numba`` is imported: numba reads the variable once, on import
-    (later, :func:`configure_numba`)."""
+    (later, :func:`configure_numba`).  Silent by default (the command calls it for every
+    run, a CPU job's too): a folder not private is named where a kernel is built."""
     environ = os.environ if environ is None else environ
-    folder = kernel_cache_folder(environ)
+    folder = kernel_cache_folder(environ, warn)
     if folder is not None:
         environ.setdefault(CACHE_VARIABLE, folder)
     return folder
