@@ -279,7 +279,5 @@ def test_the_dashboard_note_names_the_address_the_extra_or_how_to_ask():
     link = "http://127.0.0.1:8787/status"
     served = f"dashboard at {link}" if serves_dashboard() else None
     assert dashboard_note(link, True) == (served or f"no dashboard ({DASHBOARD_EXTRA} for one)")
-    assert dashboard_note(link, False) == (
-        "no dashboard (a short job: --dashboard for one)"
-    )
+    assert dashboard_note(link, False) == ("no dashboard (a short job: --dashboard for one)")
     assert "outofcore[dashboard]" in DASHBOARD_EXTRA
