@@ -34,14 +34,9 @@ from dask.utils import format_bytes
 from outofcore.compute.cuda.cache_folder import use_kernel_cache
 from outofcore.config import check_all, flag
 from outofcore.errors import JOB_FAILED, OutOfCoreError
-from outofcore.frontends.cli_output import (
-    format_plan,
-    format_status,
-    format_summary,
-    format_verify,
-    print_result,
-)
+from outofcore.frontends.cli_output import format_plan, format_summary, format_verify, print_result
 from outofcore.frontends.cli_parser import build_parser
+from outofcore.frontends.status_output import format_status
 from outofcore.storage.stored_arrays import shape_text
 
 

@@ -1,7 +1,8 @@
 """The front-ends: how people reach a job besides the Python faces.
 
 - ``cli_parser``: the ``outofcore`` command line's commands, options and value types.
-- ``cli_output``: what the command prints, as JSON or as text.
+- ``cli_output``: what the command prints, as JSON or as text; ``status_output``: what
+  ``outofcore status`` prints.
 - ``cli_suggestions``: the parser's manners: the command's usage and "did you mean" on a
   mistake, no abbreviations.
 - ``dask_products``: the matrix product at the top of a dask array's graph, as operands.
