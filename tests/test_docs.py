@@ -1,86 +1,40 @@
-"""The docs' examples run as written (issue 19, items 5 and 6; issue 29, item 6).
+"""Every code block of README.md and docs/*.md runs, as a reader follows it (issue 19,
+items 5 and 6; issue 29, item 6; issue 45, item 6).
 
-Every fenced ``bash`` block of the documents below is read from the markdown, so an
-edited example is what runs: its ``outofcore`` commands run in order in a fresh
-folder (their shapes a hundred times smaller, see :data:`SMALLER`; optional
-``[...]`` parts left out), ``export`` lines set the environment of the commands after
-them, and any other line must be one :data:`NOT_HERE` explains.  ``s3://data`` is a
-bucket on a real S3 API server on loopback (moto), its credentials and endpoint put
-where the docs write ``...`` and ``http://minio:9000``.  Every ``python`` block runs
-as a script file, its LocalCluster's workers in processes of their own
-(``OUTOFCORE_IN_PROCESS_WORKER=0``), which import the script again: the
-``if __name__ == "__main__":`` guard the docs ask for is exercised.
-
-The README and getting-started.md are run as a reader follows them: every block,
-bash and python, in the order the document has them, in one folder, so an example
-that trips over what an earlier one made (or needs what none made) fails here.
+Each document is walked from its top in a fresh folder, block by block
+(tests/docs_walk.py says what each kind of block does): an example that trips over
+what an earlier one made, or needs what none made, fails here.  Blocks tagged
+``needs-gpu`` or ``needs-cluster`` are the only ones not run, and each is reported as
+a skip that names it.  In docs/object-stores.md ``s3://data`` is a bucket on a real S3
+API server on loopback (moto), its credentials and endpoint put where the document
+writes ``...`` and ``http://minio:9000``.
 """
 
 from __future__ import annotations
 
-import math
-import os
+import dataclasses
 import re
-import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from outofcore.frontends.generate import random_array
+from tests.docs_walk import (
+    NEEDS,
+    Block,
+    Walk,
+    check_install,
+    check_signatures,
+    code_blocks,
+    commands,
+    documents,
+    fresh_env,
+    shown_blocks,
+)
 from tests.helpers import ROOT
 
-DOCUMENTS = (
-    "README.md",
-    "docs/cli.md",
-    "docs/getting-started.md",
-    "docs/object-stores.md",
-    "docs/dask-and-xarray.md",
-)
-#: Lines of bash blocks that are not run here, by their start, and why.
-NOT_HERE = {
-    "python3 -m venv": "the install: .ci/run runs the README's commands themselves",
-    "pip install": "an install: the test extra has what the examples need",
-    ".venv/bin/pip": "an install: the test extra has what the examples need",
-    "python -m benchmarks.": "a benchmark: tests/system/test_benchmarks.py runs each small",
-    "source .venv/bin/activate": "the install's venv: the tests run in the one they run in",
-}
-#: Shapes and chunks a hundred times smaller (at least 1), so the examples take seconds.
-SMALLER = re.compile(r"--(shape|chunks) (\d+(?:,\d+)*)")
-OPTIONAL = re.compile(r"\s*\[[^\]]*\]")
-BLOCK = re.compile(r"^```(bash|python)\n(.*?)^```", re.MULTILINE | re.DOTALL)
-#: Documents a reader follows from the top in one folder: run whole, in order.
-IN_ORDER = ("README.md", "docs/getting-started.md", "docs/dask-and-xarray.md")
-
-
-def examples(document: str) -> list[tuple[str, str]]:
-    """The document's bash and python blocks, ``(language, body)``, in its order."""
-    return BLOCK.findall((ROOT / document).read_text())
-
-
-def blocks(document: str, language: str) -> list[str]:
-    return [body for kind, body in examples(document) if kind == language]
-
-
-def commands(block: str) -> list[str]:
-    """The block's lines: continuations joined, comments and blank lines dropped."""
-    joined = re.sub(r"\\\n\s*", " ", block)
-    lines = (line.split("  #")[0].split(" # ")[0].strip() for line in joined.splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
-
-
-def smaller(command: str) -> str:
-    """A command line with its optional parts left out and its shapes made smaller."""
-
-    def shrink(match: re.Match) -> str:
-        """The matrix (or vector) sizes a hundred times smaller; a stack's batch kept."""
-        sizes = [int(x) for x in match.group(2).split(",")]
-        batch = sizes[:-2] if len(sizes) > 2 else []
-        smaller = [max(1, math.ceil(x / 100)) for x in sizes[len(batch) :]]
-        return f"--{match.group(1)} {','.join(map(str, batch + smaller))}"
-
-    return SMALLER.sub(shrink, OPTIONAL.sub("", command))
+#: The blocks this machine does not run, for the skips that name them.
+NOT_RUN = [b for document in documents() for b in code_blocks(document) if b.tag in NEEDS]
 
 
 def on_moto(text: str, server, bucket: str) -> str:
@@ -99,106 +53,101 @@ def on_moto(text: str, server, bucket: str) -> str:
     return text
 
 
-def run_block(block: str, folder: Path, env: dict[str, str]) -> int:
-    """Run a bash block's commands in ``folder``; the number of outofcore commands run."""
-    ran = 0
-    for line in commands(block):
-        if line.startswith("export "):
-            env.update(pair.split("=", 1) for pair in shlex.split(line)[1:])
-            continue
-        if not line.startswith("outofcore "):
-            why = [reason for start, reason in NOT_HERE.items() if line.startswith(start)]
-            assert why, f"the docs test does not know how to run {line!r}: add it to NOT_HERE"
-            continue
-        command = smaller(line)
-        done = subprocess.run(
-            [sys.executable, "-m", "outofcore.cli", *shlex.split(command)[1:]],
-            capture_output=True,
-            text=True,
-            cwd=folder,
-            env=env,
-            timeout=300,
-        )
-        assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
-        ran += 1
-    return ran
+@pytest.mark.parametrize("document", documents())
+def test_every_code_block_runs_in_order_in_a_fresh_folder(document, tmp_path, request):
+    """The document's code blocks, in order, in one fresh folder."""
+    blocks = [block for block in code_blocks(document) if block.tag not in NEEDS]
+    if document == "docs/object-stores.md":
+        server = request.getfixturevalue("moto_server")
+        bucket = request.getfixturevalue("s3_bucket")
+        blocks = [
+            dataclasses.replace(block, body=on_moto(block.body, server, bucket)) for block in blocks
+        ]
+    walk = Walk(tmp_path, fresh_env())
+    for block in blocks:
+        walk.block(block)
+    assert walk.ran == [block.where for block in blocks]
 
 
-def run_script(script: str, path: Path, env: dict[str, str]) -> str:
-    """Run a python block as the script file ``path`` (its shapes made smaller), its
-    LocalCluster's workers in processes that import it again; its output."""
-    assert 'if __name__ == "__main__":' in script, f"{path.name}: a script needs the guard"
-    path.write_text(
-        script.replace("(3000, 2000)", "(300, 200)")
-        .replace("(2000, 2500)", "(200, 250)")
-        .replace("(1024, 1024)", "(64, 64)")
-    )
-    done = subprocess.run(
-        [sys.executable, str(path)], capture_output=True, text=True, cwd=path.parent,
-        env={**env, "OUTOFCORE_IN_PROCESS_WORKER": "0"}, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, f"{path.name}\n{done.stdout}\n{done.stderr}"
-    last = done.stdout.strip().splitlines()[-1]
-    assert last.endswith(("True", "complete")), done.stdout
-    return done.stdout
+@pytest.mark.parametrize("block", NOT_RUN, ids=[block.where for block in NOT_RUN])
+def test_blocks_this_machine_cannot_run_say_so(block):
+    pytest.skip(f"{block.where} ({block.language}) {NEEDS[block.tag]}: not run here")
 
 
-@pytest.fixture
-def env():
-    """The environment of the examples: this checkout on the path, no AWS variables."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    return {**base, "PYTHONPATH": str(ROOT)}
+def test_every_code_block_is_one_the_walk_knows():
+    """A tag the walk does not know would be a block silently left out."""
+    known = {"", "signature", *NEEDS}
+    tags = {(block.where, block.tag) for d in documents() for block in code_blocks(d)}
+    assert {tag for _, tag in tags} <= known, sorted(t for t in tags if t[1] not in known)
+    assert len(tags) >= 60, len(tags)
+    # A block that shows commands with a prompt is a transcript: console, so they run.
+    prompts = [b.where for d in documents() for b in shown_blocks(d) if "\n$ " in "\n" + b.body]
+    assert not prompts, f"blocks with $ prompts that are not console blocks: {prompts}"
 
 
-@pytest.mark.parametrize("document", IN_ORDER)
-def test_the_examples_run_in_order_in_one_folder(document, tmp_path, env):
-    """As a reader follows the document: its blocks in order, in one folder."""
-    ran = scripts = 0
-    for kind, body in examples(document):
-        if kind == "bash":
-            ran += run_block(body, tmp_path, env)
-        else:
-            run_script(body, tmp_path / f"example{scripts}.py", env)
-            scripts += 1
-    assert ran >= 1 and scripts >= 1, f"{document}: {ran} commands and {scripts} scripts"
-
-
-def test_the_shell_examples_run(tmp_path, env):
-    ran = sum(run_block(block, tmp_path, env) for block in blocks("docs/cli.md", "bash"))
-    assert ran >= 1, "docs/cli.md has no outofcore command to run"
-
-
-def test_the_object_store_examples_run(moto_server, s3_bucket, tmp_path, env):
-    options = moto_server.options
-    for name, shape, seed in (("a", (300, 200), 1), ("b", (200, 250), 2)):
-        random_array(
-            f"{s3_bucket}/{name}.zarr", shape, (64, 64), seed=seed, storage_options=options
-        )
-    ran = sum(
-        run_block(on_moto(block, moto_server, s3_bucket), tmp_path, env)
-        for block in blocks("docs/object-stores.md", "bash")
-    )
-    assert ran == 2  # matmul with the AWS variables, status with --storage-option
-
-
-def test_the_object_store_python_examples_run_as_scripts(moto_server, s3_bucket, tmp_path, env):
-    """Each python block of object-stores.md as a script file, on the moto server; worker
-    processes import the script again: without the guard the docs ask for, this fails."""
-    scripts = blocks("docs/object-stores.md", "python")
-    assert scripts, "docs/object-stores.md has no python example"
-    for number, script in enumerate(scripts):
-        run_script(on_moto(script, moto_server, s3_bucket), tmp_path / f"example{number}.py", env)
+def test_most_code_blocks_run_here():
+    """The tags are for what truly needs a GPU or hosts: most blocks run."""
+    every = [block for d in documents() for block in code_blocks(d)]
+    assert len(NOT_RUN) <= len(every) // 3, [block.where for block in NOT_RUN]
+    assert {block.document for block in every} >= {"README.md", "docs/api.md", "docs/plan.md"}
 
 
 def test_the_readme_in_order_is_what_a_reader_meets():
     """The README's quick start is two commands, and its python example writes an output
     the command line block before it did not make (issue 29: it wrote c.zarr again)."""
-    kinds = [kind for kind, _ in examples("README.md")]
-    assert kinds[0] == "bash" and "python" in kinds
-    quick_start = commands(blocks("README.md", "bash")[0])
+    blocks = code_blocks("README.md")
+    assert blocks[0].language == "bash" and any(b.language == "python" for b in blocks)
+    quick_start = commands(blocks[0].body)
     assert len(quick_start) == 2 and all(line.startswith("python3 -m venv") for line in quick_start)
-    made = set(re.findall(r"-o (\S+\.zarr)", "".join(blocks("README.md", "bash"))))
-    written = re.findall(
-        r'matmul\("a.zarr", "b.zarr", "(\S+\.zarr)"', blocks("README.md", "python")[0]
-    )
+    bash = "".join(b.body for b in blocks if b.language == "bash")
+    made = set(re.findall(r"-o (\S+\.zarr)", bash))
+    python = next(b.body for b in blocks if b.language == "python")
+    written = re.findall(r'matmul\("a.zarr", "b.zarr", "(\S+\.zarr)"', python)
     assert written and not made & set(written), (made, written)
+
+
+# The walk's own checks fail where a document is wrong.
+
+
+def test_a_signature_that_differs_from_the_code_fails():
+    check_signatures("outofcore.verify(a, b, c, rounds=2, seed=None, *, transpose_a=False,\n"
+                     "    transpose_b=False, alpha=1.0, beta=0.0, addend=None,\n"
+                     "    storage_options=None, client=None) -> VerifyReport")  # fmt: skip
+    for wrong, why in (
+        ("outofcore.verify(a, b, c, rounds=3, seed=None, **options)", "rounds"),
+        ("outofcore.matmul(a, b, out, spec=None, *, client=None)", "leaves out"),
+        ("outofcore.matmul(a, b, out, spec=None, *, client=None, speed=1, **options)", "speed"),
+        ("outofcore.nothing(a)", "nothing importable"),
+    ):
+        with pytest.raises(AssertionError, match=why):
+            check_signatures(wrong)
+    check_signatures("outofcore.matmul(a, b, out, spec=None, *, client=None, **options)")
+
+
+def test_an_install_naming_an_extra_there_is_not_fails():
+    check_install("pip install -c constraints.txt -e '.[test,s3]'")
+    with pytest.raises(AssertionError, match="fast"):
+        check_install("pip install 'outofcore[fast]'")
+    with pytest.raises(AssertionError, match="no file"):
+        check_install("pip install -c constraint.txt -e .")
+
+
+def test_a_line_the_walk_cannot_run_fails(tmp_path):
+    block = Block("x.md", 1, "bash", "", "rm -rf data\n")
+    with pytest.raises(AssertionError, match="cannot run 'rm -rf data'"):
+        Walk(tmp_path, fresh_env()).block(block)
+
+
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [(["--size", "64", "--repeats", "1"], 0), (["--sise", "64"], 2)],
+)
+def test_a_benchmark_command_is_parsed_not_run(args, status, tmp_path):
+    """A document's benchmark line: parsed by the benchmark's own parser, not run."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.parse_only", "benchmarks.compare", *args],
+        capture_output=True, text=True, cwd=tmp_path, env=fresh_env(), timeout=120,
+    )  # fmt: skip
+    assert done.returncode == status, done.stderr
+    assert not list(tmp_path.iterdir())  # nothing ran: nothing written
+    assert (ROOT / "benchmarks" / "compare.py").is_file()
