@@ -269,8 +269,26 @@ def check_fits(
 
 
 def out_grid(p: Problem, tm: int, tn: int) -> tuple[int, int]:
-    """Rows and columns of the output's write grid for tiles of ``tm×tn``."""
-    return p.out_grid or ((tm, tn) if p.shard_tiles else (output_chunk(tm), output_chunk(tn)))
+    """Rows and columns of the output's write grid for tiles of ``tm×tn``: the grid fixed
+    before the plan (an existing output's, the shards asked), else a shard a tile
+    (``shard_tiles``), else its chunks (asked, or :func:`output_chunk` of the tile's)."""
+    if p.out_grid:
+        return p.out_grid
+    if p.shard_tiles:
+        return (tm, tn)
+    return p.out_chunks or (output_chunk(tm), output_chunk(tn))
+
+
+def output_shards(p: Problem, tm: int, tn: int, chunks: tuple[int, int]) -> tuple[int, int] | None:
+    """The shard shape of an output the job creates in ``chunks`` with ``tm×tn`` tiles, or
+    None (unsharded, or an existing output): the shards asked (``out_grid`` beside asked
+    ``out_chunks``), or one a tile (``shard_tiles``), rounded up to whole chunks where the
+    tile is clipped to the array's edge (a shard holds whole chunks)."""
+    if p.shard_tiles:
+        return (round_up(tm, chunks[0]), round_up(tn, chunks[1]))
+    if p.out_grid is not None and p.out_chunks is not None:
+        return p.out_grid
+    return None
 
 
 def write_block_rows(grid_rows: int, tile_rows: int) -> int:

@@ -27,7 +27,8 @@ class Problem:
     itemsize: int
     a_chunks: tuple[int, int]
     b_chunks: tuple[int, int]
-    #: The grid an existing output must be written in (its shards, else chunks).
+    #: The grid the output is written in, fixed before the plan: an existing output's (its
+    #: shards, else chunks), or the shards asked of one the job creates; tile edges fall on it.
     out_grid: tuple[int, int] | None = None
     #: Stored element sizes of A and B (bytes read); None: ``itemsize``.
     read_itemsizes: tuple[int, int] | None = None
@@ -73,6 +74,11 @@ class Problem:
     #: Batch entries one stored chunk of A and of B holds (the product of its extents
     #: over the leading dimensions): an entry's reads decode whole chunks.
     chunk_batch: tuple[int, int] = (1, 1)
+    #: The chunks asked of an output the job creates (``chunks=``; with shards asked, their
+    #: inner chunks, of which ``out_grid`` is a multiple); None: the plan chooses them
+    #: (:func:`scheduler.memory.output_chunk`) or an existing output has its own.  Tile
+    #: edges fall on them; with ``shard_tiles`` each tile is a shard of them.
+    out_chunks: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         for name in ("m", "k", "n"):
@@ -92,12 +98,15 @@ class Problem:
             grids["out_grid"] = self.out_grid
             if self.shard_tiles:
                 raise InputError(
-                    f"out_grid = {self.out_grid} (an existing output) cannot go with "
-                    "shard_tiles (shards of an output the job creates)"
+                    f"out_grid = {self.out_grid} (an existing output's, or the shards asked) "
+                    "cannot go with shard_tiles (one shard a tile)"
                 )
+        if self.out_chunks is not None:
+            grids["out_chunks"] = self.out_chunks
         for name, grid in grids.items():
             if len(grid) != 2 or min(grid) < 1:
                 raise InputError(f"{name} = {grid}: need two chunk sizes >= 1")
+        self._check_out_chunks()
         sizes = [self.itemsize, *self.read_sizes, self.written_itemsize]
         extras = (
             *self.staging,
@@ -109,6 +118,18 @@ class Problem:
         )
         if min(sizes) < 1 or min(extras) < 0:
             raise InputError(f"element sizes must be >= 1 (staging >= 0), got {self}")
+
+    def _check_out_chunks(self) -> None:
+        """Refuse asked chunks the grid they are written in is not made of: shards
+        (``out_grid``) hold whole chunks, and an existing output (an ``out_grid`` without
+        them) keeps its own."""
+        if self.out_chunks is None or self.out_grid is None:
+            return
+        if any(grid % chunk for grid, chunk in zip(self.out_grid, self.out_chunks, strict=True)):
+            raise InputError(
+                f"out_grid = {self.out_grid} (the output's shards) is not a multiple of "
+                f"out_chunks = {self.out_chunks}: a shard holds whole chunks"
+            )
 
     def _check_batch(self) -> None:
         """Refuse a batch, stored matrix counts or chunk batches no stack can have; the

@@ -100,11 +100,8 @@ def make_plan(
     if io_concurrency < 1:
         raise InputError(f"io_concurrency = {io_concurrency}: need at least 1")
     p = problem
-    row_unit = _unit(p.m, p.a_chunks[0], p.out_grid[0] if p.out_grid else None)
-    col_unit = _unit(p.n, p.b_chunks[1], p.out_grid[1] if p.out_grid else None)
-    if p.symmetric:  # square tiles, so that tile (i, j) mirrors onto tile (j, i)
-        row_unit = col_unit = _unit(p.m, row_unit, col_unit)
     k_unit = _k_unit(p)
+    row_unit, col_unit = _tile_units(p, k_unit, task_budget_bytes, io_concurrency)
 
     if tk is None:
         tk = _choose_tk(
@@ -133,7 +130,7 @@ def make_plan(
     if splits is None:
         splits = _best_splits(p, tm, tn, tk, workers, task_budget_bytes, io_concurrency, gpu)
     check_fits(p, tm, tn, tk, task_budget_bytes, io_concurrency, splits)
-    out_chunks = p.out_grid or (output_chunk(tm), output_chunk(tn))
+    out_chunks = p.out_chunks or p.out_grid or (output_chunk(tm), output_chunk(tn))
     return Plan(
         problem=p,
         task_budget_bytes=task_budget_bytes,
@@ -184,6 +181,29 @@ def make_output_plan(
 def is_large_output(plan: Plan) -> bool:
     """Whether the plan's output has more than :data:`SHARD_OVER_CHUNKS` chunks."""
     return plan.out_chunk_count > SHARD_OVER_CHUNKS
+
+
+def _tile_units(p: Problem, k_unit: int, budget: int, io_concurrency: int) -> tuple[int, int]:
+    """The steps of tile edges down and across: on A's row chunks, B's column chunks and
+    the output's grid (its chunks or shards, existing or asked: whole ones a task).
+
+    Where the output's grid is not the inputs' and the smallest tile on all of them
+    (their least common multiple, up to the whole dimension) does not fit ``budget``, the
+    steps are the output's grid alone: a tile edge may then cut an input chunk, which the
+    tiles on both sides decode.  Square for a symmetric product (tile (i, j) mirrors onto
+    (j, i))."""
+    grid = p.out_grid or p.out_chunks  # shards asked are a multiple of the chunks asked
+
+    def square(rows: int, cols: int) -> tuple[int, int]:
+        return (_unit(p.m, rows, cols),) * 2 if p.symmetric else (rows, cols)
+
+    rows, cols = square(
+        _unit(p.m, p.a_chunks[0], grid[0] if grid else None),
+        _unit(p.n, p.b_chunks[1], grid[1] if grid else None),
+    )
+    if grid is None or fits(p, rows, cols, k_unit, budget, io_concurrency):
+        return rows, cols
+    return square(_unit(p.m, grid[0]), _unit(p.n, grid[1]))
 
 
 def _unit(extent: int, *grids: int | None) -> int:

@@ -222,7 +222,7 @@ def format_plan(p: dict[str, Any]) -> str:
             ),
             *_format_split(p),
             f"  output chunks  {p['out_chunk_count']} of {p['out_chunks'][0]}x{p['out_chunks'][1]}"
-            + _format_shards(p.get("out_shards")),
+            + _format_shards(p.get("out_shards"), p.get("out_layout")),
             f"  task memory    {format_bytes(p['task_bytes'])} projected"
             + _format_kinds(p.get("task_bytes_by_kind") or {}),
             *_format_device(p.get("device")),
@@ -276,10 +276,14 @@ def _format_split(p: dict[str, Any]) -> list[str]:
     ]
 
 
-def _format_shards(shards: list[int] | None) -> str:
+def _format_shards(shards: list[int] | None, layout: str | None = None) -> str:
+    """The rest of the output chunks line: its shards, and who chose them
+    (:func:`outofcore.jobs.planning.out_layout`)."""
+    said = {"asked": " as asked", "existing": " (the existing output's)"}.get(layout or "", "")
     if not shards:
-        return ""
-    return f", in shards of {shards[0]}x{shards[1]} (one per tile)"
+        return said
+    each = "" if layout in ("asked", "existing") else " (one per tile)"
+    return f"{said}, in shards of {shards[0]}x{shards[1]}{each}"
 
 
 def _format_predictions(

@@ -16,6 +16,7 @@ import numpy as np
 import zarr
 
 from outofcore.jobs.inputs import Operands
+from outofcore.jobs.planning import asked_layout
 from outofcore.jobs.recorded import TileResult, written_changes
 from outofcore.jobs.spec import JobSpec
 from outofcore.journal.lease import new_job_id
@@ -26,6 +27,7 @@ from outofcore.operands import arrays
 from outofcore.storage import stored_arrays
 from outofcore.storage.fingerprint import check_unchanged
 from outofcore.storage.writing import local_folder, make_durable
+from scheduler.memory import output_shards
 from scheduler.plan import Plan
 
 
@@ -47,9 +49,10 @@ def start_output(
 
     Returns the output, its attribute record, the job document and the tiles done.
     """
+    shards = output_shards(plan.problem, plan.tm, plan.tn, plan.out_chunks)
     record = {
         "complete": False,
-        "plan": plan.summary(),
+        "plan": {**plan.summary(), "out_shards": None if shards is None else list(shards)},
         "product": operands.product.summary(),
         "backend": spec.backend,
         "job_id": job_id,
@@ -80,7 +83,7 @@ def start_output(
             False,
             {JOB_ATTRIBUTE: record},
             spec.output_codec,
-            shards=None if plan.out_shards is None else stack.out_grid(*plan.out_shards),
+            shards=None if shards is None else stack.out_grid(*shards),
             zarr_format=spec.zarr_format,
             dimension_names=spec.dimension_names or operands.product.dimension_names,
         )
@@ -146,13 +149,15 @@ def write_empty_product(operands: Operands, start: Start, spec: JobSpec) -> JobR
             operands.journal.clear_output()
         elif start.clear_journal:  # an array given as the output, started over
             operands.journal.clear_journal()
-        chunks = (max(1, min(m, 1024)), max(1, min(n, 1024)))
+        asked, shards = asked_layout(spec, max(1, m), max(1, n))
+        chunks = asked or (max(1, min(m, 1024)), max(1, min(n, 1024)))
         grid = product.stack.out_grid(*chunks)
         record = {"complete": False, "product": product.summary(), "job_id": lease.job_id}
         if start.existing is None:
             output = arrays.create_output(
                 operands.out, operands.shape, operands.dtype, grid, False,
                 {JOB_ATTRIBUTE: record}, spec.output_codec, zarr_format=spec.zarr_format,
+                shards=None if shards is None else product.stack.out_grid(*shards),
                 dimension_names=spec.dimension_names or product.dimension_names,
             )  # fmt: skip
         else:

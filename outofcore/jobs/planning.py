@@ -30,6 +30,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from outofcore.errors import InputError
 from scheduler import tiling
 from scheduler.cluster import (
     is_local,
@@ -38,9 +39,10 @@ from scheduler.cluster import (
 from scheduler.device_plan import device_summary
 from scheduler.executors import WorkerShape
 from scheduler.gpu_rates import KERNEL_FLOPS, GpuTarget, job_gpu_target
-from scheduler.memory import decode_threads
+from scheduler.memory import decode_threads, output_shards, round_up
 from scheduler.model import what_ifs
 from scheduler.plan import DEFAULT_IO_CONCURRENCY, Plan
+from scheduler.problem import Problem
 from scheduler.tiling import is_large_output, make_output_plan
 
 if TYPE_CHECKING:
@@ -81,8 +83,12 @@ class JobPlan:
     def summary(self) -> dict[str, Any]:
         """The plan's summary (:meth:`scheduler.plan.Plan.summary`) with both budgets, the
         worker shape, and the predictions and device tiling when there are any."""
+        plan = self.plan
+        shards = output_shards(plan.problem, plan.tm, plan.tn, plan.out_chunks)
         summary = {
-            **self.plan.summary(),
+            **plan.summary(),
+            "out_shards": None if shards is None else list(shards),
+            "out_layout": out_layout(plan),
             "worker_budget_bytes": self.worker_budget_bytes,
             "threads_per_worker": self.workers.threads_per_worker,
         }
@@ -94,6 +100,15 @@ class JobPlan:
         if self.gpu is not None:
             summary["gpu"] = self.gpu.as_dict()
         return summary
+
+
+def out_layout(plan: Plan) -> str:
+    """Who chose the output's chunks (and shards): ``"asked"`` (``chunks=``, ``shards=``),
+    ``"existing"`` (an output written into keeps its own) or ``"planned"``."""
+    problem = plan.problem
+    if problem.out_chunks is not None:
+        return "asked"
+    return "planned" if problem.out_grid is None else "existing"
 
 
 def job_workers(spec: JobSpec, client: Any) -> WorkerShape:
@@ -118,8 +133,76 @@ def plan_options(spec: JobSpec) -> dict[str, Any]:
         "tile": spec.tile,
         "tk": spec.tk,
         "splits": spec.splits,
-        "shards": spec.shards and spec.zarr_format == 3,
+        "shards": spec.shards is True and spec.zarr_format == 3,
     }
+
+
+def asked_layout(
+    spec: JobSpec, m: int, n: int
+) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """The chunks and shards ``spec`` asks of an ``m×n`` output (a stack's matrices; 1 for
+    a vector's missing axis), clipped to it: ``(None, None)`` where the plan chooses.
+
+    A chunk larger than the output is clipped to the output (as dask clips: zarr would
+    store its padding); a shard to the whole chunks that cover it.
+    """
+    shards = spec.shards if isinstance(spec.shards, tuple) else None
+    chunks = spec.chunks  # never None with shards asked (JobSpec)
+    if chunks is None:
+        return None, None
+    chunks = (min(chunks[0], m), min(chunks[1], n))
+    if shards is not None:
+        shards = (min(shards[0], round_up(m, chunks[0])), min(shards[1], round_up(n, chunks[1])))
+    return chunks, shards
+
+
+def planned_problem(product: Product, spec: JobSpec, existing: zarr.Array | None) -> Problem:
+    """The problem the job is planned for: ``existing``'s grid where it writes into an
+    output (a different one asked is refused), else the chunks and shards asked
+    (:func:`asked_layout`), else the plan's own.
+
+    Raises
+    ------
+    InputError
+        When ``spec`` asks for chunks or shards other than the existing output's.
+    """
+    problem = product.problem(existing)
+    if spec.chunks is None:  # and no shape of shards (JobSpec)
+        return problem
+    chunks, shards = asked_layout(spec, problem.m, problem.n)
+    if existing is not None:
+        check_existing_layout(product, existing, chunks, shards)
+        return problem
+    return dataclasses.replace(problem, out_chunks=chunks, out_grid=shards)
+
+
+def check_existing_layout(
+    product: Product,
+    existing: zarr.Array,
+    chunks: tuple[int, int] | None,
+    shards: tuple[int, int] | None,
+) -> None:
+    """Refuse ``chunks`` or ``shards`` asked (on the matrix axes) that an existing output
+    written into does not have: it keeps its own grid."""
+    from outofcore.storage.stored_arrays import describe  # noqa: PLC0415 (imports zarr)
+
+    matrix = product.matrix("out")
+    has_chunks = matrix.chunks2d(existing.chunks)
+    has_shards = None if existing.shards is None else matrix.chunks2d(existing.shards)
+    asked = spec_text(chunks, shards)
+    if chunks not in (None, has_chunks) or shards not in (None, has_shards):
+        raise InputError(
+            f"the output {describe(existing)} exists in {spec_text(has_chunks, has_shards)}, "
+            f"not the {asked} asked; an existing output keeps its grid: resume it without "
+            "chunks=/shards= (--out-chunks/--out-shards), or start over in the new layout "
+            "with overwrite=True (--overwrite) on its path"
+        )
+
+
+def spec_text(chunks: tuple[int, int] | None, shards: tuple[int, int] | None) -> str:
+    """``chunks (64, 29)`` and ``shards (128, 58)`` as a message says them."""
+    said = [] if chunks is None else [f"chunks {chunks}"]
+    return " in ".join(said + ([] if shards is None else [f"shards {shards}"]))
 
 
 def plan_job(
@@ -159,7 +242,7 @@ def plan_job(
         device_memory=spec.device_memory,
         transposed=bool(spec.transpose_a or spec.transpose_b),
     )
-    problem = product.problem(existing)
+    problem = planned_problem(product, spec, existing)
     task_budget = spec.memory // max(1, workers.threads_per_worker)
     # Decode threads: a core each of the task's share (CPU affinity), buffers in the budget
     threads = decode_threads(problem, task_budget, workers.blas_threads, DEFAULT_IO_CONCURRENCY)

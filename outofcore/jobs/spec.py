@@ -9,9 +9,12 @@ opened, so a bad option fails at once with the value named.
 from __future__ import annotations
 
 import inspect
+import operator
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, TypeVar
+
+import numpy as np
 
 from outofcore.compute.engines import check_backend
 from outofcore.config import parse_size
@@ -66,10 +69,22 @@ class JobSpec:
         Compression of an output created by the job: ``"none"`` or ``"zstd"``.
     overwrite
         Replace an existing output (and its journal).
+    chunks
+        The chunk shape ``(rows, columns)`` of an output the job creates, on its matrix
+        axes (a stack's batch axes are chunked 1, one matrix a chunk; a vector output's
+        missing axis takes 1); an int is both.  None (the default): the plan chooses
+        (a divisor of the tile, at most 2048).  The tiles are planned on it (each task
+        writes whole chunks), so chunks that are not a multiple of the inputs' make the
+        tiles a multiple of both.  A value larger than the output is clipped to it, as
+        dask clips (a chunk beyond the array would only store its padding).  An
+        existing output keeps its own chunks: resuming one with other ``chunks`` is
+        refused.
     shards
-        Create a large output sharded (default True): one with more than
-        :data:`scheduler.tiling.SHARD_OVER_CHUNKS` chunks gets one zarr shard per
-        tile, so each tile writes one whole object.  False: plain chunks always.
+        True (the default): a large output is created sharded, one zarr shard per tile,
+        when it has more than :data:`scheduler.tiling.SHARD_OVER_CHUNKS` chunks, so each
+        tile writes one whole object.  False: plain chunks always.  A shape ``(rows,
+        columns)``: shards of that shape, which needs ``chunks``, a divisor of it, and
+        zarr format 3; the tiles are planned on them (each task writes whole shards).
     zarr_format
         Format of an output the job creates: 3 (default) or 2, for readers
         that know only format 2 (it has no shards: a large output is written
@@ -120,7 +135,8 @@ class JobSpec:
     backend: str = "auto"
     output_codec: str = DEFAULT_OUTPUT_CODEC
     overwrite: bool = False
-    shards: bool = True
+    chunks: int | tuple[int, int] | None = None
+    shards: bool | tuple[int, int] = True
     zarr_format: int = 3
     tile: tuple[int, int] | None = None
     tk: int | None = None
@@ -145,7 +161,8 @@ class JobSpec:
             "device_memory": None if device is None else parse_size(device),
             "backend": check_backend(self.backend),  # resolved where the tasks run (run_job)
             "output_codec": check_output_codec(self.output_codec),
-            "shards": check_flag(self.shards, "shards"),
+            "chunks": None if self.chunks is None else _chunk_shape(self.chunks, "chunks"),
+            "shards": _shards(self.shards, self.zarr_format),
             "zarr_format": _zarr_format(self.zarr_format),
             "tile": None if self.tile is None else _positive_pair(self.tile),
             "tk": None if self.tk is None else _positive(self.tk, "tk"),
@@ -159,6 +176,7 @@ class JobSpec:
         }
         for name, value in parsed.items():
             object.__setattr__(self, name, value)
+        _check_shards_hold_chunks(self.chunks, self.shards)
 
     @classmethod
     def of(cls, spec: JobSpec | None, options: dict[str, Any]) -> JobSpec:
@@ -227,6 +245,58 @@ def _names(value: Any) -> tuple[str | None, ...] | None:
     if any(name is not None and not isinstance(name, str) for name in value):
         raise InputError(f"dimension_names = {value!r}: each must be a str or None")
     return tuple(value)
+
+
+def _chunk_shape(value: Any, name: str) -> tuple[int, int]:
+    """An output's chunk (or shard) shape on its matrix axes: two whole numbers >= 1
+    (numpy integers taken), or one for both."""
+    pair = (value, value) if isinstance(value, int | np.integer) else value
+    try:
+        rows, cols = pair
+        if any(isinstance(v, bool | np.bool_) for v in pair):
+            raise TypeError
+        shape = (operator.index(rows), operator.index(cols))
+    except (TypeError, ValueError):
+        shape = (0, 0)
+    if min(shape) < 1:
+        raise InputError(
+            f"{name} = {value!r}: need two whole numbers >= 1, the (rows, columns) of the "
+            "output's matrix axes (a stack's batch axes are chunked 1), or one for both"
+        )
+    return shape
+
+
+def _shards(value: Any, zarr_format: Any) -> bool | tuple[int, int]:
+    """``shards``: True, False, or a shard shape (zarr format 3 only)."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    shape = _chunk_shape(value, "shards")
+    if zarr_format == 2:
+        raise InputError(
+            f"shards = {value!r} with zarr_format = 2: zarr format 2 has no shards; "
+            "use zarr_format=3, or chunks= alone"
+        )
+    return shape
+
+
+def _check_shards_hold_chunks(
+    chunks: tuple[int, int] | None, shards: bool | tuple[int, int]
+) -> None:
+    """Refuse a shard shape without the chunks it holds, or not a multiple of them."""
+    if isinstance(shards, bool):
+        return
+    if chunks is None:
+        raise InputError(
+            f"shards = {shards} needs chunks=(rows, cols) too: the chunks each shard holds "
+            "(what a reader decodes at once), dividing it: e.g. shards = (4096, 4096) "
+            "with chunks = (1024, 1024)"
+        )
+    if any(shard % chunk for shard, chunk in zip(shards, chunks, strict=True)):
+        raise InputError(
+            f"shards = {shards} is not a multiple of chunks = {chunks}: a shard holds whole "
+            "chunks (zarr's sharding), e.g. shards = "
+            f"{tuple(-(-s // c) * c for s, c in zip(shards, chunks, strict=True))}"
+        )
 
 
 def _positive(value: Any, name: str) -> int:

@@ -44,6 +44,16 @@ from outofcore.storage.manifest import JOURNAL_DIR
 JOB_ATTRIBUTE = "outofcore"
 #: Key of the record ``outofcore random`` keeps in the arrays it writes.
 GENERATED_ATTRIBUTE = "outofcore_random"
+#: What a refusal of an array the user made as the output says (here, and for a
+#: ``zarr.Array`` given as ``out``): how to get the layout they made it for.  outofcore never
+#: writes into an array it did not make: one it left unfinished would read as plausible
+#: values (the fill value) with no record that it is not the product.
+OWN_LAYOUT_ADVICE = (
+    "For a job's output in the layout you want, give a path where nothing is and the layout: "
+    "chunks=(rows, cols) and shards=(rows, cols) or False (command line: --out-chunks R,C, "
+    "--out-shards R,C, --zarr-format 2), and the job creates it so; open it with "
+    "zarr.open_array(path) once it is written"
+)
 #: Names zarr writes at the top of an array: metadata, and chunk keys (format 3: ``c/...``;
 #: format 2: ``0.1`` files or ``0/1`` folders).
 _ZARR_NAMES = frozenset({*manifest.METADATA_NAMES, "c"})
@@ -214,8 +224,8 @@ def check_replaceable(location: Location, deep: bool = False) -> Occupant:
         "group": f"is a zarr group (members: {shown}), not an array; choose another path",
         "foreign-array": (
             "is a zarr array that outofcore did not write (it has no outofcore record or "
-            "journal), and outofcore never deletes data it did not make; choose another path, "
-            "or delete it yourself if it is to go"
+            "journal), and outofcore never deletes data it did not make; delete it yourself "
+            f"if it is to go, or choose another path. {OWN_LAYOUT_ADVICE}"
         ),
         "mixed-array": (
             f"is an array outofcore wrote, but it also holds {shown}, which outofcore did "
