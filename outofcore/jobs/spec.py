@@ -287,9 +287,9 @@ def _check_shards_hold_chunks(
         return
     if chunks is None:
         raise InputError(
-            f"shards = {shards} needs chunks=(rows, cols) too: the chunks each shard holds "
-            "(what a reader decodes at once), dividing it: e.g. shards = (4096, 4096) "
-            "with chunks = (1024, 1024)"
+            f"shards = {shards} needs chunks=(rows, cols) too (--out-chunks): the chunks each "
+            "shard holds (what a reader decodes at once), dividing it: e.g. shards = "
+            "(4096, 4096) with chunks = (1024, 1024)"
         )
     if any(shard % chunk for shard, chunk in zip(shards, chunks, strict=True)):
         raise InputError(
