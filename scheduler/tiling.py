@@ -122,6 +122,8 @@ def make_plan(
             tm, tn = _split_for_workers(p, tm, tn, row_unit, col_unit, workers)
     else:
         tm, tn = tile
+        if not _on_units(p, tile, (row_unit, col_unit)):  # on the output's grid alone
+            row_unit, col_unit = _tile_units(p, k_unit, None, io_concurrency)
         _check_multiple("tile rows", tm, row_unit, p.m)
         _check_multiple("tile columns", tn, col_unit, p.n)
         if p.symmetric and min(tm, p.m) != min(tn, p.n):
@@ -183,27 +185,33 @@ def is_large_output(plan: Plan) -> bool:
     return plan.out_chunk_count > SHARD_OVER_CHUNKS
 
 
-def _tile_units(p: Problem, k_unit: int, budget: int, io_concurrency: int) -> tuple[int, int]:
+def _tile_units(p: Problem, k_unit: int, budget: int | None, io: int) -> tuple[int, int]:
     """The steps of tile edges down and across: on A's row chunks, B's column chunks and
     the output's grid (its chunks or shards, existing or asked: whole ones a task).
 
     Where the output's grid is not the inputs' and the smallest tile on all of them
-    (their least common multiple, up to the whole dimension) does not fit ``budget``, the
-    steps are the output's grid alone: a tile edge may then cut an input chunk, which the
-    tiles on both sides decode.  Square for a symmetric product (tile (i, j) mirrors onto
-    (j, i))."""
+    (their least common multiple, up to the whole dimension) does not fit ``budget`` (with
+    ``io`` decode threads; None: never), the output's grid alone: a tile edge may then cut
+    an input chunk, which the tiles on both sides decode.  Square for a symmetric product
+    (tile (i, j) mirrors onto (j, i))."""
     grid = p.out_grid or p.out_chunks  # shards asked are a multiple of the chunks asked
 
     def square(rows: int, cols: int) -> tuple[int, int]:
         return (_unit(p.m, rows, cols),) * 2 if p.symmetric else (rows, cols)
 
-    rows, cols = square(
-        _unit(p.m, p.a_chunks[0], grid[0] if grid else None),
-        _unit(p.n, p.b_chunks[1], grid[1] if grid else None),
-    )
-    if grid is None or fits(p, rows, cols, k_unit, budget, io_concurrency):
+    rows = _unit(p.m, p.a_chunks[0], grid[0] if grid else None)
+    rows, cols = square(rows, _unit(p.n, p.b_chunks[1], grid[1] if grid else None))
+    if grid is None or (budget is not None and fits(p, rows, cols, k_unit, budget, io)):
         return rows, cols
     return square(_unit(p.m, grid[0]), _unit(p.n, grid[1]))
+
+
+def _on_units(p: Problem, tile: tuple[int, int], units: tuple[int, int]) -> bool:
+    """Whether a tile's edges fall on ``units`` (or take a whole dimension)."""
+    return all(
+        edge >= extent or (edge >= 1 and edge % unit == 0)
+        for edge, unit, extent in zip(tile, units, (p.m, p.n), strict=True)
+    )
 
 
 def _unit(extent: int, *grids: int | None) -> int:

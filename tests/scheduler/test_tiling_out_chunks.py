@@ -175,3 +175,16 @@ def test_a_forced_tile_off_the_asked_chunks_is_refused():
         make_plan(problem, 2**24, tile=(40, 50))
     plan = make_plan(problem, 2**24, tile=(60, 50))
     assert (plan.tm, plan.tn) == (60, 50)
+
+
+def test_a_forced_tile_on_the_output_grid_alone_is_taken_whatever_the_budget():
+    """A resumed journal's tile may have been planned on the output's chunks alone (the
+    common multiple with the inputs' did not fit then); with a budget where it fits now,
+    that tile is still taken."""
+    problem = Problem(
+        m=203, k=151, n=117, itemsize=4, a_chunks=(37, 50), b_chunks=(50, 41),
+        out_chunks=(64, 29),
+    )  # fmt: skip
+    planned = make_plan(problem, 2**17, 1)
+    resumed = make_plan(problem, 2**24, 1, tile=(planned.tm, planned.tn), tk=planned.tk)
+    assert (resumed.tm, resumed.tn) == (planned.tm, planned.tn)

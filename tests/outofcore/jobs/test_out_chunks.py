@@ -115,6 +115,15 @@ def test_a_gram_product_in_the_chunks_asked(tmp_path):
     np.testing.assert_array_equal(g[...], g[...].T)
 
 
+def test_an_empty_product_is_written_in_the_chunks_and_shards_asked(tmp_path):
+    """k = 0: the sum of no terms, written whole in this process, in the layout asked."""
+    a_path = stored(tmp_path / "a.zarr", np.ones((7, 0), "float32"), (3, 1))
+    b_path = stored(tmp_path / "b.zarr", np.ones((0, 9), "float32"), (1, 4))
+    c = run(a_path, b_path, tmp_path / "c.zarr", chunks=(3, 4), shards=(6, 8))
+    assert c.chunks == (3, 4) and c.shards == (6, 8)
+    np.testing.assert_array_equal(c[...], np.zeros((7, 9), "float32"))
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
