@@ -249,37 +249,26 @@ def _add_job_options(run: argparse.ArgumentParser) -> None:
 
 def _add_out_layout(run: argparse.ArgumentParser) -> None:
     """The chunks and shards of a new output (``chunks=``, ``shards=``)."""
-    run.add_argument(
-        "--out-chunks",
-        type=_pair,
-        metavar="ROWS,COLS",
-        help="chunk shape of a new output on its matrix axes, e.g. 64,29 (a stack's batch axes "
-        "get 1); tiles are planned on it. Default: the plan's (a divisor of the tile)",
-    )
+    chunks = "chunk shape of a new output's matrices, e.g. 64,29; tiles are planned on it"
+    run.add_argument("--out-chunks", type=_pair, metavar="ROWS,COLS", help=chunks)
     shards = run.add_mutually_exclusive_group()
     shards.add_argument(
         "--out-shards",
         dest="shards",
         type=_pair,
         metavar="ROWS,COLS",
-        help="shard shape of a new output, a multiple of --out-chunks (zarr format 3); each "
-        "task writes whole shards. Default: one shard per tile for more than 10^5 chunks",
+        help="shard shape of a new output, a multiple of --out-chunks (zarr format 3); default: "
+        "one shard per tile for more than 10^5 chunks",
     )
-    shards.add_argument(
-        "--no-shards", dest="shards", action="store_false", help="never shard a new output"
-    )
+    shards.add_argument("--no-shards", dest="shards", action="store_false", help="never shard")
     run.set_defaults(shards=True)
 
 
 def _pair(text: str) -> tuple[int, int]:
     """``ROWS,COLS`` (or one number for both) as two whole numbers >= 1."""
-    sizes = _sizes(text)
-    if len(sizes) == 1:
-        sizes = sizes * 2
+    sizes = _sizes(text) * (2 if text.isdigit() else 1)
     if len(sizes) != 2 or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected ROWS,COLS: two whole numbers >= 1 like 64,29 (or one for both), got {text!r}"
-        )
+        raise argparse.ArgumentTypeError(f"expected ROWS,COLS like 64,29, got {text!r}")
     return sizes[0], sizes[1]
 
 

@@ -39,7 +39,7 @@ def test_a_layout_that_is_not_two_sizes_is_a_usage_error(capsys, value):
     with pytest.raises(SystemExit) as stopped:
         parse("--out-chunks", value)
     assert stopped.value.code == 2
-    assert "expected ROWS,COLS" in capsys.readouterr().err or value in ("a,b", "64x29")
+    assert "expected" in capsys.readouterr().err
 
 
 def test_no_shards_and_a_shard_shape_are_not_both_taken(capsys):
