@@ -238,3 +238,22 @@ def test_any_chunks_asked_give_numpys_product(tmp_path_factory, m, k, n, in_chun
     c = run(a_path, b_path, folder / "c.zarr", chunks=out_chunks, memory="96KiB")
     assert c.chunks == (min(m, out_chunks[0]), min(n, out_chunks[1]))
     assert_product_close(c[...], a, b)
+
+
+def test_xarray_dot_takes_chunks(tmp_path):
+    xr = pytest.importorskip("xarray")
+    import outofcore.xarray  # noqa: PLC0415
+
+    rng = np.random.default_rng(9)
+    a = xr.DataArray(random_matrix(rng, (50, 30), "float32"), dims=("sample", "feature"))
+    b = xr.DataArray(random_matrix(rng, (30, 20), "float32"), dims=("feature", "target"))
+    stored_a = stored(tmp_path / "a.zarr", a.values, (17, 7))
+    stored_b = stored(tmp_path / "b.zarr", b.values, (7, 9))
+    za = xr.DataArray(da.from_zarr(stored_a), dims=a.dims)
+    zb = xr.DataArray(da.from_zarr(stored_b), dims=b.dims)
+    product = outofcore.xarray.dot(za, zb, out=str(tmp_path / "c.zarr"), chunks=(16, 6),
+                                   client="sync")  # fmt: skip
+    written = zarr.open_group(str(tmp_path / "c.zarr"), mode="r")
+    assert [array.chunks for _, array in written.arrays()] == [(16, 6)]
+    assert product.dims == ("sample", "target")
+    assert_product_close(product.values, a.values, b.values)
