@@ -4,9 +4,12 @@
 
 * ``None``: the default ``distributed.Client`` when one is open (dask's
   convention, ``distributed.default_client()``; :func:`scheduler.addresses.resolve_client`), used
-  as it is; otherwise start a LocalCluster sized to this machine and the
-  budget, and close it after the job;
-* ``"sync"``: no Dask at all, the synchronous in-process executor;
+  as it is; else what ``dask.config``'s ``scheduler`` says: ``"sync"`` as below,
+  ``"threads"`` threads of this process through dask's threaded scheduler, no cluster
+  (:func:`scheduler.in_process.runs_in_threads`); otherwise (``"processes"`` too) start a
+  LocalCluster sized to this machine and the budget, and close it after the job;
+* ``"sync"``: no cluster, the tasks one after the other in this thread (dask's
+  synchronous scheduler: :class:`~scheduler.executors.SynchronousExecutor`);
 * a scheduler address such as ``"tcp://10.0.0.5:8786"``: connect to it (``tls://``
   and ``wss://`` with the certificates of Dask's settings: :mod:`scheduler.tls`);
 * a ``distributed.Client``: use it as it is (never closed here).
@@ -41,12 +44,9 @@ from scheduler.executors import (
     WorkerShape,
     client_worker_shape,
 )
-from scheduler.gpu_cluster import (
-    GPU_RESOURCE,
-    cluster_kind,
-    numbers_devices_as_nvidia_smi,
-    start_gpu_cluster,
-)
+from scheduler.gpu_cluster import GPU_RESOURCE, cluster_kind, start_gpu_cluster
+from scheduler.in_process import runs_in_process, runs_in_threads, thread_count
+from scheduler.in_process import tasks_run_here as tasks_run_here  # where others import it
 from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST, local_dashboard_link
 from scheduler.tls import client_security
 from scheduler.worker_sizing import (
@@ -197,37 +197,6 @@ def start_local_cluster(
         )
 
 
-def runs_in_process(gpus: tuple[int, ...] | None, in_process: bool) -> bool:
-    """Whether a LocalCluster runs its workers in this process: ``in_process`` asked for,
-    and CPU workers (no ``gpus``), however many, or the worker of a single GPU where this
-    process numbers devices as ``nvidia-smi`` does (:func:`~scheduler.gpu_cluster.
-    numbers_devices_as_nvidia_smi`: the command sets it before CUDA starts).
-
-    CPU workers gain nothing from processes of their own: their tasks spend their time
-    in BLAS, decoding and chunk I/O, which release the GIL, and BLAS's threads are set
-    for the process (:meth:`outofcore.compute.worker_context.WorkerContext.blas_threads`).  In
-    this process they start in a twentieth of the time (no interpreter to spawn,
-    nothing imported again: docs/performance.md, "The first seconds").  A single GPU's
-    worker in this process saves the start and stop of a GPU cluster (2.5 to 4 s on the
-    GPU nodes measured, design.md), the imports and CUDA context of a second process; its
-    tasks select the GPU (:func:`outofcore.compute.cuda.in_process_device`).  Several GPUs
-    keep a process each (one device, one CUDA context each).
-    """
-    if not in_process:
-        return False
-    return not gpus or (len(gpus) == 1 and numbers_devices_as_nvidia_smi())
-
-
-def tasks_run_here(client: Any, gpus: tuple[int, ...] | None, in_process: bool) -> bool:
-    """Whether a job on ``client`` runs its tasks in this process: ``"sync"``, or the
-    LocalCluster the job starts (``client`` None) when its workers are threads of this
-    process (:func:`runs_in_process`).  Its tasks then see this process's memory (numpy
-    arrays, zarr ``MemoryStore`` arrays)."""
-    if isinstance(client, str):
-        return client.lower() in SYNC
-    return client is None and runs_in_process(gpus, in_process)
-
-
 @contextlib.contextmanager
 def _workers_ignore_interrupts() -> Iterator[None]:
     """Start worker processes that ignore SIGINT (inherited through exec; Python keeps an
@@ -274,9 +243,10 @@ def open_executor(
         When a scheduler address does not answer within the timeout, or a
         cluster has fewer workers than ``workers`` asked for.
     """
-    if isinstance(client, str) and client.lower() in SYNC:
+    local = _in_this_process(client, budget_bytes, workers, gpus)
+    if local is not None:
         try:
-            yield SynchronousExecutor()
+            yield local
         finally:
             if on_close is not None:
                 on_close()
@@ -327,6 +297,23 @@ def open_executor(
     yield DaskExecutor(client)
 
 
+def _in_this_process(
+    client: Any, budget_bytes: int, workers: int | None, gpus: tuple[int, ...] | None
+) -> SynchronousExecutor | None:
+    """The executor of a job on ``client`` that runs its tasks in this process without a
+    cluster: ``"sync"``, one task at a time; dask.config's ``"threads"``
+    (:func:`~scheduler.in_process.runs_in_threads`), as many threads as a LocalCluster
+    would have workers (:func:`~scheduler.worker_sizing.local_worker_count`, at most
+    dask's ``num_workers``), each with their share of the cores for BLAS.  None for any
+    other ``client``."""
+    if isinstance(client, str) and client.lower() in SYNC:
+        return SynchronousExecutor()
+    if not runs_in_threads(client, gpus):
+        return None
+    threads = thread_count(local_worker_count(budget_bytes, workers))
+    return SynchronousExecutor(threads, local_blas_threads(threads))
+
+
 def _connect(address: str, connect_timeout: float) -> Any:
     """A ``distributed.Client`` of the scheduler at ``address`` (not the default one).
 
@@ -370,8 +357,9 @@ def worker_shape_of(
     ClusterError
         As :func:`open_executor` does: no scheduler, too few workers, a memory cap.
     """
-    if isinstance(client, str) and client.lower() in SYNC:
-        return SynchronousExecutor().worker_shape()
+    local = _in_this_process(client, budget_bytes, workers, gpus)
+    if local is not None:
+        return local.worker_shape()
     if client is None:
         if gpus:
             count = len(gpus)  # start_gpu_cluster: one single-threaded worker per GPU

@@ -22,8 +22,11 @@ gathers the runs of one job under one ``distributed.span``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import os
 import re
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -116,18 +119,35 @@ class Executor(Protocol):
 
 
 class SynchronousExecutor:
-    """Runs tasks in order in the calling thread (no Dask)."""
+    """Runs tasks in this process through dask's local schedulers (no ``distributed``).
 
-    def __init__(self) -> None:
+    ``threads`` 1 (the default) runs them one after the other in the calling thread
+    (``dask.local.get_sync``); more runs them on a pool of that many threads of this
+    process (``dask.threaded.get``), as ``dask.config.set(scheduler="threads")`` runs
+    dask's own arrays.  Either way dask's local-scheduler callbacks see every task:
+    ``dask.diagnostics.ProgressBar``, ``Profiler`` or any ``dask.callbacks.Callback``
+    active around the job.  Tasks start in index order whatever order dask picks its
+    keys in: each key of the graph runs the next task not started.
+    ``blas_threads``: what each task may give BLAS (None: this machine's cores shared
+    equally between the threads).
+    """
+
+    def __init__(self, threads: int = 1, blas_threads: int | None = None) -> None:
+        if threads < 1:
+            raise ValueError(f"threads = {threads}: at least 1")
+        self.threads = threads
+        self.blas_threads = blas_threads or max(1, usable_cores() // threads)
         self._aborted: BaseException | None = None
 
     def abort(self, error: BaseException) -> None:
-        """Stop the run in progress after its current task: :meth:`run` raises ``error``
-        (any thread may call it)."""
+        """Stop the run in progress once its running tasks end: none starts after, and
+        :meth:`run` raises ``error`` (any thread may call it)."""
         self._aborted = error
 
     def worker_shape(self) -> WorkerShape:
-        return WorkerShape(workers=1, threads_per_worker=1, blas_threads=usable_cores())
+        return WorkerShape(
+            workers=self.threads, threads_per_worker=1, blas_threads=self.blas_threads
+        )
 
     def run(
         self,
@@ -138,19 +158,38 @@ class SynchronousExecutor:
         resources: dict[str, float] | None = None,
         kind: str = "task",
     ) -> list[R]:
-        check_kind(kind)
-        results: list[R] = []
-        for task in tasks:
+        """Run ``fn(job, task)`` for every task; report (in the calling thread) and return
+        the results as they land.  A task that raises ends the run with its error once the
+        tasks running beside it have ended (none is left running after :meth:`run`)."""
+        group = f"outofcore-{check_kind(kind)}-{uuid.uuid4().hex[:8]}"
+        if self._aborted is not None:
+            raise self._aborted
+        waiting = collections.deque(sorted(tasks, key=lambda task: task.index))
+        taken = threading.Lock()
+        stopped = threading.Event()  # the run ended: no task starts after
+
+        def next_task() -> R:
             if self._aborted is not None:
                 raise self._aborted
-            try:
-                result = fn(job, task)
-            except Exception:
-                if self._aborted is not None:  # the task failed because the run was stopped
-                    raise self._aborted from None
-                raise
+            if stopped.is_set():
+                raise RuntimeError("the run has ended")
+            with taken:
+                task = waiting.popleft()
+            return fn(job, task)
+
+        results: list[R] = []
+
+        def landed(key: Any, result: R, *_: Any) -> None:
             on_result(result)
             results.append(result)
+
+        graph = {(group, n): (next_task,) for n in range(len(tasks))}
+        try:
+            _run_locally(graph, self.threads, landed, stopped)
+        except Exception:
+            if self._aborted is not None:  # the task failed because the run was stopped
+                raise self._aborted from None
+            raise
         if self._aborted is not None:
             raise self._aborted
         return results
@@ -158,6 +197,36 @@ class SynchronousExecutor:
     def span(self, name: str) -> contextlib.AbstractContextManager[None]:
         """Nothing to group in one process: a context that does nothing."""
         return contextlib.nullcontext()
+
+
+def _run_locally(
+    graph: dict[Any, Any],
+    threads: int,
+    landed: Callable[..., None],
+    stopped: threading.Event,
+) -> None:
+    """Compute ``graph`` with dask's synchronous scheduler (``threads`` 1) or its threaded
+    one on a pool of ``threads`` threads of its own, with the callbacks active around it
+    (taken for this run, as dask's schedulers take them: a dask computation inside a task
+    does not report to them) and ``landed`` called for each result, in this thread.  The
+    pool is shut down, its running tasks waited for, before this returns or raises."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    import dask.local  # noqa: PLC0415 (keeps Dask out of plain imports)
+    import dask.threaded  # noqa: PLC0415
+    from dask.callbacks import local_callbacks  # noqa: PLC0415
+
+    with local_callbacks() as active:
+        callbacks = [*active, (None, None, None, landed, None)]
+        if threads == 1:
+            dask.local.get_sync(graph, list(graph), callbacks=callbacks)
+            return
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="outofcore-task")
+        try:
+            dask.threaded.get(graph, list(graph), pool=pool, callbacks=callbacks)
+        finally:
+            stopped.set()
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 class DaskExecutor:
@@ -226,11 +295,9 @@ class DaskExecutor:
         submitted: dict[Any, tuple[Any, T, int]] = {}  # key: (future, task, attempt)
 
         def submit(task: T, attempt: int) -> Any:
-            # The job (array handles, a few KB) goes with every task rather than scattered
-            # once: scattered data dies with the workers that hold it, a task's argument not.
             future = self.client.submit(
-                fn,
-                job,
+                call,
+                *leading,
                 task,
                 key=(group, task.key if attempt == 0 else f"{task.key}-retry{attempt}"),
                 priority=-task.index,
@@ -245,42 +312,94 @@ class DaskExecutor:
         self._running = []
         if self._aborted is not None:
             raise self._aborted
-        try:
-            # This client's loop: it need not be the default Client (as_completed's guess).
-            pending = as_completed([submit(task, 0) for task in tasks], loop=self.client.loop)
-            for future in pending:
-                if self._aborted is not None:
-                    raise self._aborted
-                _, task, attempt = submitted[future.key]
-                try:
-                    result = future.result()
-                except Exception as exc:
+        with _job_argument(self.client, fn, job) as (call, leading):
+            try:
+                # This client's loop: it need not be the default Client (as_completed's guess).
+                pending = as_completed([submit(task, 0) for task in tasks], loop=self.client.loop)
+                for future in pending:
                     if self._aborted is not None:
-                        raise self._aborted from None
-                    final = isinstance(exc, OutOfCoreError) or _cluster_lost(exc)
-                    if final or attempt >= self.retries:
-                        raise
-                    pending.add(submit(task, attempt + 1))
-                    continue
-                # Let go of the result held on the worker at once: a worker that dies
-                # later then costs only the tiles in flight, not every tile it finished
-                # (Dask recomputes lost results that a client still holds).
-                future.release()
-                on_result(result)
-                results.append(result)
-        except (Exception, asyncio.CancelledError) as exc:
-            if self._aborted is not None and exc is not self._aborted:
-                raise self._aborted from None
-            if _cluster_lost(exc):
-                raise ClusterLostError(
-                    f"the Dask cluster failed while the job ran ({type(exc).__name__}: {exc}); "
-                    "finished tiles are kept: rerun the same command to resume"
-                ) from exc
-            raise
-        finally:
-            with contextlib.suppress(Exception):  # a scheduler that is gone cancels nothing
-                self.client.cancel([f for f, _, _ in submitted.values() if not f.done()])
+                        raise self._aborted
+                    _, task, attempt = submitted[future.key]
+                    try:
+                        result = future.result()
+                    except Exception as exc:
+                        if self._aborted is not None:
+                            raise self._aborted from None
+                        final = isinstance(exc, OutOfCoreError) or _cluster_lost(exc)
+                        if final or attempt >= self.retries:
+                            raise
+                        pending.add(submit(task, attempt + 1))
+                        continue
+                    # Let go of the result held on the worker at once: a worker that dies
+                    # later then costs only the tiles in flight, not every tile it finished
+                    # (Dask recomputes lost results that a client still holds).
+                    future.release()
+                    on_result(result)
+                    results.append(result)
+            except (Exception, asyncio.CancelledError) as exc:
+                if self._aborted is not None and exc is not self._aborted:
+                    raise self._aborted from None
+                if _cluster_lost(exc):
+                    raise ClusterLostError(
+                        f"the Dask cluster failed while the job ran ({type(exc).__name__}: {exc}); "
+                        "finished tiles are kept: rerun the same command to resume"
+                    ) from exc
+                raise
+            finally:
+                with contextlib.suppress(Exception):  # a scheduler that is gone cancels nothing
+                    self.client.cancel([f for f, _, _ in submitted.values() if not f.done()])
         return results
+
+
+#: ``(function, job)`` of the runs in progress whose tasks run in this process, by token
+#: (:func:`_job_argument`); each is removed when its run ends.
+_JOBS_HERE: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def _job_argument(
+    client: Any, fn: Callable[[J, T], R], job: J
+) -> Iterator[tuple[Callable[..., R], tuple[Any, ...]]]:
+    """The function each task of a run on ``client`` is submitted with and the arguments
+    before its task: ``fn`` and ``(job,)``, the job (array handles, a few KB) going with
+    every task rather than scattered once (scattered data dies with the workers that hold
+    it, a task's argument not).
+
+    Where the client's workers are threads of this process
+    (:func:`scheduler.in_process.in_this_process`: the LocalCluster a job starts, or a
+    user's ``LocalCluster(processes=False)``), the job stays here: each task gets a token
+    and takes the function and job from :data:`_JOBS_HERE`.  distributed would otherwise
+    pickle the job into every task, and with it the numpy arrays it holds (a job's
+    in-memory operands): "Sending large graph of size ...", and a copy of them a task.
+    """
+    from scheduler.in_process import in_this_process  # noqa: PLC0415
+
+    if not in_this_process(client):
+        yield fn, (job,)
+        return
+    token = uuid.uuid4().hex
+    _JOBS_HERE[token] = (fn, job)
+    try:
+        yield _run_here, (token,)
+    finally:
+        del _JOBS_HERE[token]
+
+
+def _run_here(token: str, task: T) -> Any:
+    """The function of the run registered as ``token`` in this process, of its job and
+    ``task``.
+
+    Raises
+    ------
+    RuntimeError
+        Where that job's run has ended (a task cancelled too late), or this is another
+        process (never, for the clients :func:`_job_argument` gives a token).
+    """
+    registered = _JOBS_HERE.get(token)
+    if registered is None:
+        raise RuntimeError(f"the run of task {task.key!r} has ended (process {os.getpid()})")
+    fn, job = registered
+    return fn(job, task)
 
 
 def check_kind(kind: str) -> str:

@@ -34,8 +34,9 @@ from outofcore.journal.leasing import Lease
 from outofcore.journal.resume import check_start_unchanged
 from outofcore.journal.targets import JOB_ATTRIBUTE
 from outofcore.operands import interop
-from scheduler.cluster import is_local, open_executor, runs_in_process
+from scheduler.cluster import is_local, open_executor
 from scheduler.executors import Executor, SynchronousExecutor
+from scheduler.in_process import runs_in_process
 from scheduler.worker_sizing import check_worker_memory
 
 

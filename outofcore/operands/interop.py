@@ -40,7 +40,7 @@ from outofcore.operands.dtypes import check_input_dtype
 from outofcore.operands.joined import Joined
 from outofcore.operands.steps import Step, applicable, result_dtype
 from outofcore.storage.locations import locate
-from scheduler.cluster import tasks_run_here
+from scheduler.in_process import tasks_run_here
 
 if TYPE_CHECKING:
     from outofcore.operands.stacking import Window
@@ -285,8 +285,9 @@ def check_shareable(named: dict[str, Any], client: Any, gpus: tuple[int, ...] | 
     """Refuse arguments that live in this process's memory (numpy arrays, zarr arrays
     in a ``MemoryStore``), for a job on ``client`` whose tasks run in Dask worker
     processes; where they run in this process
-    (:func:`scheduler.cluster.tasks_run_here`: ``"sync"``, or the job's LocalCluster of
-    CPU worker threads) they see them.
+    (:func:`scheduler.in_process.tasks_run_here`: ``"sync"``, ``dask.config``'s
+    ``"threads"``, the job's LocalCluster of CPU worker threads, a user's Client of a
+    ``LocalCluster(processes=False)``) they see them.
 
     Called with the arguments as given, by how messages call them
     (``{"input A": a, "input B": b, "the addend": addend}``), before anything is
