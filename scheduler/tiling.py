@@ -101,7 +101,7 @@ def make_plan(
         raise InputError(f"io_concurrency = {io_concurrency}: need at least 1")
     p = problem
     k_unit = _k_unit(p)
-    row_unit, col_unit = _tile_units(p, k_unit, task_budget_bytes, io_concurrency)
+    row_unit, col_unit = _tile_units(p, k_unit, task_budget_bytes, io_concurrency, workers)
 
     if tk is None:
         tk = _choose_tk(
@@ -122,7 +122,7 @@ def make_plan(
             tm, tn = _split_for_workers(p, tm, tn, row_unit, col_unit, workers)
     else:
         tm, tn = tile
-        if not _on_units(p, tile, (row_unit, col_unit)):  # on the output's grid alone
+        if p.out_grid or p.out_chunks:  # on the output's grid alone (a journal's tile) too
             row_unit, col_unit = _tile_units(p, k_unit, None, io_concurrency)
         _check_multiple("tile rows", tm, row_unit, p.m)
         _check_multiple("tile columns", tn, col_unit, p.n)
@@ -185,15 +185,18 @@ def is_large_output(plan: Plan) -> bool:
     return plan.out_chunk_count > SHARD_OVER_CHUNKS
 
 
-def _tile_units(p: Problem, k_unit: int, budget: int | None, io: int) -> tuple[int, int]:
+def _tile_units(
+    p: Problem, k_unit: int, budget: int | None, io: int, workers: int = 1
+) -> tuple[int, int]:
     """The steps of tile edges down and across: on A's row chunks, B's column chunks and
     the output's grid (its chunks or shards, existing or asked: whole ones a task).
 
     Where the output's grid is not the inputs' and the smallest tile on all of them
     (their least common multiple, up to the whole dimension) does not fit ``budget`` (with
-    ``io`` decode threads; None: never), the output's grid alone: a tile edge may then cut
-    an input chunk, which the tiles on both sides decode.  Square for a symmetric product
-    (tile (i, j) mirrors onto (j, i))."""
+    ``io`` decode threads; None: never), or leaves fewer tiles than ``workers`` where the
+    output's grid has more, the output's grid alone: a tile edge may then cut an input
+    chunk, which the tiles on both sides decode.  Square for a symmetric product (tile
+    (i, j) mirrors onto (j, i))."""
     grid = p.out_grid or p.out_chunks  # shards asked are a multiple of the chunks asked
 
     def square(rows: int, cols: int) -> tuple[int, int]:
@@ -201,17 +204,13 @@ def _tile_units(p: Problem, k_unit: int, budget: int | None, io: int) -> tuple[i
 
     rows = _unit(p.m, p.a_chunks[0], grid[0] if grid else None)
     rows, cols = square(rows, _unit(p.n, p.b_chunks[1], grid[1] if grid else None))
-    if grid is None or (budget is not None and fits(p, rows, cols, k_unit, budget, io)):
+    if grid is None:
         return rows, cols
-    return square(_unit(p.m, grid[0]), _unit(p.n, grid[1]))
-
-
-def _on_units(p: Problem, tile: tuple[int, int], units: tuple[int, int]) -> bool:
-    """Whether a tile's edges fall on ``units`` (or take a whole dimension)."""
-    return all(
-        edge >= extent or (edge >= 1 and edge % unit == 0)
-        for edge, unit, extent in zip(tile, units, (p.m, p.n), strict=True)
-    )
+    alone = square(_unit(p.m, grid[0]), _unit(p.n, grid[1]))
+    enough = min(workers, tile_count(p, *alone)) <= tile_count(p, rows, cols)
+    if budget is not None and enough and fits(p, rows, cols, k_unit, budget, io):
+        return rows, cols
+    return alone
 
 
 def _unit(extent: int, *grids: int | None) -> int:

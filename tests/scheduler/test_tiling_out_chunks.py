@@ -188,3 +188,18 @@ def test_a_forced_tile_on_the_output_grid_alone_is_taken_whatever_the_budget():
     planned = make_plan(problem, 2**17, 1)
     resumed = make_plan(problem, 2**24, 1, tile=(planned.tm, planned.tn), tk=planned.tk)
     assert (resumed.tm, resumed.tn) == (planned.tm, planned.tn)
+
+
+def test_the_output_grid_alone_where_the_common_multiple_leaves_workers_idle():
+    """lcm(1000, 1024) = 128000 is past the 20000 rows: on both grids one tile would fit
+    this budget, and 15 of 16 workers would wait (or k be split); on the output's chunks
+    alone every worker gets a tile."""
+    problem = Problem(
+        m=20000, k=2000, n=20000, itemsize=4, a_chunks=(1000, 1000), b_chunks=(1000, 1000),
+        out_chunks=(1024, 1024),
+    )  # fmt: skip
+    plan = make_plan(problem, 2**34, 16)
+    assert len(plan.tasks) >= 16 and plan.splits == 1
+    assert plan.tm % 1024 == 0 and plan.tn % 1024 == 0
+    aligned = make_plan(replace(problem, out_chunks=(500, 500)), 2**34, 16)
+    assert aligned.tm % 1000 == 0 and aligned.tn % 1000 == 0  # both grids where they meet
