@@ -121,22 +121,22 @@ class Executor(Protocol):
 class SynchronousExecutor:
     """Runs tasks in this process through dask's local schedulers (no ``distributed``).
 
-    ``threads`` 1 (the default) runs them one after the other in the calling thread
-    (``dask.local.get_sync``); more runs them on a pool of that many threads of this
+    ``threads`` None (the default) runs them one after the other in the calling thread
+    (``dask.local.get_sync``); a number runs them on a pool of that many threads of this
     process (``dask.threaded.get``), as ``dask.config.set(scheduler="threads")`` runs
     dask's own arrays.  Either way dask's local-scheduler callbacks see every task:
     ``dask.diagnostics.ProgressBar``, ``Profiler`` or any ``dask.callbacks.Callback``
     active around the job.  Tasks start in index order whatever order dask picks its
     keys in: each key of the graph runs the next task not started.
     ``blas_threads``: what each task may give BLAS (None: this machine's cores shared
-    equally between the threads).
+    equally between the tasks that run at once).
     """
 
-    def __init__(self, threads: int = 1, blas_threads: int | None = None) -> None:
-        if threads < 1:
+    def __init__(self, threads: int | None = None, blas_threads: int | None = None) -> None:
+        if threads is not None and threads < 1:
             raise ValueError(f"threads = {threads}: at least 1")
         self.threads = threads
-        self.blas_threads = blas_threads or max(1, usable_cores() // threads)
+        self.blas_threads = blas_threads or max(1, usable_cores() // (threads or 1))
         self._aborted: BaseException | None = None
 
     def abort(self, error: BaseException) -> None:
@@ -146,7 +146,7 @@ class SynchronousExecutor:
 
     def worker_shape(self) -> WorkerShape:
         return WorkerShape(
-            workers=self.threads, threads_per_worker=1, blas_threads=self.blas_threads
+            workers=self.threads or 1, threads_per_worker=1, blas_threads=self.blas_threads
         )
 
     def run(
@@ -201,12 +201,12 @@ class SynchronousExecutor:
 
 def _run_locally(
     graph: dict[Any, Any],
-    threads: int,
+    threads: int | None,
     landed: Callable[..., None],
     stopped: threading.Event,
 ) -> None:
-    """Compute ``graph`` with dask's synchronous scheduler (``threads`` 1) or its threaded
-    one on a pool of ``threads`` threads of its own, with the callbacks active around it
+    """Compute ``graph`` with dask's synchronous scheduler (``threads`` None) or its
+    threaded one on a pool of ``threads`` threads of its own, with the callbacks active around it
     (taken for this run, as dask's schedulers take them: a dask computation inside a task
     does not report to them) and ``landed`` called for each result, in this thread.  The
     pool is shut down, its running tasks waited for, before this returns or raises."""
@@ -218,7 +218,7 @@ def _run_locally(
 
     with local_callbacks() as active:
         callbacks = [*active, (None, None, None, landed, None)]
-        if threads == 1:
+        if threads is None:
             dask.local.get_sync(graph, list(graph), callbacks=callbacks)
             return
         pool = ThreadPoolExecutor(threads, thread_name_prefix="outofcore-task")
