@@ -265,6 +265,7 @@ def _job_spec(args: argparse.Namespace, product: dict[str, Any]) -> Any:
         device_memory=args.device_memory,
         backend=args.backend,
         output_codec=args.output_codec,
+        chunks=args.out_chunks,
         shards=args.shards,
         zarr_format=args.zarr_format,
         overwrite=args.overwrite,

@@ -22,7 +22,7 @@ from typing import Any
 from scheduler.errors import InputError
 from scheduler.io_model import io_lower_bound, touched
 from scheduler.lazy import LazySequence
-from scheduler.memory import projections
+from scheduler.memory import output_shards, projections
 from scheduler.problem import Problem
 from scheduler.tiles import Tiles, TileTask
 
@@ -234,10 +234,9 @@ class Plan:
 
     @property
     def out_shards(self) -> tuple[int, int] | None:
-        """Shard shape of the output the job creates (one shard per tile), or None."""
-        if not self.problem.shard_tiles:
-            return None
-        return (self.tm, self.tn)
+        """Shard shape of the output the job creates, or None
+        (:func:`scheduler.memory.output_shards`)."""
+        return output_shards(self.problem, self.tm, self.tn, self.out_chunks)
 
     @property
     def out_chunk_count(self) -> int:

@@ -4,7 +4,8 @@
 - ``cli_output``: what the command prints, as JSON or as text; ``status_output``: what
   ``outofcore status`` prints.
 - ``cli_suggestions``: the parser's manners: the command's usage and "did you mean" on a
-  mistake, no abbreviations.
+  mistake, no abbreviations, each command's description and examples; ``cli_examples``:
+  those examples (they run as written: tests/outofcore/frontends/test_cli_examples.py).
 - ``dask_products``: the matrix product at the top of a dask array's graph, as operands.
 - ``dask_store``: ``outofcore.to_zarr``, a dask array stored, its product by a job.
 - ``xarray_dot``: the machinery of ``outofcore.xarray.dot`` (alignment, windows, output).

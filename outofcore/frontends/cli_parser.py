@@ -12,7 +12,7 @@ from typing import Any
 from outofcore.compute.engines import BACKENDS
 from outofcore.config import parse_size
 from outofcore.errors import OutOfCoreError
-from outofcore.frontends.cli_suggestions import CommandParser
+from outofcore.frontends.cli_suggestions import CommandParser, add_command
 from outofcore.operands.dtypes import INPUT_DTYPES
 from outofcore.storage.codecs import DEFAULT_OUTPUT_CODEC, OUTPUT_CODECS
 
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_demo_command,
     ):
         add(commands)
-    helper = commands.add_parser("help", help="show the help of a command: outofcore help matmul")
+    helper = add_command(commands, "help", help="show the help of a command: outofcore help matmul")
     helper.add_argument(
         "topic", nargs="?", choices=sorted(commands.choices), help="the command to explain"
     )
@@ -61,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_matmul_command(commands: Any) -> None:
     """The ``matmul`` command's parser and options."""
 
-    run = commands.add_parser(
-        "matmul", help="compute C = alpha * op(A) @ op(B) + beta * D into a zarr array"
+    run = add_command(
+        commands, "matmul", help="compute C = alpha * op(A) @ op(B) + beta * D into a zarr array"
     )
     run.add_argument("a", help="path or URL of the zarr array A (m×k, or k×m with --transpose-a)")
     run.add_argument("b", help="path or URL of the zarr array B (k×n, or n×k with --transpose-b)")
@@ -73,7 +73,8 @@ def _add_matmul_command(commands: Any) -> None:
 
 def _add_gram_command(commands: Any) -> None:
     """The ``gram`` command's parser and options."""
-    gram = commands.add_parser(
+    gram = add_command(
+        commands,
         "gram",
         help="compute G = alpha * X.T @ X (or X @ X.T) into a zarr array: the tiles on and "
         "above the diagonal, each mirrored; G is exactly symmetric",
@@ -89,7 +90,7 @@ def _add_gram_command(commands: Any) -> None:
 
 def _add_random_command(commands: Any) -> None:
     """The ``random`` command's parser and options."""
-    rand = commands.add_parser("random", help="write a seeded random array (inputs for tests)")
+    rand = add_command(commands, "random", help="write a seeded random array (inputs for tests)")
     rand.add_argument("path", help="path or URL of the new zarr array")
     rand.add_argument(
         "--shape",
@@ -105,7 +106,8 @@ def _add_random_command(commands: Any) -> None:
         "--dtype",
         choices=[str(d) for d in INPUT_DTYPES],
         default="float32",
-        help="element type (default %(default)s)",
+        metavar="DTYPE",
+        help=f"element type: {', '.join(str(d) for d in INPUT_DTYPES)} (default %(default)s)",
     )
     rand.add_argument(
         "--seed", type=int, default=0, help="seed of the values (default 0): same seed, same array"
@@ -119,7 +121,8 @@ def _add_random_command(commands: Any) -> None:
 
 def _add_plan_command(commands: Any) -> None:
     """The ``plan`` command's parser and options."""
-    plan = commands.add_parser(
+    plan = add_command(
+        commands,
         "plan",
         help="print the plan of a matmul job without running it: it takes every option "
         "of matmul and plans as the job would, for the workers it would get (a --scheduler "
@@ -139,8 +142,8 @@ def _add_plan_command(commands: Any) -> None:
 
 def _add_status_command(commands: Any) -> None:
     """The ``status`` command's parser and options."""
-    status = commands.add_parser(
-        "status", help="show the state of the job writing an output (tiles done, lease)"
+    status = add_command(
+        commands, "status", help="show the state of the job writing an output (tiles done, lease)"
     )
     status.add_argument("c", help="path or URL of the output C")
     _add_storage_options(status)
@@ -149,7 +152,7 @@ def _add_status_command(commands: Any) -> None:
 
 def _add_verify_command(commands: Any) -> None:
     """The ``verify`` command's parser and options."""
-    check = commands.add_parser("verify", help="check C = A @ B by Freivalds' method")
+    check = add_command(commands, "verify", help="check C = A @ B by Freivalds' method")
     check.add_argument("a", help="path or URL of the zarr array A")
     check.add_argument("b", help="path or URL of the zarr array B")
     check.add_argument("c", help="path or URL of the product C to check")
@@ -171,8 +174,8 @@ def _add_verify_command(commands: Any) -> None:
 
 def _add_demo_command(commands: Any) -> None:
     """The ``demo`` command's parser and options."""
-    demo = commands.add_parser(
-        "demo", help="generate inputs larger than the budget, multiply, verify, summarise"
+    demo = add_command(
+        commands, "demo", help="generate inputs larger than the budget, multiply, verify, summarise"
     )
     demo.add_argument("--size", type=int, default=DEMO_SIZE, help="m = k = n")
     chunk = "chunk edge of the inputs (default %(default)s)"

@@ -5,6 +5,8 @@ argparse hands an option a subcommand does not know to the top-level parser, whi
 printed the top-level usage alone; and it took ``--mem`` as ``--memory`` without a word.
 :class:`CommandParser` makes every parser refuse abbreviations and, for an unknown
 option, name the closest ones of the command that was typed, under its own usage.
+:func:`add_command` gives each command its line of help as a description and its
+examples (:mod:`~outofcore.frontends.cli_examples`) at the end of its ``--help``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import difflib
 import re
 from collections.abc import Sequence
 from typing import Any, NoReturn
+
+from outofcore.frontends.cli_examples import examples
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -66,3 +70,20 @@ def _closest(typed: list[str], known: list[str]) -> str:
         if close:
             return f" (did you mean {' or '.join(close)}?)"
     return ""
+
+
+class ExamplesFormatter(argparse.HelpFormatter):
+    """argparse's help, with the examples of :mod:`~outofcore.frontends.cli_examples` kept
+    as written (one command a line)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def add_command(commands: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """A command's parser: its one line of help as the description too, its examples last."""
+    return commands.add_parser(
+        name, help=help, description=help, epilog=examples(name), formatter_class=ExamplesFormatter
+    )

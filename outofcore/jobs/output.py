@@ -27,7 +27,6 @@ from outofcore.operands import arrays
 from outofcore.storage import stored_arrays
 from outofcore.storage.fingerprint import check_unchanged
 from outofcore.storage.writing import local_folder, make_durable
-from scheduler.memory import output_shards
 from scheduler.plan import Plan
 
 
@@ -49,10 +48,9 @@ def start_output(
 
     Returns the output, its attribute record, the job document and the tiles done.
     """
-    shards = output_shards(plan.problem, plan.tm, plan.tn, plan.out_chunks)
     record = {
         "complete": False,
-        "plan": {**plan.summary(), "out_shards": None if shards is None else list(shards)},
+        "plan": plan.summary(),
         "product": operands.product.summary(),
         "backend": spec.backend,
         "job_id": job_id,
@@ -83,7 +81,7 @@ def start_output(
             False,
             {JOB_ATTRIBUTE: record},
             spec.output_codec,
-            shards=None if shards is None else stack.out_grid(*shards),
+            shards=None if plan.out_shards is None else stack.out_grid(*plan.out_shards),
             zarr_format=spec.zarr_format,
             dimension_names=spec.dimension_names or operands.product.dimension_names,
         )

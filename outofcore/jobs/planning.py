@@ -39,7 +39,7 @@ from scheduler.cluster import (
 from scheduler.device_plan import device_summary
 from scheduler.executors import WorkerShape
 from scheduler.gpu_rates import KERNEL_FLOPS, GpuTarget, job_gpu_target
-from scheduler.memory import decode_threads, output_shards, round_up
+from scheduler.memory import decode_threads, round_up
 from scheduler.model import what_ifs
 from scheduler.plan import DEFAULT_IO_CONCURRENCY, Plan
 from scheduler.problem import Problem
@@ -84,10 +84,8 @@ class JobPlan:
         """The plan's summary (:meth:`scheduler.plan.Plan.summary`) with both budgets, the
         worker shape, and the predictions and device tiling when there are any."""
         plan = self.plan
-        shards = output_shards(plan.problem, plan.tm, plan.tn, plan.out_chunks)
         summary = {
             **plan.summary(),
-            "out_shards": None if shards is None else list(shards),
             "out_layout": out_layout(plan),
             "worker_budget_bytes": self.worker_budget_bytes,
             "threads_per_worker": self.workers.threads_per_worker,

@@ -50,13 +50,15 @@ def job_identity(
     }
 
 
-def output_layout(zarr_format: int = 3, shards: bool = True) -> dict[str, Any]:
-    """The layout options of a created output, as the journal keeps them.
+def output_layout(zarr_format: int = 3, shards: bool | tuple[int, ...] = True) -> dict[str, Any]:
+    """The layout options of a created output, as the journal keeps them (JSON: a shard
+    shape as a list, so that the rerun's compares equal to what it reads back).
 
     Journals written before these options existed hold none and read as the
     defaults (format 3, sharded when large), which is what those jobs wrote.
     """
-    return {"zarr_format": zarr_format, "shards": shards}
+    kept = shards if isinstance(shards, bool) else list(shards)
+    return {"zarr_format": zarr_format, "shards": kept}
 
 
 def differences(

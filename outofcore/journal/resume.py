@@ -31,7 +31,11 @@ from outofcore.errors import (
 from outofcore.journal.identity import differences
 from outofcore.journal.job_schema import FORMAT
 from outofcore.journal.records import Journal, WrittenCheck, timestamp
-from outofcore.journal.targets import array_made_by_outofcore, check_replaceable
+from outofcore.journal.targets import (
+    OWN_LAYOUT_ADVICE,
+    array_made_by_outofcore,
+    check_replaceable,
+)
 from outofcore.storage import stored_arrays
 from outofcore.storage.documents import DocumentError, load_document
 from outofcore.storage.fingerprint import Fingerprint
@@ -209,7 +213,7 @@ def inspect_output(
                 f"the output {where} is a zarr array that outofcore did not write (it has no "
                 "outofcore record or journal), and outofcore never writes into data it did not "
                 "make, overwrite or not; pass a path or URL where nothing is, and the output "
-                "is created there"
+                f"is created there. {OWN_LAYOUT_ADVICE}"
             )
         if overwrite or is_local(existing.store):  # to delete from; a link: never written
             contents = output_contents(existing.store, existing.path)

@@ -58,10 +58,6 @@ def inputs(tmp_path):
     return tmp_path, a, b
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="outofcore/cli.py's _job_spec does not yet pass chunks=args.out_chunks to JobSpec",
-)
 def test_the_command_creates_the_output_in_the_layout_asked(inputs):
     folder, a, b = inputs
     out = folder / "c.zarr"
@@ -84,11 +80,6 @@ def test_a_user_array_given_by_path_is_refused_naming_the_command_line_way(input
     assert "--overwrite" not in done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="outofcore/journal/resume.py's refusal of a zarr.Array given as out does not yet "
-    "add outofcore.journal.targets.OWN_LAYOUT_ADVICE",
-)
 def test_a_user_array_given_as_an_object_is_refused_naming_the_way(inputs):
     folder, _, _ = inputs
     theirs = zarr.create_array(str(folder / "theirs.zarr"), shape=(83, 47), chunks=(32, 13),

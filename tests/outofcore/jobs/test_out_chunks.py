@@ -184,11 +184,6 @@ def test_a_resume_keeps_the_output_grid_and_refuses_other_chunks(ragged, outofco
     assert_product_close(c[...], a, b)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the journal keeps shards as JSON: a shape reads back as a list and the rerun's "
-    "tuple differs until outofcore/journal/identity.output_layout stores it as a list",
-)
 def test_a_resume_with_the_same_shards_asked_resumes(ragged, outofcore_settings):
     folder, (a_path, b_path), a, b = ragged
     outofcore_settings(read_retries=0)
