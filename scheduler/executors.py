@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import os
 import re
 import threading
 import uuid
@@ -35,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 
 from scheduler.cores import usable_cores
 from scheduler.errors import ClusterLostError, OutOfCoreError
+from scheduler.job_argument import job_argument
 
 
 class Task(Protocol):
@@ -312,7 +312,7 @@ class DaskExecutor:
         self._running = []
         if self._aborted is not None:
             raise self._aborted
-        with _job_argument(self.client, fn, job) as (call, leading):
+        with job_argument(self.client, fn, job) as (call, leading):
             try:
                 # This client's loop: it need not be the default Client (as_completed's guess).
                 pending = as_completed([submit(task, 0) for task in tasks], loop=self.client.loop)
@@ -349,57 +349,6 @@ class DaskExecutor:
                 with contextlib.suppress(Exception):  # a scheduler that is gone cancels nothing
                     self.client.cancel([f for f, _, _ in submitted.values() if not f.done()])
         return results
-
-
-#: ``(function, job)`` of the runs in progress whose tasks run in this process, by token
-#: (:func:`_job_argument`); each is removed when its run ends.
-_JOBS_HERE: dict[str, Any] = {}
-
-
-@contextlib.contextmanager
-def _job_argument(
-    client: Any, fn: Callable[[J, T], R], job: J
-) -> Iterator[tuple[Callable[..., R], tuple[Any, ...]]]:
-    """The function each task of a run on ``client`` is submitted with and the arguments
-    before its task: ``fn`` and ``(job,)``, the job (array handles, a few KB) going with
-    every task rather than scattered once (scattered data dies with the workers that hold
-    it, a task's argument not).
-
-    Where the client's workers are threads of this process
-    (:func:`scheduler.in_process.in_this_process`: the LocalCluster a job starts, or a
-    user's ``LocalCluster(processes=False)``), the job stays here: each task gets a token
-    and takes the function and job from :data:`_JOBS_HERE`.  distributed would otherwise
-    pickle the job into every task, and with it the numpy arrays it holds (a job's
-    in-memory operands): "Sending large graph of size ...", and a copy of them a task.
-    """
-    from scheduler.in_process import in_this_process  # noqa: PLC0415
-
-    if not in_this_process(client):
-        yield fn, (job,)
-        return
-    token = uuid.uuid4().hex
-    _JOBS_HERE[token] = (fn, job)
-    try:
-        yield _run_here, (token,)
-    finally:
-        del _JOBS_HERE[token]
-
-
-def _run_here(token: str, task: T) -> Any:
-    """The function of the run registered as ``token`` in this process, of its job and
-    ``task``.
-
-    Raises
-    ------
-    RuntimeError
-        Where that job's run has ended (a task cancelled too late), or this is another
-        process (never, for the clients :func:`_job_argument` gives a token).
-    """
-    registered = _JOBS_HERE.get(token)
-    if registered is None:
-        raise RuntimeError(f"the run of task {task.key!r} has ended (process {os.getpid()})")
-    fn, job = registered
-    return fn(job, task)
 
 
 def check_kind(kind: str) -> str:
