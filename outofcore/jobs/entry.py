@@ -61,12 +61,16 @@ def matmul(
         to build one from ``options``.
     client
         ``None``: Dask's convention: the default ``distributed.Client`` when one is open
-        (``distributed.default_client()``: inside ``with Client(...):``), else
-        ``dask.config``'s ``scheduler`` (``"sync"``: this process) or
-        ``scheduler-address``, otherwise a LocalCluster started for this job and closed
-        after it.  Or a
+        (``distributed.default_client()``: inside ``with Client(...):``), else what
+        ``dask.config`` says: ``scheduler="threads"`` runs the tasks on threads of this
+        process through dask's threaded scheduler (no cluster; ``num_workers`` caps the
+        threads), ``"sync"`` (``"synchronous"``, ``"single-threaded"``) one after the other
+        in this thread, so ``dask.diagnostics.ProgressBar`` shows them; a
+        ``scheduler-address`` is connected to; otherwise (``"processes"`` too: outofcore's
+        tasks release the GIL, and its LocalCluster's CPU workers are threads of this
+        process by default) a LocalCluster started for this job and closed after it.  Or a
         scheduler address, a ``distributed.Client`` (used as it is, never closed), or
-        ``"sync"`` (in-process, no Dask).
+        ``"sync"`` (in this thread, no cluster).
     **options
         Fields of :class:`~outofcore.jobs.spec.JobSpec`: ``transpose_a``,
         ``transpose_b``, ``alpha``, ``beta``, ``addend``, ``out_dtype``, ``memory`` (per

@@ -12,10 +12,13 @@ taken only where those guarantees still hold:
   opened through fsspec is reopened by its path, so a resume sees one array
   however it was spelled;
 * a numpy array: copied into an in-memory zarr array (chunks of at most
-  :data:`IN_MEMORY_CHUNK` per side), which runs in this process
-  (``client="sync"``) and is fingerprinted by content, as any in-memory zarr
-  array.  Dask worker processes cannot see this process's memory, so with a
-  cluster it is refused before any work, with the line that stores it
+  :data:`IN_MEMORY_CHUNK` per side), which runs where the tasks run in this process
+  (``client="sync"``, ``dask.config``'s ``"threads"``, the job's own LocalCluster of
+  worker threads, a user's ``LocalCluster(processes=False)``:
+  :func:`scheduler.in_process.tasks_run_here`; the job stays here, never pickled into
+  its tasks: :mod:`scheduler.job_argument`) and is fingerprinted by content, as any
+  in-memory zarr array.  Dask worker processes cannot see this process's memory, so
+  with those it is refused before any work, with the line that stores it
   (:func:`check_shareable`);
 * any other dask array (sliced, rechunked, computed): refused, with the line
   that stores it (``da.to_zarr``).  The job does not compute graphs: a graph's
