@@ -1,9 +1,12 @@
 """Executors run the tasks of a plan; they are interchangeable.
 
-* :class:`SynchronousExecutor` runs every task in this process, one after the
-  other: for tests, debugging and in-memory arrays.
+* :class:`SynchronousExecutor` runs every task in this process through dask's local
+  schedulers, one after the other (``client="sync"``) or on threads (``dask.config``'s
+  ``"threads"``), so dask's callbacks (``ProgressBar``) see them: for tests, debugging
+  and in-memory arrays.
 * :class:`DaskExecutor` submits each task as one Dask task to a
-  ``distributed.Client`` (a LocalCluster or a real cluster).
+  ``distributed.Client`` (a LocalCluster or a real cluster), the job with each task or
+  once (:mod:`scheduler.job_argument`).
 
 A task is anything with a ``key`` (unique in its run) and an ``index`` (its place in
 the run: lower runs first), :class:`Task`: a tile, a part of a split tile, a reduction.
