@@ -54,7 +54,7 @@ def resolve_client(client: Any, gpus: tuple[int, ...] | None = None) -> Any:
         if configured is not None and gpus:
             raise ClusterError(
                 f"gpus={list(gpus)} starts workers on this node's GPUs, but dask.config says "
-                f"the job runs {'in this process' if configured == 'sync' else 'on ' + configured}"
+                f"the job runs {'in this process' if configured == 'sync' else f'on {configured}'}"
                 " (its 'scheduler' or 'scheduler-address'): leave out gpus, or unset that"
             ) from None
         return configured
@@ -97,12 +97,17 @@ def client_address(client: Any) -> str:
     return str(getattr(getattr(client, "scheduler", None), "address", None) or "?")
 
 
-def dask_configured_client() -> str | None:
+def dask_configured_client() -> Any:
     """Where Dask's own settings run computations when no Client is open: ``"sync"`` for
     ``dask.config``'s ``scheduler`` ``"sync"``, ``"synchronous"`` or ``"single-threaded"``
-    (this process); None for ``"threads"`` or ``"processes"`` (a LocalCluster); else the
-    ``scheduler-address`` (``DASK_SCHEDULER_ADDRESS``) when one is set; else None."""
+    or ``dask.local.get_sync`` (this process); the ``distributed.Client`` of
+    ``dask.config.set(scheduler=client)``; None for ``"threads"`` (the tasks run on threads
+    here: :func:`scheduler.in_process.runs_in_threads`) or ``"processes"`` (a
+    LocalCluster); else the ``scheduler-address`` (``DASK_SCHEDULER_ADDRESS``) when one is
+    set; else None."""
     import dask  # noqa: PLC0415
+    import dask.local  # noqa: PLC0415
+    from distributed import Client  # noqa: PLC0415
 
     scheduler = dask.config.get("scheduler", None)
     if isinstance(scheduler, str):
@@ -110,6 +115,10 @@ def dask_configured_client() -> str | None:
             return "sync"
         if scheduler.lower() in ("threads", "threading", "processes", "multiprocessing"):
             return None
+    elif scheduler is dask.local.get_sync:
+        return "sync"
+    elif isinstance(scheduler, Client):
+        return scheduler
     address = dask.config.get("scheduler-address", None)
     return str(address) if address else None
 

@@ -19,7 +19,7 @@ import xarray as xr
 import zarr
 from dask.callbacks import Callback
 from dask.diagnostics import ProgressBar
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, get_task_stream
 from distributed.deploy.spec import SpecCluster
 
 import outofcore
@@ -136,3 +136,29 @@ def test_a_numpy_operand_runs_on_dasks_threads(tmp_path):
         c = outofcore.matmul(a, b, tmp_path / "c.zarr")
     assert_gemm_close(c[...], a, b, accumulated_in="float32")
     assert isinstance(c, zarr.Array)
+
+
+def test_dask_config_given_a_function_or_a_client_is_followed(tmp_path, stored):
+    """``dask.config.set(scheduler=dask.local.get_sync)`` runs in this thread, as "sync";
+    ``dask.config.set(scheduler=client)`` on that client, as dask computes there."""
+    import dask.local  # noqa: PLC0415
+
+    a, b = stored
+    seen = _Seen()
+    with dask.config.set(scheduler=dask.local.get_sync), seen:
+        c = outofcore.matmul(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr",
+                             memory="1MiB")  # fmt: skip
+    assert seen.workers == {None}  # dask's synchronous scheduler
+    seen.workers.clear()
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        with dask.config.set(scheduler=client), seen, get_task_stream(client) as stream:
+            d = outofcore.matmul(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "d.zarr",
+                                 memory="1MiB")  # fmt: skip
+        assert not seen.workers  # not dask's local schedulers: that client's worker
+        assert len(stream.data) >= d.attrs["outofcore"]["summary"]["tiles"] >= 4
+    worker_context().release_in_process()
+    for out in (c, d):
+        assert_gemm_close(out[...], a, b, accumulated_in="float64")
