@@ -15,6 +15,7 @@ from scheduler.gpu_cluster import number_devices_as_nvidia_smi
 shorten_blas_spin()  # before numpy and SciPy load OpenBLAS (below); scheduler.blas_idle
 
 import argparse
+import functools
 import gc
 import json
 import logging
@@ -318,7 +319,12 @@ def _plan(args: argparse.Namespace) -> int:
             ", no tile"
         )
         return 0
-    print_result({**job_plan.summary(), "product": product.summary()}, args.json, format_plan)
+    print_result(
+        {**job_plan.summary(), "product": product.summary()},
+        args.json,
+        functools.partial(format_plan, verbose=args.verbose),
+        quiet=args.quiet,
+    )
     return 0
 
 

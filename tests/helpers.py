@@ -25,6 +25,12 @@ from outofcore.journal.records import JOURNAL_DIR
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def unwrapped(text: str) -> str:
+    """The command's text with each wrapped line joined back (its continuations are
+    indented under it: outofcore.frontends.cli_output.wrapped), to look for a phrase."""
+    return re.sub(r"\n +(?=\S)", lambda m: " " if len(m.group()) > 5 else m.group(), text)
+
+
 def write_zarr(path: Path, data: np.ndarray, chunks: tuple[int, int]) -> zarr.Array:
     """Write ``data`` to a new zarr array at ``path`` with ``chunks``."""
     array = zarr.create_array(str(path), shape=data.shape, chunks=chunks, dtype=data.dtype)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -77,10 +78,18 @@ COLUMNS = 100
 def wrapped(line: str) -> str:
     """``line`` broken at spaces to :data:`COLUMNS`, a summary line's continuations
     indented under its text."""
-    indent = " " * (len(line) - len(line.lstrip(" ")) + 15) if line.startswith("  ") else "  "
-    return textwrap.fill(
-        line, COLUMNS, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    lead = len(line) - len(line.lstrip(" "))
+    indent = " " * (lead + 15 if lead == 2 else lead + 2 if lead < 17 else lead)
+    glued = _NUMBER_UNIT.sub("\0", line)  # "decode 64.71 us" stays on one line
+    text = textwrap.fill(
+        glued, COLUMNS, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
     )
+    return text.replace("\0", " ")
+
+
+#: The space between a number and the words on either side (its name, its unit), which
+#: :func:`wrapped` keeps.
+_NUMBER_UNIT = re.compile(r"(?<=\d) (?=[A-Za-z%µ(])|(?<=[A-Za-z]) (?=\d)")
 
 
 def _format_phases(phases: dict[str, float] | None) -> list[str]:
@@ -192,47 +201,47 @@ def _number_text(value: Any) -> str:
     return f"{value:g}"
 
 
-def format_plan(p: dict[str, Any]) -> str:
-    """A job's plan (``outofcore plan``) as the lines the command prints."""
+def format_plan(p: dict[str, Any], verbose: bool = False) -> str:
+    """A job's plan (``outofcore plan``) as the lines the command prints, within
+    :data:`COLUMNS`; this machine's measured figures and the what-ifs only ``verbose``."""
     product = p["product"]
     a = "A.T" if product["transpose_a"] else "A"
     b = "B.T" if product["transpose_b"] else "B"
-    return "\n".join(
-        [
-            formula_of(product),
-            f"  operands       {a} {p['m']}x{p['k']} (chunks {p['a_chunks'][0]}x"
-            f"{p['a_chunks'][1]}) @ "
-            f"{b} {p['k']}x{p['n']} (chunks {p['b_chunks'][0]}x{p['b_chunks'][1]}), "
-            f"accumulated in {product['compute']}{_exactly(product)}, written as "
-            f"{product['output']}{_wrapping(product)}",
-            *_format_stack(product),
-            f"  budget         {format_bytes(p['task_budget_bytes'])} per task, "
-            f"{format_bytes(p['worker_budget_bytes'])} per worker of "
-            f"{p['threads_per_worker']} thread(s), {p['workers']} worker(s)",
-            f"  tiles          {p['tiles']} ({p['tiles_grid'][0]}x{p['tiles_grid'][1]}"
-            f"{', on and above the diagonal' if p['symmetric'] else ''}) of "
-            f"{p['tile'][0]}x{p['tile'][1]}, {p['panels_per_tile']} panel(s) of {p['tk']}",
-            *(
-                [
-                    "  symmetric      one array times its transpose: each tile also writes its "
-                    "mirror, diagonal tiles by syrk; the output is exactly symmetric"
-                ]
-                if p["symmetric"]
-                else []
-            ),
-            *_format_split(p),
-            f"  output chunks  {p['out_chunk_count']} of {p['out_chunks'][0]}x{p['out_chunks'][1]}"
-            + _format_shards(p.get("out_shards"), p.get("out_layout")),
-            f"  task memory    {format_bytes(p['task_bytes'])} projected"
-            + _format_kinds(p.get("task_bytes_by_kind") or {}),
-            *_format_device(p.get("device")),
-            f"  bytes read     {format_bytes(p['bytes_read'])} predicted, lower bound "
-            f"{format_bytes(p['io_lower_bound'])} ({p['read_over_lower_bound']:.2f}x)",
-            f"  bytes written  {format_bytes(p['bytes_written'])}",
-            f"  work           {p['flops'] / 1e9:.1f} GFLOP",
-            *_format_predictions(p.get("predicted", []), p.get("machine")),
-        ]
-    )
+    lines = [
+        formula_of(product),
+        f"  operands       {a} {p['m']}x{p['k']} (chunks {p['a_chunks'][0]}x"
+        f"{p['a_chunks'][1]}) @ "
+        f"{b} {p['k']}x{p['n']} (chunks {p['b_chunks'][0]}x{p['b_chunks'][1]}), "
+        f"accumulated in {product['compute']}{_exactly(product)}, written as "
+        f"{product['output']}{_wrapping(product)}",
+        *_format_stack(product),
+        f"  budget         {format_bytes(p['task_budget_bytes'])} per task, "
+        f"{format_bytes(p['worker_budget_bytes'])} per worker of "
+        f"{p['threads_per_worker']} thread(s), {p['workers']} worker(s)",
+        f"  tiles          {p['tiles']} ({p['tiles_grid'][0]}x{p['tiles_grid'][1]}"
+        f"{', on and above the diagonal' if p['symmetric'] else ''}) of "
+        f"{p['tile'][0]}x{p['tile'][1]}, {p['panels_per_tile']} panel(s) of {p['tk']}",
+        *(
+            [
+                "  symmetric      one array times its transpose: each tile also writes its "
+                "mirror, diagonal tiles by syrk; the output is exactly symmetric"
+            ]
+            if p["symmetric"]
+            else []
+        ),
+        *_format_split(p),
+        f"  output chunks  {p['out_chunk_count']} of {p['out_chunks'][0]}x{p['out_chunks'][1]}"
+        + _format_shards(p.get("out_shards"), p.get("out_layout")),
+        f"  task memory    {format_bytes(p['task_bytes'])} projected"
+        + _format_kinds(p.get("task_bytes_by_kind") or {}),
+        *_format_device(p.get("device")),
+        f"  bytes read     {format_bytes(p['bytes_read'])} predicted, lower bound "
+        f"{format_bytes(p['io_lower_bound'])} ({p['read_over_lower_bound']:.2f}x)",
+        f"  bytes written  {format_bytes(p['bytes_written'])}",
+        f"  work           {p['flops'] / 1e9:.1f} GFLOP",
+        *_format_predictions(p.get("predicted", []), p.get("machine"), verbose),
+    ]
+    return "\n".join([lines[0], *(wrapped(line) for line in lines[1:])])
 
 
 def _shape(shape: list[int]) -> str:
@@ -287,10 +296,12 @@ def _format_shards(shards: list[int] | None, layout: str | None = None) -> str:
 
 
 def _format_predictions(
-    predictions: list[dict[str, Any]], machine: dict[str, Any] | None = None
+    predictions: list[dict[str, Any]], machine: dict[str, Any] | None = None, verbose: bool = True
 ) -> list[str]:
     """The time model's lines (scheduler/model.py): this machine's prediction from its
-    measured figures (:mod:`outofcore.machine.probe`), then the assumed machines as what-ifs."""
+    measured figures (:mod:`outofcore.machine.probe`), then (``verbose``) the figures and
+    the assumed machines as what-ifs; else a warning of figures taken under load, and
+    where the rest is."""
     measured = [p for p in predictions if p.get("basis") == "measured"]
     assumed = [p for p in predictions if p.get("basis") != "measured"]
     lines = []
@@ -300,12 +311,17 @@ def _format_predictions(
             f"  predicted time {format_time(p['seconds'])} {where} ({p['busy_workers']} of "
             f"{p['workers']} worker(s) busy), bound by {p['bottleneck']}: {_streams(p)}"
         )
-        if machine:
+        if machine and verbose:
             lines += _format_machine(machine)
+        elif machine and machine.get("under_load"):
+            lines += _format_machine(machine)[-1:]
         if p.get("rates") == "gpu" and p.get("gpu_basis"):
             lines.append(f"                 GPU rates: {p['gpu_basis']}")
         elif machine and machine.get("note"):
             lines.append(f"                 (a what-if: {machine['note']})")
+    if assumed and not verbose:
+        lines.append("  details        --verbose: this machine's figures, and what-ifs on others")
+        return lines
     if assumed:
         lines.append("  what if        (assumed rates, not measured: scheduler/model.py)")
     for p in assumed:

@@ -138,6 +138,12 @@ def _add_plan_command(commands: Any) -> None:
         help="measure this machine again for the predicted time (BLAS, decoding, writing: a "
         "few seconds) instead of using the figures cached for it",
     )
+    plan.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also this machine's measured figures, and the time on other machines (what-ifs)",
+    )
 
 
 def _add_status_command(commands: Any) -> None:

@@ -263,7 +263,16 @@ def _chunk_shape(value: Any, name: str) -> tuple[int, int]:
             f"{name} = {value!r}: need two whole numbers >= 1, the (rows, columns) of the "
             "output's matrix axes (a stack's batch axes are chunked 1), or one for both"
         )
+    if max(shape) > MAX_EDGE:
+        raise InputError(
+            f"{name} = {value!r}: an edge is at most 2**63 - 1 (zarr keeps it as a 64-bit "
+            "integer); an edge longer than the output is clipped to it, so its extent will do"
+        )
     return shape
+
+
+#: The longest chunk or shard edge asked: zarr's metadata keeps them as 64-bit integers.
+MAX_EDGE = 2**63 - 1
 
 
 def _shards(value: Any, zarr_format: Any) -> bool | tuple[int, int]:

@@ -349,7 +349,7 @@ def test_the_numeric_options_are_those_known():
     }  # fmt: skip
     for job in ("matmul", "gram", "plan"):
         known |= {(job, o) for o in ("--memory", "--device-memory", "--workers", "--splits",
-                                     "--zarr-format")}  # fmt: skip
+                                     "--zarr-format", "--out-chunks", "--out-shards")}  # fmt: skip
     assert set(OPTIONS) == known
 
 
@@ -377,6 +377,8 @@ def test_every_numeric_option_refuses_nan_inf_negative_huge_and_garbage(
         named = option in errors[0] or name in errors[0] or f"{name} " in errors[0]
         if option in ("--shape", "--chunks", "--size", "--chunk"):  # named as the array's
             named = named or "shape" in errors[0] or "chunks" in errors[0]
+        if option in ("--out-chunks", "--out-shards"):  # as the Python keyword
+            named = named or f"{option[6:]} = " in errors[0]
         if option.endswith("memory"):  # 1.5 without a unit: "did you mean 1.5GiB?"
             named = named or "did you mean" in errors[0]
         assert named, (value, errors[0])

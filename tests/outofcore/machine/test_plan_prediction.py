@@ -15,6 +15,7 @@ from outofcore import cli
 from outofcore.frontends.generate import random_array
 from outofcore.machine import prediction, probe, probe_cache
 from scheduler.worker_sizing import local_blas_threads
+from tests.helpers import unwrapped
 from tests.outofcore.machine.test_probe import FIGURES
 
 
@@ -42,6 +43,11 @@ def inject(figures, threads=None):
 def plan(capsys, *args):
     assert cli.main(["plan", *args]) == 0
     return capsys.readouterr().out
+
+
+def within_columns(text: str) -> bool:
+    """Every line within 100 columns, but a word longer than that (a long path) alone."""
+    return all(len(line) <= 100 or " " not in line.strip() for line in text.splitlines())
 
 
 def plan_json(capsys, *args):
@@ -120,25 +126,34 @@ def test_plan_json_carries_the_figures_and_the_cache(folder, capsys):
 
 
 def test_the_text_says_where_the_figures_come_from(folder, capsys):
-    text = plan(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")
-    lines = text.splitlines()
+    text = plan(capsys, "a.zarr", "b.zarr", "--memory", "600KiB", "--verbose")
+    assert within_columns(text)
+    lines = unwrapped(text).splitlines()  # each line with its continuations, to read whole
     (predicted,) = [line for line in lines if line.startswith("  predicted time")]
     assert "this machine (1 of 1 worker(s) busy), bound by cores" in predicted
     (measured,) = [line for line in lines if line.startswith("  this machine")]
     assert "measured 2026-11-24 10:00 UTC" in measured
     assert "load 1.5" in measured and "--reprobe" in measured and "share of a core 0.50" in measured
-    rates = lines[lines.index(measured) + 1]
-    assert "sgemm 1.0 GFLOP/s (1.0 at 1024³), dgemm 0.5 GFLOP/s at 1024³" in rates
-    assert "decode 100 MB/s zstd, 400 uncompressed (25% hidden behind BLAS)" in rates
+    # The rates follow on the lines under it.
+    assert "sgemm 1.0 GFLOP/s (1.0 at 1024³), dgemm 0.5 GFLOP/s at 1024³" in measured
+    assert "decode 100 MB/s zstd, 400 uncompressed (25% hidden behind BLAS)" in measured
     what_if = lines.index("  what if        (assumed rates, not measured: scheduler/model.py)")
     assert "gpu-node" in lines[what_if + 1]
     assert "ci-2core" not in text  # no preset stands for this machine any more
 
 
+def test_without_verbose_the_plan_names_where_the_details_are(folder, capsys):
+    text = plan(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")
+    assert "predicted time" in text and "  details        --verbose" in text
+    assert "sgemm" not in text and "gpu-node" not in text
+    assert within_columns(text)
+    assert plan(capsys, "a.zarr", "b.zarr", "--memory", "600KiB", "--quiet") == ""
+
+
 def test_a_probe_taken_under_load_is_said_to_be(folder, capsys):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     inject(replace(FIGURES, load=2.0 * cores))
-    text = plan(capsys, "a.zarr", "b.zarr", "--memory", "600KiB")
+    text = unwrapped(plan(capsys, "a.zarr", "b.zarr", "--memory", "600KiB"))
     (said,) = [line for line in text.splitlines() if "measured under load" in line]
     assert f"measured under load {2.0 * cores:.1f} (2.00 per core)" in said
     assert "may be low" in said and "--reprobe on a quiet machine" in said
