@@ -190,17 +190,22 @@ def _store_with_dask(x: Any, url: Any, client: Any, spec: JobSpec, why: str) -> 
         f.name
         for f in fields(JobSpec)
         if f.name not in ("overwrite", "storage_options", "progress")
+        and not (f.name == "chunks" and x.ndim >= 2)
         and getattr(spec, f.name) != getattr(default, f.name)
     )
     if product_options:
         raise InputError(
             f"{product_options} are options of an outofcore product, and x ({x.name!r}) {why}: "
-            "it is stored by dask.array, which takes overwrite and storage_options"
+            "it is stored by dask.array, which takes overwrite, storage_options and (for a "
+            "matrix or a stack) chunks"
         )
     where = locate(url, spec.storage_options)
     clear_own_array(where, check_replaceable(where, deep=spec.overwrite), spec.overwrite)
     logger.info("outofcore.to_zarr: %r %s; dask.array stores it", x.name, why)
     chunks = tuple(max(1, size) for size in x.chunksize)
+    if spec.chunks is not None:  # the matrices' chunks asked, clipped; a stack's batch 1
+        asked = tuple(max(1, min(c, n)) for c, n in zip(spec.chunks, x.shape[-2:], strict=True))
+        chunks = (1,) * (x.ndim - 2) + asked
     target = zarr.create_array(
         where.target,
         **zarr_options(where),

@@ -142,6 +142,23 @@ def test_anything_else_is_stored_by_dask_and_says_so(stored, caplog):
     np.testing.assert_allclose(out[...], c.T @ c, rtol=1e-4, atol=1e-3)
 
 
+def test_what_dask_stores_takes_the_chunks_asked(stored):
+    """chunks= reaches an array dask.array stores, as it reaches a job's output: clipped to
+    the matrix, a stack's batch chunked 1; on a vector (no matrix axes) it is refused."""
+    folder, a, _ = stored
+    x = da.from_zarr(str(folder / "a.zarr"))
+    out = outofcore.to_zarr(x * 2 + 1, str(folder / "k.zarr"), chunks=(40, 1000), client="sync")
+    assert out.chunks == (40, x.shape[1])  # 1000 columns clipped to the matrix's
+    np.testing.assert_array_equal(out[...], a * 2 + 1)
+    stack = da.stack([x, x - 1])
+    out = outofcore.to_zarr(stack, str(folder / "st.zarr"), chunks=16, client="sync")
+    assert out.chunks == (1, 16, 16)
+    np.testing.assert_array_equal(out[...], np.stack([a, a - 1]))
+    with pytest.raises(InputError, match=r"\['chunks'\] are options of an outofcore product"):
+        outofcore.to_zarr(x[:, 0] + 1, str(folder / "v.zarr"), chunks=8, client="sync")
+    assert not (folder / "v.zarr").exists()
+
+
 def test_refusals_before_anything_is_written(stored):
     folder, a, _ = stored
     x = da.from_zarr(str(folder / "a.zarr"))

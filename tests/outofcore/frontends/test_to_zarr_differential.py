@@ -216,8 +216,11 @@ def test_to_zarr_equals_dasks_compute_or_refuses(data):
         except (OverflowError, TypeError, ValueError):  # numpy and dask refuse it too
             assume(False)
         path = folder / "out.zarr"
+        # The output's chunks asked, for a matrix or a stack (both ways of storing take it).
+        pair = st.tuples(st.integers(1, 40), st.integers(1, 40))
+        chunks = data.draw(st.none() | pair) if want.ndim >= 2 else None
         try:
-            out = outofcore.to_zarr(expr, str(path), client="sync", progress=False)
+            out = outofcore.to_zarr(expr, str(path), client="sync", progress=False, chunks=chunks)
         except InputError:
             event("refused")
             assert not _complete(path), form
@@ -225,6 +228,10 @@ def test_to_zarr_equals_dasks_compute_or_refuses(data):
         got = out[...]
         record = out.attrs.get("outofcore", {})
         assert got.shape == want.shape
+        if chunks is not None:
+            event("chunks asked")
+            clipped = tuple(max(1, min(c, n)) for c, n in zip(chunks, want.shape[-2:], strict=True))
+            assert out.chunks[-2:] == clipped, (out.chunks, chunks, want.shape)
         if record.get("stored_by") == "dask.array.to_zarr":  # dask computed it
             event("stored by dask")
             assert got.dtype == want.dtype
