@@ -51,6 +51,7 @@ from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST, local_dashbo
 from scheduler.tls import client_security
 from scheduler.worker_sizing import (
     DEFAULT_BUDGET_BYTES,
+    IN_PROCESS_MEMORY,
     default_budget,
     local_blas_threads,
     local_worker_count,
@@ -136,6 +137,7 @@ def start_local_cluster(
     scheduler's web server (Dask's health and metrics pages) takes a free port either
     way: with no address Dask would take 8787, and warn where another holds it.
     """
+    import dask  # noqa: PLC0415
     from distributed import LocalCluster  # noqa: PLC0415
 
     memory_limit = local_worker_limit(budget_bytes, gpu=bool(gpus))
@@ -175,8 +177,12 @@ def start_local_cluster(
             cluster.new_spec["options"]["dashboard_address"] = LOCAL_DASHBOARD_ADDRESS
             if gpus:  # tile tasks of a GPU job ask for the resource (one GPU: one worker)
                 cluster.new_spec["options"]["resources"] = {GPU_RESOURCE: 1}
-            cluster.scale(n_workers)
-            cluster.wait_for_workers(n_workers, timeout=CONNECT_TIMEOUT_SECONDS * 3)
+            # That memory is this whole process's, the caller's arrays included: a worker
+            # paused at 80% of its limit by them would never run a task (the job waiting
+            # for ever).  Its tasks keep to the plan's budget instead; nothing to spill.
+            with dask.config.set(IN_PROCESS_MEMORY):
+                cluster.scale(n_workers)
+                cluster.wait_for_workers(n_workers, timeout=CONNECT_TIMEOUT_SECONDS * 3)
         except BaseException:
             cluster.close()
             raise

@@ -33,6 +33,12 @@ GPU_WORKER_OVERHEAD_BYTES = 512 * 2**20
 #: A LocalCluster worker's memory limit over its budget: Dask pauses a worker at 80% of its
 #: limit (``distributed.worker.memory.pause``), so the budget must sit below that.
 PAUSE_HEADROOM = 1.25
+#: Dask's memory monitor, off for a worker that runs in the job's own process: it reads
+#: the whole process's memory, the caller's arrays included, and a worker it paused for
+#: them would never run a task.  Such a worker's tasks keep to the plan's budget.
+IN_PROCESS_MEMORY = {
+    f"distributed.worker.memory.{name}": False for name in ("target", "spill", "pause", "terminate")
+}
 #: Budget per worker of a job that names none, where the memory cap allows.
 DEFAULT_BUDGET_BYTES = 2**30
 #: Below this a budget chosen for the user is too small to be of use: refuse instead.
