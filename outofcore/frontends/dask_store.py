@@ -25,6 +25,7 @@ from outofcore.errors import InputError
 from outofcore.frontends.dask_products import FoundProduct, product_at_top, top_product
 from outofcore.frontends.generate import clear_own_array
 from outofcore.jobs.entry import matmul
+from outofcore.jobs.planning import asked_layout
 from outofcore.jobs.spec import JobSpec, with_job_options
 from outofcore.journal.targets import JOB_ATTRIBUTE, check_replaceable
 from outofcore.operands.dask_graph import Vectors
@@ -203,9 +204,9 @@ def _store_with_dask(x: Any, url: Any, client: Any, spec: JobSpec, why: str) -> 
     clear_own_array(where, check_replaceable(where, deep=spec.overwrite), spec.overwrite)
     logger.info("outofcore.to_zarr: %r %s; dask.array stores it", x.name, why)
     chunks = tuple(max(1, size) for size in x.chunksize)
-    if spec.chunks is not None:  # the matrices' chunks asked, clipped; a stack's batch 1
-        asked = tuple(max(1, min(c, n)) for c, n in zip(spec.chunks, x.shape[-2:], strict=True))
-        chunks = (1,) * (x.ndim - 2) + asked
+    asked, _ = asked_layout(spec, *x.shape[-2:]) if x.ndim >= 2 else (None, None)
+    if asked is not None:  # the matrices' chunks asked, clipped as a job's; a stack's batch 1
+        chunks = (1,) * (x.ndim - 2) + tuple(max(1, size) for size in asked)
     target = zarr.create_array(
         where.target,
         **zarr_options(where),
