@@ -20,15 +20,18 @@ What is timed, per system (cluster start-up is excluded and reported apart):
 * ``cubed``: ``cubed.from_zarr`` ... ``to_zarr`` with the threads executor and
   ``allowed_mem`` = the total budget.
 * ``outofcore``: ``outofcore.api.run_job`` on the LocalCluster that
-  ``scheduler.cluster.start_local_cluster`` starts, with ``--memory`` (total)
-  split evenly over ``--workers``; its output is uncompressed (its default).
+  ``scheduler.cluster.start_local_cluster`` starts for a job with no client (the
+  command's, ``outofcore.matmul``'s: workers are threads of the job's process),
+  with ``--memory`` (total) split evenly over ``--workers``; its output is
+  uncompressed (its default).
 
 Variants: ``outofcore@2`` runs on 2 workers sharing the budget;
 ``outofcore+zstd`` writes a zstd output (zarr's default codec, which
 dask.array and cubed write; outofcore's own default is uncompressed);
 ``outofcore+warm`` first runs ``B @ A`` once, untimed, on the same cluster
 (a service's workers, which have run a job of the same size before; none of
-its panels is one the timed job reads).
+its panels is one the timed job reads); ``outofcore+processes`` gives each
+worker a process of its own, as a user's own ``LocalCluster()`` does.
 
 BLAS: some machines set ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` to work
 around old OpenBLAS builds, which makes a current one run an older, slower

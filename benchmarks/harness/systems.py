@@ -82,12 +82,17 @@ def _cubed_executor() -> Any:
 
 
 def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
+    from outofcore import config  # noqa: PLC0415
     from outofcore.api import run_job  # noqa: PLC0415
     from scheduler.cluster import start_local_cluster  # noqa: PLC0415
 
     per_worker = cfg["memory"] // cfg["workers"]
     t0 = time.perf_counter()
-    cluster = start_local_cluster(per_worker, cfg["workers"])
+    # The cluster a job with no client starts (the command, outofcore.matmul): its workers
+    # are threads of this process unless the setting in-process-worker is 0;
+    # "+processes" gives each worker a process of its own (a user's LocalCluster).
+    in_process = config.flag("in-process-worker") and cfg.get("variant") != "processes"
+    cluster = start_local_cluster(per_worker, cfg["workers"], in_process=in_process)
     from distributed import Client  # noqa: PLC0415
 
     client = Client(cluster)

@@ -37,6 +37,7 @@ from outofcore.compute.worker_context import worker_context
 from outofcore.operands.centring import PanelSums
 from outofcore.operands.reading import read_operand
 from outofcore.storage import chunkfiles
+from outofcore.storage.digests import Digests
 from outofcore.storage.writing import write_region
 from scheduler.memory import PANELS_IN_FLIGHT, write_block_rows
 from scheduler.plan import TileTask
@@ -84,6 +85,7 @@ def compute_tile(
     before_write: Callable[[], None] | None = None,
     sink: RowSink | None = None,
     keep_sums: Callable[[PanelSums], None] | None = None,
+    written: Digests | None = None,
 ) -> TaskIO:
     """Compute ``C[task] = A[rows, :] @ B[:, cols]`` over ``job.panels``; write it as whole chunks.
 
@@ -94,7 +96,9 @@ def compute_tile(
     ``job.c`` (:func:`write_finished_rows`).  Returns what it read, wrote and
     how long each part took.  A product centred from its panel sums
     (:mod:`outofcore.operands.centring`) corrects the rows it writes; with a ``sink`` the
-    rows are left as summed and ``keep_sums`` takes the panels' sums.
+    rows are left as summed and ``keep_sums`` takes the panels' sums.  ``written`` takes
+    the digests of the output's objects the task wrote as chunk files
+    (:func:`outofcore.storage.writing.write_region`), for the task's record.
     """
     context = worker_context()
     started = time.perf_counter()
@@ -111,6 +115,8 @@ def compute_tile(
     ):
         run = _PanelLoop(job, task, engine, panels, reader, writer, before_write, sink)
         tile = run.multiply_and_write()
+    if written is not None:
+        written.update(run.written)
     if panels.sums is not None and sink is not None:
         if keep_sums is None:
             raise ValueError("a part of a product centred from its panel sums keeps its sums")
@@ -299,7 +305,11 @@ class _PanelLoop:
     ) -> None:
         self.job, self.task, self.engine, self.panels = job, task, engine, panels
         self.reader, self.writer, self.before_write = reader, writer, before_write
-        self.sink = sink or (lambda r0, rows: write_finished_rows(job, task, r0, rows))
+        #: Digests of the output objects written (the default sink's and the mirror's).
+        self.written: Digests = {}
+        self.sink = sink or (
+            lambda r0, rows: self.written.update(write_finished_rows(job, task, r0, rows))
+        )
         #: Whether this task finishes its tile (not a part of a split tile).
         self.finishes = sink is None
         #: Whether this task writes the mirror of its tile too (not a part of a split tile).
@@ -355,7 +365,7 @@ class _PanelLoop:
         for future in writes:
             future.result()
         if self.mirror:
-            write_mirror(self.job, self.task, tile, self.before_write)
+            self.written.update(write_mirror(self.job, self.task, tile, self.before_write))
         self.write = time.perf_counter() - t0  # the part of writing not hidden behind compute
         return tile
 
@@ -407,13 +417,14 @@ class _PanelLoop:
             self.sink(r0, rows)
 
 
-def write_finished_rows(job: TileJob, task: TileTask, r0: int, rows: np.ndarray) -> None:
+def write_finished_rows(job: TileJob, task: TileTask, r0: int, rows: np.ndarray) -> Digests:
     """Write accumulated ``rows`` at row ``r0`` of ``task``'s tile: scaled (in place), addend
-    added, converted to the output dtype."""
+    added, converted to the output dtype.  Returns what
+    :func:`~outofcore.storage.writing.write_region` does: the digests of what it wrote."""
     origin = (task.row0 + r0, task.col0)
     values = job.product.finish_rows(rows, origin, task.batch) if job.product.scaled else rows
     out = job.product.matrix("out", task.batch)
-    write_region(job.c, out.start(*origin), out.view(values))
+    return write_region(job.c, out.start(*origin), out.view(values))
 
 
 #: The last panels of a tile are multiplied row block by row block, so that the

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from outofcore.compute.tile_job import TileJob
+from outofcore.storage.digests import Digests
 from outofcore.storage.writing import write_region
 from scheduler.io_model import chunk_span
 from scheduler.memory import write_block_rows
@@ -47,7 +48,7 @@ def addend_bytes(job: TileJob, task: TileTask) -> int:
 
 def write_mirror(
     job: TileJob, task: TileTask, tile: np.ndarray, before_write: Callable[[], None] | None
-) -> None:
+) -> Digests:
     """Write tile ``(j, i)`` of a symmetric product as the transpose of ``tile`` ``(i, j)``.
 
     Call after the tile's own rows are written: :meth:`Product.finish_rows`
@@ -55,16 +56,19 @@ def write_mirror(
     only converted to the output dtype here (a symmetric product has no
     addend).  In blocks of whole output-chunk rows of the mirror (columns of
     ``tile``), each transposed into a contiguous block; the values are the
-    same bits as the tile's, so the output is exactly symmetric.
+    same bits as the tile's, so the output is exactly symmetric.  Returns the digests of
+    what it wrote (:func:`~outofcore.storage.writing.write_region`).
     """
     block = write_block_rows(output_grid(job)[0], tile.shape[1])
     output = job.product.types.output
     out = job.product.matrix("out", task.batch)
+    written: Digests = {}
     for q0 in range(0, tile.shape[1], block):
         if before_write is not None:
             before_write()
         rows = np.ascontiguousarray(tile[:, q0 : q0 + block].T).astype(output, copy=False)
-        write_region(job.c, out.start(task.col0 + q0, task.row0), out.view(rows))
+        written |= write_region(job.c, out.start(task.col0 + q0, task.row0), out.view(rows))
+    return written
 
 
 def _largest_chunk_bytes(job: TileJob) -> int:

@@ -23,7 +23,6 @@ nothing of the journal: :func:`run_recorded` holds it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 import logging
 import math
@@ -45,6 +44,7 @@ from outofcore.compute.worker_context import worker_context
 from outofcore.journal.records import Journal, is_sealed
 from outofcore.journal.store import parse_document
 from outofcore.operands.product import Product
+from outofcore.storage.digests import Digests, object_digest
 from outofcore.storage.documents import DocumentError
 from scheduler.plan import TileTask
 
@@ -173,21 +173,31 @@ def show_on_dashboard(io: TaskIO) -> None:
 
 def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:
     """The worker entry of a job's tile task: compute and write one tile, then record it."""
+    written: Digests = {}  # what the task's writes hashed as they wrote, durably
     return run_recorded(
         job,
         job.journal.tile_key(job.journal_id, task.key),
         task.key,
-        lambda: compute_tile(job.tile_job, task, before_write=job.owner_check),
-        lambda result: record_written_tile(job, task, result),
+        lambda: compute_tile(job.tile_job, task, before_write=job.owner_check, written=written),
+        lambda result: record_written_tile(job, task, result, written),
     )
 
 
-def record_written_tile(job: RecordedJob, task: TileTask, result: dict[str, Any]) -> None:
+def record_written_tile(
+    job: RecordedJob, task: TileTask, result: dict[str, Any], written: Digests | None = None
+) -> None:
     """Record ``task``'s tile done, with its figures and what it wrote (:data:`WRITTEN`:
-    the digests of its stored objects, read back now that they are written)."""
+    the digests of its stored objects).
+
+    ``written`` holds the digests the task's writes took of the bytes they wrote as chunk
+    files, durable before they returned; any other object of the tile (one zarr wrote)
+    is read back and hashed now that it is written.
+    """
     keys = tile_objects(job.tile_job.product, job.tile_job.c, task)
-    written = object_digests(job.tile_job.c, keys)
-    job.journal.record_tile(job.journal_id, task, result, extra={WRITTEN: written})
+    known = written or {}
+    read = object_digests(job.tile_job.c, [key for key in keys if key not in known])
+    digests = {key: known[key] if key in known else read[key] for key in keys}
+    job.journal.record_tile(job.journal_id, task, result, extra={WRITTEN: digests})
 
 
 def tile_objects(product: Product, c: zarr.Array, task: TileTask) -> tuple[str, ...]:
@@ -213,7 +223,7 @@ def tile_objects(product: Product, c: zarr.Array, task: TileTask) -> tuple[str, 
     return tuple(keys)
 
 
-def object_digests(c: zarr.Array, keys: Iterable[str]) -> dict[str, list[Any] | None]:
+def object_digests(c: zarr.Array, keys: Iterable[str]) -> Digests:
     """``{key: [bytes, sha256] or None}`` of the stored objects ``keys`` of the output ``c``
     (None: the store holds none), as the store reads them now: :data:`OBJECTS_IN_FLIGHT`
     at a time, fewer where that many could hold more than :data:`DIGEST_BYTES_IN_FLIGHT`."""
@@ -235,8 +245,7 @@ def object_digests(c: zarr.Array, keys: Iterable[str]) -> dict[str, list[Any] | 
             data = buffer.as_numpy_array()
             # Hashed on a thread (hashlib lets go of the GIL): the objects in flight are
             # hashed side by side on the cores the tile's BLAS has just left.
-            digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
-            return [int(data.nbytes), digest]
+            return await asyncio.to_thread(object_digest, data)
 
     async def every() -> list[list[Any] | None]:
         limit = asyncio.Semaphore(in_flight)  # made on the loop that uses it

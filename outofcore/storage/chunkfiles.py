@@ -35,6 +35,7 @@ from outofcore import config
 from outofcore.storage import bounded, codecs
 from outofcore.storage.chunk_io import BufferSet, chunk_io
 from outofcore.storage.chunk_layout import PlainLayout, index_text, layout_of, warn_once
+from outofcore.storage.digests import Digests, object_digest
 
 #: What codecs raise for bytes they cannot decode (truncated or corrupt chunks).
 DECODE_ERRORS = (RuntimeError, ValueError)
@@ -368,9 +369,10 @@ def _direct_writes_allowed() -> bool:
     return config.flag("direct-writes")
 
 
-def write_region(layout: PlainLayout, start: tuple[int, ...], values: np.ndarray) -> None:
+def write_region(layout: PlainLayout, start: tuple[int, ...], values: np.ndarray) -> Digests:
     """Write ``values`` at ``start`` (one index an axis) as whole chunk files; the region
-    must be :func:`aligned`.
+    must be :func:`aligned`.  Returns the digests of the files written (the bytes each
+    holds), by chunk key.
 
     Raises
     ------
@@ -388,12 +390,17 @@ def write_region(layout: PlainLayout, start: tuple[int, ...], values: np.ndarray
         )
     selection = tuple(slice(s, s + n) for s, n in zip(start, values.shape, strict=True))
 
+    written: Digests = {}
+
     def write_chunk(index: tuple[int, ...], scratch: BufferSet) -> None:
         _, region = layout.overlap(index, selection)
         out, size = _encoded_chunk(layout, values[(*region, ...)], scratch)
         _write_file(layout.path(index), out, size)
+        # Hashed here, on the chunk threads beside the compute: no reading back later.
+        written[layout.encode_key(tuple(index))] = object_digest(out[:size])
 
     chunk_io().run_per_chunk(layout.chunk_grid(selection), write_chunk)
+    return written
 
 
 def _encoded_chunk(

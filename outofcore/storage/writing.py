@@ -39,6 +39,7 @@ from outofcore.errors import InputError, OutputWriteError
 from outofcore.storage import chunkfiles, stored_arrays
 from outofcore.storage.chunk_io import chunk_io
 from outofcore.storage.chunk_layout import region_text
+from outofcore.storage.digests import Digests
 from outofcore.storage.locations import Location
 from outofcore.storage.stored_arrays import shape_text
 
@@ -46,13 +47,16 @@ from outofcore.storage.stored_arrays import shape_text
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
-def write_region(array: zarr.Array, start: tuple[int, ...], values: np.ndarray) -> None:
+def write_region(array: zarr.Array, start: tuple[int, ...], values: np.ndarray) -> Digests:
     """``array[start:start + values.shape] = values`` (one start an axis): as chunk files
     where we can.
 
     A region of whole chunks of an array in zarr's default local layout is
     encoded and written by :mod:`outofcore.storage.chunkfiles` (a tile's blocks of
     rows always are, in an output outofcore created); anything else by zarr.
+    Returns the digests of the stored objects written, by key relative to ``array``,
+    where chunk files were written (the bytes written, durable now); empty where zarr
+    wrote them (a record reads those back).
 
     Raises
     ------
@@ -70,11 +74,13 @@ def write_region(array: zarr.Array, start: tuple[int, ...], values: np.ndarray) 
     what = f"writing {region_text(selection)} of the output"
     with naming_full_disk(f"{what} {stored_arrays.describe(array)}", local_folder(array)):
         layout = chunkfiles.plain_layout(array)
+        written: Digests = {}
         if layout is not None and chunkfiles.aligned(layout, start, values.shape):
-            chunkfiles.write_region(layout, start, values)
+            written = chunkfiles.write_region(layout, start, values)
         else:
             array[selection] = values
         make_durable(region_files(array, start, values.shape), local_folder(array))
+    return written
 
 
 def region_files(array: zarr.Array, start: tuple[int, ...], shape: tuple[int, ...]) -> list[str]:
