@@ -21,6 +21,7 @@ own configuration: set the variables (or YAML) where they start.
 name                       default  meaning
 =========================  =======  ==================================================
 ``connect-timeout``        10       seconds to wait for a scheduler address
+``stall-timeout``          300      seconds a job waits while no worker runs any task
 ``read-retries``           3        extra attempts of a failed input read
 ``read-retry-delay``       0.2      seconds before the first retry, doubling
 ``lease-timeout``          60       seconds without heartbeat before a lease is dead
@@ -87,6 +88,7 @@ class Setting:
 #: (:data:`outofcore.journal.lease.MAX_LEASE_TIMEOUT`).
 SETTINGS: dict[str, Setting] = {
     "connect-timeout": Setting(10.0, "seconds", 0, DAY, above=True),
+    "stall-timeout": Setting(300.0, "seconds", 0, DAY, above=True),
     "read-retries": Setting(3, "count", 0, 20),
     "read-retry-delay": Setting(0.2, "seconds", 0, 600),
     "lease-timeout": Setting(60.0, "seconds", 0, DAY, above=True),

@@ -48,6 +48,7 @@ from scheduler.gpu_cluster import GPU_RESOURCE, cluster_kind, start_gpu_cluster
 from scheduler.in_process import runs_in_process, runs_in_threads, thread_count
 from scheduler.in_process import tasks_run_here as tasks_run_here  # where others import it
 from scheduler.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST, local_dashboard_link
+from scheduler.stall import workers_text
 from scheduler.tls import client_security
 from scheduler.worker_sizing import (
     DEFAULT_BUDGET_BYTES,
@@ -231,6 +232,7 @@ def open_executor(
     in_process: bool = False,
     dashboard: bool = True,
     on_close: Callable[[], None] | None = None,
+    stall_timeout: float | None = None,
 ) -> Iterator[Executor]:
     """Yield an executor for ``client`` (see the module docstring), cleaning up after.
 
@@ -241,7 +243,8 @@ def open_executor(
     (:func:`runs_in_process`); ``dashboard`` False starts it without Dask's dashboard.
     ``on_close`` is called once the executor is closed
     when the tasks ran in this process (``"sync"`` or such a worker), failed or not:
-    what they kept here is then nobody's.
+    what they kept here is then nobody's.  ``stall_timeout`` bounds the wait of a run on
+    a Dask cluster whose workers execute nothing (:mod:`scheduler.stall`; None: no bound).
 
     Raises
     ------
@@ -279,7 +282,7 @@ def open_executor(
                         f"{dashboard_note(_local_link(local_client), dashboard)}",
                         file=sys.stderr,
                     )
-                yield DaskExecutor(local_client)
+                yield DaskExecutor(local_client, stall_timeout=stall_timeout)
         finally:
             cluster.close()
             if here and on_close is not None:
@@ -290,7 +293,7 @@ def open_executor(
         with _connect(address, connect_timeout) as connected:
             _wait_for_workers(connected, address, workers, connect_timeout)
             _forward_warnings(connected)
-            yield DaskExecutor(connected)
+            yield DaskExecutor(connected, stall_timeout=stall_timeout)
         return
     _wait_for_workers(client, client_address(client), workers, connect_timeout)
     if announce and client is resolve_client(None):
@@ -300,7 +303,7 @@ def open_executor(
             f"Running on the default Dask Client: scheduler {address}, {have} worker(s)",
             file=sys.stderr,
         )
-    yield DaskExecutor(client)
+    yield DaskExecutor(client, stall_timeout=stall_timeout)
 
 
 def _in_this_process(
@@ -432,8 +435,11 @@ def _wait_for_workers(client: Any, address: str, workers: int | None, timeout: f
     try:
         client.wait_for_workers(wanted, timeout=timeout * 3)
     except TimeoutError:
-        have = len(client.scheduler_info(n_workers=-1)["workers"])
+        found = client.scheduler_info(n_workers=-1)["workers"]
+        # Dask waits for running workers: name the others (paused, closing) and their state.
+        idle = {a: w for a, w in found.items() if str(w.get("status")) != "running"}
         raise ClusterError(
-            f"the scheduler at {address!r} has {have} worker(s); waited "
-            f"{timeout * 3:g} s for {wanted}"
+            f"the scheduler at {address!r} has {len(found) - len(idle)} running worker(s); "
+            f"waited {timeout * 3:g} s for {wanted}"
+            + (f" (not running: {workers_text(idle)})" if idle else "")
         ) from None

@@ -38,6 +38,7 @@ from typing import Any, Protocol, TypeVar
 from scheduler.cores import usable_cores
 from scheduler.errors import ClusterLostError, OutOfCoreError
 from scheduler.job_argument import job_argument
+from scheduler.stall import StallWatch
 
 
 class Task(Protocol):
@@ -243,11 +244,15 @@ class DaskExecutor:
         How often a task that raised is run again (never for an :class:`OutOfCoreError`,
         which is final).  A task whose worker died is Dask's to rerun
         (``distributed.scheduler.allowed-failures``).
+    stall_timeout
+        Seconds a run waits while no worker of the cluster executes any task
+        (:mod:`scheduler.stall`); None: for ever.
     """
 
-    def __init__(self, client: Any, retries: int = 2) -> None:
+    def __init__(self, client: Any, retries: int = 2, stall_timeout: float | None = None) -> None:
         self.client = client
         self.retries = retries
+        self.stall_timeout = stall_timeout
         self._aborted: BaseException | None = None
         self._running: list[Any] = []  # the futures of the run in progress
 
@@ -319,7 +324,8 @@ class DaskExecutor:
             try:
                 # This client's loop: it need not be the default Client (as_completed's guess).
                 pending = as_completed([submit(task, 0) for task in tasks], loop=self.client.loop)
-                for future in pending:
+                watch = StallWatch(self.client, self.stall_timeout)
+                while (future := watch.next_finished(pending)) is not None:
                     if self._aborted is not None:
                         raise self._aborted
                     _, task, attempt = submitted[future.key]

@@ -115,6 +115,7 @@ def _executor(
         gpus=spec.gpus,
         announce=spec.progress,
         connect_timeout=config.number("connect-timeout", positive=True),
+        stall_timeout=config.number("stall-timeout", positive=True),
         in_process=in_process,
         dashboard=dashboard,
         # Tasks that ran in this process (in-process, or its LocalCluster's worker threads)

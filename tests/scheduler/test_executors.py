@@ -168,7 +168,7 @@ async def test_open_executor_on_a_client_waits_for_enough_workers(s, a, b):
 
     shape = await with_sync_client(s, lambda client: open_with(client, 2))
     assert shape.workers == 2 and shape.threads_per_worker == 2
-    with pytest.raises(ClusterError, match=r"has 2 worker\(s\); waited 0.3 s for 3"):
+    with pytest.raises(ClusterError, match=r"has 2 running worker\(s\); waited 0.3 s for 3"):
         await with_sync_client(s, lambda client: open_with(client, 3))
 
 
