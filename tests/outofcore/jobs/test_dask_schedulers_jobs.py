@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import io
 import re
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import dask
 import dask.array as da
@@ -21,10 +23,14 @@ from dask.callbacks import Callback
 from dask.diagnostics import ProgressBar
 from distributed import Client, LocalCluster, get_task_stream
 from distributed.deploy.spec import SpecCluster
+from hypothesis import event, given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import outofcore
 import outofcore.xarray
 from outofcore.compute.worker_context import worker_context
+from outofcore.errors import BudgetError
 from tests.helpers import assert_gemm_close, random_matrix, write_zarr
 
 LOCAL = ["threads", "sync", "synchronous", "single-threaded"]
@@ -162,3 +168,77 @@ def test_dask_config_given_a_function_or_a_client_is_followed(tmp_path, stored):
     worker_context().release_in_process()
     for out in (c, d):
         assert_gemm_close(out[...], a, b, accumulated_in="float64")
+
+
+def _elements(dtype: str) -> st.SearchStrategy:
+    """Small values mostly, and any value of the dtype: NaN, Inf, the largest integers."""
+    small = st.integers(-3, 3) if np.dtype(dtype).kind in "if" else st.integers(0, 3)
+    if np.dtype(dtype).kind == "c":
+        small = st.builds(complex, st.integers(-3, 3), st.integers(-3, 3))
+    return st.one_of(small, small, small, hnp.from_dtype(np.dtype(dtype)))
+
+
+def _assert_as_numpy(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """Integers bit for bit as numpy's product in 64 bits (wrapped as numpy wraps; an
+    output narrower than 64 bits where it holds every value); inexact values within the
+    bound of their terms, and where an operand's row or column is not finite, NaN and
+    Inf where numpy has them."""
+    with np.errstate(all="ignore"):
+        want = np.matmul(a, b)
+    assert got.shape == want.shape
+    if want.dtype.kind in "iu":
+        wide = np.uint64 if want.dtype.kind == "u" else np.int64
+        assert got.dtype.kind in "iu"
+        np.testing.assert_array_equal(got.astype(wide), np.matmul(a.astype(wide), b.astype(wide)))
+        return
+    assert got.dtype == want.dtype
+    info = np.finfo(want.dtype)
+    with np.errstate(all="ignore"):
+        finite_a, finite_b = np.isfinite(a), np.isfinite(b)
+        terms = np.where(finite_a, np.abs(a), 0).astype(float) @ np.where(
+            finite_b, np.abs(b), 0
+        ).astype(float)
+    checked = np.isfinite(terms) & (terms <= float(info.max) / 8)
+    tame = checked & finite_a.all(axis=1)[:, None] & finite_b.all(axis=0)[None, :]
+    bound = 8 * (a.shape[1] + 2) * float(info.eps) * terms + float(info.tiny)
+    with np.errstate(all="ignore"):
+        assert (np.abs(got - want)[tame] <= bound[tame]).all(), (got, want)
+    wild = checked & ~tame
+    np.testing.assert_array_equal(np.isfinite(got[wild]), np.isfinite(want[wild]))
+    if want.dtype.kind == "f":
+        np.testing.assert_array_equal(np.isnan(got[wild]), np.isnan(want[wild]))
+
+
+@given(data=st.data())
+def test_any_local_scheduler_gives_numpys_product(data):
+    """The door ``dask.config.set(scheduler=...)``, differential: whatever dask.config's
+    local scheduler (threads, sync, ``dask.local.get_sync``), dtype, shapes, chunks and
+    tiles, ``outofcore.matmul`` gives numpy's ``a @ b``, NaN, Inf and huge integers
+    included, and leaves no LocalCluster behind."""
+    scheduler = data.draw(st.sampled_from(["threads", "sync", dask.local.get_sync]))
+    dtype = data.draw(st.sampled_from(["float32", "float64", "complex64", "int8", "int32",
+                                       "uint16", "int64"]))  # fmt: skip
+    m, k, n = (data.draw(st.integers(1, 24)) for _ in range(3))
+    a = data.draw(hnp.arrays(dtype, (m, k), elements=_elements(dtype)))
+    b = data.draw(hnp.arrays(dtype, (k, n), elements=_elements(dtype)))
+    chunk = st.integers(1, 12)
+    memory = data.draw(st.sampled_from([None, 1024, 2048, 4096, 8192]))
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        write_zarr(root / "a.zarr", a, (data.draw(chunk), data.draw(chunk)))
+        write_zarr(root / "b.zarr", b, (data.draw(chunk), data.draw(chunk)))
+        before = set(SpecCluster._instances)
+        try:
+            with dask.config.set(scheduler=scheduler):
+                out = outofcore.matmul(
+                    root / "a.zarr", root / "b.zarr", root / "c.zarr", memory=memory
+                )
+        except BudgetError:  # a budget below these chunks' smallest tile: refused first
+            assert not (root / "c.zarr").exists()
+            event("refused: budget")
+            return
+        event("several tiles" if out.attrs["outofcore"]["summary"]["tiles"] > 1 else "one tile")
+        assert set(SpecCluster._instances) <= before  # no LocalCluster was started
+        _assert_as_numpy(out[...], a, b)
+        assert out.attrs["outofcore"]["complete"] is True
+    worker_context().release_in_process()
