@@ -78,10 +78,19 @@ class StallWatch:
             return
         self._checked = now
         workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
-        if any(_executing(worker) for worker in workers.values()):
+        if self._busy(workers):
             self._quiet_since = now
         elif now - self._quiet_since >= self.timeout:
             raise ClusterStalledError(stalled_message(workers, now - self._quiet_since))
+
+    def _busy(self, workers: dict[str, dict[str, Any]]) -> bool:
+        """Whether any worker executes a task, as of its last heartbeat; a worker whose
+        heartbeat does not count its tasks (another version of Dask) counts as busy while
+        the scheduler has tasks assigned to it."""
+        if any(_executing(worker) for worker in workers.values()):
+            return True
+        uncounted = [a for a, w in workers.items() if "task_counts" not in w.get("metrics", {})]
+        return bool(uncounted) and any(self.client.processing(workers=uncounted).values())
 
 
 def _executing(worker: dict[str, Any]) -> int:

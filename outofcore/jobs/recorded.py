@@ -12,7 +12,9 @@ its job still owns the output, then records itself::
 A record is written only after everything the task writes is in the store, so a
 recorded task is a finished one; a task killed halfway is simply run again.  A tile's
 record keeps what the tile wrote (:data:`WRITTEN`: each stored object of its output,
-chunk or shard, with its size and SHA-256, read back once written); a resume checks
+chunk or shard, with its size and SHA-256: of the bytes each chunk file's write wrote,
+durable before the write returned, or read back once written where zarr wrote it
+(:mod:`outofcore.storage.digests`, :func:`record_written_tile`); a resume checks
 them (:func:`written_changes`) and computes again a tile whose object is missing or
 changed, so a deleted or swapped chunk is never taken for a finished tile.  A record
 without them (an older version's) counts as not done: its tile is computed again.

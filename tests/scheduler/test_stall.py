@@ -121,6 +121,25 @@ def test_a_task_longer_than_the_timeout_is_waited_for(cluster):
     assert sorted(results) == [0, 1, 2] and waited >= STALL * 6
 
 
+def test_heartbeats_that_do_not_count_tasks_fall_back_to_the_scheduler(cluster, monkeypatch):
+    """Workers of a Dask whose heartbeats carry no task counts: a long task assigned to a
+    running worker is waited for; a paused worker with none still ends the run."""
+    _, client = cluster
+    info = client.scheduler_info
+
+    def without_counts(**options):
+        found = info(**options)
+        for worker in found["workers"].values():
+            worker["metrics"].pop("task_counts", None)
+        return found
+
+    monkeypatch.setattr(client, "scheduler_info", without_counts)
+    results, waited = _timed_run(client, fn=_sleep_then_index, job=STALL * 2)
+    assert sorted(results) == [0, 1, 2] and waited >= STALL * 6
+    with pytest.raises(ClusterStalledError):
+        _timed_run(client, resources={"GPU": 1})
+
+
 def test_a_worker_busy_with_another_clients_task_is_waited_for(cluster):
     local, client = cluster
     with Client(local, set_as_default=False) as other:
