@@ -397,3 +397,13 @@ def smallest_budget(a, b, out, **options) -> int:
     except BudgetError as refused:
         return int(re.search(r"needs (\d+) bytes", str(refused)).group(1))
     raise AssertionError("1 byte was enough")
+
+
+def set_worker_status(status):
+    """A function for ``client.run`` that sets each worker's status on its own event loop,
+    as Dask's memory monitor does (``distributed.core.Status.paused``, ``.running``)."""
+
+    def set_it(dask_worker):
+        dask_worker.status = status
+
+    return set_it

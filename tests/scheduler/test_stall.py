@@ -21,6 +21,7 @@ from scheduler.errors import ClusterLostError, JobFailedError
 from scheduler.executors import DaskExecutor
 from scheduler.plan import TileTask
 from scheduler.stall import ClusterStalledError, stalled_message
+from tests.helpers import set_worker_status
 
 TASKS = [TileTask(index=i, i=i, j=0, row0=i, row1=i + 1, col0=0, col1=1) for i in range(3)]
 STALL = 1.5
@@ -59,15 +60,6 @@ def _timed_run(client, fn=_index, job="job", resources=None, timeout=STALL):
     return results, time.monotonic() - started
 
 
-def _set_status(status):
-    """Set a worker's status on its own event loop, as its memory monitor does."""
-
-    def set_it(dask_worker):
-        dask_worker.status = status
-
-    return set_it
-
-
 def test_a_worker_paused_by_its_memory_monitor_ends_the_run_naming_it():
     """A worker in this process with a limit below the process's memory: Dask's memory
     monitor pauses it (the whole process counts), as in a user's large notebook."""
@@ -83,7 +75,7 @@ def test_a_worker_paused_by_its_memory_monitor_ends_the_run_naming_it():
 def test_a_paused_worker_ends_the_run_naming_it(cluster):
     local, client = cluster
     worker = next(iter(local.workers.values()))
-    client.run(_set_status(Status.paused))
+    client.run(set_worker_status(Status.paused))
     _assert_stalled_naming(client, worker.address, "paused by Dask's memory monitor")
 
 
@@ -154,8 +146,8 @@ def test_a_worker_busy_with_another_clients_task_is_waited_for(cluster):
 def test_no_timeout_waits_and_resumes_when_the_worker_does(cluster):
     """stall_timeout None: a paused worker is waited for until it runs again."""
     _, client = cluster
-    client.run(_set_status(Status.paused))
-    resume = threading.Timer(STALL * 2, lambda: client.run(_set_status(Status.running)))
+    client.run(set_worker_status(Status.paused))
+    resume = threading.Timer(STALL * 2, lambda: client.run(set_worker_status(Status.running)))
     resume.start()
     try:
         results, waited = _timed_run(client, timeout=None)

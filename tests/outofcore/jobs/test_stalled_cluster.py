@@ -20,14 +20,13 @@ from outofcore.api import ATTRIBUTE, run_job
 from outofcore.compute.worker_context import worker_context
 from scheduler.errors import ClusterError
 from scheduler.stall import ClusterStalledError
-from tests.helpers import assert_product_close, random_matrix, tile_records, write_zarr
-
-
-def _set_status(status):
-    def set_it(dask_worker):
-        dask_worker.status = status
-
-    return set_it
+from tests.helpers import (
+    assert_product_close,
+    random_matrix,
+    set_worker_status,
+    tile_records,
+    write_zarr,
+)
 
 
 @contextlib.contextmanager
@@ -63,7 +62,7 @@ def test_a_job_whose_worker_pauses_fails_then_resumes(tmp_path):
             deadline = time.monotonic() + 60
             while not (c.exists() and tile_records(c)) and time.monotonic() < deadline:
                 time.sleep(0.002)
-            client.run(_set_status(Status.paused))
+            client.run(set_worker_status(Status.paused))
 
         pauser = threading.Thread(target=pause_after_the_first_record)
         pauser.start()
@@ -76,7 +75,7 @@ def test_a_job_whose_worker_pauses_fails_then_resumes(tmp_path):
         assert zarr.open_array(str(c)).attrs.get(ATTRIBUTE, {}).get("complete") is not True
         kept = len(tile_records(c))
         assert 0 < kept < 300
-        client.run(_set_status(Status.running))
+        client.run(set_worker_status(Status.running))
         result = run_job(*job, client=client, progress=False, memory="48KiB", tile=(20, 20))
     assert result.summary["tiles_skipped"] >= kept
     assert_product_close(result.output[...], a, b)
@@ -87,7 +86,7 @@ def test_a_cluster_paused_before_the_job_is_refused_naming_its_worker(tmp_path):
     _inputs(tmp_path)
     with _paused_later_cluster() as (local, client):
         worker = next(iter(local.workers.values()))
-        client.run(_set_status(Status.paused))
+        client.run(set_worker_status(Status.paused))
         with config.set({"connect-timeout": 0.5}), pytest.raises(ClusterError) as raised:
             run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr",
                     client=client, progress=False)  # fmt: skip
