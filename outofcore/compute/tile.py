@@ -306,9 +306,12 @@ class _PanelLoop:
         self.job, self.task, self.engine, self.panels = job, task, engine, panels
         self.reader, self.writer, self.before_write = reader, writer, before_write
         #: Digests of the output objects written (the default sink's and the mirror's).
-        self.written: Digests = {}
+        written: Digests = {}
+        self.written = written
+        # Closes over the dict, not over self: a cycle would keep the loop, and with it the
+        # tile's panels, alive until the garbage collector runs (into the next task).
         self.sink = sink or (
-            lambda r0, rows: self.written.update(write_finished_rows(job, task, r0, rows))
+            lambda r0, rows: written.update(write_finished_rows(job, task, r0, rows))
         )
         #: Whether this task finishes its tile (not a part of a split tile).
         self.finishes = sink is None
