@@ -17,8 +17,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from dask.utils import format_bytes
-
 from scheduler.errors import ClusterLostError
 
 #: Seconds between two looks at the workers while no task finishes.
@@ -120,6 +118,8 @@ def workers_text(workers: dict[str, dict[str, Any]]) -> str:
 
 def _worker_text(address: str, worker: dict[str, Any]) -> str:
     """One worker's state: its address, status and memory against its limit."""
+    from dask.utils import format_bytes  # noqa: PLC0415 (keeps Dask out of plain imports)
+
     status = str(worker.get("status", "unknown")).removeprefix("Status.")
     if status == "paused":
         status = "paused by Dask's memory monitor"
