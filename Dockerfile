@@ -24,7 +24,6 @@ RUN mkdir -p -m 0700 /var/cache/outofcore/kernels
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE constraints.txt ./
 COPY outofcore ./outofcore
-COPY scheduler ./scheduler
 # bokeh serves the scheduler's dashboard on port 8787; the s3 extra (s3fs) opens s3:// arrays.
 RUN pip install -c constraints.txt ".[${EXTRAS}]" "bokeh>=3.1" \
     && outofcore --help > /dev/null \

@@ -47,7 +47,7 @@ def child(folder: Path, memory: str, repeats: int) -> dict[str, Any]:
     from distributed import Client, LocalCluster  # noqa: PLC0415
 
     import outofcore  # noqa: PLC0415
-    from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES  # noqa: PLC0415
+    from outofcore.runtime.worker_sizing import WORKER_OVERHEAD_BYTES  # noqa: PLC0415
 
     x_path = str(folder / "x.zarr")
     figures: dict[str, Any] = {"outofcore_runs": [], "dask_runs": []}

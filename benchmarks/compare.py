@@ -20,7 +20,7 @@ What is timed, per system (cluster start-up is excluded and reported apart):
 * ``cubed``: ``cubed.from_zarr`` ... ``to_zarr`` with the threads executor and
   ``allowed_mem`` = the total budget.
 * ``outofcore``: ``outofcore.api.run_job`` on the LocalCluster that
-  ``scheduler.cluster.start_local_cluster`` starts for a job with no client (the
+  ``outofcore.runtime.cluster.start_local_cluster`` starts for a job with no client (the
   command's, ``outofcore.matmul``'s: workers are threads of the job's process),
   with ``--memory`` (total) split evenly over ``--workers``; its output is
   uncompressed (its default).
@@ -43,7 +43,7 @@ Bytes read: ``read_chars`` of the process tree during the timed region
 (compressed bytes as stored, page cache included), and that figure scaled by
 the inputs' compression ratio to decoded bytes, against the plan's lower bound
 ``max(|A| + |B|, 2mnk·w/√(M/w) − 2M)`` for a per-worker budget ``M``
-(``scheduler.io_model.io_lower_bound``).
+(``outofcore.planner.io_model.io_lower_bound``).
 
 Usage::
 
@@ -168,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from outofcore.config import parse_size  # noqa: PLC0415
-    from scheduler.io_model import io_lower_bound  # noqa: PLC0415
-    from scheduler.problem import Problem  # noqa: PLC0415
+    from outofcore.planner.io_model import io_lower_bound  # noqa: PLC0415
+    from outofcore.planner.problem import Problem  # noqa: PLC0415
 
     if args.quick:
         args.size, args.chunk, args.repeats = 2048, 512, 1

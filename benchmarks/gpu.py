@@ -15,7 +15,7 @@ two are compared, so a fast wrong kernel cannot pass unnoticed.
 ``--engine`` times the tile engine end to end for one tile: k-panels copied
 from pinned host memory while the previous panel multiplies, C copied back.
 
-Internal floor: it times ``outofcore.compute.cuda``'s kernels and engine themselves
+Internal floor: it times ``outofcore.backends.cuda``'s kernels and engine themselves
 (``tools.gpu_check.common`` for the CUDA-event timing).
 """
 
@@ -53,8 +53,8 @@ def time_events(cuda, fn, repeats: int) -> float:
 
 def bench_kernel(cuda, cupy, size: tuple[int, int, int], dtype, repeats: int, reference: bool):
     """Time our kernel (and cuBLAS, and optionally the textbook kernel) on one shape."""
-    from outofcore.compute.cuda import kernels
-    from outofcore.compute.cuda.reference import launch_reference
+    from outofcore.backends.cuda import kernels
+    from outofcore.backends.cuda.reference import launch_reference
 
     m, n, k = size
     rng = np.random.default_rng(0)
@@ -91,7 +91,7 @@ def bench_kernel(cuda, cupy, size: tuple[int, int, int], dtype, repeats: int, re
 
 def bench_engine(size: tuple[int, int, int], panel_k: int, dtype, repeats: int) -> dict:
     """Time one tile through the engine: host panels in, host C out."""
-    import outofcore.compute.cuda as ooc_cuda
+    import outofcore.backends.cuda as ooc_cuda
 
     m, n, k = size
     engine = ooc_cuda.make_engine("cuda")
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the rows to this file")
     args = parser.parse_args(argv)
 
-    import outofcore.compute.cuda as ooc_cuda
+    import outofcore.backends.cuda as ooc_cuda
 
     if not ooc_cuda.is_available():
         print("no CUDA GPU here: run this on a GPU node", file=sys.stderr)

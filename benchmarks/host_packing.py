@@ -4,7 +4,7 @@ A transposed operand (``--transpose-a``, every diagonal Gram tile) reaches the C
 engine as a strided view of the panel as stored.  The engine used to pack it into
 pinned memory with ``np.copyto`` in the task thread (the ``Stager``), 8 MiB at a time;
 it now describes one ``cuMemcpy2DAsync`` of the panel as stored and transposes it on
-the device (``outofcore.compute.cuda.buffers.copy_to_device``).  This measures, on the CPU and
+the device (``outofcore.backends.cuda.buffers.copy_to_device``).  This measures, on the CPU and
 without a GPU, the host's share of each: the packing copy, and building the 2-D copy's
 descriptor (``describe_2d_copy``) with the layout test.  The driver call and the
 transpose kernel's launch add a few microseconds each on a GPU node
@@ -15,7 +15,7 @@ transpose kernel's launch add a few microseconds each on a GPU node
 
 Exits 1 when the 2-D copy's host time is not at least 10x below the packing's.
 
-Internal floor: it times ``outofcore.compute.cuda.buffers`` itself
+Internal floor: it times ``outofcore.backends.cuda.buffers`` itself
 (``describe_2d_copy``, ``layout``, ``STAGE_BYTES``).
 """
 
@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from benchmarks.harness.reports import save_json
-from outofcore.compute.cuda.buffers import STAGE_BYTES, describe_2d_copy, layout
+from outofcore.backends.cuda.buffers import STAGE_BYTES, describe_2d_copy, layout
 
 
 def median_seconds(fn, repeats: int) -> float:

@@ -84,7 +84,7 @@ def run_system(system: str, g: str, out: str, workers: int) -> dict:
         from distributed import Client  # noqa: PLC0415
 
         import outofcore  # noqa: PLC0415
-        from scheduler.cluster import start_local_cluster  # noqa: PLC0415
+        from outofcore.runtime.cluster import start_local_cluster  # noqa: PLC0415
 
         with start_local_cluster(512 * 2**20, workers) as cluster, Client(cluster) as client:
             t0 = time.perf_counter()

@@ -15,7 +15,7 @@ runs alternating within each round:
 * ``dask.array S3``: ``da.from_zarr(A) @ da.from_zarr(B)`` stored into a C
   on the delayed S3 that has dask's chunks (Dask's threaded scheduler).
 
-The outofcore runs share one LocalCluster (``scheduler.cluster.start_local_cluster``,
+The outofcore runs share one LocalCluster (``outofcore.runtime.cluster.start_local_cluster``,
 ``--workers``, ``--memory`` each), started and warmed up by one untimed job
 before the timing; every time is the wall time of the whole call.  Both S3
 systems get the same storage options.  The table gives medians, each one's
@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace, server: MotoServer, proxy: DelayProxy, folder
 
     from outofcore.config import parse_size  # noqa: PLC0415
     from outofcore.frontends.generate import random_array  # noqa: PLC0415
-    from scheduler.cluster import start_local_cluster  # noqa: PLC0415
+    from outofcore.runtime.cluster import start_local_cluster  # noqa: PLC0415
 
     bucket = server.bucket("latency")
     delayed = {**server.options, "endpoint_url": proxy.endpoint}

@@ -8,10 +8,11 @@ panels handed to the engine, the tile written.  Here that loop is outofcore's ow
 time (``FLOPs / kernel rate + bytes / PCIe rate``, by default the float32 kernel's
 37 TFLOP/s and pinned copies at 55 GB/s, docs/gpu.md), the finished tile its copy back.
 So a machine with no GPU measures what a GPU worker's host side would give it: for each
-count of decode threads (1 to the usable cores, :func:`scheduler.cores.usable_cores`),
+count of decode threads (1 to the usable cores, :func:`outofcore.runtime.cores.usable_cores`),
 the decode rate, the read wait and the task time, against the time model's prediction
-(:func:`scheduler.model.predict` on a :class:`~scheduler.model.Machine` of the modelled
-device and the decode and write rates measured here)::
+(:func:`outofcore.planner.model.predict` on a
+:class:`~outofcore.planner.model.Machine` of the modelled device and the decode and write
+rates measured here)::
 
     python -m benchmarks.null_device                        # 16384^3 float32, 2048^2 chunks
     python -m benchmarks.null_device --size 4096 --chunk 512 --tile 2048 --tk 512
@@ -24,7 +25,7 @@ this benchmark puts in the calling thread's engines under its own backend name.
 Internal floor: it runs ``outofcore.compute.tile.compute_tile`` itself, with the worker
 context (``outofcore.compute.worker_context``), the chunk-file reader and writer
 (``outofcore.storage.chunkfiles``, ``outofcore.storage.writing``) and the plan
-(``scheduler.tiling``).  ``python -m tools.gpu_check`` (its ``host`` phase) runs the same
+(``outofcore.planner.tiling``).  ``python -m tools.gpu_check`` (its ``host`` phase) runs the same
 functions on a GPU node, where the prediction is compared with the job.
 """
 
@@ -43,10 +44,10 @@ import numpy as np
 
 from benchmarks.harness.inputs import DEFAULT_DATA, ensure_array
 from benchmarks.harness.reports import save_json
-from scheduler import gpu_rates
+from outofcore.planner import gpu_rates
 
 #: The modelled device: our float32 kernel's rate and pinned host<->device copies, as
-#: measured on lent H100/H200 nodes (:mod:`scheduler.gpu_rates`, their one home).
+#: measured on lent H100/H200 nodes (:mod:`outofcore.planner.gpu_rates`, their one home).
 KERNEL_FLOPS = gpu_rates.KERNEL_FLOPS["float32"]
 PCIE_BPS = gpu_rates.PCIE_BPS
 #: The backend name the null engine is kept under in the worker context.
@@ -66,7 +67,7 @@ class DeviceModel:
 
 
 class NullEngine:
-    """A :class:`~outofcore.compute.engines.TileEngine` that does no arithmetic: every
+    """A :class:`~outofcore.backends.engines.TileEngine` that does no arithmetic: every
     panel waits ``2·m·n·k / kernel_flops + (its bytes) / pcie_bps``, a finished tile its
     bytes over PCIe, and the tile handed back holds fixed values (seeded, made once per
     shape).  Like the CUDA engine it writes whole tiles (no row blocks)."""
@@ -242,8 +243,8 @@ def run_tasks(
     from outofcore.compute.tile_job import TileJob  # noqa: PLC0415
     from outofcore.compute.worker_context import worker_context  # noqa: PLC0415
     from outofcore.jobs.opening import open_product  # noqa: PLC0415
+    from outofcore.planner.tiling import make_output_plan  # noqa: PLC0415
     from outofcore.storage.codecs import DEFAULT_OUTPUT_CODEC, zarr_compressors  # noqa: PLC0415
-    from scheduler.tiling import make_output_plan  # noqa: PLC0415
 
     product = open_product(str(a), str(b))
     plan = make_output_plan(
@@ -297,11 +298,11 @@ def run_tasks(
 def predict_tasks(
     plan: object, model: DeviceModel, threads: int, decode_bps: float, write_bps: float
 ):
-    """The time model's prediction (:func:`scheduler.model.predict`) of ``plan`` on one GPU
-    worker (:func:`scheduler.model.gpu_machine`) with the modelled device, ``threads``
+    """The time model's prediction (:func:`outofcore.planner.model.predict`) of ``plan`` on one GPU
+    worker (:func:`outofcore.planner.model.gpu_machine`) with the modelled device, ``threads``
     decode threads at the host's measured decode and write rates; inputs in the page
     cache (no disk limit), no start or per-task costs."""
-    from scheduler.model import gpu_machine, predict  # noqa: PLC0415
+    from outofcore.planner.model import gpu_machine, predict  # noqa: PLC0415
 
     gpu = replace(
         gpu_rates.gpu_target("float32"),
@@ -349,7 +350,7 @@ def measure(
 
 def thread_counts(most: int | None = None) -> list[int]:
     """1 to ``most`` decode threads (default: the usable cores), doubling, and ``most``."""
-    from scheduler.cores import usable_cores  # noqa: PLC0415
+    from outofcore.runtime.cores import usable_cores  # noqa: PLC0415
 
     top = max(1, min(most or usable_cores(), usable_cores()))
     counts = [1]

@@ -5,9 +5,9 @@ Issue 28, item 5: planning a 10^10-row Gram took 67-88 s and 10^12 rows ran past
 ``rows`` x 64 float64 in 100000x64 chunks (10^3 to 10^7 chunks) this times, in this
 process:
 
-* ``plan``: :func:`scheduler.tiling.make_output_plan` with the default 1 GiB budget;
+* ``plan``: :func:`outofcore.planner.tiling.make_output_plan` with the default 1 GiB budget;
 * ``summary``: the plan's summary (bytes read, flops, ...) and the what-if predictions
-  (:func:`scheduler.model.what_ifs`, one plan per assumed machine): what
+  (:func:`outofcore.planner.model.what_ifs`, one plan per assumed machine): what
   ``outofcore plan`` prints;
 * ``command``: ``outofcore plan X X --transpose-a --scheduler sync`` on a zarr array of
   that shape with no chunk written (metadata only), as a fresh process, imports
@@ -37,9 +37,9 @@ CHUNK_ROWS = 100_000
 
 def time_case(rows: int, command: bool, folder: Path) -> dict:
     """Seconds to plan, summarise and (optionally) run ``outofcore plan`` for ``rows``."""
-    from scheduler import model  # noqa: PLC0415
-    from scheduler.problem import Problem  # noqa: PLC0415
-    from scheduler.tiling import make_output_plan  # noqa: PLC0415
+    from outofcore.planner import model  # noqa: PLC0415
+    from outofcore.planner.problem import Problem  # noqa: PLC0415
+    from outofcore.planner.tiling import make_output_plan  # noqa: PLC0415
 
     problem = Problem(
         m=COLUMNS,

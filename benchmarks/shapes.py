@@ -13,7 +13,7 @@ every other round, each system in a fresh Python process
   threaded scheduler, zarr to zarr;
 * ``outofcore``: ``outofcore.matmul`` (``outofcore.gram`` for the Gram
   shape) on the
-  LocalCluster ``scheduler.cluster.start_local_cluster`` starts with
+  LocalCluster ``outofcore.runtime.cluster.start_local_cluster`` starts with
   ``--workers`` single-thread workers (start-up not timed), ``--memory`` split
   evenly over them, output codec ``--output-codec`` (outofcore's default:
   uncompressed); Dask's task stream gives each worker's tasks and busy seconds;
@@ -39,7 +39,7 @@ flat      32768x256 @ 256x32768           8192x256    writing C
 Every dask.array and outofcore output is compared with numpy's, element by
 element, within a float32 tolerance that grows with k (:func:`tolerance`);
 a wrong result fails the run.  Prints, per shape, time / numpy, dask.array /
-outofcore, bytes read / the lower bound (``scheduler.io_model.io_lower_bound``;
+outofcore, bytes read / the lower bound (``outofcore.planner.io_model.io_lower_bound``;
 outofcore's exact decoded bytes, the others' ``read_chars`` scaled to decoded
 bytes), time / floor for the I/O-bound shapes, each worker's tasks and busy
 fraction, and the plan, with the issue's targets beside each figure.  Writes
@@ -94,7 +94,7 @@ from benchmarks.shape_zoo.systems import RUNNERS, outofcore_plan
 
 def run_shape(shape: Shape, args: argparse.Namespace, systems: list[str]) -> dict:
     """Every system on ``shape`` over ``args.repeats`` rounds; its JSON entry."""
-    from scheduler.io_model import io_lower_bound  # noqa: PLC0415
+    from outofcore.planner.io_model import io_lower_bound  # noqa: PLC0415
 
     paths = ensure_shape_inputs(args.data_dir, shape)
     per_worker = args.memory_bytes // args.workers

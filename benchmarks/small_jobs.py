@@ -105,8 +105,8 @@ import sys, time, json, tempfile, os
 import outofcore
 from distributed import Client, LocalCluster
 from outofcore.frontends.generate import random_array
-from scheduler.cluster import BLAS_THREAD_VARIABLES
-from scheduler.worker_sizing import local_worker_limit
+from outofcore.runtime.cluster import BLAS_THREAD_VARIABLES
+from outofcore.runtime.worker_sizing import local_worker_limit
 
 if __name__ == "__main__":
     a, b, out, kind, workers, budget = sys.argv[1:7]

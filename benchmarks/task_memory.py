@@ -12,7 +12,7 @@ them).  Every task measures the process's peak while it ran
 (:mod:`outofcore.compute.peaks`); a kind's figure is the largest of its tasks' peaks over the
 baseline: the task's own memory plus what earlier tasks left for it (kept buffers,
 which its projection counts too).  The job must fit its projection plus the allowance
-beside the task, ``scheduler.worker_sizing.WORKER_OVERHEAD_BYTES``; a case over it, or whose
+beside the task, ``outofcore.runtime.worker_sizing.WORKER_OVERHEAD_BYTES``; a case over it, or whose
 output fails :func:`outofcore.verify`, fails the run (exit status 1).
 
 Cases (``--scale S`` divides every dimension and chunk by S, every budget by S²):
@@ -25,7 +25,7 @@ Cases (``--scale S`` divides every dimension and chunk by S, every budget by S²
 * ``staged``: float16 A and B (8192x4096 @ 4096x8192) staged into float32 panels,
   ``+ 0.5 * D`` with D float64 in 2048² chunks, written as float16, 512 MiB;
 * ``wide-int``: int64 4096x2048 @ 2048x4096 over the whole int64 range (16-bit limbs:
-  the limbs of a B panel held beside the panels, :func:`scheduler.memory.limb_bytes`),
+  the limbs of a B panel held beside the panels, :func:`outofcore.planner.memory.limb_bytes`),
   256 MiB;
 * ``s3``: 4096² float32 in 256² chunks on a local S3 server (moto, the test extra),
   16 requests in flight per task, 256 MiB;
@@ -201,8 +201,8 @@ def scaled(case: Case, scale: int) -> Case:
 
 
 def task_kind(key: str, splits: int, symmetric: bool) -> tuple[str, str]:
-    """The kind of a task from its result's key (``scheduler.plan`` names the keys): a
-    label, and the kind of :attr:`scheduler.plan.Plan.projections` it is held to."""
+    """The kind of a task from its result's key (``outofcore.planner.plan`` names the keys): a
+    label, and the kind of :attr:`outofcore.planner.plan.Plan.projections` it is held to."""
     if "-k" in key:
         return "split part", "part"
     if splits > 1:
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(figures))
         return 0
 
-    from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES  # noqa: PLC0415
+    from outofcore.runtime.worker_sizing import WORKER_OVERHEAD_BYTES  # noqa: PLC0415
 
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="task-memory-"))
     results, problems = {}, []

@@ -2,7 +2,7 @@
 
 Count matrices are int32; numpy and dask.array multiply integers with numpy's own
 loops (no BLAS), in int64 to hold the sums.  outofcore computes the same integers
-exactly at BLAS speed (:mod:`outofcore.compute.limbs`: a panel whose values allow it is one
+exactly at BLAS speed (:mod:`outofcore.backends.limbs`: a panel whose values allow it is one
 float64 ``gemm``, exact below ``2**53``; wider values go through 16-bit limbs).
 
 One run makes (or reuses) two seeded int32 zarr arrays (``--n`` cubed, values in

@@ -10,13 +10,14 @@ True
 The layers, top to bottom (an import only goes down; ``tests/test_layers.py``): the faces
 (this package, ``api``, ``cli``, ``generate``, ``xarray``), ``frontends``,
 ``jobs``, ``machine``, ``compute``, ``journal`` (beside compute: jobs -> journal ->
-storage), ``operands``, ``storage``, then ``errors`` and ``config``, and ``scheduler``
-(the plan, which imports nothing of outofcore).  Each folder's ``__init__`` says more.
+storage), ``operands``, ``storage``, ``config``, then side by side ``planner`` (the plan,
+pure data) and ``runtime`` (the Dask runtime), and ``errors`` (which imports nothing of
+outofcore).  Each folder's ``__init__`` says more.
 The GPU check is a tool run from the checkout (``python -m tools.gpu_check``), not
 part of the package.
 
 The heavy modules (Dask, zarr, BLAS) load on first use of ``matmul`` or
-``verify``, so ``import scheduler.plan`` and ``outofcore.errors`` stay light.
+``verify``, so ``import outofcore.planner.plan`` and ``outofcore.errors`` stay light.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ import time
 #: keeps its process, whose age would count the shell's time too).
 _LOADING = time.monotonic()
 
-from scheduler.blas_idle import shorten_blas_spin
-from scheduler.gpu_cluster import number_devices_as_nvidia_smi
+from outofcore.runtime.blas_idle import shorten_blas_spin
+from outofcore.runtime.gpu_cluster import number_devices_as_nvidia_smi
 
-shorten_blas_spin()  # before numpy and SciPy load OpenBLAS (below); scheduler.blas_idle
+shorten_blas_spin()  # before numpy and SciPy load OpenBLAS (below); outofcore.runtime.blas_idle
 
 import argparse
 import functools
@@ -32,7 +32,7 @@ from typing import Any
 import psutil
 from dask.utils import format_bytes
 
-from outofcore.compute.cuda.cache_folder import use_kernel_cache
+from outofcore.backends.cuda.cache_folder import use_kernel_cache
 from outofcore.config import check_all, flag
 from outofcore.errors import JOB_FAILED, OutOfCoreError
 from outofcore.frontends.cli_output import format_plan, format_summary, format_verify, print_result
@@ -234,13 +234,13 @@ def _gram(args: argparse.Namespace) -> int:
 
 def _tls(args: argparse.Namespace) -> Any:
     """Dask's TLS settings for the job from ``--tls-ca-file``, ``--tls-cert``, ``--tls-key``
-    (:func:`scheduler.tls.tls_settings`), as a context manager (none given: no change)."""
+    (:func:`outofcore.runtime.tls.tls_settings`), as a context manager (none given: no change)."""
     # distributed's defaults first: leaving a dask.config.set entered before distributed's
     # first import deletes its whole `distributed` key (plan enters these settings twice).
     import dask  # noqa: PLC0415
     import distributed  # noqa: F401, PLC0415
 
-    from scheduler.tls import tls_settings  # noqa: PLC0415
+    from outofcore.runtime.tls import tls_settings  # noqa: PLC0415
 
     files = (args.tls_ca_file, args.tls_cert, args.tls_key)
     return dask.config.set(tls_settings(args.scheduler, *files))
@@ -257,7 +257,7 @@ def _with_startup(summary: dict[str, Any], args: argparse.Namespace) -> dict[str
 def _job_spec(args: argparse.Namespace, product: dict[str, Any]) -> Any:
     """The :class:`~outofcore.jobs.spec.JobSpec` of a ``matmul`` or ``gram`` command line."""
     from outofcore.jobs.spec import JobSpec  # noqa: PLC0415
-    from scheduler.gpu_cluster import parse_gpus  # noqa: PLC0415
+    from outofcore.runtime.gpu_cluster import parse_gpus  # noqa: PLC0415
 
     return JobSpec(
         **product,

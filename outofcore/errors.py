@@ -1,43 +1,89 @@
-"""The exceptions outofcore raises (defined in :mod:`scheduler.errors`, the bottom layer)."""
+"""Exceptions raised by outofcore; all derive from :class:`OutOfCoreError`.
 
-from scheduler.errors import (
-    BAD_INPUT,
-    JOB_FAILED,
-    BackendError,
-    BudgetError,
-    ClusterError,
-    ClusterLostError,
-    InputChangedError,
-    InputError,
-    JobFailedError,
-    LeaseError,
-    LeaseLostError,
-    OptionError,
-    OutOfCoreError,
-    OutputChangedError,
-    OutputExistsError,
-    OutputWriteError,
-    ReadError,
-    ResumeError,
-)
+They live at the bottom layer (:mod:`outofcore.errors` imports nothing of outofcore) so
+the plan (``outofcore.planner``) and the Dask runtime (``outofcore.runtime``) can raise
+them.  Each names the offending values.
 
-__all__ = [
-    "BAD_INPUT",
-    "JOB_FAILED",
-    "BackendError",
-    "BudgetError",
-    "ClusterError",
-    "ClusterLostError",
-    "InputChangedError",
-    "InputError",
-    "JobFailedError",
-    "LeaseError",
-    "LeaseLostError",
-    "OptionError",
-    "OutOfCoreError",
-    "OutputChangedError",
-    "OutputExistsError",
-    "OutputWriteError",
-    "ReadError",
-    "ResumeError",
-]
+Each class says what kind of failure it is by its exit status (the ``outofcore``
+command exits with it; docs/cli.md): :data:`BAD_INPUT` for a command or input refused
+before any work started (fix the command), :data:`JOB_FAILED` for a job that started
+and failed (:class:`JobFailedError`: rerun the same command to retry or resume).
+"""
+
+from __future__ import annotations
+
+#: Exit status of a command or input refused before any work started.
+BAD_INPUT = 2
+#: Exit status of a job that started and failed; rerunning it resumes.
+JOB_FAILED = 3
+
+
+class OutOfCoreError(Exception):
+    """Base class of every error outofcore raises on purpose."""
+
+    #: What the ``outofcore`` command exits with for this error.
+    exit_status = BAD_INPUT
+
+
+class JobFailedError(OutOfCoreError):
+    """A job that started failed (reading, writing, its lease, an input changed, the
+    cluster); what it finished is kept, and rerunning the same command resumes it."""
+
+    exit_status = JOB_FAILED
+
+
+class InputError(OutOfCoreError, ValueError):
+    """An input or output array is missing, malformed or incompatible."""
+
+
+class OptionError(InputError, TypeError):
+    """A keyword that is no option of the call: a ``TypeError``, as Python's for an
+    unexpected keyword argument (and an :class:`InputError`, refused before any work)."""
+
+
+class BudgetError(OutOfCoreError, ValueError):
+    """The memory budget cannot hold even the smallest tile the chunking allows."""
+
+
+class BackendError(OutOfCoreError, RuntimeError):
+    """The requested compute backend is unknown or not usable here."""
+
+
+class ClusterError(OutOfCoreError, RuntimeError):
+    """The Dask scheduler could not be reached or has no workers (before any work)."""
+
+
+class ClusterLostError(JobFailedError, ClusterError):
+    """The cluster failed while a job ran: its scheduler or workers went away."""
+
+
+class OutputExistsError(InputError):
+    """The output exists and ``overwrite`` was not asked for."""
+
+
+class InputChangedError(JobFailedError, RuntimeError):
+    """An input was rewritten while a job read it; the output is left incomplete."""
+
+
+class OutputWriteError(JobFailedError, OSError):
+    """Writing the output (or its journal) failed, e.g. its disk is full."""
+
+
+class ResumeError(OutputExistsError):
+    """The output holds the journal of a different job (other inputs or parameters)."""
+
+
+class OutputChangedError(JobFailedError, RuntimeError):
+    """The output's own metadata changed while the job wrote it: it is not marked complete."""
+
+
+class LeaseError(JobFailedError, RuntimeError):
+    """Another live job holds the output's lease (wait for it, then rerun)."""
+
+
+class LeaseLostError(LeaseError):
+    """A task's job no longer holds the output's lease: the task must not write."""
+
+
+class ReadError(JobFailedError, OSError):
+    """Reading an input region kept failing after every retry."""

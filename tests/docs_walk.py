@@ -63,7 +63,7 @@ NOT_HERE = {
     "source .venv/bin/activate": "the install's venv: the tests run in the one they run in",
 }
 #: Modules whose arguments a document's command is checked against, not run.
-PARSED_ONLY = ("benchmarks.", "outofcore.compute.cuda.report", "tools.gpu_check")
+PARSED_ONLY = ("benchmarks.", "outofcore.backends.cuda.report", "tools.gpu_check")
 SMALLER = re.compile(r"--(shape|chunks) (\d+(?:,\d+)*)")
 OPTIONAL = re.compile(r"\s*\[[^\]]*\]")
 GUARD = 'if __name__ == "__main__":'

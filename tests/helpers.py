@@ -226,9 +226,9 @@ async def with_sync_client(scheduler, fn):
 
 
 def engine_protocol_gaps(engine) -> set[str]:
-    """Members of :class:`outofcore.compute.engines.TileEngine` that ``engine`` lacks
+    """Members of :class:`outofcore.backends.engines.TileEngine` that ``engine`` lacks
     (empty: none)."""
-    from outofcore.compute.engines import TileEngine  # noqa: PLC0415
+    from outofcore.backends.engines import TileEngine  # noqa: PLC0415
 
     wanted = {name for name in dir(TileEngine) if not name.startswith("_")}
     wanted |= set(TileEngine.__annotations__)

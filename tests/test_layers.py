@@ -1,5 +1,5 @@
-"""One import direction (issue 43): every import of outofcore and scheduler runs down the
-layers, never back up.
+"""One import direction (issues 43, 51): every import of outofcore runs down the layers,
+never back up.
 
 The layers, top to bottom (``outofcore/__init__.py`` says the same)::
 
@@ -7,15 +7,18 @@ The layers, top to bottom (``outofcore/__init__.py`` says the same)::
     frontends  the command line's parts, the dask and xarray bridges, verify, generate
     jobs       a job from spec to output
     machine    the probe, its cache, the prediction
-    compute    the tile loop, engines, BLAS, a worker's kept state, cuda/
+    compute    the tile loop, a worker's kept state
+    backends   the engines: the protocol, CPU BLAS, limbs, cuda/ (the CUDA backend)
     journal    records, lease, resume, status, targets     (jobs -> journal -> storage)
     operands   the product model, operands computed as read, dtypes, stacks
     storage    locations, stores, chunk files, codecs, reads, writes, deletes
-    base       outofcore.errors, outofcore.config
-    scheduler  the plan, the memory model, executors: imports nothing of outofcore
+    config     outofcore.config
+    planner    the plan, the memory model, the tiling (pure data)   } side by side: neither
+    runtime    the Dask runtime: cluster, executors, addresses      } imports the other
+    errors     outofcore.errors: imports nothing of outofcore
 
 The GPU check is no layer: it is a tool run from the checkout (``tools/gpu_check/``), not
-installed.  Only ``outofcore/compute/cuda/`` imports ``numba.cuda``.
+installed.  Only ``outofcore/backends/cuda/`` imports ``numba.cuda``.
 
 An import counts wherever it is written: at the top, inside a function, or under
 ``if TYPE_CHECKING:`` (a type is still a dependency a reader has to follow).
@@ -33,33 +36,40 @@ from tests.helpers import ROOT
 #: What each layer may import besides itself.
 MAY_IMPORT: dict[str, set[str]] = {
     "faces": {
-        "frontends", "jobs", "machine", "compute", "journal", "operands", "storage", "base",
-        "scheduler",
+        "frontends", "jobs", "machine", "compute", "backends", "journal", "operands", "storage",
+        "config", "planner", "runtime", "errors",
     },
     "frontends": {
-        "jobs", "machine", "compute", "journal", "operands", "storage", "base", "scheduler",
+        "jobs", "machine", "compute", "backends", "journal", "operands", "storage", "config",
+        "planner", "runtime", "errors",
     },
-    "jobs": {"machine", "compute", "journal", "operands", "storage", "base", "scheduler"},
-    "machine": {"compute", "operands", "storage", "base", "scheduler"},
-    "compute": {"operands", "storage", "base", "scheduler"},
-    "journal": {"storage", "base", "scheduler"},
-    "operands": {"storage", "base", "scheduler"},
-    "storage": {"base", "scheduler"},
-    "base": {"scheduler"},
-    "scheduler": set(),
+    "jobs": {
+        "machine", "compute", "backends", "journal", "operands", "storage", "config", "planner",
+        "runtime", "errors",
+    },
+    "machine": {
+        "compute", "backends", "operands", "storage", "config", "planner", "runtime", "errors",
+    },
+    "compute": {"backends", "operands", "storage", "config", "planner", "runtime", "errors"},
+    "backends": {"operands", "storage", "config", "planner", "runtime", "errors"},
+    "journal": {"storage", "config", "planner", "runtime", "errors"},
+    "operands": {"storage", "config", "planner", "runtime", "errors"},
+    "storage": {"config", "planner", "runtime", "errors"},
+    "config": {"planner", "runtime", "errors"},
+    "planner": {"errors"},
+    "runtime": {"errors"},
+    "errors": set(),
 }  # fmt: skip
 FACES = {"outofcore", "outofcore.api", "outofcore.cli", "outofcore.generate", "outofcore.xarray"}
-BASE = {"outofcore.errors", "outofcore.config"}
+BASE = {"outofcore.errors": "errors", "outofcore.config": "config"}
 
 
 def layer_of(module: str) -> str:
-    """The layer of a dotted module name of outofcore or scheduler."""
-    if module == "scheduler" or module.startswith("scheduler."):
-        return "scheduler"
+    """The layer of a dotted module name of outofcore."""
     if module in FACES:
         return "faces"
     if module in BASE:
-        return "base"
+        return BASE[module]
     parts = module.split(".")
     if parts[0] == "outofcore" and len(parts) >= 2 and parts[1] in MAY_IMPORT:
         return parts[1]
@@ -75,7 +85,7 @@ def module_name(path: Path, root: Path) -> str:
 
 
 def imports_of(source: str, name: str, is_package: bool) -> set[str]:
-    """The outofcore and scheduler modules (or names inside them) ``source`` imports."""
+    """The outofcore modules (or names inside them) ``source`` imports."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -89,16 +99,15 @@ def imports_of(source: str, name: str, is_package: bool) -> set[str]:
             else:
                 module = node.module or ""
             found |= {f"{module}.{alias.name}" for alias in node.names}
-    return {m for m in found if m.split(".")[0] in ("outofcore", "scheduler")}
+    return {m for m in found if m.split(".")[0] == "outofcore"}
 
 
 def wrong_imports(root: Path) -> list[str]:
-    """Every import under ``root`` (outofcore/ and scheduler/) that runs against the layers:
+    """Every import under ``root`` (outofcore/) that runs against the layers:
     ``"importer (layer) -> imported (layer)"``."""
     modules = {}
-    for package in ("outofcore", "scheduler"):
-        for path in sorted((root / package).rglob("*.py")):
-            modules[module_name(path, root)] = path
+    for path in sorted((root / "outofcore").rglob("*.py")):
+        modules[module_name(path, root)] = path
     wrong = []
     for name, path in modules.items():
         here = layer_of(name)
@@ -114,9 +123,15 @@ def wrong_imports(root: Path) -> list[str]:
 
 
 def test_every_module_is_in_a_layer():
-    for package in ("outofcore", "scheduler"):
-        for path in (ROOT / package).rglob("*.py"):
-            layer_of(module_name(path, ROOT))
+    for path in (ROOT / "outofcore").rglob("*.py"):
+        layer_of(module_name(path, ROOT))
+
+
+def test_nothing_is_installed_as_a_top_level_scheduler():
+    """``scheduler`` is a name PyPI and users' code already use: outofcore's code is all in
+    the ``outofcore`` package, and the top-level ``scheduler/`` folder holds no module."""
+    assert not list((ROOT / "scheduler").rglob("*.py"))
+    assert 'include = ["outofcore*"]' in (ROOT / "pyproject.toml").read_text()
 
 
 def test_imports_run_down_the_layers():
@@ -140,14 +155,17 @@ PLANTED = {
     "outofcore/jobs/__init__.py": "",
     "outofcore/jobs/spec.py": "from outofcore import api\n",
     "outofcore/api.py": "from outofcore.jobs import spec\n",
-    "scheduler/__init__.py": "",
-    "scheduler/plan.py": "from outofcore.errors import InputError\n",
+    "outofcore/planner/__init__.py": "",
+    "outofcore/planner/plan.py": "from outofcore.runtime import cluster\n",
+    "outofcore/runtime/__init__.py": "",
+    "outofcore/runtime/cluster.py": "from outofcore.errors import InputError\n",
 }
 
 
 def test_the_check_catches_planted_wrong_imports(tmp_path):
     """A tree with four wrong imports (sideways in a function, up under TYPE_CHECKING, to
-    a face, from the bottom) and three right ones: exactly the four are named."""
+    a face, between the plan and the runtime) and four right ones: exactly the four are
+    named."""
     for relative, text in PLANTED.items():
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text(text)
@@ -155,7 +173,7 @@ def test_the_check_catches_planted_wrong_imports(tmp_path):
         "outofcore.compute.tile (compute) -> outofcore.jobs.spec (jobs)",
         "outofcore.jobs.spec (jobs) -> outofcore.api (faces)",
         "outofcore.operands.product (operands) -> outofcore.journal.records (journal)",
-        "scheduler.plan (scheduler) -> outofcore.errors (base)",
+        "outofcore.planner.plan (planner) -> outofcore.runtime.cluster (runtime)",
     ]
 
 
@@ -166,7 +184,18 @@ def test_a_module_outside_the_layers_is_named(module):
 
 
 @pytest.mark.parametrize(
-    "layer", ["frontends", "jobs", "machine", "compute", "journal", "operands", "storage"]
+    "layer",
+    [
+        "frontends",
+        "jobs",
+        "machine",
+        "compute",
+        "journal",
+        "operands",
+        "storage",
+        "planner",
+        "runtime",
+    ],
 )
 def test_each_layer_names_its_modules(layer):
     """A layer's ``__init__`` docstring names every module in it (``name``, or ``name/`` for a
@@ -199,15 +228,15 @@ def imports_numba_cuda(source: str) -> bool:
 
 
 def test_only_the_cuda_folder_imports_numba_cuda():
-    """Everything of the package that imports ``numba.cuda`` is in ``compute/cuda/``; the
+    """Everything of the package that imports ``numba.cuda`` is in ``backends/cuda/``; the
     check sees each form of the import (planted below)."""
-    cuda = ROOT / "outofcore" / "compute" / "cuda"
+    cuda = ROOT / "outofcore" / "backends" / "cuda"
     outside = [
         str(path.relative_to(ROOT))
         for path in sorted((ROOT / "outofcore").rglob("*.py"))
         if cuda not in path.parents and imports_numba_cuda(path.read_text())
     ]
-    assert not outside, f"numba.cuda imported outside outofcore/compute/cuda/: {outside}"
+    assert not outside, f"numba.cuda imported outside outofcore/backends/cuda/: {outside}"
     assert not (ROOT / "outofcore" / "gpu_check").exists()  # a tool, not installed
     for planted in (
         "from numba import cuda",

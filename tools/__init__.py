@@ -2,5 +2,5 @@
 
 - ``gpu_check/``: the GPU check of a lent GPU node (docs/gpu.md).
 
-A tool may import anything of ``outofcore`` and ``scheduler``; nothing there imports a tool.
+A tool may import anything of ``outofcore``; nothing there imports a tool.
 """

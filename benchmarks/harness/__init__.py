@@ -11,7 +11,8 @@
 * :mod:`~benchmarks.harness.reports`: summaries of timed runs, byte counts;
 * :mod:`~benchmarks.harness.cgroup`: a cgroup v1 memory cap for a process tree.
 
-It imports the public ``outofcore`` API, ``outofcore.config`` and ``scheduler``, and one
+It imports the public ``outofcore`` API, ``outofcore.config``, ``outofcore.planner`` and
+``outofcore.runtime``, and one
 internal module: ``outofcore.compute.worker_context``, which ``systems.warm_outofcore``
 loads on every worker as a service's warm workers have it.  A case that measures an
 internal floor imports that module itself and says so in its docstring.

@@ -84,7 +84,7 @@ def _cubed_executor() -> Any:
 def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
     from outofcore import config  # noqa: PLC0415
     from outofcore.api import run_job  # noqa: PLC0415
-    from scheduler.cluster import start_local_cluster  # noqa: PLC0415
+    from outofcore.runtime.cluster import start_local_cluster  # noqa: PLC0415
 
     per_worker = cfg["memory"] // cfg["workers"]
     t0 = time.perf_counter()

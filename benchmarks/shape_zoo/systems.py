@@ -27,7 +27,7 @@ def outofcore_plan(a_path: str, b_path: str, shape: Shape, per_worker: int, work
     from outofcore.jobs.inputs import open_product  # noqa: PLC0415
     from outofcore.jobs.planning import plan_job  # noqa: PLC0415
     from outofcore.jobs.spec import JobSpec  # noqa: PLC0415
-    from scheduler.executors import WorkerShape  # noqa: PLC0415
+    from outofcore.runtime.executors import WorkerShape  # noqa: PLC0415
 
     spec = JobSpec(transpose_a=shape.gram, memory=per_worker, backend="cpu")
     shape_of_workers = WorkerShape(workers, threads_per_worker=1, blas_threads=1)
@@ -83,7 +83,7 @@ def _outofcore(a_path: str, b_path: str, out: str, cfg: dict) -> dict:
     from distributed import Client, get_task_stream  # noqa: PLC0415
 
     import outofcore  # noqa: PLC0415
-    from scheduler.cluster import start_local_cluster  # noqa: PLC0415
+    from outofcore.runtime.cluster import start_local_cluster  # noqa: PLC0415
 
     shape = _shape(cfg)
     per_worker = cfg["memory"] // cfg["workers"]

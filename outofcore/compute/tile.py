@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from outofcore.backends.blas import mirror_upper
+from outofcore.backends.engines import TileEngine
 from outofcore.compute import panel_cache, panel_progress
-from outofcore.compute.blas import mirror_upper
 from outofcore.compute.cpu_meter import CpuMeter
-from outofcore.compute.engines import TileEngine
 from outofcore.compute.tile_io import (
     _decoded_bytes,
     _largest_chunk_bytes,
@@ -36,11 +36,11 @@ from outofcore.compute.tile_job import TileJob
 from outofcore.compute.worker_context import worker_context
 from outofcore.operands.centring import PanelSums
 from outofcore.operands.reading import read_operand
+from outofcore.planner.memory import PANELS_IN_FLIGHT, write_block_rows
+from outofcore.planner.plan import TileTask
 from outofcore.storage import chunkfiles
 from outofcore.storage.digests import Digests
 from outofcore.storage.writing import write_region
-from scheduler.memory import PANELS_IN_FLIGHT, write_block_rows
-from scheduler.plan import TileTask
 
 
 @dataclass(frozen=True)

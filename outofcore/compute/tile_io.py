@@ -9,11 +9,11 @@ from collections.abc import Callable
 import numpy as np
 
 from outofcore.compute.tile_job import TileJob
+from outofcore.planner.io_model import chunk_span
+from outofcore.planner.memory import write_block_rows
+from outofcore.planner.plan import TileTask
 from outofcore.storage.digests import Digests
 from outofcore.storage.writing import write_region
-from scheduler.io_model import chunk_span
-from scheduler.memory import write_block_rows
-from scheduler.plan import TileTask
 
 
 def operand_entries(job: TileJob, task: TileTask) -> tuple[tuple[int, ...], tuple[int, ...]]:

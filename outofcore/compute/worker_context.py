@@ -37,11 +37,11 @@ from typing import Any
 
 import zarr
 
-from outofcore.compute import blas
-from outofcore.compute.engines import TileEngine, make_engine
+from outofcore.backends import blas
+from outofcore.backends.engines import TileEngine, make_engine
 from outofcore.compute.panel_cache import KeptPanels
+from outofcore.runtime.cores import usable_cores
 from outofcore.storage.chunk_io import chunk_io
-from scheduler.cores import usable_cores
 
 
 @dataclass

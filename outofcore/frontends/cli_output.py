@@ -298,7 +298,7 @@ def _format_shards(shards: list[int] | None, layout: str | None = None) -> str:
 def _format_predictions(
     predictions: list[dict[str, Any]], machine: dict[str, Any] | None = None, verbose: bool = True
 ) -> list[str]:
-    """The time model's lines (scheduler/model.py): this machine's prediction from its
+    """The time model's lines (outofcore/planner/model.py): this machine's prediction from its
     measured figures (:mod:`outofcore.machine.probe`), then (``verbose``) the figures and
     the assumed machines as what-ifs; else a warning of figures taken under load, and
     where the rest is."""
@@ -323,7 +323,7 @@ def _format_predictions(
         lines.append("  details        --verbose: this machine's figures, and what-ifs on others")
         return lines
     if assumed:
-        lines.append("  what if        (assumed rates, not measured: scheduler/model.py)")
+        lines.append("  what if        (assumed rates, not measured: outofcore/planner/model.py)")
     for p in assumed:
         lines.append(
             f"    {p['machine']:<22} {p['busy_workers']:>4}/{p['workers']:<4} busy"

@@ -33,10 +33,10 @@ from outofcore.operands.dtypes import product_types
 from outofcore.operands.interop import Operand, by_path, steps_by_path, type_name
 from outofcore.operands.reading import sample_means, sums_along
 from outofcore.operands.steps import result_dtype
+from outofcore.runtime.addresses import computing_on
 from outofcore.storage.locations import locate
 from outofcore.storage.stored_arrays import WRITE_CONFIG, describe
 from outofcore.storage.stores import zarr_options
-from scheduler.addresses import computing_on
 
 logger = logging.getLogger("outofcore")
 

@@ -17,11 +17,11 @@ from outofcore.journal.records import Journal
 from outofcore.journal.targets import GENERATED_ATTRIBUTE, Occupant, check_replaceable
 from outofcore.operands.dtypes import check_input_dtype
 from outofcore.operands.random_values import random_values
+from outofcore.runtime.cores import usable_cores
 from outofcore.storage.locations import Location, locate
 from outofcore.storage.stored_arrays import WRITE_CONFIG, shape_text
 from outofcore.storage.stores import zarr_options
 from outofcore.storage.writing import disk_usage_of
-from scheduler.cores import usable_cores
 
 
 def random_array(

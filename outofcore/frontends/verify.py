@@ -70,11 +70,11 @@ from outofcore.journal.targets import JOB_ATTRIBUTE
 from outofcore.operands import arrays
 from outofcore.operands.product import Product
 from outofcore.operands.reading import ReadError
+from outofcore.runtime.addresses import computing_on
+from outofcore.runtime.cores import usable_cores
 from outofcore.storage import stored_arrays
 from outofcore.storage.codecs import ChunkSizeError
 from outofcore.storage.locations import locate
-from scheduler.addresses import computing_on
-from scheduler.cores import usable_cores
 
 SAFETY = 16.0
 

@@ -24,10 +24,10 @@ from outofcore.journal.leasing import Lease
 from outofcore.journal.resume import Start, check_output_unchanged, open_journal, output_metadata
 from outofcore.journal.targets import JOB_ATTRIBUTE
 from outofcore.operands import arrays
+from outofcore.planner.plan import Plan
 from outofcore.storage import stored_arrays
 from outofcore.storage.fingerprint import check_unchanged
 from outofcore.storage.writing import local_folder, make_durable
-from scheduler.plan import Plan
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from scheduler.addresses import resolve_client
-from scheduler.cluster import budget_for, runs_in_process
-from scheduler.gpu_cluster import check_gpus_usable
+from outofcore.runtime.addresses import resolve_client
+from outofcore.runtime.cluster import budget_for, runs_in_process
+from outofcore.runtime.gpu_cluster import check_gpus_usable
 
 if TYPE_CHECKING:
     from outofcore.jobs.planning import JobPlan
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def with_budget(spec: JobSpec, client: Any) -> JobSpec:
     """``spec`` with its memory budget per worker chosen when it names none
-    (:func:`scheduler.cluster.budget_for`)."""
+    (:func:`outofcore.runtime.cluster.budget_for`)."""
     memory = budget_for(spec.memory, client, spec.workers, spec.gpus)
     return dataclasses.replace(spec, memory=memory)
 
@@ -36,14 +36,14 @@ def where_it_runs(
 
     GPU workers this job would start on this node (``gpus``, no client) are refused first
     where no CUDA GPU is usable here: the CUDA driver's device count
-    (:func:`outofcore.compute.cuda.probe.device_count`, without importing numba; numba's CUDA
+    (:func:`outofcore.backends.cuda.probe.device_count`, without importing numba; numba's CUDA
     simulator counts as a GPU, as in the tests) goes to
-    :func:`scheduler.gpu_cluster.check_gpus_usable`.  Then ``client`` is resolved
-    (:func:`scheduler.addresses.resolve_client`: None is the default Client when one is
-    open) and the budget chosen for it (:func:`scheduler.cluster.budget_for`).
+    :func:`outofcore.runtime.gpu_cluster.check_gpus_usable`.  Then ``client`` is resolved
+    (:func:`outofcore.runtime.addresses.resolve_client`: None is the default Client when one is
+    open) and the budget chosen for it (:func:`outofcore.runtime.cluster.budget_for`).
     """
     from outofcore import config  # noqa: PLC0415 (imports dask)
-    from outofcore.compute.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
+    from outofcore.backends.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
     from outofcore.jobs.spec import JobSpec  # noqa: PLC0415 (imports dask)
 
     spec = JobSpec.of(spec, options)

@@ -10,13 +10,13 @@ predicted to take (:func:`with_predictions`); the benchmarks call it too.
 Two budgets, one meaning each: the user's ``--memory`` (:attr:`JobSpec.memory
 <outofcore.jobs.spec.JobSpec.memory>`) is per worker, :attr:`JobPlan.worker_budget_bytes`;
 a worker runs one task per thread, so the plan's budget is per task,
-:attr:`scheduler.plan.Plan.task_budget_bytes` (the worker's divided by its threads).
+:attr:`outofcore.planner.plan.Plan.task_budget_bytes` (the worker's divided by its threads).
 
 Where a job runs (the client, usable GPUs, the budget per worker) and whether it serves a
 dashboard are :mod:`outofcore.jobs.placement`'s, decided before and after it is planned.
 
-A GPU job (:func:`scheduler.gpu_rates.job_gpu_target`) is planned with its GPU's rates and
-device budget (:class:`scheduler.gpu_rates.GpuTarget`, passed to the pure tiling) and
+A GPU job (:func:`outofcore.planner.gpu_rates.job_gpu_target`) is planned with its GPU's rates and
+device budget (:class:`outofcore.planner.gpu_rates.GpuTarget`, passed to the pure tiling) and
 predicted with them.
 
 No Dask, zarr or numba is imported here at module level (config, the stores' settings and
@@ -31,19 +31,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from outofcore.errors import InputError
-from scheduler import tiling
-from scheduler.cluster import (
+from outofcore.planner import tiling
+from outofcore.planner.device_plan import device_summary
+from outofcore.planner.gpu_rates import KERNEL_FLOPS, GpuTarget, job_gpu_target
+from outofcore.planner.memory import decode_threads, round_up
+from outofcore.planner.model import what_ifs
+from outofcore.planner.plan import DEFAULT_IO_CONCURRENCY, Plan
+from outofcore.planner.problem import Problem
+from outofcore.planner.tiling import is_large_output, make_output_plan
+from outofcore.runtime.cluster import (
     is_local,
     worker_shape_of,
 )
-from scheduler.device_plan import device_summary
-from scheduler.executors import WorkerShape
-from scheduler.gpu_rates import KERNEL_FLOPS, GpuTarget, job_gpu_target
-from scheduler.memory import decode_threads, round_up
-from scheduler.model import what_ifs
-from scheduler.plan import DEFAULT_IO_CONCURRENCY, Plan
-from scheduler.problem import Problem
-from scheduler.tiling import is_large_output, make_output_plan
+from outofcore.runtime.executors import WorkerShape
 
 if TYPE_CHECKING:
     import zarr
@@ -73,15 +73,15 @@ class JobPlan:
     machine: dict[str, Any] | None = None
     #: This machine's prediction first (``basis`` "measured"), then the assumed machines'.
     predicted: tuple[dict[str, Any], ...] = ()
-    #: The device tiling and PCIe bytes (:func:`scheduler.device_plan.device_summary`),
+    #: The device tiling and PCIe bytes (:func:`outofcore.planner.device_plan.device_summary`),
     #: with a device budget.
     device: dict[str, Any] | None = None
-    #: The GPU the plan was ranked for (:func:`scheduler.gpu_rates.job_gpu_target`); None: a
+    #: The GPU the plan was ranked for (:func:`outofcore.planner.gpu_rates.job_gpu_target`); None: a
     #: CPU job.
     gpu: GpuTarget | None = None
 
     def summary(self) -> dict[str, Any]:
-        """The plan's summary (:meth:`scheduler.plan.Plan.summary`) with both budgets, the
+        """The plan's summary (:meth:`outofcore.planner.plan.Plan.summary`) with both budgets, the
         worker shape, and the predictions and device tiling when there are any."""
         plan = self.plan
         summary = {
@@ -112,7 +112,7 @@ def out_layout(plan: Plan) -> str:
 def job_workers(spec: JobSpec, client: Any) -> WorkerShape:
     """The workers a job with ``spec`` on ``client`` would get, before any cluster starts:
     this process for ``"sync"``, the LocalCluster the job would start, or the workers a
-    scheduler elsewhere reports (asked now: :func:`scheduler.cluster.worker_shape_of`)."""
+    scheduler elsewhere reports (asked now: :func:`outofcore.runtime.cluster.worker_shape_of`)."""
     from outofcore import config  # noqa: PLC0415 (imports dask)
 
     return worker_shape_of(

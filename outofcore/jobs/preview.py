@@ -7,16 +7,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from outofcore.compute.engines import resolve_backend
+from outofcore.backends.engines import resolve_backend
 from outofcore.jobs.inputs import open_product
 from outofcore.jobs.placement import with_budget
 from outofcore.jobs.planning import JobPlan, job_workers, plan_job, with_predictions
 from outofcore.jobs.spec import JobSpec, with_job_options
 from outofcore.operands import arrays
 from outofcore.operands.product import Product
-from scheduler.addresses import resolve_client
-from scheduler.cluster import is_local
-from scheduler.tls import client_security
+from outofcore.runtime.addresses import resolve_client
+from outofcore.runtime.cluster import is_local
+from outofcore.runtime.tls import client_security
 
 
 @with_job_options()

@@ -46,9 +46,9 @@ from outofcore.compute.worker_context import worker_context
 from outofcore.journal.records import Journal, is_sealed
 from outofcore.journal.store import parse_document
 from outofcore.operands.product import Product
+from outofcore.planner.plan import TileTask
 from outofcore.storage.digests import Digests, object_digest
 from outofcore.storage.documents import DocumentError
-from scheduler.plan import TileTask
 
 #: Where outofcore says what is not the result: here, damaged records found by a task.
 logger = logging.getLogger("outofcore")

@@ -12,9 +12,9 @@ from dataclasses import replace
 from typing import Any
 
 from outofcore import config
-from outofcore.compute.cuda.cache_folder import use_kernel_cache
-from outofcore.compute.cuda.device_choice import in_process_device
-from outofcore.compute.engines import resolve_backend
+from outofcore.backends.cuda.cache_folder import use_kernel_cache
+from outofcore.backends.cuda.device_choice import in_process_device
+from outofcore.backends.engines import resolve_backend
 from outofcore.compute.worker_context import worker_context
 from outofcore.jobs.output import (
     JobResult,
@@ -34,10 +34,10 @@ from outofcore.journal.leasing import Lease
 from outofcore.journal.resume import check_start_unchanged
 from outofcore.journal.targets import JOB_ATTRIBUTE
 from outofcore.operands import interop
-from scheduler.cluster import is_local, open_executor
-from scheduler.executors import Executor, SynchronousExecutor
-from scheduler.in_process import runs_in_process
-from scheduler.worker_sizing import check_worker_memory
+from outofcore.runtime.cluster import is_local, open_executor
+from outofcore.runtime.executors import Executor, SynchronousExecutor
+from outofcore.runtime.in_process import runs_in_process
+from outofcore.runtime.worker_sizing import check_worker_memory
 
 
 def execute_job(job: PreparedJob, phases: Phases) -> JobResult:

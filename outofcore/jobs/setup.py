@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from outofcore import config
-from outofcore.compute.engines import resolve_backend
+from outofcore.backends.engines import resolve_backend
 from outofcore.jobs.inputs import Operands
 from outofcore.jobs.phases import Phases
 from outofcore.jobs.placement import wants_dashboard, where_it_runs
@@ -19,9 +19,9 @@ from outofcore.jobs.spec import JobSpec
 from outofcore.journal.lease import check_not_held
 from outofcore.journal.resume import Start
 from outofcore.operands import arrays, interop
+from outofcore.runtime.addresses import check_client
+from outofcore.runtime.cluster import check_local_memory, is_local
 from outofcore.storage.writing import check_output_room
-from scheduler.addresses import check_client
-from scheduler.cluster import check_local_memory, is_local
 
 
 @dataclass(frozen=True)

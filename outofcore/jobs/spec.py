@@ -16,16 +16,16 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from outofcore.compute.engines import check_backend
+from outofcore.backends.engines import check_backend
 from outofcore.config import parse_size
 from outofcore.errors import InputError, OptionError
 from outofcore.journal.lease import lease_timeout
 from outofcore.operands.arrays import ZARR_FORMATS
 from outofcore.operands.dtypes import check_flag, parse_dtype
 from outofcore.operands.scales import check_scale
+from outofcore.runtime.gpu_cluster import parse_gpus
 from outofcore.storage.codecs import DEFAULT_OUTPUT_CODEC, check_output_codec
 from outofcore.storage.stores import check_storage_options
-from scheduler.gpu_cluster import parse_gpus
 
 #: Seconds a job started on its own LocalCluster is predicted to take here, from which it
 #: serves Dask's dashboard by default (:attr:`JobSpec.dashboard`).
@@ -55,7 +55,7 @@ class JobSpec:
     memory
         Memory budget of one worker; tiles are sized to it.  None (the default):
         1 GiB, or less on this machine where its memory cap (a cgroup's limit)
-        leaves less per worker (:func:`scheduler.worker_sizing.default_budget`);
+        leaves less per worker (:func:`outofcore.runtime.worker_sizing.default_budget`);
         chosen by :func:`outofcore.api.run_job`, which knows where the job runs.
     device_memory
         Cap on each GPU engine's device memory (default: its own budget, a
@@ -81,7 +81,7 @@ class JobSpec:
         refused.
     shards
         True (the default): a large output is created sharded, one zarr shard per tile,
-        when it has more than :data:`scheduler.tiling.SHARD_OVER_CHUNKS` chunks, so each
+        when it has more than :data:`outofcore.planner.tiling.SHARD_OVER_CHUNKS` chunks, so each
         tile writes one whole object.  False: plain chunks always.  A shape ``(rows,
         columns)``: shards of that shape, which needs ``chunks``, a divisor of it, and
         zarr format 3; the tiles are planned on them (each task writes whole shards).

@@ -1,7 +1,7 @@
 """Split-k: tiles computed in parts over ranges of k, then added up by a reduction.
 
 When a plan has fewer tiles than workers (a small output from a large k) it
-splits each tile's k-panels into ``splits`` parts (:attr:`scheduler.plan.Plan.splits`).
+splits each tile's k-panels into ``splits`` parts (:attr:`outofcore.planner.plan.Plan.splits`).
 Each part is a task, :func:`compute_partial`: it runs the ordinary tile loop
 (:func:`outofcore.compute.tile.compute_tile`) over its panels only and writes its
 partial sum, in the accumulation dtype and block of rows by block of rows,
@@ -47,9 +47,9 @@ from outofcore.jobs.recorded import (
 )
 from outofcore.journal.records import record_problem
 from outofcore.operands.centring import PanelSums
+from outofcore.planner.memory import write_block_rows
+from outofcore.planner.plan import PartialTask, TileTask, tile_parts
 from outofcore.storage.writing import naming_full_disk
-from scheduler.memory import write_block_rows
-from scheduler.plan import PartialTask, TileTask, tile_parts
 
 #: Where outofcore says what is not the result: here, damaged parts computed again.
 logger = logging.getLogger("outofcore")

@@ -19,10 +19,10 @@ from outofcore.jobs.recorded import TASK_FIGURES, RecordedJob, TileResult, compu
 from outofcore.jobs.spec import JobSpec
 from outofcore.jobs.splitk import SplitJob, compute_partial, reduce_tile
 from outofcore.operands.product import listed_product
+from outofcore.planner.plan import Plan
+from outofcore.runtime.executors import Executor, WorkerShape
+from outofcore.runtime.gpu_cluster import GPU_RESOURCE
 from outofcore.storage import stored_arrays
-from scheduler.executors import Executor, WorkerShape
-from scheduler.gpu_cluster import GPU_RESOURCE
-from scheduler.plan import Plan
 
 
 def tile_job(

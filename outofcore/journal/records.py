@@ -45,11 +45,11 @@ from zarr.core.sync import sync
 
 from outofcore.journal.job_schema import FORMAT, _string_mapping, check_job
 from outofcore.journal.store import JournalError, JournalStore, parse_document, safe_name
+from outofcore.planner.plan import PartialTask, TileTask
 from outofcore.storage import deleting, manifest, storeops
 from outofcore.storage.documents import DocumentError
 from outofcore.storage.fingerprint import Fingerprint
 from outofcore.storage.manifest import JOURNAL_DIR
-from scheduler.plan import PartialTask, TileTask
 
 JOB_NAME = "job.json"
 TILES_DIR = "tiles"

@@ -36,13 +36,13 @@ from outofcore.journal.targets import (
     array_made_by_outofcore,
     check_replaceable,
 )
+from outofcore.planner.plan import Plan
 from outofcore.storage import stored_arrays
 from outofcore.storage.documents import DocumentError, load_document
 from outofcore.storage.fingerprint import Fingerprint
 from outofcore.storage.locations import Location
 from outofcore.storage.manifest import Contents, StrangersError, is_local, output_contents
 from outofcore.storage.stores import zarr_options
-from scheduler.plan import Plan
 
 #: The output array's metadata documents, format 3 then format 2 (its attributes, which
 #: outofcore rewrites, are in ``zarr.json``'s ``attributes`` field or in ``.zattrs``).

@@ -24,13 +24,13 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
+from outofcore.errors import OutputExistsError
 from outofcore.storage import deleting, storeops, stores
 from outofcore.storage.deadlines import StoreDeadlineError
 from outofcore.storage.documents import MAX_DOCUMENT_BYTES, DocumentError, load_document
 from outofcore.storage.locations import Location
 from outofcore.storage.manifest import JOURNAL_DIR, SAFE_NAME
 from outofcore.storage.writing import naming_full_disk, write_durably
-from scheduler.errors import OutputExistsError
 
 #: Records read at once when a resume checks them
 #: (:meth:`outofcore.journal.records.Journal.drop_damaged_records`).

@@ -1,10 +1,10 @@
 """The probe's figures turned into the time model's machine, and a job's predicted seconds.
 
 :func:`local_machine` turns the figures (:class:`outofcore.machine.probe.Figures`) into a
-:class:`scheduler.model.Machine` for one job (its workers, compute dtype, panel sizes
+:class:`outofcore.planner.model.Machine` for one job (its workers, compute dtype, panel sizes
 and codecs): the model stays arithmetic.  A GPU job's machine (:func:`gpu_plan_machine`)
 takes its kernel, PCIe and decode rates from the job's
-:class:`~scheduler.gpu_rates.GpuTarget` (the measured figures' one home) and only its disk
+:class:`~outofcore.planner.gpu_rates.GpuTarget` (the measured figures' one home) and only its disk
 and fixed costs from the probe.  :func:`predicted_seconds` predicts a job from the cached
 figures (:mod:`outofcore.machine.probe_cache`), or from :data:`ASSUMED_FIGURES` where this
 machine has not been probed.
@@ -19,15 +19,15 @@ import numpy as np
 
 from outofcore.machine.probe import GEMM_LARGE, GEMM_SMALL, Figures
 from outofcore.machine.probe_cache import cached_figures, machine_figures
-from scheduler import gpu_rates
-from scheduler.cluster import is_local, tasks_run_here
-from scheduler.gpu_rates import GpuTarget
-from scheduler.model import Machine, gpu_machine, predict
-from scheduler.worker_sizing import local_blas_threads
+from outofcore.planner import gpu_rates
+from outofcore.planner.gpu_rates import GpuTarget
+from outofcore.planner.model import Machine, gpu_machine, predict
+from outofcore.runtime.cluster import is_local, tasks_run_here
+from outofcore.runtime.worker_sizing import local_blas_threads
 
 if TYPE_CHECKING:
     from outofcore.operands.product import Product
-    from scheduler.plan import Plan
+    from outofcore.planner.plan import Plan
 
 #: CPU seconds a job on a LocalCluster pays besides its streams: once (Dask's first
 #: submission, the first BLAS call), once more where its workers are processes (each
@@ -84,11 +84,11 @@ def local_machine(
     worker_processes: bool = True,
     name: str = "this machine",
 ) -> Machine:
-    """The :class:`~scheduler.model.Machine` of ``workers`` LocalCluster workers here.
+    """The :class:`~outofcore.planner.model.Machine` of ``workers`` LocalCluster workers here.
 
     Each worker gets ``figures.threads`` threads (measure with
-    :func:`scheduler.worker_sizing.local_blas_threads`); where the workers' threads outnumber
-    the cores, each worker's rates are its share.
+    :func:`outofcore.runtime.worker_sizing.local_blas_threads`); where the workers' threads
+    outnumber the cores, each worker's rates are its share.
     The kernel rate is :func:`kernel_flops` for the plan's ``product_size`` (the
     geometric mean of its tiles' sides and panel depth).  Decoding is zstd's or the uncompressed
     read's (``inputs_compressed``), writing likewise (``output_compressed``); the part
@@ -166,8 +166,8 @@ def gpu_plan_machine(
     """The machine of ``plan``'s GPU workers here: ``gpu``'s kernel, PCIe and write rates,
     its decode rate per thread times the plan's decode threads (``io_concurrency``), this
     machine's disk (the probe's), and the fixed costs of a GPU job
-    (:data:`~scheduler.gpu_rates.START_SECONDS`, and
-    :data:`~scheduler.gpu_rates.CLUSTER_START_SECONDS` with ``worker_processes``)."""
+    (:data:`~outofcore.planner.gpu_rates.START_SECONDS`, and
+    :data:`~outofcore.planner.gpu_rates.CLUSTER_START_SECONDS` with ``worker_processes``)."""
     compressed = any(bool(x.compressors) for x in (product.a, product.b))
     start = JOB_START_CPU_SECONDS / figures.cpu_share + gpu_rates.START_SECONDS
     if worker_processes:

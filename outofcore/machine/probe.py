@@ -2,7 +2,7 @@
 
 ``outofcore plan`` predicts a job on this machine from figures measured here
 rather than from presets: BLAS ``sgemm`` (two sizes) and ``dgemm`` through the
-job's own engine (:class:`~outofcore.compute.engines.CpuEngine`, under ``threadpoolctl``
+job's own engine (:class:`~outofcore.backends.engines.CpuEngine`, under ``threadpoolctl``
 with the threads a LocalCluster worker gives BLAS); zstd and uncompressed chunk
 files read and written through the job's own chunk-file path
 (:func:`outofcore.storage.chunkfiles.read_region` /
@@ -62,7 +62,7 @@ class Figures:
     measured: str
     #: BLAS threads and chunk-file threads the probe used: a LocalCluster worker's share.
     threads: int
-    #: BLAS rates through :class:`~outofcore.compute.engines.CpuEngine`, FLOP/s (2·m·k·n per
+    #: BLAS rates through :class:`~outofcore.backends.engines.CpuEngine`, FLOP/s (2·m·k·n per
     #: product): sgemm at :data:`GEMM_LARGE` and :data:`GEMM_SMALL`, dgemm at the small.
     sgemm_flops: float
     sgemm_small_flops: float
@@ -236,7 +236,7 @@ def _measurements(
 def _gemm(shape: tuple[int, int, int], dtype: type) -> _Measurement:
     """``C += A @ B`` of ``shape`` ``(m, k, n)`` through the job's CPU engine, as a tile
     task multiplies its panels (under the caller's ``threadpool_limits``)."""
-    from outofcore.compute.engines import CpuEngine  # noqa: PLC0415
+    from outofcore.backends.engines import CpuEngine  # noqa: PLC0415
 
     m, k, n = shape
     rng = np.random.default_rng(SEED)
@@ -255,7 +255,7 @@ def _io_threads(threads: int) -> Iterator[None]:
     import zarr  # noqa: PLC0415
 
     from outofcore.compute.worker_context import worker_context  # noqa: PLC0415
-    from scheduler.plan import DEFAULT_IO_CONCURRENCY  # noqa: PLC0415
+    from outofcore.planner.plan import DEFAULT_IO_CONCURRENCY  # noqa: PLC0415
 
     keys = ("async.concurrency", "threading.max_workers")
     before = {key: zarr.config.get(key) for key in keys}

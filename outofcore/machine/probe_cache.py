@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from outofcore.compute import blas as blas_module
+from outofcore.backends import blas as blas_module
 from outofcore.config import cache_dir
 from outofcore.machine.probe import PROBE_VERSION, Figures, probe
 
@@ -37,7 +37,7 @@ def machine_identity() -> dict[str, Any]:
 
     The CPU model, logical and usable cores, a cgroup's CPU quota, physical memory, the
     BLAS libraries ``threadpoolctl`` sees once SciPy's BLAS (the one
-    :mod:`outofcore.compute.blas` calls) and numpy's are loaded, with their versions and
+    :mod:`outofcore.backends.blas` calls) and numpy's are loaded, with their versions and
     kernels, and the versions of numpy, SciPy, numcodecs (zstd) and Python.  No host
     name: two machines alike in all of these run at the same rates.
     """

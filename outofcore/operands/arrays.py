@@ -199,7 +199,7 @@ def create_output(
 
     ``codec`` is one of :data:`outofcore.storage.codecs.OUTPUT_CODECS`; ``shards`` (a multiple
     of ``chunks``, zarr format 3 only) groups chunks into shards: the plan makes them
-    its tiles (:func:`scheduler.tiling.make_output_plan`).  ``zarr_format`` 2 writes an
+    its tiles (:func:`outofcore.planner.tiling.make_output_plan`).  ``zarr_format`` 2 writes an
     array older readers open.  ``dimension_names`` (the product's,
     :attr:`outofcore.operands.product.Product.dimension_names`) are format 3's
     ``dimension_names`` (None for an unnamed one; none at all when both are);

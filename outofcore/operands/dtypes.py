@@ -16,7 +16,7 @@ gives its operands (``np.result_type(A, B[, addend])``), with these rules:
   ``2**53`` (int8, uint8, int16, uint16 and bool inputs, for most ``k``) is
   accumulated in float64, exact there, at BLAS speed, and written as int32 when the
   bound fits in int32, else int64.  A larger bound (int32, uint32, int64, uint64) is
-  accumulated in W through 16-bit limbs (:mod:`outofcore.compute.limbs`: float64 ``gemm``
+  accumulated in W through 16-bit limbs (:mod:`outofcore.backends.limbs`: float64 ``gemm``
   on limbs, exact, summed modulo ``2**64``) and written as W; where the bound
   exceeds W the product can wrap as numpy's does, and the plan and the summary say
   so (``wraps``).  Scales of an integer product are exact integers (never rounded
@@ -56,7 +56,7 @@ INT32_MAX = 2**31 - 1
 
 @dataclass(frozen=True)
 class Limbs:
-    """How an integer product too wide for float64 is split (:mod:`outofcore.compute.limbs`)."""
+    """How an integer product too wide for float64 is split (:mod:`outofcore.backends.limbs`)."""
 
     #: How many 16-bit limbs hold A's and B's values.
     counts: tuple[int, int]

@@ -15,8 +15,8 @@ taken only where those guarantees still hold:
   :data:`IN_MEMORY_CHUNK` per side), which runs where the tasks run in this process
   (``client="sync"``, ``dask.config``'s ``"threads"``, the job's own LocalCluster of
   worker threads, a user's ``LocalCluster(processes=False)``:
-  :func:`scheduler.in_process.tasks_run_here`; the job stays here, never pickled into
-  its tasks: :mod:`scheduler.job_argument`) and is fingerprinted by content, as any
+  :func:`outofcore.runtime.in_process.tasks_run_here`; the job stays here, never pickled into
+  its tasks: :mod:`outofcore.runtime.job_argument`) and is fingerprinted by content, as any
   in-memory zarr array.  Dask worker processes cannot see this process's memory, so
   with those it is refused before any work, with the line that stores it
   (:func:`check_shareable`);
@@ -42,8 +42,8 @@ from outofcore.operands.dask_graph import Vectors, steps_behind
 from outofcore.operands.dtypes import check_input_dtype
 from outofcore.operands.joined import Joined
 from outofcore.operands.steps import Step, applicable, result_dtype
+from outofcore.runtime.in_process import tasks_run_here
 from outofcore.storage.locations import locate
-from scheduler.in_process import tasks_run_here
 
 if TYPE_CHECKING:
     from outofcore.operands.stacking import Window
@@ -288,7 +288,7 @@ def check_shareable(named: dict[str, Any], client: Any, gpus: tuple[int, ...] | 
     """Refuse arguments that live in this process's memory (numpy arrays, zarr arrays
     in a ``MemoryStore``), for a job on ``client`` whose tasks run in Dask worker
     processes; where they run in this process
-    (:func:`scheduler.in_process.tasks_run_here`: ``"sync"``, ``dask.config``'s
+    (:func:`outofcore.runtime.in_process.tasks_run_here`: ``"sync"``, ``dask.config``'s
     ``"threads"``, the job's LocalCluster of CPU worker threads, a user's Client of a
     ``LocalCluster(processes=False)``) they see them.
 

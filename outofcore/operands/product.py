@@ -39,10 +39,10 @@ from outofcore.operands.scales import check_scale
 from outofcore.operands.stacking import Matrix, Stack, Window
 from outofcore.operands.steps import Step, result_dtype, slab_itemsize, vector_bytes
 from outofcore.operands.steps import describe as describe_steps
+from outofcore.planner.problem import Problem
 from outofcore.storage import stored_arrays
 from outofcore.storage.presence import listed_array
 from outofcore.storage.stores import request_bytes
-from scheduler.problem import Problem
 
 if TYPE_CHECKING:
     from outofcore.storage.fingerprint import Fingerprint
@@ -70,7 +70,7 @@ class Product:
     beta: int | float | complex = 0.0
     addend: zarr.Array | None = None
     #: ``X.T @ X`` or ``X @ X.T`` of one array and no addend: the output is symmetric,
-    #: so only the tiles on and above the diagonal are computed (:mod:`scheduler.plan`).
+    #: so only the tiles on and above the diagonal are computed (:mod:`outofcore.planner.plan`).
     symmetric: bool = False
     #: Elementwise steps that compute A (B) from the stored array as it is read, in the
     #: stored orientation (:mod:`outofcore.operands.dask_graph`: a centred matrix, ``astype``).

@@ -27,10 +27,10 @@ from outofcore.operands.joined import Joined
 from outofcore.operands.stacking import Matrix
 from outofcore.operands.steps import Step
 from outofcore.operands.steps import apply as apply_steps
+from outofcore.runtime.cores import usable_cores
 from outofcore.storage import chunkfiles, stored_arrays
 from outofcore.storage.chunk_layout import check_selection, index_text, region_text
 from outofcore.storage.chunkfiles import DECODE_ERRORS, ChunkDecodeError
-from scheduler.cores import usable_cores
 
 #: Errors worth retrying: I/O and network failures (timeouts, resets, unreadable or
 #: undecodable chunks: :class:`~outofcore.storage.chunkfiles.ChunkDecodeError` is an OSError).
@@ -226,7 +226,7 @@ def _read_joined(
 def zarr_read_shards(array: zarr.Array, transposed: bool = False) -> tuple[int, int] | None:
     """The shards of ``array`` (of its transpose, ``transposed``) when zarr's sharding codec
     reads them (:func:`read_panel`), whose reads hold a shard's part of a panel at once
-    (:func:`scheduler.memory.shard_read_bytes`); None when it is read chunk by chunk."""
+    (:func:`outofcore.planner.memory.shard_read_bytes`); None when it is read chunk by chunk."""
     if array.shards is None or chunkfiles.read_layout(array) is not None:
         return None
     shards = tuple(array.shards)

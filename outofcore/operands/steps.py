@@ -14,8 +14,8 @@ import numpy as np
 import zarr
 
 from outofcore.operands.dtypes import INPUT_DTYPES
+from outofcore.planner.memory import STEP_SLAB_ELEMENTS
 from outofcore.storage.locations import locate
-from scheduler.memory import STEP_SLAB_ELEMENTS
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,8 +124,8 @@ def slab_itemsize(steps: Sequence[Step], stored: np.dtype) -> int:
     """Bytes per element :func:`apply` holds beside its input and output while it applies
     ``steps`` to values stored as ``stored``: :data:`SLABS_ALIVE` slabs of the widest dtype
     a step gives (0 without steps); the memory model counts
-    :data:`~scheduler.memory.STEP_SLAB_ELEMENTS` of them at most, fewer
-    for a smaller panel (:attr:`scheduler.problem.Problem.step_slabs`)."""
+    :data:`~outofcore.planner.memory.STEP_SLAB_ELEMENTS` of them at most, fewer
+    for a smaller panel (:attr:`outofcore.planner.problem.Problem.step_slabs`)."""
     if not steps:
         return 0
     widest = max(np.dtype(d).itemsize for d in (stored, *(s.dtype for s in steps)))
@@ -142,7 +142,7 @@ def apply(
 ) -> None:
     """``out[...] = steps(values)``: the steps applied as numpy applies them, each in
     numpy's dtype for it (the stored values first), a slab of at most
-    :data:`scheduler.memory.STEP_SLAB_ELEMENTS` at a time (:func:`slab_itemsize`).
+    :data:`outofcore.planner.memory.STEP_SLAB_ELEMENTS` at a time (:func:`slab_itemsize`).
 
     ``values`` are rows ``r0:`` and columns ``c0:`` of the stored array as decoded (2-D,
     stored orientation, its stored dtype; a transposed view is fine); ``out`` has their

@@ -32,10 +32,10 @@ from zarr.storage import FsspecStore, LocalStore
 
 from outofcore import config
 from outofcore.errors import InputError
+from outofcore.planner.plan import DEFAULT_IO_CONCURRENCY
 from outofcore.storage import deadlines, endpoints, obstores
 from outofcore.storage.documents import MAX_DOCUMENT_BYTES, DocumentError, check_size, load_document
 from outofcore.storage.locations import Location
-from scheduler.plan import DEFAULT_IO_CONCURRENCY
 
 #: Defaults under a user's options for ``s3://``: s3fs's ``max_concurrency > 1`` makes it
 #: send a HEAD before every whole-object GET (to split objects over 50 MiB into ranged
@@ -334,7 +334,7 @@ REQUEST_BYTES = 64 * 1024
 
 def read_concurrency(arrays: Iterable[zarr.Array], local: int = DEFAULT_IO_CONCURRENCY) -> int:
     """Chunks a task reads at once: ``local`` on local disks (its decode threads,
-    :func:`scheduler.memory.decode_threads`); with any input on a remote store, the
+    :func:`outofcore.planner.memory.decode_threads`); with any input on a remote store, the
     setting ``remote-concurrency`` (``$OUTOFCORE_REMOTE_CONCURRENCY``, default 16)
     requests in flight, each with its chunk's buffers in the memory contract."""
     if any(_remote(array) for array in arrays):

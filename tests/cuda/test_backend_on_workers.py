@@ -9,10 +9,10 @@ import pytest
 from distributed.utils_test import gen_cluster
 
 from outofcore.api import run_job
-from outofcore.compute import cuda as ooc_cuda
-from outofcore.compute.engines import gpu_visible
+from outofcore.backends import cuda as ooc_cuda
+from outofcore.backends.engines import gpu_visible
 from outofcore.errors import BackendError
-from scheduler.gpu_cluster import GPU_RESOURCE
+from outofcore.runtime.gpu_cluster import GPU_RESOURCE
 from tests.helpers import assert_product_close, random_matrix, with_sync_client, write_zarr
 
 pytestmark = pytest.mark.skipif(

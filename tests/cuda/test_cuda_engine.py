@@ -8,14 +8,14 @@ import threading
 import numpy as np
 import pytest
 
-import outofcore.compute.cuda as ooc_cuda
+import outofcore.backends.cuda as ooc_cuda
 from outofcore.api import run_job
-from outofcore.compute.cuda import buffers
-from outofcore.compute.cuda.engine import CudaEngine
-from outofcore.compute.cuda.kernels import TileParams
+from outofcore.backends.cuda import buffers
+from outofcore.backends.cuda.engine import CudaEngine
+from outofcore.backends.cuda.kernels import TileParams
 from outofcore.compute.worker_context import worker_context
 from outofcore.errors import BackendError, BudgetError, InputError
-from scheduler.device_plan import device_bytes
+from outofcore.planner.device_plan import device_bytes
 from tests.helpers import (
     assert_gemm_close,
     assert_product_close,
@@ -124,7 +124,7 @@ def test_each_task_thread_makes_its_engine_once(monkeypatch):
 
 
 def test_outofcore_engines_builds_the_cuda_engine():
-    from outofcore.compute import engines
+    from outofcore.backends import engines
 
     engine = engines.make_engine("cuda")
     assert isinstance(engine, CudaEngine) and engine.name == "cuda"
@@ -357,7 +357,7 @@ def test_two_engines_in_two_threads_share_one_device_budget():
 def test_a_smaller_budget_frees_device_buffers_that_no_longer_fit(monkeypatch):
     """Buffers grown for a large tile are made again when the budget shrinks (a lower
     --device-memory, or another thread's engine joining the share)."""
-    from outofcore.compute.cuda import engine as engine_module  # noqa: PLC0415
+    from outofcore.backends.cuda import engine as engine_module  # noqa: PLC0415
 
     for module in (buffers, engine_module):  # 64-byte steps, so that tiny tiles show it
         monkeypatch.setattr(module, "GROWTH", 64)

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from numba import cuda
 
-import outofcore.compute.cuda as ooc_cuda
-from outofcore.compute.cuda import kernels
-from outofcore.compute.cuda.kernels import PRODUCTION, TileParams
-from outofcore.compute.cuda.reference import launch_reference
+import outofcore.backends.cuda as ooc_cuda
+from outofcore.backends.cuda import kernels
+from outofcore.backends.cuda.kernels import PRODUCTION, TileParams
+from outofcore.backends.cuda.reference import launch_reference
 from outofcore.errors import InputError
 from outofcore.operands.dtypes import COMPUTE_DTYPES
 

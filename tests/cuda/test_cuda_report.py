@@ -1,6 +1,6 @@
 """The compile report: the kernels compiled for sm_90 without a GPU, and its parsers.
 
-The compile test runs ``python -m outofcore.compute.cuda.report`` in a subprocess,
+The compile test runs ``python -m outofcore.backends.cuda.report`` in a subprocess,
 because the other CUDA test modules switch this process to numba's simulator,
 which cannot compile PTX.  It needs the cuda-tools toolchain wheels
 (``numba-cuda[cu13]``, ``nvidia-cuda-cuobjdump``, ``nvidia-cuda-nvdisasm``).
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from outofcore.compute.cuda import report
+from outofcore.backends.cuda import report
 from tests.helpers import ROOT
 
 SASS = """
@@ -133,7 +133,7 @@ def test_kernels_compile_for_sm90_without_spills_and_meet_targets():
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     done = subprocess.run(
-        [sys.executable, "-m", "outofcore.compute.cuda.report", "--json", "--arch", "sm_90"],
+        [sys.executable, "-m", "outofcore.backends.cuda.report", "--json", "--arch", "sm_90"],
         capture_output=True,
         text=True,
         env=env,

@@ -12,11 +12,11 @@ import pytest
 import zarr
 
 from outofcore.api import run_job
-from outofcore.compute import cuda as ooc_cuda
-from outofcore.compute.cuda.device_choice import in_process_device
+from outofcore.backends import cuda as ooc_cuda
+from outofcore.backends.cuda.device_choice import in_process_device
 from outofcore.errors import BackendError
-from scheduler.cluster import runs_in_process
-from scheduler.gpu_cluster import DEVICE_ORDER, number_devices_as_nvidia_smi
+from outofcore.runtime.cluster import runs_in_process
+from outofcore.runtime.gpu_cluster import DEVICE_ORDER, number_devices_as_nvidia_smi
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
 pytestmark = pytest.mark.skipif(

@@ -2,7 +2,7 @@
 
 Every production kernel is made with numba-cuda's on-disk cache, each variant with an index
 file and a key of its own that a second process computes alike, in the folder
-:mod:`outofcore.compute.cuda.cache_folder` chooses; the command and the GPU workers a job
+:mod:`outofcore.backends.cuda.cache_folder` chooses; the command and the GPU workers a job
 starts get the folder before numba is imported.  Saving and loading an entry needs a device
 (design.md): what is checked here is everything up to it, in processes without the
 simulator (numba-cuda makes its real dispatchers with no GPU present).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from outofcore.compute.cuda import cache_folder
+from outofcore.backends.cuda import cache_folder
 from tests.helpers import ROOT
 
 #: Prints, for every production kernel, what numba-cuda caches it under.
@@ -26,7 +26,7 @@ SHOW_CACHE = """
 import json, hashlib, sys
 import numpy as np
 from numba.cuda import config as cuda_config
-from outofcore.compute.cuda import kernels, transpose
+from outofcore.backends.cuda import kernels, transpose
 
 class Device:  # the codegen's figures of one chip: CUDA version, compute capability
     def magic_tuple(self):
@@ -87,7 +87,7 @@ def test_every_production_kernel_has_its_own_cache_entry_and_key(tmp_path):
     for k in first:  # the name says what shapes the kernel: dtype and tile
         assert k["dtype"] in k["index"] and k["kind"] in k["index"]
         assert k["lto"] is False  # NVVM once: no measured gain from LTO
-    from outofcore.compute.cuda.kernels import PRODUCTION  # noqa: PLC0415
+    from outofcore.backends.cuda.kernels import PRODUCTION  # noqa: PLC0415
 
     for params in PRODUCTION.values():
         tile = f"{params.bm}x{params.bn}x{params.bk}_{params.tm}x{params.tn}"

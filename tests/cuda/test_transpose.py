@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-import outofcore.compute.cuda as ooc_cuda
-from outofcore.compute.cuda import transpose
+import outofcore.backends.cuda as ooc_cuda
+from outofcore.backends.cuda import transpose
 from outofcore.errors import InputError
 from tests.helpers import ROOT
 
@@ -52,7 +52,7 @@ def test_transpose_compiles_for_the_real_chip():
     script = (
         "import numpy as np\n"
         "from numba import cuda, types, from_dtype\n"
-        "from outofcore.compute.cuda import transpose\n"
+        "from outofcore.backends.cuda import transpose\n"
         f"for name in {DTYPES!r}:\n"
         "    arr = types.Array(from_dtype(np.dtype(name)), 2, 'C')\n"
         "    fn = transpose.make_transpose_function(np.dtype(name))\n"

@@ -12,10 +12,10 @@ from importlib import import_module
 import numpy as np
 import pytest
 
-from outofcore.compute.engines import CpuEngine, gemm_accumulate
-from scheduler.io_model import io_lower_bound
-from scheduler.problem import Problem
-from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES
+from outofcore.backends.engines import CpuEngine, gemm_accumulate
+from outofcore.planner.io_model import io_lower_bound
+from outofcore.planner.problem import Problem
+from outofcore.runtime.worker_sizing import WORKER_OVERHEAD_BYTES
 from tests.helpers import ROOT
 
 
@@ -167,13 +167,13 @@ def test_rows_get_the_second_last_panel_while_the_last_one_loads(tmp_path, monke
     import zarr
 
     import outofcore.operands.reading
-    import scheduler.memory
+    import outofcore.planner.memory
     from outofcore.api import run_job
     from outofcore.frontends.generate import random_array
 
     a = random_array(tmp_path / "a.zarr", (320, 256), (32, 64), seed=5)
     b = random_array(tmp_path / "b.zarr", (256, 96), (64, 96), seed=6)
-    monkeypatch.setattr(scheduler.memory, "WRITE_BLOCK_ROWS", 1)  # blocks of one chunk row
+    monkeypatch.setattr(outofcore.planner.memory, "WRITE_BLOCK_ROWS", 1)  # blocks of one chunk row
     read = outofcore.operands.reading.read_panel
 
     def slow_last_panel(array, selection, out):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import zarr
 
-from scheduler.worker_sizing import WORKER_OVERHEAD_BYTES
+from outofcore.runtime.worker_sizing import WORKER_OVERHEAD_BYTES
 from tests.helpers import ROOT, write_zarr
 
 cgroup = import_module("benchmarks.harness.cgroup")
@@ -41,7 +41,7 @@ def inputs(tmp_path):
 
 def test_the_cap_is_the_nested_group_this_process_is_in():
     code = (
-        "import json; from scheduler.memory_cap import memory_cap; c = memory_cap(); "
+        "import json; from outofcore.runtime.memory_cap import memory_cap; c = memory_cap(); "
         "print(json.dumps([c.nbytes, c.what, c.where, c.describe()]))"
     )
     with cgroup.MemoryGroup(CAP) as group:

@@ -15,7 +15,7 @@ import yaml
 from distributed.cli import dask_scheduler, dask_worker
 
 from outofcore.frontends.cli_parser import build_parser
-from scheduler.tls import tls_settings
+from outofcore.runtime.tls import tls_settings
 from tests.certificates import make_certificates
 from tests.helpers import COMPOSE_VARIABLE, ROOT, interpolate
 

@@ -4,7 +4,7 @@ numba, numba.cuda (0.4 s), CuPy and the CUDA bindings are the ``[cuda]`` extra's
 ``scipy.linalg`` (0.3 s) is more of SciPy than BLAS needs: none of them may load in a CPU
 job, neither through the CLI nor through the API, in-process (``client="sync"``) or on a
 LocalCluster's worker process.  ``backend="auto"`` still probes for a GPU (through the CUDA
-driver, :mod:`outofcore.compute.cuda.probe`).  Each case runs in a new process, so that nothing
+driver, :mod:`outofcore.backends.cuda.probe`).  Each case runs in a new process, so that nothing
 this test session imported counts.
 """
 
@@ -129,7 +129,7 @@ def test_cli_cpu_job_imports_no_gpu_library(inputs, scheduler, tmp_path):
     assert "backend cpu" in out.stdout
     modules = modules_file.read_text().splitlines()
     assert (
-        "outofcore.compute.blas" in modules and "outofcore.compute.cuda.probe" in modules
+        "outofcore.backends.blas" in modules and "outofcore.backends.cuda.probe" in modules
     )  # a real job ran
     assert forbidden(modules) == []
     assert not [name for name in modules if name.split(".")[0] == "bokeh"]
@@ -172,6 +172,6 @@ def test_forbidden_names_are_recognised():
         "scipy.linalg",
     ]
     assert (
-        forbidden(["scipy", "outofcore.compute.cuda", "outofcore.compute.cuda.probe", "numpy"])
+        forbidden(["scipy", "outofcore.backends.cuda", "outofcore.backends.cuda.probe", "numpy"])
         == []
     )

@@ -139,7 +139,7 @@ def phase_alternatives() -> dict:
         k = int(shapes["a"][0].split(",")[1])
         cap = 1024 if dry_run() else DEVICE_CAP
         out: dict[str, Any] = {"shapes": shapes, "random_s": random_s, "device_cap": cap}
-        from scheduler.cores import usable_cores  # noqa: PLC0415
+        from outofcore.runtime.cores import usable_cores  # noqa: PLC0415
 
         out["cores"] = usable_cores()
         reference = str(folder / "c_numpy.zarr")

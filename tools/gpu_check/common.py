@@ -84,7 +84,7 @@ def numba_cuda():
 
 def tile_params(dtype: np.dtype):
     """The kernel's tile parameters: production on a GPU, tiny ones on the simulator."""
-    from outofcore.compute.cuda.kernels import PRODUCTION, TileParams  # noqa: PLC0415
+    from outofcore.backends.cuda.kernels import PRODUCTION, TileParams  # noqa: PLC0415
 
     if dry_run():
         return TileParams(bm=8, bn=8, bk=4, tm=2, tn=2)

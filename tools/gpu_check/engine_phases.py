@@ -46,8 +46,8 @@ def phase_bandwidth() -> dict:
 
 def phase_engine() -> dict:
     """One tile through the engine against its copies alone and its kernels alone."""
-    from outofcore.compute.cuda import kernels  # noqa: PLC0415
-    from outofcore.compute.cuda.engine import CudaEngine  # noqa: PLC0415
+    from outofcore.backends.cuda import kernels  # noqa: PLC0415
+    from outofcore.backends.cuda.engine import CudaEngine  # noqa: PLC0415
 
     cuda = numba_cuda()
     dtype = np.dtype(np.float32)
@@ -157,7 +157,7 @@ def phase_cluster() -> dict:
     if dry_run():
         out["note"] = "no GPU: the cluster is not started in a dry run"
         return out
-    from scheduler.cluster import open_executor  # noqa: PLC0415
+    from outofcore.runtime.cluster import open_executor  # noqa: PLC0415
 
     def rss() -> int:
         import psutil  # noqa: PLC0415
@@ -167,7 +167,7 @@ def phase_cluster() -> dict:
     def engine_rss() -> dict:
         import numpy  # noqa: PLC0415
 
-        import outofcore.compute.cuda as ooc_cuda  # noqa: PLC0415
+        import outofcore.backends.cuda as ooc_cuda  # noqa: PLC0415
 
         before = rss()
         engine = ooc_cuda.make_engine("cuda")

@@ -32,7 +32,7 @@ def compile_child() -> dict:
     GEMM kernel built and launched once on 1x1x1, and the transpose kernel likewise."""
     t0 = time.perf_counter()
     cuda = numba_cuda()
-    from outofcore.compute.cuda import kernels, transpose  # noqa: PLC0415
+    from outofcore.backends.cuda import kernels, transpose  # noqa: PLC0415
 
     out: dict[str, Any] = {"import_s": time.perf_counter() - t0}
     t0 = time.perf_counter()
@@ -139,7 +139,7 @@ def _pinned_seconds() -> dict | str:
 def phase_host() -> dict:
     """The node's host side, as a GPU worker gets it (see the module docstring)."""
     from benchmarks import null_device  # noqa: PLC0415
-    from scheduler.cores import usable_cores  # noqa: PLC0415
+    from outofcore.runtime.cores import usable_cores  # noqa: PLC0415
 
     out: dict[str, Any] = {"cores": usable_cores()}
     parts = Parts(out)

@@ -42,7 +42,7 @@ DRY_SHAPES = {"a": ("21,17", "4,4"), "b": ("17,23", "4,4"), "s": ("3,21,17", "1,
 def dry_job(a_url: str, b_url: str, c_url: str, tile: tuple[int, int] = (8, 12), tk: int = 8):
     """The dry run's matmul: run_job in this process on the simulator with tiny kernel tiles."""
     from outofcore.api import run_job  # noqa: PLC0415
-    from outofcore.compute.cuda.engine import CudaEngine  # noqa: PLC0415
+    from outofcore.backends.cuda.engine import CudaEngine  # noqa: PLC0415
     from outofcore.compute.worker_context import worker_context  # noqa: PLC0415
 
     engines = worker_context().thread().engines
@@ -72,7 +72,7 @@ def dry_job_child(a_url: str, b_url: str, c_url: str) -> dict:
     """:func:`dry_job` as a fresh process runs it (``python_call``): its imports timed too."""
     t0 = time.perf_counter()
     import outofcore.api  # noqa: F401, PLC0415
-    from outofcore.compute.cuda import engine  # noqa: F401, PLC0415
+    from outofcore.backends.cuda import engine  # noqa: F401, PLC0415
 
     return {"imports_s": time.perf_counter() - t0, **dry_job(a_url, b_url, c_url)}
 

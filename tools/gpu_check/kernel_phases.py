@@ -94,7 +94,7 @@ def _env_device(out: dict[str, Any]) -> None:
         }
         free, total = cuda.current_context().get_memory_info()
         out["device"].update(free_bytes=int(free), total_bytes=int(total))
-    from outofcore.compute.cuda import kernels  # noqa: PLC0415
+    from outofcore.backends.cuda import kernels  # noqa: PLC0415
 
     compiled = {}
     for name in DTYPES:
@@ -139,7 +139,7 @@ def _shapes() -> list[tuple[int, int, int]]:
 
 def phase_correctness() -> dict:
     """Every dtype at production tiles: overwrite NaN, accumulate, bit-identical reruns."""
-    from outofcore.compute.cuda import kernels  # noqa: PLC0415
+    from outofcore.backends.cuda import kernels  # noqa: PLC0415
 
     cuda = numba_cuda()
     rng = np.random.default_rng(20261126)
@@ -179,7 +179,7 @@ def phase_correctness() -> dict:
 
 def phase_big_c() -> dict:
     """A float32 C of more than 2**32 elements: rows at the far end against float64."""
-    from outofcore.compute.cuda import kernels  # noqa: PLC0415
+    from outofcore.backends.cuda import kernels  # noqa: PLC0415
 
     cuda = numba_cuda()
     m, n, k = (37, 23, 5) if dry_run() else (131101, 32771, 24)
@@ -215,7 +215,7 @@ def phase_big_c() -> dict:
 
 def phase_kernel() -> dict:
     """Our kernel against cuBLAS per dtype (CUDA events), results compared."""
-    from outofcore.compute.cuda import kernels  # noqa: PLC0415
+    from outofcore.backends.cuda import kernels  # noqa: PLC0415
 
     cuda = numba_cuda()
     cp = cupy_or_none()
@@ -266,7 +266,7 @@ def phase_kernel() -> dict:
             raise CheckFailed(f"{name} {size}^3: differs from cuBLAS by {diff:.2e} > {allowed:.2e}")
         rows.append(row)
     if not dry_run():  # the textbook kernel, once, for scale
-        from outofcore.compute.cuda.reference import launch_reference  # noqa: PLC0415
+        from outofcore.backends.cuda.reference import launch_reference  # noqa: PLC0415
 
         size = 4096
         a = cuda.to_device(random_array(np.random.default_rng(1), (size, size), "float32"))

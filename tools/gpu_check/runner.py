@@ -46,7 +46,7 @@ the default deadline, 500 s: with the wheels' install the check is one call unde
 ``sanitizer``      compute-sanitizer memcheck, racecheck and synccheck on small launches
 ``pytest``         ``tests/cuda`` and the GPU cluster test, without the simulator
 
-``sanitizer`` and ``pytest`` run only when ``outofcore/compute/cuda/*.py`` changed since
+``sanitizer`` and ``pytest`` run only when ``outofcore/backends/cuda/*.py`` changed since
 the newest ``docs/gpu-check-*.json`` that records its hash (``kernels_sha256``, in every
 summary; :mod:`tools.gpu_check.kernel_hash`); ``--only`` runs them anyway.
 

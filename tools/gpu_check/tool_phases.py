@@ -31,8 +31,8 @@ from tools.gpu_check.common import (
 
 def sanitizer_workload() -> None:
     """Small launches of every production kernel and one sub-tiled engine tile."""
-    from outofcore.compute.cuda import kernels  # noqa: PLC0415
-    from outofcore.compute.cuda.engine import CudaEngine  # noqa: PLC0415
+    from outofcore.backends.cuda import kernels  # noqa: PLC0415
+    from outofcore.backends.cuda.engine import CudaEngine  # noqa: PLC0415
 
     cuda = numba_cuda()
     rng = np.random.default_rng(5)
@@ -114,7 +114,7 @@ def phase_pytest(deadline: float) -> dict:
         "-p",
         "no:cacheprovider",
         "tests/cuda",
-        "tests/scheduler/test_gpu_cluster.py",
+        "tests/outofcore/runtime/test_gpu_cluster.py",
         "--ignore=tests/cuda/test_gpu_check.py",  # the dry run: CI's, on the simulator
     ]
     if importlib.util.find_spec("pytest_timeout"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from outofcore.compute.engines import CpuEngine
+from outofcore.backends.engines import CpuEngine
 from tests.helpers import assert_product_close, engine_protocol_gaps, random_matrix
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import zarr
 
 from outofcore.api import run_job
+from outofcore.backends.engines import CpuEngine
 from outofcore.compute import panel_cache
-from outofcore.compute.engines import CpuEngine
 from outofcore.compute.worker_context import worker_context
 from outofcore.jobs import recorded, splitk
 from outofcore.storage.chunk_io import chunk_io

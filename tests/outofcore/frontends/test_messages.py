@@ -15,7 +15,7 @@ import outofcore
 from outofcore.api import job_status, run_job
 from outofcore.errors import InputError
 from outofcore.frontends.cli_output import formula_of
-from scheduler.memory_cap import memory_cap
+from outofcore.runtime.memory_cap import memory_cap
 from tests.helpers import (
     assert_gemm_close,
     break_chunk,

@@ -21,7 +21,7 @@ from outofcore.jobs import placement, planning
 from outofcore.jobs.inputs import open_product
 from outofcore.jobs.spec import DASHBOARD_AFTER_SECONDS, JobSpec
 from outofcore.machine import prediction, probe_cache
-from scheduler.cluster import DASHBOARD_EXTRA, serves_dashboard
+from outofcore.runtime.cluster import DASHBOARD_EXTRA, serves_dashboard
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
 SHORT = "no dashboard (a short job: --dashboard for one)"

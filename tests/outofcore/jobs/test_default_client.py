@@ -27,8 +27,13 @@ from distributed.utils import key_split
 import outofcore
 from outofcore.api import run_job
 from outofcore.errors import ClusterError
-from scheduler.cluster import DASHBOARD_EXTRA, dashboard_note, open_executor, serves_dashboard
-from scheduler.worker_sizing import DEFAULT_BUDGET_BYTES, WORKER_OVERHEAD_BYTES
+from outofcore.runtime.cluster import (
+    DASHBOARD_EXTRA,
+    dashboard_note,
+    open_executor,
+    serves_dashboard,
+)
+from outofcore.runtime.worker_sizing import DEFAULT_BUDGET_BYTES, WORKER_OVERHEAD_BYTES
 from tests.helpers import assert_gemm_close, cli, random_matrix, write_zarr
 
 KINDS = {"outofcore-tile", "outofcore-part", "outofcore-reduce"}

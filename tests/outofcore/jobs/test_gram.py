@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import outofcore
 from outofcore.api import run_job
-from outofcore.compute.blas import gram_into, mirror_upper, syrk_accumulate
+from outofcore.backends.blas import gram_into, mirror_upper, syrk_accumulate
 from outofcore.errors import InputError
 from outofcore.jobs.opening import open_product
 from outofcore.operands.random_values import random_values

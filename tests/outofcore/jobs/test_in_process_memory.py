@@ -11,7 +11,7 @@ import textwrap
 
 import dask
 
-from scheduler.worker_sizing import IN_PROCESS_MEMORY, local_worker_limit
+from outofcore.runtime.worker_sizing import IN_PROCESS_MEMORY, local_worker_limit
 from tests.helpers import ROOT
 
 BUDGET = 64 * 2**20

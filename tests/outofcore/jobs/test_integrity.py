@@ -508,7 +508,7 @@ def test_a_failed_task_is_one_error_line_on_a_local_cluster(tmp_path, worker_pro
 def test_only_outofcore_task_failures_are_dropped_from_worker_logs():
     """The filter the LocalCluster's workers get drops Dask's record of a failed outofcore
     task, and keeps other tasks' failures and the worker's other records."""
-    from scheduler.worker_logs import OwnTaskFailureFilter  # noqa: PLC0415
+    from outofcore.runtime.worker_logs import OwnTaskFailureFilter  # noqa: PLC0415
 
     def record(msg: str, *args: object) -> logging.LogRecord:
         return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, msg, args, None)

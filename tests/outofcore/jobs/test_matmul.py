@@ -15,7 +15,7 @@ import outofcore
 from outofcore.api import ATTRIBUTE, run_job
 from outofcore.errors import BudgetError, InputError
 from outofcore.frontends.generate import random_array
-from scheduler.executors import DaskExecutor
+from outofcore.runtime.executors import DaskExecutor
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
 # 1, primes, and sizes that are multiples of nothing the plans use.

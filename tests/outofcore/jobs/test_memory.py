@@ -2,7 +2,7 @@
 
 A job runs in-process (``client="sync"``: one task at a time) under tracemalloc,
 which counts numpy's buffers; each task's own peak (over what was allocated when it
-started) must stay within its kind's projection (:attr:`scheduler.plan.Plan.projections`),
+started) must stay within its kind's projection (:attr:`outofcore.planner.plan.Plan.projections`),
 on shapes where the kind under test dominates.
 """
 
@@ -16,8 +16,8 @@ import zarr
 
 from outofcore.api import run_job
 from outofcore.operands.steps import SLABS_ALIVE
+from outofcore.runtime.executors import SynchronousExecutor
 from outofcore.storage.stores import REQUEST_BYTES
-from scheduler.executors import SynchronousExecutor
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
 #: Allocations outside any projection: zarr metadata, journal records, Python objects.
@@ -257,18 +257,18 @@ def test_a_gpu_worker_with_its_engine_stays_below_the_pause_threshold():
     import dask  # noqa: PLC0415
     from distributed import Client, Scheduler, SpecCluster  # noqa: PLC0415
 
-    from scheduler.gpu_cluster import gpu_worker_specs  # noqa: PLC0415
-    from scheduler.worker_sizing import local_worker_limit  # noqa: PLC0415
+    from outofcore.runtime.gpu_cluster import gpu_worker_specs  # noqa: PLC0415
+    from outofcore.runtime.worker_sizing import local_worker_limit  # noqa: PLC0415
 
     def engine_rss(dask_worker) -> dict[str, int]:  # client.run passes the worker
         import numpy  # noqa: PLC0415
         import psutil  # noqa: PLC0415
 
-        import outofcore.compute.cuda  # noqa: PLC0415
+        import outofcore.backends.cuda  # noqa: PLC0415
 
         before = psutil.Process().memory_info().rss
-        engine = outofcore.compute.cuda.make_engine("cuda")
-        if not outofcore.compute.cuda.simulator_enabled():  # the chip: a tile too, as measured
+        engine = outofcore.backends.cuda.make_engine("cuda")
+        if not outofcore.backends.cuda.simulator_enabled():  # the chip: a tile too, as measured
             engine.start_tile((256, 256), numpy.float32)
             ones = numpy.ones((256, 64), numpy.float32)
             engine.accumulate(ones, numpy.ascontiguousarray(ones.T))

@@ -1,6 +1,6 @@
 """The layout of a created output: sharded when large, plain on request, zarr format 2.
 
-The shard threshold (``scheduler.tiling.SHARD_OVER_CHUNKS``, 10⁵ chunks) and the
+The shard threshold (``outofcore.planner.tiling.SHARD_OVER_CHUNKS``, 10⁵ chunks) and the
 largest output chunk are lowered here so a small job counts as large.
 """
 
@@ -20,7 +20,7 @@ from outofcore.frontends.verify import verify
 from outofcore.jobs.planning import OutputLayoutWarning
 from outofcore.journal.resume import ResumeError
 from outofcore.operands.reading import ReadError
-from scheduler import memory, tiling
+from outofcore.planner import memory, tiling
 from tests.helpers import break_chunk, cli, random_matrix, restore_chunk, write_zarr
 
 #: 24 KiB makes tiles of about 20x10 on the 10x10 chunks below.

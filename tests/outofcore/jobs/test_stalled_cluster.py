@@ -18,8 +18,8 @@ from distributed.core import Status
 from outofcore import config
 from outofcore.api import ATTRIBUTE, run_job
 from outofcore.compute.worker_context import worker_context
-from scheduler.errors import ClusterError
-from scheduler.stall import ClusterStalledError
+from outofcore.errors import ClusterError
+from outofcore.runtime.stall import ClusterStalledError
 from tests.helpers import (
     assert_product_close,
     random_matrix,

@@ -85,7 +85,7 @@ def test_a_symmetric_tiles_mirror_is_hashed_as_written(tmp_path, read_back):
 def test_objects_zarr_wrote_are_read_back(tmp_path, read_back, monkeypatch):
     """A sharded output (zarr writes its shards): the record's digests are read back from
     the store, one read per object of each tile, and match the files."""
-    from scheduler import memory, tiling  # noqa: PLC0415
+    from outofcore.planner import memory, tiling  # noqa: PLC0415
 
     monkeypatch.setattr(tiling, "SHARD_OVER_CHUNKS", 10)
     monkeypatch.setattr(memory, "MAX_OUTPUT_CHUNK", 5)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from outofcore.journal.records import Journal, record_problem
+from outofcore.planner.plan import PartialTask, Tiles
 from outofcore.storage import manifest
 from outofcore.storage.locations import locate
-from scheduler.plan import PartialTask, Tiles
 
 
 def test_a_stacks_records_name_their_entry_and_are_checked_for_it(tmp_path):

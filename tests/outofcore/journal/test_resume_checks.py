@@ -322,7 +322,7 @@ def test_a_stacked_products_chunk_is_checked(tmp_path):
 @pytest.fixture
 def small_shards(monkeypatch):
     """More than 10 output chunks count as a large output (sharded), chunks at most 5x5."""
-    from scheduler import memory, tiling  # noqa: PLC0415
+    from outofcore.planner import memory, tiling  # noqa: PLC0415
 
     monkeypatch.setattr(tiling, "SHARD_OVER_CHUNKS", 10)
     monkeypatch.setattr(memory, "MAX_OUTPUT_CHUNK", 5)

@@ -1,7 +1,7 @@
 """``backend="auto"`` probes for a GPU without numba, and the CUDA backends without the
 ``[cuda]`` extra name what to install (issue 21 item 1, issue 22 item 2).
 
-The probe (:mod:`outofcore.compute.cuda.probe`) asks the CUDA driver through ctypes; here, without
+The probe (:mod:`outofcore.backends.cuda.probe`) asks the CUDA driver through ctypes; here, without
 a GPU, it answers 0, and on a GPU machine it must agree with ``numba.cuda.is_available()``.
 "A base install without numba-cuda" is a new process in which ``numba`` and
 ``numba_cuda`` cannot be imported (``sys.modules[name] = None``, Python's own way to
@@ -18,8 +18,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from outofcore.compute.cuda import probe
-from outofcore.compute.engines import gpu_visible, resolve_backend
+from outofcore.backends.cuda import probe
+from outofcore.backends.engines import gpu_visible, resolve_backend
 from tests.helpers import ROOT, random_matrix, write_zarr
 
 #: A user's environment: tests/conftest.py turns numba's simulator on for this session.
@@ -41,8 +41,8 @@ def test_auto_on_this_machine_probes_without_importing_numba():
     out = run_python(
         """
         import sys
-        from outofcore.compute.engines import resolve_backend
-        from outofcore.compute.cuda.probe import device_count
+        from outofcore.backends.engines import resolve_backend
+        from outofcore.backends.cuda.probe import device_count
         print(resolve_backend("auto"), device_count())
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "cuda", "cupy")))
         """
@@ -58,7 +58,7 @@ def test_probe_agrees_with_numba():
     # On a GPU machine both see it; here neither does.  numba on the chip, not its simulator.
     out = run_python(
         """
-        from outofcore.compute.cuda.probe import device_count
+        from outofcore.backends.cuda.probe import device_count
         count = device_count()
         from numba import cuda
         print(count, cuda.is_available(), len(cuda.gpus) if cuda.is_available() else 0)
@@ -76,7 +76,7 @@ def test_probe_counts_nothing_without_a_cuda_driver(driver):
     if not sys.platform.startswith("linux"):
         pytest.skip("the stand-in libraries are Linux's")
     out = run_python(
-        "from outofcore.compute.cuda.probe import device_count; print(device_count())",
+        "from outofcore.backends.cuda.probe import device_count; print(device_count())",
         env={**USER_ENV, "NUMBA_CUDA_DRIVER": driver},
     )
     assert out.returncode == 0, out.stderr
@@ -139,7 +139,7 @@ def test_auto_without_numba_cuda_runs_on_the_cpu(inputs):
         WITHOUT_NUMBA_CUDA
         + textwrap.dedent(
             f"""
-            from outofcore.compute import cuda
+            from outofcore.backends import cuda
             c = outofcore.matmul("{folder / "a.zarr"}", "{folder / "b.zarr"}",
                                  "{folder / "auto.zarr"}", client="sync", progress=False)
             print(c.attrs["outofcore"]["summary"]["backend"])

@@ -2,8 +2,8 @@
 
 Real zarr inputs on disk and this machine's figures injected through the probe's cache
 (as tests/outofcore/machine/test_plan_prediction.py does): the plan's GPU
-(:func:`scheduler.gpu_rates.job_gpu_target`, from plan_job), the GPU machine of the prediction
-(:func:`outofcore.machine.prediction.gpu_plan_machine`) and ``outofcore plan``'s lines.
+(:func:`outofcore.planner.gpu_rates.job_gpu_target`, from plan_job), the GPU machine of the
+prediction (:func:`outofcore.machine.prediction.gpu_plan_machine`) and ``outofcore plan``'s lines.
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from outofcore.jobs.inputs import open_product
 from outofcore.jobs.planning import plan_job, with_predictions
 from outofcore.jobs.spec import JobSpec
 from outofcore.machine.prediction import gpu_plan_machine, machine_prediction
-from scheduler.executors import WorkerShape
-from scheduler.gpu_rates import (
+from outofcore.planner.gpu_rates import (
     CUBLAS_FLOPS,
     DECODE_BPS_PER_THREAD,
     KERNEL_FLOPS,
     PCIE_BPS,
     gpu_target,
 )
-from scheduler.model import predict
-from scheduler.worker_sizing import local_blas_threads
+from outofcore.planner.model import predict
+from outofcore.runtime.executors import WorkerShape
+from outofcore.runtime.worker_sizing import local_blas_threads
 from tests.helpers import unwrapped
 from tests.outofcore.machine.test_plan_prediction import inject, plan, plan_json
 from tests.outofcore.machine.test_probe import FIGURES
@@ -84,7 +84,7 @@ def test_the_gpu_is_the_jobs_dtype_device_budget_and_transpose(folder):
 def test_a_gpu_jobs_tiles_are_resident_on_its_device_budget(folder):
     """160 KiB of device memory holds a 128x192 float32 C tile, not 192x192: the CPU
     plan's tiles are larger; the GPU plan's every tile stays on the device."""
-    from scheduler.device_plan import plan_device  # noqa: PLC0415
+    from outofcore.planner.device_plan import plan_device  # noqa: PLC0415
 
     cpu_spec = JobSpec(memory="64MiB", backend="cpu")
     cpu = plan_job(opened(cpu_spec), cpu_spec, CPUS).plan

@@ -14,7 +14,7 @@ import pytest
 from outofcore import cli
 from outofcore.frontends.generate import random_array
 from outofcore.machine import prediction, probe, probe_cache
-from scheduler.worker_sizing import local_blas_threads
+from outofcore.runtime.worker_sizing import local_blas_threads
 from tests.helpers import unwrapped
 from tests.outofcore.machine.test_probe import FIGURES
 
@@ -137,7 +137,9 @@ def test_the_text_says_where_the_figures_come_from(folder, capsys):
     # The rates follow on the lines under it.
     assert "sgemm 1.0 GFLOP/s (1.0 at 1024³), dgemm 0.5 GFLOP/s at 1024³" in measured
     assert "decode 100 MB/s zstd, 400 uncompressed (25% hidden behind BLAS)" in measured
-    what_if = lines.index("  what if        (assumed rates, not measured: scheduler/model.py)")
+    what_if = lines.index(
+        "  what if        (assumed rates, not measured: outofcore/planner/model.py)"
+    )
     assert "gpu-node" in lines[what_if + 1]
     assert "ci-2core" not in text  # no preset stands for this machine any more
 

@@ -140,7 +140,7 @@ def test_the_identity_names_this_machine_and_its_blas():
     assert identity["numpy"] == np.__version__
     assert identity["probe_version"] == probe.PROBE_VERSION
     assert identity["memory_bytes"] > 0 and identity["cpu"]
-    # SciPy's BLAS (the one outofcore.compute.blas calls) is loaded and named with its version.
+    # SciPy's BLAS (the one outofcore.backends.blas calls) is loaded and named with its version.
     assert identity["blas"] and all(len(entry.split()) >= 2 for entry in identity["blas"])
     assert json.loads(json.dumps(identity)) == identity  # what the cache file holds
 

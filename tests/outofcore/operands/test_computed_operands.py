@@ -20,7 +20,7 @@ from outofcore.frontends.verify import verify
 from outofcore.journal.resume import ResumeError
 from outofcore.operands.reading import ReadError
 from outofcore.operands.steps import SLABS_ALIVE
-from scheduler.memory import STEP_SLAB_ELEMENTS
+from outofcore.planner.memory import STEP_SLAB_ELEMENTS
 from tests.helpers import break_chunk, restore_chunk, write_zarr
 
 

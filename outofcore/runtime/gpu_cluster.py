@@ -1,0 +1,310 @@
+"""The cluster of a multi-GPU node: one worker process per GPU.
+
+Each worker sees every GPU, rotated so that its own GPU is device 0
+(``CUDA_VISIBLE_DEVICES=1,2,3,0`` for the second of four, as dask-cuda does),
+runs one task at a time, and advertises a ``GPU`` resource so that tile tasks
+submitted with ``resources={"GPU": 1}`` land only on GPU workers.  Every worker has
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (:data:`GPU_WORKER_ENV`), so that CUDA numbers the
+devices as NVML and ``nvidia-smi`` do (CUDA's own default puts the fastest first).
+
+Two kinds give these workers (:func:`start_gpu_cluster`):
+
+* dask-cuda's ``LocalCUDACluster`` (the ``[gpu]`` extra), which adds to them a
+  CPU affinity per GPU (the cores of the GPU's NUMA node as NVML gives them,
+  near which pinned host buffers belong) and a CUDA context made as each
+  starts (its RMM options stay off: the engine allocates through numba), where
+  dask-cuda is installed and NVML shows the listed GPUs: it reads NVML as it
+  starts and cannot start without a GPU;
+* otherwise a ``distributed.SpecCluster`` of Nannies from :func:`gpu_worker_specs`,
+  plain dictionaries built without a GPU (what the tests here start).
+
+:func:`choose_gpu_cluster` decides, from facts :func:`probe_gpu_cluster` gathers.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import os
+import sys
+from collections.abc import MutableMapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from outofcore.errors import ClusterError
+from outofcore.runtime.blas_idle import IDLE_SPIN
+from outofcore.runtime.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST
+
+GPU_RESOURCE = "GPU"
+#: What to install for dask-cuda's ``LocalCUDACluster`` and ``dask cuda worker``.
+GPU_EXTRA = "pip install 'outofcore[gpu]'"
+#: How the start of a cluster names a LocalCUDACluster.
+DASK_CUDA_KIND = "LocalCUDACluster (dask-cuda)"
+#: Environment of every GPU worker outofcore starts (beside its ``CUDA_VISIBLE_DEVICES``):
+#: CUDA numbers devices in PCI bus order, as NVML and ``nvidia-smi`` do, so ``--gpus``
+#: and the rotated ``CUDA_VISIBLE_DEVICES`` name the GPUs ``nvidia-smi -L`` lists; BLAS
+#: threads that sleep soon after a call (:data:`outofcore.runtime.blas_idle.IDLE_SPIN`).
+GPU_WORKER_ENV = MappingProxyType({"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **IDLE_SPIN})
+logger = logging.getLogger("outofcore")
+#: CUDA's variable for its device order, and the order ``nvidia-smi`` (and ``--gpus``) use.
+DEVICE_ORDER = ("CUDA_DEVICE_ORDER", GPU_WORKER_ENV["CUDA_DEVICE_ORDER"])
+
+
+def number_devices_as_nvidia_smi(environ: MutableMapping[str, str] | None = None) -> None:
+    """Have CUDA in this process number devices as ``nvidia-smi`` does (PCI bus order),
+    unless ``$CUDA_DEVICE_ORDER`` is set: call it before CUDA starts (the command does)."""
+    environ = os.environ if environ is None else environ
+    environ.setdefault(*DEVICE_ORDER)
+
+
+def numbers_devices_as_nvidia_smi() -> bool:
+    """Whether CUDA in this process numbers devices as ``--gpus`` means them."""
+    name, order = DEVICE_ORDER
+    return os.environ.get(name) == order
+
+
+@dataclass(frozen=True)
+class GpuClusterChoice:
+    """The cluster ``gpus`` start: dask-cuda's ``LocalCUDACluster`` or not, and why;
+    ``warn`` where dask-cuda is installed but cannot be used."""
+
+    dask_cuda: bool
+    reason: str
+    warn: bool = False
+
+
+def choose_gpu_cluster(
+    gpus: Sequence[int], *, dask_cuda_installed: bool, nvml_gpus: int, nvml_note: str = ""
+) -> GpuClusterChoice:
+    """Which cluster to start for ``gpus``: a pure function of what this node has.
+
+    Parameters
+    ----------
+    gpus
+        The GPU indices the job lists (``--gpus``), as NVML and ``nvidia-smi`` number them.
+    dask_cuda_installed
+        Whether ``dask_cuda`` can be imported here.
+    nvml_gpus
+        The GPUs NVML shows on this node (0 where NVML cannot be loaded).
+    nvml_note
+        Why NVML shows none, where it shows none (NVML's own error).
+
+    Raises
+    ------
+    ClusterError
+        Where NVML shows GPUs but not every listed one, naming both: a worker
+        would start on a device that does not exist.
+    """
+    if not dask_cuda_installed:
+        return GpuClusterChoice(
+            False,
+            f"dask-cuda is not installed ({GPU_EXTRA} for a LocalCUDACluster, with a CPU "
+            "affinity per GPU)",
+        )
+    if nvml_gpus < 1:
+        found = f" ({nvml_note})" if nvml_note else ""
+        return GpuClusterChoice(
+            False,
+            f"dask-cuda is installed, but NVML shows no GPU on this node{found}, and a "
+            "LocalCUDACluster cannot start without one (is the NVIDIA driver installed, and "
+            "the GPU visible here?)",
+            warn=True,
+        )
+    missing = [gpu for gpu in gpus if gpu >= nvml_gpus]
+    if missing:
+        raise ClusterError(
+            f"--gpus {','.join(map(str, gpus))}: NVML shows {nvml_gpus} GPU(s) on this node, "
+            f"numbered 0 to {nvml_gpus - 1}, so there is no GPU "
+            f"{', '.join(map(str, missing))} (`nvidia-smi -L` lists them)"
+        )
+    return GpuClusterChoice(True, f"dask-cuda is installed and NVML shows {nvml_gpus} GPU(s)")
+
+
+def check_gpus_usable(gpus: Sequence[int], device_count: int, simulator: bool) -> None:
+    """Refuse ``gpus`` where no CUDA GPU is usable, before any work: a pure function.
+
+    Parameters
+    ----------
+    gpus
+        The GPU indices the job lists (``--gpus``).
+    device_count
+        The devices the CUDA driver shows this process (0 without a driver).
+    simulator
+        Whether numba's CUDA simulator stands in for a GPU (``NUMBA_ENABLE_CUDASIM=1``,
+        as in the tests): then any ``gpus`` pass.
+
+    Raises
+    ------
+    ClusterError
+        Where the driver shows no device and the simulator is off, naming ``gpus`` and
+        the driver's count: the workers would start with no GPU to run on.
+    """
+    if simulator or device_count > 0:
+        return
+    raise ClusterError(
+        f"--gpus {','.join(map(str, gpus))}: no CUDA GPU is usable here (the CUDA driver "
+        f"shows {device_count} devices); leave out --gpus to run on this machine's CPUs, "
+        "or run where `nvidia-smi -L` lists the GPUs"
+    )
+
+
+def nvml_gpu_count() -> tuple[int, str]:
+    """The GPUs NVML shows on this node, as dask-cuda reads them (``pynvml``, which
+    dask-cuda brings), and for none, why: NVML's error, or pynvml missing."""
+    try:
+        import pynvml  # noqa: PLC0415 (dask-cuda's dependency; only with --gpus)
+    except ImportError:
+        return 0, "pynvml, which dask-cuda needs, cannot be imported"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return 0, f"NVML: {exc}"
+    try:
+        return int(pynvml.nvmlDeviceGetCount()), ""
+    except pynvml.NVMLError as exc:
+        return 0, f"NVML: {exc}"
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def dask_cuda_installed() -> bool:
+    """Whether ``dask_cuda`` can be found (the ``[gpu]`` extra); imports nothing."""
+    try:
+        return importlib.util.find_spec("dask_cuda") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def probe_gpu_cluster(gpus: Sequence[int]) -> GpuClusterChoice:
+    """:func:`choose_gpu_cluster` for this node: NVML is asked only where dask-cuda is
+    installed (it brings pynvml)."""
+    installed = dask_cuda_installed()
+    count, note = nvml_gpu_count() if installed else (0, "")
+    return choose_gpu_cluster(gpus, dask_cuda_installed=installed, nvml_gpus=count, nvml_note=note)
+
+
+def parse_gpus(text: str) -> tuple[int, ...]:
+    """Read ``"0,1,2,3"`` as GPU indices; refuse duplicates and non-integers."""
+    try:
+        gpus = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ClusterError(f"--gpus {text!r}: give GPU indices like 0,1,2,3") from None
+    if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
+        raise ClusterError(f"--gpus {text!r}: need distinct non-negative GPU indices")
+    if max(gpus) > MAX_GPU_INDEX:
+        raise ClusterError(f"--gpus {text!r}: GPU indices go from 0 to {MAX_GPU_INDEX} at most")
+    return gpus
+
+
+#: The largest GPU index ``--gpus`` takes (a node has a few GPUs; CUDA numbers them from 0).
+MAX_GPU_INDEX = 1023
+
+
+def gpu_worker_specs(
+    gpus: Sequence[int], memory_limit: int, silence_logs: int = logging.ERROR
+) -> dict[str, dict[str, Any]]:
+    """``SpecCluster`` worker specs: one single-threaded Nanny per GPU in ``gpus``, whose
+    worker logs below ``silence_logs`` are dropped (as a LocalCluster's)."""
+    specs = {}
+    for position, gpu in enumerate(gpus):
+        rotated = [*gpus[position:], *gpus[:position]]
+        name = f"gpu-{gpu}"
+        specs[name] = {
+            "cls": "distributed.Nanny",
+            "options": {
+                "name": name,
+                "host": LOCAL_HOST,
+                "nthreads": 1,
+                "memory_limit": memory_limit,
+                "resources": {GPU_RESOURCE: 1},
+                "env": {
+                    **GPU_WORKER_ENV,
+                    "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in rotated),
+                },
+                "silence_logs": silence_logs,
+            },
+        }
+    return specs
+
+
+def start_gpu_cluster(
+    gpus: Sequence[int],
+    memory_limit: int,
+    silence_logs: int = logging.ERROR,
+    dashboard: bool = True,
+) -> Any:
+    """Start one single-threaded worker per GPU in ``gpus``, each with ``memory_limit``
+    bytes, the ``GPU`` resource and :data:`GPU_WORKER_ENV`: a ``LocalCUDACluster`` where
+    :func:`probe_gpu_cluster` chooses it, else a ``SpecCluster`` of
+    :func:`gpu_worker_specs`.  The choice and its reason go to the ``outofcore`` logger:
+    a warning where dask-cuda is installed but cannot be used.  Its dashboard is on a
+    free port (``dashboard`` False: none, its web server still on a free port).
+    """
+    choice = probe_gpu_cluster(gpus)
+    if not choice.dask_cuda:
+        logger.log(
+            logging.WARNING if choice.warn else logging.INFO,
+            "starting outofcore's own GPU workers, not dask-cuda's LocalCUDACluster: %s",
+            choice.reason,
+        )
+        from distributed import Scheduler, SpecCluster  # noqa: PLC0415
+
+        return SpecCluster(
+            workers=gpu_worker_specs(gpus, memory_limit, silence_logs),
+            scheduler={
+                "cls": Scheduler,
+                "options": {
+                    "host": LOCAL_HOST,
+                    "dashboard_address": LOCAL_DASHBOARD_ADDRESS,
+                    "dashboard": dashboard,
+                },
+            },
+            silence_logs=silence_logs,
+        )
+    logger.info("starting a %s: %s", DASK_CUDA_KIND, choice.reason)
+    return _local_cuda_cluster_class()(
+        CUDA_VISIBLE_DEVICES=list(gpus),
+        n_workers=len(gpus),
+        threads_per_worker=1,
+        memory_limit=memory_limit,
+        resources={GPU_RESOURCE: 1},
+        host=LOCAL_HOST,
+        dashboard_address=LOCAL_DASHBOARD_ADDRESS,
+        scheduler_kwargs={"dashboard": dashboard},
+        silence_logs=silence_logs,
+    )
+
+
+@functools.cache
+def _local_cuda_cluster_class() -> type:
+    """dask-cuda's ``LocalCUDACluster`` with :data:`GPU_WORKER_ENV` in each worker's
+    environment (made once, on first use: dask_cuda is imported only here).
+
+    ``LocalCUDACluster`` sets each worker's ``env`` to its ``CUDA_VISIBLE_DEVICES``
+    alone (``new_worker_spec``), replacing any ``env`` passed to it, so the variable is
+    added to each spec it makes rather than to this process's environment.
+    """
+    from dask_cuda import LocalCUDACluster  # noqa: PLC0415 (the [gpu] extra)
+
+    class OrderedLocalCUDACluster(LocalCUDACluster):
+        """``LocalCUDACluster`` whose workers number devices as ``nvidia-smi`` does."""
+
+        def new_worker_spec(self) -> dict[str, Any]:
+            specs = super().new_worker_spec()
+            for spec in specs.values():
+                options = spec.setdefault("options", {})
+                options["env"] = {**GPU_WORKER_ENV, **options.get("env", {})}
+            return specs
+
+    return OrderedLocalCUDACluster
+
+
+def cluster_kind(cluster: Any) -> str:
+    """How the start of ``cluster`` names it: dask-cuda's LocalCUDACluster, or a
+    LocalCluster (a ``LocalCluster`` or outofcore's own ``SpecCluster`` of GPU workers)."""
+    dask_cuda = sys.modules.get("dask_cuda")  # imported where one was started
+    if dask_cuda is not None and isinstance(cluster, dask_cuda.LocalCUDACluster):
+        return DASK_CUDA_KIND
+    return "LocalCluster"

@@ -1,1 +1,0 @@
-"""Planning (pure data, :mod:`scheduler.plan`) and execution of outofcore jobs."""

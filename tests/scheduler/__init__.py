@@ -1,1 +1,0 @@
-"""Tests of ``scheduler``: the plan, the device plan, the cost model, executors and clusters."""
