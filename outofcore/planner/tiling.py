@@ -102,37 +102,45 @@ def make_plan(
     p = problem
     k_unit = _k_unit(p)
     row_unit, col_unit = _tile_units(p, k_unit, task_budget_bytes, io_concurrency, workers)
-
     if tk is None:
         tk = _choose_tk(
             p, k_unit, row_unit, col_unit, task_budget_bytes, io_concurrency, workers, splits, gpu
         )
-    _check_multiple("tk", tk, k_unit, p.k)
-    panel_count = math.ceil(p.k / min(tk, p.k))
-    if splits is not None and not 1 <= splits <= panel_count:
-        raise InputError(
-            f"splits = {splits}: k = {p.k} in panels {min(tk, p.k)} deep can be split "
-            f"into 1 to {panel_count} parts"
-        )
+    _check_depth(p, tk, k_unit, splits)
     if tile is None:
-        tm, tn, best_splits = _best_tile(
+        tm, tn = _chosen_tile(
             p, row_unit, col_unit, tk, task_budget_bytes, io_concurrency, workers, splits, gpu
         )
-        if best_splits == 1:
-            tm, tn = _split_for_workers(p, tm, tn, row_unit, col_unit, workers)
     else:
-        tm, tn = tile
-        if p.out_grid or p.out_chunks:  # on the output's grid alone (a journal's tile) too
-            row_unit, col_unit = _tile_units(p, k_unit, None, io_concurrency)
-        _check_multiple("tile rows", tm, row_unit, p.m)
-        _check_multiple("tile columns", tn, col_unit, p.n)
-        if p.symmetric and min(tm, p.m) != min(tn, p.n):
-            raise InputError(f"tile = {tile}: a symmetric product needs square tiles")
-    tm, tn, tk = min(tm, p.m), min(tn, p.n), min(tk, p.k)
+        tm, tn = _forced_tile(p, tile, k_unit, row_unit, col_unit, io_concurrency)
+    edges = (min(tm, p.m), min(tn, p.n))
+    return _checked_plan(
+        p, edges, min(tk, p.k), task_budget_bytes, workers, io_concurrency, splits, gpu
+    )
+
+
+def _checked_plan(
+    p: Problem,
+    tile: tuple[int, int],
+    tk: int,
+    task_budget_bytes: int,
+    workers: int,
+    io_concurrency: int,
+    splits: int | None,
+    gpu: GpuTarget | None,
+) -> Plan:
+    """The plan of a tile and panel depth: k's split chosen unless forced, the budget checked.
+
+    Raises
+    ------
+    BudgetError
+        When the task does not fit ``task_budget_bytes``
+        (:func:`~outofcore.planner.memory.check_fits`).
+    """
+    tm, tn = tile
     if splits is None:
         splits = _best_splits(p, tm, tn, tk, workers, task_budget_bytes, io_concurrency, gpu)
     check_fits(p, tm, tn, tk, task_budget_bytes, io_concurrency, splits)
-    out_chunks = p.out_chunks or p.out_grid or (output_chunk(tm), output_chunk(tn))
     return Plan(
         problem=p,
         task_budget_bytes=task_budget_bytes,
@@ -140,12 +148,81 @@ def make_plan(
         tm=tm,
         tn=tn,
         tk=tk,
-        out_chunks=out_chunks,
+        out_chunks=p.out_chunks or p.out_grid or (output_chunk(tm), output_chunk(tn)),
         io_concurrency=io_concurrency,
         panels=Panels(p.k, tk),
         tasks=Tiles(p.m, p.n, tm, tn, p.symmetric, p.batch),
         splits=splits,
     )
+
+
+def _check_depth(p: Problem, tk: int, k_unit: int, splits: int | None) -> None:
+    """Refuse a panel depth off k's chunk grid, or a forced split into more parts than panels.
+
+    Raises
+    ------
+    InputError
+        Naming the depth or the split and what the grid allows.
+    """
+    _check_multiple("tk", tk, k_unit, p.k)
+    panel_count = math.ceil(p.k / min(tk, p.k))
+    if splits is not None and not 1 <= splits <= panel_count:
+        raise InputError(
+            f"splits = {splits}: k = {p.k} in panels {min(tk, p.k)} deep can be split "
+            f"into 1 to {panel_count} parts"
+        )
+
+
+def _chosen_tile(
+    p: Problem,
+    row_unit: int,
+    col_unit: int,
+    tk: int,
+    task_budget_bytes: int,
+    io_concurrency: int,
+    workers: int,
+    splits: int | None,
+    gpu: GpuTarget | None,
+) -> tuple[int, int]:
+    """The searched tile (:func:`_best_tile`), cut for the workers where k is not split.
+
+    Returns
+    -------
+    tuple of int
+        The tile's rows and columns, on the row and column units.
+    """
+    tm, tn, best_splits = _best_tile(
+        p, row_unit, col_unit, tk, task_budget_bytes, io_concurrency, workers, splits, gpu
+    )
+    if best_splits == 1:
+        tm, tn = _split_for_workers(p, tm, tn, row_unit, col_unit, workers)
+    return tm, tn
+
+
+def _forced_tile(
+    p: Problem,
+    tile: tuple[int, int],
+    k_unit: int,
+    row_unit: int,
+    col_unit: int,
+    io_concurrency: int,
+) -> tuple[int, int]:
+    """A tile the caller forces, checked against the chunk grids (the output's alone where
+    it has one: a journal's tile) and, for a symmetric product, squareness.
+
+    Raises
+    ------
+    InputError
+        When an edge is off its grid, or a symmetric product's tile is not square.
+    """
+    tm, tn = tile
+    if p.out_grid or p.out_chunks:  # on the output's grid alone (a journal's tile) too
+        row_unit, col_unit = _tile_units(p, k_unit, None, io_concurrency)
+    _check_multiple("tile rows", tm, row_unit, p.m)
+    _check_multiple("tile columns", tn, col_unit, p.n)
+    if p.symmetric and min(tm, p.m) != min(tn, p.n):
+        raise InputError(f"tile = {tile}: a symmetric product needs square tiles")
+    return tm, tn
 
 
 def make_output_plan(
