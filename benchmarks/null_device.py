@@ -44,7 +44,9 @@ import numpy as np
 
 from benchmarks.harness.inputs import DEFAULT_DATA, ensure_array
 from benchmarks.harness.reports import save_json
-from outofcore.planner import gpu_rates
+from outofcore.backends.cuda import rates as gpu_rates
+from outofcore.backends.protocol import EngineCapabilities, unsupported
+from outofcore.planner.gpu_rates import gpu_target
 
 #: The modelled device: our float32 kernel's rate and pinned host<->device copies, as
 #: measured on lent H100/H200 nodes (:mod:`outofcore.planner.gpu_rates`, their one home).
@@ -67,13 +69,13 @@ class DeviceModel:
 
 
 class NullEngine:
-    """A :class:`~outofcore.backends.engines.TileEngine` that does no arithmetic: every
+    """A :class:`~outofcore.backends.protocol.TileEngine` that does no arithmetic: every
     panel waits ``2·m·n·k / kernel_flops + (its bytes) / pcie_bps``, a finished tile its
     bytes over PCIe, and the tile handed back holds fixed values (seeded, made once per
     shape).  Like the CUDA engine it writes whole tiles (no row blocks)."""
 
     name = BACKEND
-    row_blocks = False
+    capabilities = EngineCapabilities(timings=True, device=True)
 
     def __init__(self, model: DeviceModel) -> None:
         self.model = model
@@ -106,7 +108,10 @@ class NullEngine:
         time.sleep(kernel + copy)
 
     def accumulate_rows(self, row0: int, panels: Sequence) -> np.ndarray:
-        raise NotImplementedError("the null engine writes whole tiles (row_blocks is False)")
+        raise unsupported(self.name, "row_blocks")
+
+    def accumulate_gram(self, a_panel: np.ndarray) -> None:
+        raise unsupported(self.name, "gram")
 
     def finish_tile(self) -> np.ndarray:
         if self._tile is None:
@@ -305,7 +310,7 @@ def predict_tasks(
     from outofcore.planner.model import gpu_machine, predict  # noqa: PLC0415
 
     gpu = replace(
-        gpu_rates.gpu_target("float32"),
+        gpu_target("float32", gpu_rates.OUR_KERNEL),
         kernel_flops=model.kernel_flops,
         pcie_bps=model.pcie_bps,
         decode_bps_per_thread=decode_bps / threads,

@@ -226,13 +226,13 @@ async def with_sync_client(scheduler, fn):
 
 
 def engine_protocol_gaps(engine) -> set[str]:
-    """Members of :class:`outofcore.backends.engines.TileEngine` that ``engine`` lacks
+    """Members of :class:`outofcore.backends.protocol.TileEngine` that ``engine`` lacks
     (empty: none)."""
-    from outofcore.backends.engines import TileEngine  # noqa: PLC0415
+    from outofcore.backends.protocol import TileEngine  # noqa: PLC0415
 
     wanted = {name for name in dir(TileEngine) if not name.startswith("_")}
     wanted |= set(TileEngine.__annotations__)
-    if not wanted >= {"configure", "accumulate_rows", "row_blocks", "release", "kept_bytes"}:
+    if not wanted >= {"configure", "accumulate_rows", "capabilities", "release", "kept_bytes"}:
         raise AssertionError(f"the TileEngine protocol lost members: {sorted(wanted)}")
     return {name for name in wanted if not hasattr(engine, name)}
 
@@ -407,3 +407,22 @@ def set_worker_status(status):
         dask_worker.status = status
 
     return set_it
+
+
+def cuda_target(dtype: str, *, backend: str = "cuda", **options):
+    """:func:`outofcore.planner.gpu_rates.gpu_target` at the CUDA backend's measured rates
+    (our kernel; cuBLAS for ``backend="cupy"``): the plan's GPU as a CUDA job gets it."""
+    from outofcore.backends import registry  # noqa: PLC0415
+    from outofcore.planner.gpu_rates import gpu_target  # noqa: PLC0415
+
+    return gpu_target(dtype, registry.get(backend).rates, backend=backend, **options)
+
+
+def cuda_device_plan(tm: int, tn: int, tk: int, itemsize: int, budget: int, **options):
+    """:func:`outofcore.planner.device_plan.plan_device` cut in the CUDA kernel's blocks
+    (``block=`` overrides them)."""
+    from outofcore.backends.cuda.blocks import KERNEL_BLOCKS  # noqa: PLC0415
+    from outofcore.planner.device_plan import plan_device  # noqa: PLC0415
+
+    options.setdefault("block", KERNEL_BLOCKS[itemsize])
+    return plan_device(tm, tn, tk, itemsize, budget, **options)

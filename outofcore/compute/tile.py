@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from outofcore.backends.blas import mirror_upper
-from outofcore.backends.engines import TileEngine
+from outofcore.backends.protocol import TileEngine
 from outofcore.compute import panel_cache, panel_progress
 from outofcore.compute.cpu_meter import CpuMeter
 from outofcore.compute.tile_io import (
@@ -137,10 +137,9 @@ def compute_tile(
 
 
 def engine_timings(engine: TileEngine) -> dict[str, float]:
-    """What ``engine`` measured of its last tile (a GPU engine's kernel and copy seconds,
-    first launch), as :class:`TaskIO` fields; nothing for an engine that measures none."""
-    timings = getattr(engine, "timings", None)
-    return dict(timings()) if timings is not None else {}
+    """What ``engine`` measured of its last tile (a device's kernel and copy seconds, first
+    launch), as :class:`TaskIO` fields; nothing for an engine that measures none."""
+    return dict(engine.timings()) if engine.capabilities.timings else {}
 
 
 @dataclass
@@ -287,7 +286,7 @@ class _PanelLoop:
     """One tile's panel loop: read ahead, multiply, and write C (overlapped where it can).
 
     The next panel is decoded in the reader thread while the engine multiplies
-    the current one.  On an engine with ``row_blocks``, the last panels are
+    the current one.  On an engine with the ``row_blocks`` capability, the last panels are
     multiplied block by block of whole output-chunk rows and each finished
     block is written by the writer thread while BLAS works on the next one.
     """
@@ -326,8 +325,9 @@ class _PanelLoop:
         """Run every panel through the engine, write the tile; return the tile written."""
         count = len(self.job.panels)
         diagonal = is_diagonal(self.job, self.task)
-        gram = getattr(self.engine, "accumulate_gram", None) if diagonal else None
-        streams = self.engine.row_blocks and not diagonal  # a diagonal tile is mirrored first
+        capabilities = self.engine.capabilities
+        gram = self.engine.accumulate_gram if diagonal and capabilities.gram else None
+        streams = capabilities.row_blocks and not diagonal  # a diagonal tile is mirrored first
         streamed_from = count - (min(STREAMED_PANELS, count) if streams else 0)
         types = self.job.product.types
         self.engine.start_tile(self.task.shape, types.compute, types.limbs)

@@ -38,7 +38,8 @@ from typing import Any
 import zarr
 
 from outofcore.backends import blas
-from outofcore.backends.engines import TileEngine, make_engine
+from outofcore.backends.protocol import TileEngine
+from outofcore.backends.registry import make_engine
 from outofcore.compute.panel_cache import KeptPanels
 from outofcore.runtime.cores import usable_cores
 from outofcore.storage.chunk_io import chunk_io

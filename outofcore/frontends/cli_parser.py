@@ -9,7 +9,7 @@ import importlib.metadata
 from pathlib import Path
 from typing import Any
 
-from outofcore.backends.engines import BACKENDS
+from outofcore.backends.registry import BACKENDS
 from outofcore.config import parse_size
 from outofcore.errors import OutOfCoreError
 from outofcore.frontends.cli_suggestions import CommandParser, add_command

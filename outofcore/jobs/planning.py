@@ -30,10 +30,11 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from outofcore.backends.registry import assumed_gpu, job_gpu_target
 from outofcore.errors import InputError
 from outofcore.planner import tiling
 from outofcore.planner.device_plan import device_summary
-from outofcore.planner.gpu_rates import KERNEL_FLOPS, GpuTarget, job_gpu_target
+from outofcore.planner.gpu_rates import GpuTarget
 from outofcore.planner.memory import decode_threads, round_up
 from outofcore.planner.model import what_ifs
 from outofcore.planner.plan import DEFAULT_IO_CONCURRENCY, Plan
@@ -281,13 +282,12 @@ def with_predictions(
         reprobe=reprobe,
         gpu=job_plan.gpu,
     )
-    dtype = str(product.types.compute)
-    gpu_dtype = dtype if dtype in KERNEL_FLOPS else "float64"  # wide integers: float64 limbs
-    assumed = what_ifs(plan, **plan_options(spec), gpu_dtype=gpu_dtype)
+    assumed = what_ifs(plan, **plan_options(spec), gpu=assumed_gpu(str(product.types.compute)))
     device = None
     if device_memory is not None:
         transposed = bool(spec.transpose_a or spec.transpose_b)
-        device = device_summary(plan, device_memory, transposed)
+        blocks = (job_plan.gpu or assumed_gpu(str(product.types.compute))).blocks
+        device = device_summary(plan, device_memory, transposed, blocks)
     return dataclasses.replace(
         job_plan,
         machine=machine,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from outofcore.backends.engines import resolve_backend
+from outofcore.backends.registry import resolve_backend
 from outofcore.jobs.inputs import open_product
 from outofcore.jobs.placement import with_budget
 from outofcore.jobs.planning import JobPlan, job_workers, plan_job, with_predictions

@@ -14,7 +14,7 @@ from typing import Any
 from outofcore import config
 from outofcore.backends.cuda.cache_folder import use_kernel_cache
 from outofcore.backends.cuda.device_choice import in_process_device
-from outofcore.backends.engines import resolve_backend
+from outofcore.backends.registry import resolve_backend
 from outofcore.compute.worker_context import worker_context
 from outofcore.jobs.output import (
     JobResult,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from outofcore import config
-from outofcore.backends.engines import resolve_backend
+from outofcore.backends.registry import resolve_backend
 from outofcore.jobs.inputs import Operands
 from outofcore.jobs.phases import Phases
 from outofcore.jobs.placement import wants_dashboard, where_it_runs

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from outofcore.backends.engines import check_backend
+from outofcore.backends.registry import check_backend, is_gpu
 from outofcore.config import parse_size
 from outofcore.errors import InputError, OptionError
 from outofcore.journal.lease import lease_timeout
@@ -202,8 +202,9 @@ class JobSpec:
 
     @property
     def on_gpu(self) -> bool:
-        """Whether the job's engines run on a GPU."""
-        return self.backend in ("cuda", "cupy")
+        """Whether the job's engines run on a GPU (its backend is a GPU backend by name;
+        ``"auto"`` is none until resolved)."""
+        return is_gpu(self.backend)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from outofcore.backends.registry import is_gpu
 from outofcore.machine.probe import GEMM_LARGE, GEMM_SMALL, Figures
 from outofcore.machine.probe_cache import cached_figures, machine_figures
-from outofcore.planner import gpu_rates
 from outofcore.planner.gpu_rates import GpuTarget
 from outofcore.planner.model import Machine, gpu_machine, predict
 from outofcore.runtime.cluster import is_local, tasks_run_here
@@ -166,12 +166,12 @@ def gpu_plan_machine(
     """The machine of ``plan``'s GPU workers here: ``gpu``'s kernel, PCIe and write rates,
     its decode rate per thread times the plan's decode threads (``io_concurrency``), this
     machine's disk (the probe's), and the fixed costs of a GPU job
-    (:data:`~outofcore.planner.gpu_rates.START_SECONDS`, and
-    :data:`~outofcore.planner.gpu_rates.CLUSTER_START_SECONDS` with ``worker_processes``)."""
+    (``gpu``'s ``start_seconds``, and its ``cluster_start_seconds`` with
+    ``worker_processes``)."""
     compressed = any(bool(x.compressors) for x in (product.a, product.b))
-    start = JOB_START_CPU_SECONDS / figures.cpu_share + gpu_rates.START_SECONDS
+    start = JOB_START_CPU_SECONDS / figures.cpu_share + gpu.start_seconds
     if worker_processes:
-        start += gpu_rates.CLUSTER_START_SECONDS
+        start += gpu.cluster_start_seconds
     return gpu_machine(
         gpu,
         plan.workers,
@@ -231,7 +231,7 @@ def machine_prediction(
         elsewhere = f"the job runs on the workers of {client}, not here"
     elif gpu is not None:
         elsewhere = f"the job runs on GPUs, predicted with {rates['gpu_basis']}"
-    elif gpus or backend in ("cuda", "cupy"):
+    elif gpus or is_gpu(backend):
         elsewhere = "the job runs on GPUs; the probe measured this machine's CPUs"
     machine = {
         "figures": probed.figures.as_dict(),

@@ -2,7 +2,7 @@
 
 ``outofcore plan`` predicts a job on this machine from figures measured here
 rather than from presets: BLAS ``sgemm`` (two sizes) and ``dgemm`` through the
-job's own engine (:class:`~outofcore.backends.engines.CpuEngine`, under ``threadpoolctl``
+job's own engine (:class:`~outofcore.backends.cpu.CpuEngine`, under ``threadpoolctl``
 with the threads a LocalCluster worker gives BLAS); zstd and uncompressed chunk
 files read and written through the job's own chunk-file path
 (:func:`outofcore.storage.chunkfiles.read_region` /
@@ -62,7 +62,7 @@ class Figures:
     measured: str
     #: BLAS threads and chunk-file threads the probe used: a LocalCluster worker's share.
     threads: int
-    #: BLAS rates through :class:`~outofcore.backends.engines.CpuEngine`, FLOP/s (2·m·k·n per
+    #: BLAS rates through :class:`~outofcore.backends.cpu.CpuEngine`, FLOP/s (2·m·k·n per
     #: product): sgemm at :data:`GEMM_LARGE` and :data:`GEMM_SMALL`, dgemm at the small.
     sgemm_flops: float
     sgemm_small_flops: float
@@ -236,7 +236,7 @@ def _measurements(
 def _gemm(shape: tuple[int, int, int], dtype: type) -> _Measurement:
     """``C += A @ B`` of ``shape`` ``(m, k, n)`` through the job's CPU engine, as a tile
     task multiplies its panels (under the caller's ``threadpool_limits``)."""
-    from outofcore.backends.engines import CpuEngine  # noqa: PLC0415
+    from outofcore.backends.cpu import CpuEngine  # noqa: PLC0415
 
     m, k, n = shape
     rng = np.random.default_rng(SEED)

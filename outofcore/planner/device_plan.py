@@ -35,7 +35,7 @@ host panel once per device-tile row; zarr is still read once per host tile.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,10 +45,6 @@ from outofcore.planner.memory import mib, round_up
 if TYPE_CHECKING:
     from outofcore.planner.plan import Plan
 
-#: Kernel block tile ``(bm, bn, bk)`` per element size: the one table of them;
-#: ``outofcore.backends.cuda.kernels.PRODUCTION`` builds the production kernels from it.
-#: 4: float32; 8: float64 and complex64; 16: complex128.
-KERNEL_BLOCKS: dict[int, tuple[int, int, int]] = {4: (128, 128, 8), 8: (64, 64, 8), 16: (64, 64, 8)}
 #: Device panels in flight (one multiplied, one being copied).
 DEVICE_PANELS = 2
 #: Device C buffers of a sub-tiled host tile: one device tile's C is stored while the
@@ -73,14 +69,21 @@ def device_bytes(
     return itemsize * (c_buffers * dm * dn + DEVICE_PANELS * dk * (dm + dn) + scratch)
 
 
-def kernel_block(itemsize: int) -> tuple[int, int, int]:
-    """The production kernel's block tile ``(bm, bn, bk)`` for ``itemsize``-byte elements."""
+def kernel_block(itemsize: int, blocks: Mapping[int, tuple[int, int, int]]) -> tuple[int, int, int]:
+    """The kernel's block tile ``(bm, bn, bk)`` for ``itemsize``-byte elements, from a
+    backend's block table ``blocks`` (:attr:`outofcore.planner.gpu_rates.DeviceRates.blocks`).
+
+    Raises
+    ------
+    InputError
+        For an element size the table has no kernel for.
+    """
     try:
-        return KERNEL_BLOCKS[itemsize]
+        return blocks[itemsize]
     except KeyError:
+        sizes = ", ".join(str(size) for size in sorted(blocks)) or "none"
         raise InputError(
-            f"itemsize = {itemsize}: the GPU kernels take float32 (4), float64 or complex64 "
-            "(8) and complex128 (16)"
+            f"itemsize = {itemsize}: the GPU kernels take elements of {sizes} bytes"
         ) from None
 
 
@@ -191,8 +194,8 @@ def plan_device(
     itemsize: int,
     budget_bytes: int,
     *,
+    block: tuple[int, int, int],
     k: int | None = None,
-    block: tuple[int, int, int] | None = None,
     transposed: bool = False,
 ) -> DevicePlan:
     """Choose the device tiling of a ``tm×tn`` host tile with ``tk``-deep host panels.
@@ -211,7 +214,7 @@ def plan_device(
         Inner dimension of the product (the host panels together); ``tk``
         (one panel) when None.  Only the predicted PCIe bytes use it.
     block
-        Kernel block tile ``(bm, bn, bk)``; :func:`kernel_block` when None.
+        The kernel's block tile ``(bm, bn, bk)`` (:func:`kernel_block` of its backend's table).
     transposed
         An operand arrives transposed (a strided view whose rows are the panel's
         columns): its slices go through a device scratch slice (:func:`device_bytes`).
@@ -236,7 +239,7 @@ def plan_device(
             raise InputError(f"{name} = {value!r}: need an integer >= 1")
     if budget_bytes < 1:
         raise InputError(f"device budget = {budget_bytes} bytes: need at least 1")
-    bm, bn, bk = block if block is not None else kernel_block(itemsize)
+    bm, bn, bk = block
     if min(bm, bn, bk) < 1:
         raise InputError(f"kernel block = {(bm, bn, bk)}: every size must be >= 1")
     elements = budget_bytes // itemsize
@@ -311,10 +314,11 @@ def job_pcie_bytes(
     k: int,
     itemsize: int,
     budget_bytes: int,
-    block: tuple[int, int, int] | None = None,
+    block: tuple[int, int, int],
     transposed: bool = False,
 ) -> int:
-    """Predicted PCIe bytes of a whole job: :attr:`DevicePlan.pcie_bytes` over its host tiles."""
+    """Predicted PCIe bytes of a whole job: :attr:`DevicePlan.pcie_bytes` over its host tiles,
+    cut in the kernel's ``block`` tiles."""
     cache: dict[tuple[int, int], int] = {}
     total = 0
     for tm, tn in shapes:
@@ -352,15 +356,24 @@ def _round_down(value: int, unit: int) -> int:
     return (value // unit) * unit
 
 
-def device_summary(plan: Plan, device_memory: int, transposed: bool) -> dict[str, Any]:
+def device_summary(
+    plan: Plan,
+    device_memory: int,
+    transposed: bool,
+    blocks: Mapping[int, tuple[int, int, int]],
+) -> dict[str, Any]:
     """The device tiling of the plan's (largest) host tile and the job's predicted PCIe bytes.
 
     ``transposed``: an operand's panels reach the engine transposed (``--transpose-a/b``,
-    a Gram product), so its device plan keeps a scratch slice for them.
+    a Gram product), so its device plan keeps a scratch slice for them.  ``blocks``: the
+    backend's kernel block table (:func:`kernel_block`).
     """
     p = plan.problem
-    options = {"k": p.k, "transposed": transposed}
+    block = kernel_block(p.itemsize, blocks)
+    options = {"k": p.k, "transposed": transposed, "block": block}
     device = plan_device(plan.tm, plan.tn, plan.tk, p.itemsize, device_memory, **options)
     shapes = (t.shape for t in plan.tasks)
-    pcie = job_pcie_bytes(shapes, plan.tk, p.k, p.itemsize, device_memory, transposed=transposed)
+    pcie = job_pcie_bytes(
+        shapes, plan.tk, p.k, p.itemsize, device_memory, block, transposed=transposed
+    )
     return {**device.summary(), "pcie_bytes": pcie}

@@ -1,4 +1,4 @@
-"""The GPU worker the plan is made for: the one home of the GPU figures the model uses.
+"""The GPU worker the plan is made for: the rates of a device, as the plan uses them.
 
 Pure arithmetic, like :mod:`outofcore.planner.plan`: nothing here imports Dask, numba or zarr.
 A GPU job's tiles are ranked (:mod:`outofcore.planner.tiling`) and predicted
@@ -9,17 +9,15 @@ and the host's decode rate per thread times the task's decode threads (the plan'
 streams that decide are decoding and, for a split of k, the partial tiles written and
 read back (:func:`gpu_seconds`).
 
-Measured on lent H100/H200 nodes (docs/gpu.md, design.md "The GPU pipeline, by the
-numbers"): :data:`KERNEL_FLOPS`, :data:`PCIE_BPS`, :data:`DECODE_BPS_PER_THREAD`,
-:data:`START_SECONDS`, :data:`CLUSTER_START_SECONDS`, cuBLAS's :data:`CUBLAS_FLOPS`
-(backend ``cupy``; its complex rates inferred).  Assumed, not yet measured on a
-GPU node: :data:`WRITE_BPS`, :data:`SCRATCH_WRITE_BPS`, :data:`SCRATCH_READ_BPS`.
+The figures themselves are a backend's (:class:`DeviceRates`, handed in): the CUDA
+backend's, measured on lent H100/H200 nodes, are ``outofcore.backends.cuda.rates``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from outofcore.errors import InputError
@@ -29,48 +27,52 @@ from outofcore.planner.plan import Panels
 from outofcore.planner.problem import Problem
 from outofcore.planner.workload import busiest_worker, tile_count
 
-#: Our kernel's sustained rate on one H100/H200 at 8192³ (docs/gpu.md, four nodes,
-#: 2026-11), FLOP/s counted as ``2·m·n·k`` for every dtype, as the model counts: the
-#: complex kernels' measured rates (counted ``8·m·n·k``) divided by 4.
-KERNEL_FLOPS: dict[str, float] = {
-    "float32": 37.0e12,
-    "float64": 14.6e12,
-    "complex64": 42.7e12 / 4,
-    "complex128": 18.5e12 / 4,
-}
-#: cuBLAS's rate on the same devices, for backend ``cupy`` (docs/gpu.md: float32 50.2-51.5,
-#: float64 57.3-57.4 TFLOP/s at 8192³, measured; complex ones inferred from our kernel's
-#: measured rate and its measured fraction of cuBLAS at 4096³: 42.7 / 0.80, 18.5 / 0.32).
-CUBLAS_FLOPS: dict[str, float] = {
-    "float32": 50.5e12,
-    "float64": 57.3e12,
-    "complex64": 53.4e12 / 4,
-    "complex128": 57.8e12 / 4,
-}
-#: Pinned host-device copies, bytes/s each way (docs/gpu.md: 54.1-55.2 GB/s).
-PCIE_BPS = 55e9
-#: zstd decoding of one host core, decoded bytes/s (design.md: 0.8-0.9 GB/s a core).
-DECODE_BPS_PER_THREAD = 0.85e9
-#: Assumed: the output written by one worker's host thread, raw, bytes/s (the GPU
-#: check's ``perf`` phase assumes the same).
-WRITE_BPS = 1e9
-#: Assumed: partial tiles of a split of k written as raw ``.npy`` files next to the
-#: output, and read back by the reductions, bytes/s of one worker.
-SCRATCH_WRITE_BPS = 1e9
-SCRATCH_READ_BPS = 2e9
-#: Seconds before a single GPU's tasks flow when its worker runs in the job's process:
-#: the CUDA context (0.2-0.4 s) and the cached kernels' load (0.05 s) (design.md).
-START_SECONDS = 0.35
-#: Seconds more where the GPUs' workers are processes of a dask-cuda cluster the command
-#: starts and stops (2.5-4 s, with the workers' imports) (design.md).
-CLUSTER_START_SECONDS = 3.0
+
+@dataclass(frozen=True)
+class DeviceRates:
+    """One GPU backend's table of rates, as the plan and the time model use them.
+
+    The planner knows no device: a backend (``outofcore.backends.registry``) hands its own
+    table in (the CUDA backend's measured H100/H200 figures are in
+    ``outofcore.backends.cuda.rates``), and every GPU figure of a plan comes from it.
+    """
+
+    #: What multiplies, in words (``"kernel"``, ``"cuBLAS"``, ``"timed device"``).
+    engine: str
+    #: The kernel's sustained FLOP/s by compute dtype name, counted ``2·m·n·k`` for every
+    #: dtype (complex products' ``8·m·n·k`` divided by 4).
+    kernel_flops: Mapping[str, float]
+    #: Host-device copies of pinned memory, bytes/s each way.
+    pcie_bps: float
+    #: Decoded bytes/s of one host decode thread.
+    decode_bps_per_thread: float
+    #: The output written by one worker's host thread, raw, bytes/s.
+    write_bps: float
+    #: Partial tiles of a split of k written next to the output and read back, bytes/s.
+    scratch_write_bps: float
+    scratch_read_bps: float
+    #: Seconds before a single GPU's tasks flow when its worker runs in the job's process.
+    start_seconds: float
+    #: Seconds more where the GPUs' workers are processes of a cluster the command starts.
+    cluster_start_seconds: float
+    #: The kernel's block tile ``(bm, bn, bk)`` by element size: device tiles are cut in
+    #: its multiples (:func:`outofcore.planner.device_plan.plan_device`).
+    blocks: Mapping[int, tuple[int, int, int]]
+    #: Where the figures come from, in words (for ``outofcore plan``).
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        rates = (self.pcie_bps, self.decode_bps_per_thread, self.write_bps)
+        rates += (self.scratch_write_bps, self.scratch_read_bps, *self.kernel_flops.values())
+        if not self.kernel_flops or min(rates) <= 0:
+            raise InputError(f"a device's rates must be positive: {self}")
 
 
 @dataclass(frozen=True)
 class GpuTarget:
     """One GPU worker as the plan sees it: the rates of its kernel, copies and host."""
 
-    #: The dtype the kernel multiplies in (a key of :data:`KERNEL_FLOPS`).
+    #: The dtype the kernel multiplies in (a key of its :attr:`DeviceRates.kernel_flops`).
     dtype: str
     kernel_flops: float
     pcie_bps: float
@@ -84,8 +86,18 @@ class GpuTarget:
     device_memory: int | None = None
     #: An operand's panels reach the engine transposed (a device scratch slice each).
     transposed: bool = False
-    #: ``cuda`` (our kernel) or ``cupy`` (cuBLAS).
+    #: The backend's name (``cuda``, ``cupy``, ...).
     backend: str = "cuda"
+    #: What multiplies, in words (:attr:`DeviceRates.engine`).
+    engine: str = "kernel"
+    #: The kernel's block tile by element size (:attr:`DeviceRates.blocks`).
+    blocks: Mapping[int, tuple[int, int, int]] = field(default_factory=dict)
+    #: Where the rates come from, in words.
+    source: str = ""
+    #: Seconds before a single GPU's tasks flow (its worker in the job's process), and more
+    #: where the GPUs' workers are processes of a cluster the command starts.
+    start_seconds: float = 0.0
+    cluster_start_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         rates = (self.kernel_flops, self.pcie_bps, self.decode_bps_per_thread)
@@ -105,15 +117,14 @@ class GpuTarget:
         device budget."""
         if self.device_memory is None:
             return True
-        depth = min(tk, kernel_block(itemsize)[2])
+        depth = min(tk, kernel_block(itemsize, self.blocks)[2])
         needed = device_bytes(tm, tn, depth, itemsize, transposed=self.transposed)
         return needed <= self.device_memory
 
     def basis(self, threads: int) -> str:
         """The rates a GPU prediction rests on, in words."""
         return (
-            f"GPU rates (docs/gpu.md, measured on H100/H200): "
-            f"{'cuBLAS' if self.backend == 'cupy' else 'kernel'} "
+            f"GPU rates ({self.source}): {self.engine} "
             f"{self.kernel_flops / 1e12:.1f} TFLOP/s {self.dtype}, PCIe "
             f"{self.pcie_bps / 1e9:.0f} GB/s, decode {self.decode_bps_per_thread / 1e9:.2f} "
             f"GB/s a thread x {threads}; assumed: writes {self.write_bps / 1e9:.1f} GB/s"
@@ -125,6 +136,7 @@ class GpuTarget:
 
 def gpu_target(
     dtype: str,
+    rates: DeviceRates,
     *,
     device_memory: int | None = None,
     transposed: bool = False,
@@ -132,31 +144,34 @@ def gpu_target(
 ) -> GpuTarget:
     """The :class:`GpuTarget` of a job whose kernel multiplies in ``dtype`` (its compute
     dtype's name: float16 and int8 products multiply in float32, exact integer ones in
-    float64), from the measured figures above: our kernel's rate (:data:`KERNEL_FLOPS`)
-    for ``backend`` ``cuda``, cuBLAS's (:data:`CUBLAS_FLOPS`) for ``cupy``.
+    float64) on a device of ``rates`` (a backend's table), for ``backend``.
 
     Raises
     ------
     InputError
-        For a dtype no GPU kernel multiplies in, or a backend other than these two.
+        For a dtype the device's kernel does not multiply in.
     """
-    if backend not in ("cuda", "cupy"):
-        raise InputError(f"backend {backend!r}: a GPU multiplies with 'cuda' or 'cupy'")
-    if dtype not in KERNEL_FLOPS:
+    if dtype not in rates.kernel_flops:
         raise InputError(
-            f"compute dtype {dtype!r}: the GPU kernels multiply in {', '.join(KERNEL_FLOPS)}"
+            f"compute dtype {dtype!r}: the {rates.engine} multiplies in "
+            f"{', '.join(rates.kernel_flops)}"
         )
     return GpuTarget(
         dtype=dtype,
-        kernel_flops=(CUBLAS_FLOPS if backend == "cupy" else KERNEL_FLOPS)[dtype],
-        pcie_bps=PCIE_BPS,
-        decode_bps_per_thread=DECODE_BPS_PER_THREAD,
-        write_bps=WRITE_BPS,
-        scratch_write_bps=SCRATCH_WRITE_BPS,
-        scratch_read_bps=SCRATCH_READ_BPS,
+        kernel_flops=rates.kernel_flops[dtype],
+        pcie_bps=rates.pcie_bps,
+        decode_bps_per_thread=rates.decode_bps_per_thread,
+        write_bps=rates.write_bps,
+        scratch_write_bps=rates.scratch_write_bps,
+        scratch_read_bps=rates.scratch_read_bps,
         device_memory=device_memory,
         transposed=transposed,
         backend=backend,
+        engine=rates.engine,
+        blocks=rates.blocks,
+        source=rates.source,
+        start_seconds=rates.start_seconds,
+        cluster_start_seconds=rates.cluster_start_seconds,
     )
 
 
@@ -188,26 +203,3 @@ def gpu_seconds(
     )
     first = p.itemsize * min(tk, p.k) * (tm + tn) * (1 / decode_bps + 1 / gpu.pcie_bps)
     return max(streams) + math.ceil(tile_count(p, tm, tn) * splits / busy) * first
-
-
-def job_gpu_target(
-    backend: str,
-    gpu_workers: bool,
-    dtype: str,
-    *,
-    device_memory: int | None = None,
-    transposed: bool = False,
-) -> GpuTarget | None:
-    """The GPU a job's tiles are multiplied on, as the plan sees it, or None (a CPU job).
-
-    A job is on GPUs when its ``backend`` is ``cuda`` or ``cupy``, or ``auto`` with
-    ``gpu_workers`` (``--gpus``, or a cluster's workers that declare a GPU); its kernel
-    multiplies in ``dtype``, the product's compute dtype (wide integer products have no GPU
-    kernel: None), at our kernel's rate, or cuBLAS's for ``cupy``, on ``device_memory``
-    (None: each engine's own share, unknown here), with a device scratch slice where an
-    operand is ``transposed``."""
-    on_gpu = backend in ("cuda", "cupy") or (backend == "auto" and gpu_workers)
-    if not on_gpu or dtype not in KERNEL_FLOPS:
-        return None
-    chosen = "cupy" if backend == "cupy" else "cuda"  # auto with GPUs: our kernel
-    return gpu_target(dtype, backend=chosen, device_memory=device_memory, transposed=transposed)

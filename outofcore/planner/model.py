@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from outofcore.planner.gpu_rates import GpuTarget, gpu_target
+from outofcore.planner.gpu_rates import GpuTarget
 from outofcore.planner.plan import Plan
 from outofcore.planner.tiling import make_output_plan
 from outofcore.planner.workload import busiest_worker
@@ -168,11 +168,11 @@ def gpu_machine(
 GPU_NODE_GPUS, GPU_NODE_THREADS, GPU_NODE_DISK_BPS = 8, 8, 25 * GB
 
 
-def gpu_node(dtype: str = "float32") -> Machine:
-    """The assumed GPU node (:data:`GPU_NODE_GPUS` and its threads) with the measured
-    rates of our kernel in ``dtype`` (:func:`outofcore.planner.gpu_rates.gpu_target`)."""
+def gpu_node(gpu: GpuTarget) -> Machine:
+    """The assumed GPU node (:data:`GPU_NODE_GPUS` and its threads) with ``gpu``'s rates (a
+    backend's table for a dtype, :func:`outofcore.planner.gpu_rates.gpu_target`)."""
     return gpu_machine(
-        gpu_target(dtype),
+        gpu,
         GPU_NODE_GPUS,
         GPU_NODE_THREADS,
         name=f"gpu-node ({GPU_NODE_GPUS}x H100)",
@@ -180,8 +180,6 @@ def gpu_node(dtype: str = "float32") -> Machine:
     )
 
 
-#: :func:`gpu_node` in float32.
-GPU_NODE = gpu_node()
 #: Assumed: CPU nodes of 64 cores (~3.5 TFLOP/s sgemm), one worker each, 100 Gb/s
 #: network to shared object storage of 100 GB/s aggregate.
 CPU_CLUSTER_NODE = Machine(
@@ -295,17 +293,17 @@ def what_ifs(
     tk: int | None = None,
     splits: int | None = None,
     shards: bool | None = None,
-    gpu_dtype: str = "float32",
+    gpu: GpuTarget | None = None,
 ) -> list[Prediction]:
-    """Predictions on assumed machines: a GPU node and CPU clusters of ``nodes`` nodes.
+    """Predictions on assumed machines: a GPU node of ``gpu``'s rates (none when None) and
+    CPU clusters of ``nodes`` nodes.
 
     Their node counts and CPU rates are assumptions (:func:`gpu_node`,
-    :data:`CPU_CLUSTER_NODE`), the GPU's rates measured elsewhere (``gpu_dtype``'s
-    kernel): what the plan would take there, not what it takes here.  Each machine gets
-    its own plan (:func:`assumed_plans`, with the job's options).
+    :data:`CPU_CLUSTER_NODE`), the GPU's rates a backend's table (measured elsewhere): what
+    the plan would take there, not what it takes here.  Each machine gets its own plan
+    (:func:`assumed_plans`, with the job's options).
     """
-    options = {"tile": tile, "tk": tk, "splits": splits, "shards": shards}
-    options["gpu_dtype"] = gpu_dtype
+    options = {"tile": tile, "tk": tk, "splits": splits, "shards": shards, "gpu": gpu}
     return [
         predict(replanned, machine) for machine, replanned in assumed_plans(plan, nodes, **options)
     ]
@@ -319,16 +317,16 @@ def assumed_plans(
     tk: int | None = None,
     splits: int | None = None,
     shards: bool | None = None,
-    gpu_dtype: str = "float32",
+    gpu: GpuTarget | None = None,
 ) -> list[tuple[Machine, Plan]]:
     """The assumed machines of :func:`what_ifs` and the plan each gets: made for its number
     of workers, with the same budget per task and the options the job was planned with
     (``tile``, ``tk``, ``splits`` forced; ``shards`` for an output it creates, None: as
     ``plan`` is sharded): :func:`~outofcore.planner.tiling.make_output_plan`, pure and fast.  The
-    GPU node's plan is always made again, ranked by its GPU's rates (``gpu_dtype``'s
-    kernel, the job's decode threads)."""
-    gpu = gpu_target(gpu_dtype)
-    machines = [gpu_node(gpu_dtype)] + [CPU_CLUSTER_NODE.scaled(n) for n in nodes]
+    GPU node's plan (with ``gpu``) is always made again, ranked by its GPU's rates (the
+    job's decode threads)."""
+    machines = [gpu_node(gpu)] if gpu is not None else []
+    machines += [CPU_CLUSTER_NODE.scaled(n) for n in nodes]
     if shards is None:
         shards = plan.problem.shard_tiles
     options = {"tile": tile, "tk": tk, "splits": splits, "shards": shards}

@@ -10,7 +10,7 @@ from distributed.utils_test import gen_cluster
 
 from outofcore.api import run_job
 from outofcore.backends import cuda as ooc_cuda
-from outofcore.backends.engines import gpu_visible
+from outofcore.backends.registry import gpu_visible
 from outofcore.errors import BackendError
 from outofcore.runtime.gpu_cluster import GPU_RESOURCE
 from tests.helpers import assert_product_close, random_matrix, with_sync_client, write_zarr

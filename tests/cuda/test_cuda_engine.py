@@ -123,10 +123,10 @@ def test_each_task_thread_makes_its_engine_once(monkeypatch):
     assert isinstance(other[0], CudaEngine) and other[0] is not mine
 
 
-def test_outofcore_engines_builds_the_cuda_engine():
-    from outofcore.backends import engines
+def test_the_registry_builds_the_cuda_engine():
+    from outofcore.backends import registry
 
-    engine = engines.make_engine("cuda")
+    engine = registry.make_engine("cuda")
     assert isinstance(engine, CudaEngine) and engine.name == "cuda"
 
 

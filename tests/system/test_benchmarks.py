@@ -12,7 +12,8 @@ from importlib import import_module
 import numpy as np
 import pytest
 
-from outofcore.backends.engines import CpuEngine, gemm_accumulate
+from outofcore.backends.blas import gemm_accumulate
+from outofcore.backends.cpu import CpuEngine
 from outofcore.planner.io_model import io_lower_bound
 from outofcore.planner.problem import Problem
 from outofcore.runtime.worker_sizing import WORKER_OVERHEAD_BYTES
@@ -290,7 +291,7 @@ def test_latency_benchmark_runs_every_system_through_the_delaying_proxy(tmp_path
         assert systems[name]["median_seconds"] > 0
         # At least every chunk of A and B (4x4 each) went through the proxy.
         assert systems[name]["runs"][0]["requests"] >= 32, (name, systems[name])
-    assert "dask.array S3" in latency.format_table(report)
+    assert "dask.array S3" in latency.latency_table(report)
 
 
 def test_delay_proxy_delays_each_request_and_counts_it(moto_server):
@@ -332,7 +333,7 @@ def test_capped_benchmark_runs_every_system_inside_the_cgroup(tmp_path):
     assert ours["summary"]["task_budget_bytes"] == 2**30 - WORKER_OVERHEAD_BYTES  # within the cap
     assert report["dask_array"]["outcome"] == "finished"
     assert report["numpy"]["seconds"] > 0 and ours["ratio_to_numpy"] > 0
-    assert "dask.array" in capped.format_table(report)
+    assert "dask.array" in capped.capped_table(report)
     assert not list((tmp_path / "data").glob("capped-*"))  # scratch outputs removed
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks import null_device
 from benchmarks.null_device import DeviceModel, NullEngine, Sizes
-from outofcore.backends.engines import TileEngine
+from outofcore.backends.protocol import TileEngine
 from outofcore.runtime.cores import usable_cores
 
 SIZES = Sizes(m=768, k=1024, n=512, chunk=128, tile=256, tk=256)

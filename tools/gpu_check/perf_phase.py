@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from outofcore.planner import gpu_rates
+from outofcore.backends.cuda import rates as gpu_rates
 from tools.gpu_check.common import Parts, cli_job, cupy_or_none, dry_run, python_call
 from tools.gpu_check.job_phases import dry_job, make_arrays
 
@@ -27,7 +27,7 @@ DEVICE_CAP = 8 << 30
 HOST_MEMORY = "16GiB"
 #: Rates for choosing the size: random zstd inputs made at 0.1 GB/s a core (measured
 #: here on 2 shared cores: 0.06 to 0.11), the kernel at the issue's target of 25 TFLOP/s,
-#: decoding and writing as the model's GPU figures have them (:mod:`outofcore.planner.gpu_rates`).
+#: decoding and writing as the model's GPU figures have them (:mod:`outofcore.backends.cuda.rates`).
 MAKE_BPS_PER_CORE, FLOPS = 0.1e9, 25e12
 DECODE_BPS_PER_CORE, WRITE_BPS = gpu_rates.DECODE_BPS_PER_THREAD, gpu_rates.WRITE_BPS
 #: A size is taken when 1.5 times its estimate fits the time left.

@@ -40,9 +40,9 @@ from numba import cuda, uint32
 from numba.cuda import config as cuda_config
 from numba.cuda.cudadrv.driver import device_memset  # the simulator's, under NUMBA_ENABLE_CUDASIM
 
+from outofcore.backends.cuda.blocks import KERNEL_BLOCKS
 from outofcore.backends.cuda.cache_folder import configure_numba
 from outofcore.errors import InputError
-from outofcore.planner.device_plan import KERNEL_BLOCKS
 
 #: Largest grid extent along y (CUDA's limit); taller matrices take several launches.
 MAX_GRID_Y = 65535
@@ -100,7 +100,7 @@ class TileParams:
 #: Production parameters per dtype: 128x128 blocks of 16x16 threads for float32
 #: (8x8 outputs per thread), 64x64 blocks with 4x4 per thread for float64 and
 #: both complex dtypes (a complex multiply-add is four real FMAs).  The
-#: block tiles ``(bm, bn, bk)`` are :data:`outofcore.planner.device_plan.KERNEL_BLOCKS`,
+#: block tiles ``(bm, bn, bk)`` are :data:`outofcore.backends.cuda.blocks.KERNEL_BLOCKS`,
 #: the table the device tiling is sized by; only the per-thread tiles are here.
 PRODUCTION = {
     np.dtype(np.float32): TileParams(*KERNEL_BLOCKS[4], tm=8, tn=8),

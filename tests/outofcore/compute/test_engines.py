@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from outofcore.backends.engines import CpuEngine
+from outofcore.backends.cpu import CpuEngine
 from tests.helpers import assert_product_close, engine_protocol_gaps, random_matrix
 
 
@@ -42,7 +42,7 @@ def test_accumulate_before_start_is_an_error():
 def test_the_cpu_engine_has_the_whole_engine_protocol_and_streams_row_blocks():
     engine = CpuEngine()
     assert engine_protocol_gaps(engine) == set()
-    assert engine.row_blocks is True
+    assert engine.capabilities.row_blocks is True
     rng = np.random.default_rng(3)
     a, b = random_matrix(rng, (19, 11), "float64"), random_matrix(rng, (11, 7), "float64")
     engine.configure(device_memory=123, panel_depth=5)  # no device: changes nothing

@@ -12,7 +12,7 @@ import numpy as np
 import zarr
 
 from outofcore.api import run_job
-from outofcore.backends.engines import CpuEngine
+from outofcore.backends.cpu import CpuEngine
 from outofcore.compute import panel_cache
 from outofcore.compute.worker_context import worker_context
 from outofcore.jobs import recorded, splitk

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from outofcore.backends.cuda import probe
-from outofcore.backends.engines import gpu_visible, resolve_backend
+from outofcore.backends.registry import gpu_visible, resolve_backend
 from tests.helpers import ROOT, random_matrix, write_zarr
 
 #: A user's environment: tests/conftest.py turns numba's simulator on for this session.
@@ -41,7 +41,7 @@ def test_auto_on_this_machine_probes_without_importing_numba():
     out = run_python(
         """
         import sys
-        from outofcore.backends.engines import resolve_backend
+        from outofcore.backends.registry import resolve_backend
         from outofcore.backends.cuda.probe import device_count
         print(resolve_backend("auto"), device_count())
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "cuda", "cupy")))

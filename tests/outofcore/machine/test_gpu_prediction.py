@@ -12,22 +12,21 @@ from dataclasses import replace
 
 import pytest
 
+from outofcore.backends.cuda.rates import (
+    CUBLAS_FLOPS,
+    DECODE_BPS_PER_THREAD,
+    KERNEL_FLOPS,
+    PCIE_BPS,
+)
 from outofcore.frontends.generate import random_array
 from outofcore.jobs.inputs import open_product
 from outofcore.jobs.planning import plan_job, with_predictions
 from outofcore.jobs.spec import JobSpec
 from outofcore.machine.prediction import gpu_plan_machine, machine_prediction
-from outofcore.planner.gpu_rates import (
-    CUBLAS_FLOPS,
-    DECODE_BPS_PER_THREAD,
-    KERNEL_FLOPS,
-    PCIE_BPS,
-    gpu_target,
-)
 from outofcore.planner.model import predict
 from outofcore.runtime.executors import WorkerShape
 from outofcore.runtime.worker_sizing import local_blas_threads
-from tests.helpers import unwrapped
+from tests.helpers import cuda_device_plan, cuda_target, unwrapped
 from tests.outofcore.machine.test_plan_prediction import inject, plan, plan_json
 from tests.outofcore.machine.test_probe import FIGURES
 
@@ -84,15 +83,14 @@ def test_the_gpu_is_the_jobs_dtype_device_budget_and_transpose(folder):
 def test_a_gpu_jobs_tiles_are_resident_on_its_device_budget(folder):
     """160 KiB of device memory holds a 128x192 float32 C tile, not 192x192: the CPU
     plan's tiles are larger; the GPU plan's every tile stays on the device."""
-    from outofcore.planner.device_plan import plan_device  # noqa: PLC0415
 
     cpu_spec = JobSpec(memory="64MiB", backend="cpu")
     cpu = plan_job(opened(cpu_spec), cpu_spec, CPUS).plan
     spec = JobSpec(memory="64MiB", backend="cuda", device_memory=160 * 1024)
     gpu = plan_job(opened(spec), spec, FOUR_GPUS).plan
     shapes = {task.shape for task in gpu.tasks}
-    assert all(plan_device(*s, gpu.tk, 4, 160 * 1024, k=384).resident for s in shapes)
-    assert not plan_device(cpu.tm, cpu.tn, cpu.tk, 4, 160 * 1024, k=384).resident
+    assert all(cuda_device_plan(*s, gpu.tk, 4, 160 * 1024, k=384).resident for s in shapes)
+    assert not cuda_device_plan(cpu.tm, cpu.tn, cpu.tk, 4, 160 * 1024, k=384).resident
     assert gpu.splits == 1 and len(gpu.tasks) >= 4
 
 
@@ -151,7 +149,7 @@ def test_outofcore_plan_of_a_gpu_job_prints_the_gpu_basis(folder, capsys):
 
 def test_a_gpu_target_exists_for_every_gpu_compute_dtype():
     for dtype, rate in KERNEL_FLOPS.items():
-        assert gpu_target(dtype).kernel_flops == rate > 1e12
+        assert cuda_target(dtype).kernel_flops == rate > 1e12
 
 
 def test_backend_cupy_is_planned_and_predicted_at_cublass_rate(folder, capsys):

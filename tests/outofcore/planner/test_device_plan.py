@@ -13,14 +13,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from outofcore import cli
+from outofcore.backends.cuda.blocks import KERNEL_BLOCKS
 from outofcore.errors import BudgetError, InputError
 from outofcore.planner.device_plan import (
     DevicePlan,
     device_bytes,
     job_pcie_bytes,
     kernel_block,
-    plan_device,
 )
+from tests.helpers import cuda_device_plan
 
 
 def simulate_transfers(plan: DevicePlan) -> tuple[int, int]:
@@ -50,7 +51,7 @@ def ab_traffic(tm: int, tn: int, dm: int, dn: int) -> int:
 
 def test_resident_when_the_whole_tile_fits():
     budget = device_bytes(100, 80, 64, 4)
-    plan = plan_device(100, 80, 64, 4, budget, k=640)
+    plan = cuda_device_plan(100, 80, 64, 4, budget, k=640)
     assert plan.resident and (plan.dm, plan.dn, plan.dk) == (100, 80, 64)
     assert (plan.rows, plan.cols, plan.host_panels) == (1, 1, 10)
     assert plan.h2d_bytes == 4 * (100 * 640 + 640 * 80)
@@ -60,16 +61,16 @@ def test_resident_when_the_whole_tile_fits():
 
 def test_resident_with_slices_shallower_than_the_host_panel():
     """Just room for 8-deep slices: still resident, the host panel goes in 8 slices."""
-    plan = plan_device(100, 80, 64, 4, device_bytes(100, 80, 8, 4) + 4 * 359)
+    plan = cuda_device_plan(100, 80, 64, 4, device_bytes(100, 80, 8, 4) + 4 * 359)
     assert plan.resident and plan.dk == 8
-    more = plan_device(100, 80, 64, 4, device_bytes(100, 80, 40, 4))
+    more = cuda_device_plan(100, 80, 64, 4, device_bytes(100, 80, 40, 4))
     assert more.resident and more.dk == 40
-    assert plan_device(100, 80, 64, 4, 10**9).dk == 64  # never deeper than the host panel
+    assert cuda_device_plan(100, 80, 64, 4, 10**9).dk == 64  # never deeper than the host panel
 
 
 def test_sub_tiled_just_below_the_resident_size():
     budget = device_bytes(1000, 1000, 8, 4) - 1
-    plan = plan_device(1000, 1000, 512, 4, budget, k=2048)
+    plan = cuda_device_plan(1000, 1000, 512, 4, budget, k=2048)
     assert not plan.resident
     assert plan.device_bytes <= budget
     panels = 4
@@ -82,38 +83,42 @@ def test_sub_tiled_just_below_the_resident_size():
 
 def test_square_host_tile_gets_square_device_tiles():
     budget = device_bytes(2048, 2048, 256, 4, c_buffers=2)  # sub-tiled: two C buffers
-    plan = plan_device(4096, 4096, 1024, 4, budget, k=8192)
+    plan = cuda_device_plan(4096, 4096, 1024, 4, budget, k=8192)
     assert (plan.dm, plan.dn) == (2048, 2048) and plan.dk == 256
     assert (plan.rows, plan.cols) == (2, 2)
 
 
 def test_tall_host_tile_keeps_its_width():
-    plan = plan_device(20000, 1000, 512, 8, 2**27)
+    plan = cuda_device_plan(20000, 1000, 512, 8, 2**27)
     assert plan.dn == 1000 and plan.dm % 64 == 0 and plan.rows > 1
     assert plan.device_bytes <= 2**27
 
 
 def test_block_multiples():
-    plan = plan_device(1000, 900, 700, 4, 2 * 2**20)
+    plan = cuda_device_plan(1000, 900, 700, 4, 2 * 2**20)
     assert not plan.resident
     assert plan.dm % 128 == 0 or plan.dm == 1000
     assert plan.dn % 128 == 0 or plan.dn == 900
     assert plan.dk % 8 == 0 or plan.dk == 700
-    assert kernel_block(8) == (64, 64, 8)
+    assert kernel_block(8, KERNEL_BLOCKS) == (64, 64, 8)
+    with pytest.raises(InputError, match="itemsize = 2: .* elements of 4, 8, 16 bytes"):
+        kernel_block(2, KERNEL_BLOCKS)
 
 
 def test_smallest_device_tile_that_does_not_fit_names_the_bytes():
     needed = device_bytes(8, 8, 4, 4, c_buffers=2)  # 4 * (2*64 + 2*4*16) = 1024
     assert needed == 1024
-    assert plan_device(19, 23, 9, 4, needed, block=(8, 8, 4)).dm == 8
+    assert cuda_device_plan(19, 23, 9, 4, needed, block=(8, 8, 4)).dm == 8
     with pytest.raises(BudgetError, match=r"device budget of 1023 bytes .* needs 1024 bytes"):
-        plan_device(19, 23, 9, 4, needed - 1, block=(8, 8, 4))
+        cuda_device_plan(19, 23, 9, 4, needed - 1, block=(8, 8, 4))
     # A transposed operand's scratch slice: 4 * (2*64 + 2*4*16 + 4*8) = 1152.
     with pytest.raises(BudgetError, match=r"needs 1152 bytes .* \+ 4\*8\)"):
-        plan_device(19, 23, 9, 4, 1151, block=(8, 8, 4), transposed=True)
-    assert plan_device(19, 23, 9, 4, 1152, block=(8, 8, 4), transposed=True).device_bytes == 1152
+        cuda_device_plan(19, 23, 9, 4, 1151, block=(8, 8, 4), transposed=True)
+    assert (
+        cuda_device_plan(19, 23, 9, 4, 1152, block=(8, 8, 4), transposed=True).device_bytes == 1152
+    )
     with pytest.raises(BudgetError, match=r"128x128 with 8-deep .*\(--device-memory\)"):
-        plan_device(4096, 4096, 1024, 4, 81_919)
+        cuda_device_plan(4096, 4096, 1024, 4, 81_919)
 
 
 @pytest.mark.parametrize(
@@ -121,24 +126,23 @@ def test_smallest_device_tile_that_does_not_fit_names_the_bytes():
     [
         ((0, 5, 5, 4, 100), "tm = 0"),
         ((5, 5, 5, 4, 0), "device budget = 0 bytes"),
-        ((5, 5, 5, 2, 100), "itemsize = 2"),
         ((5, 5, 1.5, 4, 100), "tk = 1.5"),
     ],
 )
 def test_bad_input(args, message):
     with pytest.raises(InputError, match=message):
-        plan_device(*args)
+        cuda_device_plan(*args)
 
 
 def test_job_pcie_bytes_adds_the_host_tiles():
     shapes = [(100, 80), (100, 80), (30, 80), (0, 5)]
-    total = job_pcie_bytes(shapes, 64, 640, 4, 50_000)
-    one = [plan_device(m, n, 64, 4, 50_000, k=640).pcie_bytes for m, n in shapes[:3]]
+    total = job_pcie_bytes(shapes, 64, 640, 4, 50_000, KERNEL_BLOCKS[4])
+    one = [cuda_device_plan(m, n, 64, 4, 50_000, k=640).pcie_bytes for m, n in shapes[:3]]
     assert total == sum(one)
 
 
 def test_summary_is_plain_data():
-    summary = plan_device(300, 200, 100, 8, 200_000, k=250).summary()
+    summary = cuda_device_plan(300, 200, 100, 8, 200_000, k=250).summary()
     assert summary["mode"] == "sub-tiled"
     assert summary["pcie_bytes_per_tile"] == (
         summary["h2d_bytes_per_tile"] + summary["d2h_bytes_per_tile"]
@@ -172,9 +176,9 @@ def test_properties(tm, tn, tk, panels, extra, itemsize, block, budget, transpos
     options = {"k": k, "block": block, "transposed": transposed}
     if smallest > budget:
         with pytest.raises(BudgetError, match=f"needs {smallest} bytes"):
-            plan_device(tm, tn, tk, itemsize, budget, **options)
+            cuda_device_plan(tm, tn, tk, itemsize, budget, **options)
         return
-    plan = plan_device(tm, tn, tk, itemsize, budget, **options)
+    plan = cuda_device_plan(tm, tn, tk, itemsize, budget, **options)
     assert plan.device_bytes <= budget
     assert plan.device_bytes == needs(plan.dm, plan.dn, plan.dk)
     assert plan.c_buffers == (1 if plan.resident else 2)
@@ -218,7 +222,7 @@ def test_plan_shows_the_device_tiling(operands, capsys):
     assert cli.main([*args, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     device = summary["device"]
-    host = plan_device(*summary["tile"], summary["tk"], 4, 120 * 1024, k=500)
+    host = cuda_device_plan(*summary["tile"], summary["tk"], 4, 120 * 1024, k=500)
     assert device == {**host.summary(), "pcie_bytes": device["pcie_bytes"]}
     assert device["mode"] == "sub-tiled" and device["device_bytes"] <= 120 * 1024
     per_tile = device["pcie_bytes_per_tile"]
@@ -264,5 +268,5 @@ def test_plan_of_a_transposed_product_keeps_the_scratch_slice(tmp_path, capsys):
     assert cli.main([*args, "--json"]) == 0
     device = json.loads(capsys.readouterr().out)["device"]
     assert device["transposed_scratch"] is True and device["device_bytes"] <= 120 * 1024
-    plan = plan_device(*device["host_tile"], device["host_tk"], 4, 120 * 1024, transposed=True)
+    plan = cuda_device_plan(*device["host_tile"], device["host_tk"], 4, 120 * 1024, transposed=True)
     assert device["device_tile"] == [plan.dm, plan.dn] and device["dk"] == plan.dk

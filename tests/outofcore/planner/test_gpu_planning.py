@@ -13,19 +13,17 @@ from dataclasses import replace
 
 import pytest
 
-from outofcore.errors import InputError
-from outofcore.planner.device_plan import plan_device
-from outofcore.planner.gpu_rates import (
+from outofcore.backends.cuda.rates import (
     CUBLAS_FLOPS,
     DECODE_BPS_PER_THREAD,
     KERNEL_FLOPS,
     PCIE_BPS,
-    gpu_seconds,
-    gpu_target,
 )
+from outofcore.backends.registry import job_gpu_target
+from outofcore.errors import InputError
+from outofcore.planner.gpu_rates import gpu_seconds
 from outofcore.planner.memory import round_up
 from outofcore.planner.model import (
-    GPU_NODE,
     GPU_NODE_THREADS,
     assumed_plans,
     gpu_machine,
@@ -34,6 +32,9 @@ from outofcore.planner.model import (
 )
 from outofcore.planner.problem import Problem
 from outofcore.planner.tiling import make_output_plan
+from tests.helpers import cuda_device_plan, cuda_target
+
+GPU_NODE = gpu_node(cuda_target("float32"))
 
 GiB, MiB = 2**30, 2**20
 
@@ -106,7 +107,7 @@ CUBE = chunked(32768, 32768, 32768, 4, (2048, 2048))
 
 def gpu_plan(problem: Problem, budget: int, workers: int, device: int | None, io: int = 2):
     """The plan of a float32 GPU job with ``device`` bytes of device memory an engine."""
-    gpu = gpu_target(problem_dtype(problem), device_memory=device)
+    gpu = cuda_target(problem_dtype(problem), device_memory=device)
     return make_output_plan(problem, budget, workers, io_concurrency=io, gpu=gpu)
 
 
@@ -118,7 +119,9 @@ def device_plans(plan, device: int):
     """The device tiling of every host tile shape of ``plan`` on ``device`` bytes."""
     shapes = {task.shape for task in plan.tasks}
     k = plan.problem.k
-    return [plan_device(tm, tn, plan.tk, plan.problem.itemsize, device, k=k) for tm, tn in shapes]
+    return [
+        cuda_device_plan(tm, tn, plan.tk, plan.problem.itemsize, device, k=k) for tm, tn in shapes
+    ]
 
 
 @pytest.mark.parametrize("threads", [2, 16])
@@ -134,7 +137,7 @@ def test_the_issues_cube_on_8_gpus_plans_8_resident_whole_k_tiles(threads):
 def test_the_gpu_ranking_rates_the_split_plan_slower():
     """The seconds behind the choice: the 2-tile split reads half as much but moves 16 GiB
     of partial tiles twice, beside a kernel that needs a quarter of a second."""
-    gpu = gpu_target("float32", device_memory=8 * GiB)
+    gpu = cuda_target("float32", device_memory=8 * GiB)
     chosen = gpu_plan(CUBE, 8 * GiB, 8, 8 * GiB)
     split = gpu_seconds(CUBE, 32768, 16384, 2048, 8, 4, 2, gpu)
     whole = gpu_seconds(CUBE, chosen.tm, chosen.tn, chosen.tk, 8, 1, 2, gpu)
@@ -147,7 +150,7 @@ def test_the_gpu_ranking_rates_the_split_plan_slower():
 def test_the_tile_is_the_largest_the_device_budget_keeps_resident(device, workers):
     """Every tile stays on the device; a tiling of fewer tile rows or columns would not."""
     plan = gpu_plan(CUBE, 8 * GiB, workers, device)
-    gpu = gpu_target("float32", device_memory=device)
+    gpu = cuda_target("float32", device_memory=device)
     assert plan.splits == 1 and len(plan.tasks) >= workers
     assert all(d.resident and d.device_bytes <= device for d in device_plans(plan, device))
     rows, cols = plan.tiles_down, plan.tiles_across
@@ -179,7 +182,7 @@ def test_k_is_still_split_where_the_tiles_cannot_keep_the_gpus_busy():
 def test_without_a_device_budget_no_tile_is_required_resident():
     """The device budget unknown when planning (each engine's own share): the ranking
     alone decides, as with a budget that holds every candidate."""
-    assert gpu_target("float32").resident(32768, 32768, 2048, 4)
+    assert cuda_target("float32").resident(32768, 32768, 2048, 4)
     unknown = gpu_plan(CUBE, 8 * GiB, 8, None)
     ample = gpu_plan(CUBE, 8 * GiB, 8, 64 * GiB)
     assert (unknown.tm, unknown.tn, unknown.splits) == (ample.tm, ample.tn, ample.splits)
@@ -195,7 +198,7 @@ def test_a_device_budget_too_small_for_any_resident_tile_leaves_the_tiles_sub_ti
 
 
 def test_a_larger_kernel_rate_or_more_decode_threads_estimates_less_time():
-    gpu = gpu_target("float32")
+    gpu = cuda_target("float32")
     args = (CUBE, 16384, 8192, 2048, 8, 1)
     slow_kernel = replace(gpu, kernel_flops=1e12)  # compute-bound at 1 TFLOP/s
     assert gpu_seconds(*args, 2, slow_kernel) > gpu_seconds(*args, 2, gpu)
@@ -205,35 +208,35 @@ def test_a_larger_kernel_rate_or_more_decode_threads_estimates_less_time():
 def test_the_gpu_figures_have_one_home():
     """The assumed GPU node and a job's GPU machine take the same measured rates."""
     assert GPU_NODE.kernel_flops == KERNEL_FLOPS["float32"] == 37e12
-    assert GPU_NODE.pcie_bps == PCIE_BPS == gpu_target("float64").pcie_bps
+    assert GPU_NODE.pcie_bps == PCIE_BPS == cuda_target("float64").pcie_bps
     assert GPU_NODE.decode_bps == GPU_NODE_THREADS * DECODE_BPS_PER_THREAD
-    assert gpu_node("float64").kernel_flops == KERNEL_FLOPS["float64"]
-    machine = gpu_machine(gpu_target("complex64"), 4, 3, name="x", disk_bps=1e9)
+    assert gpu_node(cuda_target("float64")).kernel_flops == KERNEL_FLOPS["float64"]
+    machine = gpu_machine(cuda_target("complex64"), 4, 3, name="x", disk_bps=1e9)
     assert machine.kernel_flops == KERNEL_FLOPS["complex64"] and machine.workers == 4
     assert machine.decode_bps == pytest.approx(3 * DECODE_BPS_PER_THREAD)
 
 
 def test_the_gpu_node_what_if_is_planned_with_its_gpus_rates():
     plan = make_output_plan(CUBE, 8 * GiB, 8, io_concurrency=2)  # a CPU job's plan
-    (gpu_machine_, replanned), *_ = assumed_plans(plan)
+    (gpu_machine_, replanned), *_ = assumed_plans(plan, gpu=cuda_target("float32"))
     assert gpu_machine_.pcie_bps and replanned.splits == 1 and len(replanned.tasks) >= 8
     assert plan.splits == 4  # the CPU plan, for the CPU what-ifs
 
 
 def test_a_gpu_target_refuses_what_no_kernel_multiplies_and_rates_that_are_not_positive():
-    with pytest.raises(InputError, match="multiply in float32"):
-        gpu_target("int64")
+    with pytest.raises(InputError, match="kernel multiplies in float32"):
+        cuda_target("int64")
     with pytest.raises(InputError, match="positive"):
-        replace(gpu_target("float32"), pcie_bps=0.0)
+        replace(cuda_target("float32"), pcie_bps=0.0)
     with pytest.raises(InputError, match="at least 1 byte"):
-        gpu_target("float32", device_memory=0)
+        cuda_target("float32", device_memory=0)
 
 
 @pytest.mark.parametrize(("threads", "disk_bps"), [(2, 3e9), (16, 25e9)])
 def test_the_time_model_agrees_with_the_ranking(threads, disk_bps):
     """:func:`outofcore.planner.model.predict` on the same GPUs (and a disk the ranking does not
     know) predicts the GPU plan faster than the CPU ranking's split one."""
-    gpu = gpu_target("float32", device_memory=8 * GiB)
+    gpu = cuda_target("float32", device_memory=8 * GiB)
     machine = gpu_machine(gpu, 8, threads, name="8 GPUs", disk_bps=disk_bps)
     cpu_plan = make_output_plan(CUBE, 8 * GiB, 8, io_concurrency=threads)
     gpu_plan_ = gpu_plan(CUBE, 8 * GiB, 8, 8 * GiB, io=threads)
@@ -242,8 +245,7 @@ def test_the_time_model_agrees_with_the_ranking(threads, disk_bps):
 
 
 def test_cupy_multiplies_at_cublass_rate_and_other_backends_are_refused():
-    cupy = gpu_target("float64", backend="cupy")
-    assert cupy.kernel_flops == CUBLAS_FLOPS["float64"] > gpu_target("float64").kernel_flops
+    cupy = cuda_target("float64", backend="cupy")
+    assert cupy.kernel_flops == CUBLAS_FLOPS["float64"] > cuda_target("float64").kernel_flops
     assert "cuBLAS 57.3 TFLOP/s float64" in cupy.basis(4)
-    with pytest.raises(InputError, match="'cuda' or 'cupy'"):
-        gpu_target("float32", backend="cpu")
+    assert job_gpu_target("cpu", True, "float32") is None  # a CPU backend has no GPU

@@ -10,13 +10,16 @@ import pytest
 from outofcore.planner.model import (
     CI_2CORE,
     CPU_CLUSTER_NODE,
-    GPU_NODE,
     assumed_plans,
+    gpu_node,
     predict,
     what_ifs,
 )
 from outofcore.planner.problem import Problem
 from outofcore.planner.tiling import make_output_plan, make_plan
+from tests.helpers import cuda_target
+
+GPU_NODE = gpu_node(cuda_target("float32"))
 
 
 def square(size: int, chunk: int) -> Problem:
@@ -75,7 +78,7 @@ def test_busiest_worker_counts_ragged_tiles():
 def test_million_square_problem_plans_and_predicts_in_under_a_second():
     started = time.perf_counter()
     plan = make_plan(square(10**6, 4096), 8 * 2**30, workers=64)
-    predictions = [predict(plan, CI_2CORE), *what_ifs(plan)]
+    predictions = [predict(plan, CI_2CORE), *what_ifs(plan, gpu=cuda_target("float32"))]
     assert time.perf_counter() - started < 1
     assert [p.machine for p in predictions][:2] == [CI_2CORE.name, GPU_NODE.name]
     assert all(p.seconds > 0 for p in predictions)

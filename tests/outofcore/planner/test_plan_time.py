@@ -24,6 +24,7 @@ from outofcore.planner.model import what_ifs
 from outofcore.planner.problem import Problem
 from outofcore.planner.tiling import make_output_plan
 from outofcore.runtime.cluster import worker_shape_of
+from tests.helpers import cuda_target
 
 #: Seconds a plan of any grid may take here (measured about 0.3 s at 10**7 rows; the
 #: 2-core CI machine runs other tests beside it).
@@ -60,7 +61,7 @@ def test_the_plan_and_its_what_ifs_of_a_huge_grid_of_1x1_chunks_are_quick(rows):
         m=rows, k=2, n=rows, itemsize=4, a_chunks=(1, 1), b_chunks=(1, 1), symmetric=True
     )
     plan, seconds = timed(make_output_plan, problem, 2**30, 1)
-    assumed, more = timed(what_ifs, plan)
+    assumed, more = timed(what_ifs, plan, gpu=cuda_target("float32"))
     assert seconds + more < PLAN_SECONDS, (seconds, more)
     assert plan.tm == plan.tn and len(plan.tasks) > 1
     assert all(p.seconds > 0 for p in assumed) and len(assumed) == 3
@@ -79,7 +80,7 @@ def test_planning_ten_million_rows_in_1x1_chunks_through_the_job(tmp_path):
     product = open_product(str(x), str(x), spec)
     workers = worker_shape_of("sync", budget_bytes=spec.memory, workers=None, gpus=None)
     job = plan_job(product, spec, workers)
-    assumed = what_ifs(job.plan)
+    assumed = what_ifs(job.plan, gpu=cuda_target("float32"))
     seconds = time.perf_counter() - started
     assert seconds < PLAN_SECONDS, seconds
     assert job.plan.problem.symmetric and job.plan.problem.m == 10**7

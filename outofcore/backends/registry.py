@@ -1,0 +1,276 @@
+"""The backends, by name: each an object that says what it is and makes its engine.
+
+distributed picks a transport and cubed an executor from a registry of objects; here a
+:class:`Backend` holds everything about one way of multiplying tiles that the rest of
+outofcore asks: whether it is a GPU, how to probe for it without importing its libraries,
+what to install when it is missing, its engine, its capabilities, and (for a device) the
+rates table the planner ranks tiles with and the kernel's block table the device tiling
+follows.  ``"auto"`` is resolved here (:func:`resolve_backend`), and no other module names a
+backend in a tuple: ask :func:`get` (``get(name).gpu``) instead.
+
+Importing this module imports no GPU library: probes use the standard library
+(:mod:`outofcore.backends.cuda.probe`) and engines are made on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from outofcore.backends.cpu import CpuEngine
+from outofcore.backends.cuda import blocks as cuda_blocks
+from outofcore.backends.cuda import probe as cuda_probe
+from outofcore.backends.cuda import rates as cuda_rates
+from outofcore.backends.protocol import EngineCapabilities, TileEngine
+from outofcore.errors import BackendError
+from outofcore.planner.gpu_rates import DeviceRates, GpuTarget, gpu_target
+
+__all__ = [
+    "AUTO",
+    "BACKENDS",
+    "Backend",
+    "backend_names",
+    "check_backend",
+    "assumed_gpu",
+    "get",
+    "gpu_visible",
+    "is_gpu",
+    "job_gpu_target",
+    "make_engine",
+    "register",
+    "resolve_backend",
+]
+
+#: The name that picks a backend for the machine (or cluster) the tasks run on.
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One way of multiplying a tile's panels, and everything outofcore asks about it."""
+
+    name: str
+    #: Whether its engines multiply on a GPU (the plan ranks tiles by a device's rates, the
+    #: job asks for GPU workers).
+    gpu: bool
+    capabilities: EngineCapabilities
+    #: Makes a new engine (costly for a device: the caller keeps it for its thread).
+    engine: Callable[[], TileEngine]
+    #: ``usable(simulator_counts)``: whether this machine can run it, cheaply (no import of
+    #: the backend's libraries).  ``simulator_counts``: numba's CUDA simulator counts.
+    usable: Callable[[bool], bool]
+    #: Raises BackendError naming what to install when the backend's libraries are missing.
+    require: Callable[[], None]
+    #: A GPU backend: its device's rates (the planner's table); None on the CPU.
+    rates: DeviceRates | None = None
+    #: A GPU backend: its kernel's block ``(bm, bn, bk)`` by element size, which device tiles
+    #: are cut in multiples of; None on the CPU.
+    blocks: Mapping[int, tuple[int, int, int]] | None = None
+    #: One line for ``--help`` and messages.
+    summary: str = ""
+
+
+def _nothing_to_install() -> None:
+    """The CPU backend needs nothing beyond the base install."""
+
+
+def _cuda_engine(name: str) -> Callable[[], TileEngine]:
+    def make() -> TileEngine:
+        from outofcore.backends.cuda import make_engine as make_cuda_engine  # noqa: PLC0415
+
+        return make_cuda_engine(name)
+
+    return make
+
+
+def gpu_visible(simulator_counts: bool = True) -> bool:
+    """Return True when CUDA kernels can run here, without importing numba.
+
+    A real GPU (the CUDA driver shows a device) counts when numba-cuda is installed;
+    numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) counts only when
+    ``simulator_counts``: asked for by name it is fine for tests, but ``"auto"`` must never
+    pick a simulator.
+    """
+    if not cuda_probe.numba_cuda_installed():
+        return False
+    if cuda_probe.simulator_enabled():
+        return simulator_counts
+    return cuda_probe.device_count() > 0
+
+
+_REGISTRY: dict[str, Backend] = {}
+
+
+def register(backend: Backend) -> Backend:
+    """Add ``backend`` to the registry (a name taken once); return it.
+
+    Raises
+    ------
+    BackendError
+        For a name already registered, or ``"auto"``.
+    """
+    if backend.name == AUTO or backend.name in _REGISTRY:
+        raise BackendError(f"backend name {backend.name!r} is taken")
+    _REGISTRY[backend.name] = backend
+    return backend
+
+
+register(
+    Backend(
+        name="cpu",
+        gpu=False,
+        capabilities=CpuEngine.capabilities,
+        engine=CpuEngine,
+        usable=lambda simulator_counts: True,
+        require=_nothing_to_install,
+        summary="BLAS (SciPy's OpenBLAS) on the worker's cores",
+    )
+)
+for _name, _rates, _summary in (
+    ("cuda", cuda_rates.OUR_KERNEL, "outofcore's numba CUDA kernel"),
+    ("cupy", cuda_rates.CUBLAS, "cuBLAS through CuPy"),
+):
+    register(
+        Backend(
+            name=_name,
+            gpu=True,
+            capabilities=EngineCapabilities(timings=True, device=True),
+            engine=_cuda_engine(_name),
+            usable=gpu_visible,
+            require=lambda name=_name: cuda_probe.require_numba_cuda(name),
+            rates=_rates,
+            blocks=cuda_blocks.KERNEL_BLOCKS,
+            summary=_summary,
+        )
+    )
+
+
+def backend_names() -> tuple[str, ...]:
+    """Every name a job takes: ``"auto"`` and each registered backend's."""
+    return (AUTO, *_REGISTRY)
+
+
+#: The names a job takes, for the command line's choices (``"auto"`` first).
+BACKENDS = backend_names()
+
+
+def get(name: str) -> Backend:
+    """The registered backend called ``name``.
+
+    Raises
+    ------
+    BackendError
+        For ``"auto"`` (resolve it first: :func:`resolve_backend`) or an unknown name.
+    """
+    check_backend(name)
+    if name == AUTO:
+        raise BackendError("backend 'auto' names no backend until it is resolved")
+    return _REGISTRY[name]
+
+
+def check_backend(backend: str) -> str:
+    """``backend`` if it is ``"auto"`` or a registered name (nothing is probed).
+
+    Raises
+    ------
+    BackendError
+        For an unknown name.
+    """
+    if backend != AUTO and backend not in _REGISTRY:
+        raise BackendError(
+            f"unknown backend {backend!r}; choose one of {', '.join(backend_names())}"
+        )
+    return backend
+
+
+def is_gpu(backend: str) -> bool:
+    """Whether ``backend`` names a GPU backend (``"auto"`` is none until resolved)."""
+    return backend != AUTO and get(backend).gpu
+
+
+def resolve_backend(backend: str, gpu_workers: int | None = None, where: str = "") -> str:
+    """Turn ``"auto"`` into a concrete backend and check the one asked for is usable.
+
+    ``gpu_workers`` None: the tasks run on this machine (in this process or a
+    LocalCluster), and ``"auto"`` is ``"cuda"`` when a real GPU is visible here.
+    Else the tasks run on a cluster's workers (the scheduler at ``where``), of which
+    ``gpu_workers`` declare a ``GPU`` resource: ``"auto"`` is ``"cuda"`` when any does,
+    whatever the machine submitting has.
+
+    Raises
+    ------
+    BackendError
+        For an unknown name, or a GPU backend where no GPU is visible (no worker declaring
+        one), or its libraries are not installed.
+    """
+    check_backend(backend)
+    if backend == AUTO:
+        if gpu_workers is not None:
+            return "cuda" if gpu_workers else "cpu"
+        return "cuda" if get("cuda").usable(False) else "cpu"
+    chosen = get(backend)
+    if gpu_workers is not None:
+        if chosen.gpu and not gpu_workers:
+            raise BackendError(
+                f"backend {backend!r} needs GPU workers, and no worker of the scheduler at "
+                f"{where} declares a GPU resource (start them with `dask worker ... "
+                "--resources GPU=1`), or use backend 'cpu'"
+            )
+        return backend
+    chosen.require()
+    if not chosen.usable(True):
+        raise BackendError(
+            f"backend {backend!r} needs a CUDA GPU and driver, and none is visible here "
+            "(set NUMBA_ENABLE_CUDASIM=1 to use numba's CUDA simulator, or use backend 'cpu')"
+        )
+    return backend
+
+
+def make_engine(backend: str) -> TileEngine:
+    """Return a new tile engine for a concrete backend name (``cpu``, ``cuda``, ...).
+
+    Raises
+    ------
+    BackendError
+        For ``"auto"`` or an unknown name, or a backend that cannot run here.
+    """
+    return get(backend).engine()
+
+
+def job_gpu_target(
+    backend: str,
+    gpu_workers: bool,
+    dtype: str,
+    *,
+    device_memory: int | None = None,
+    transposed: bool = False,
+) -> GpuTarget | None:
+    """The GPU a job's tiles are multiplied on, as the plan sees it, or None (a CPU job).
+
+    A job is on GPUs when its ``backend`` is a GPU backend, or ``auto`` with ``gpu_workers``
+    (``--gpus``, or a cluster's workers that declare a GPU: our kernel, ``cuda``); its kernel
+    multiplies in ``dtype``, the product's compute dtype (a dtype the backend's kernel does
+    not take, such as a wide integer product's, runs on the CPU: None), at the rates of the
+    backend's table, on ``device_memory`` (None: each engine's own share, unknown here), with
+    a device scratch slice where an operand is ``transposed``.
+    """
+    if backend == AUTO:
+        if not gpu_workers:
+            return None
+        backend = "cuda"
+    chosen = get(backend)
+    if not chosen.gpu or chosen.rates is None or dtype not in chosen.rates.kernel_flops:
+        return None
+    return gpu_target(
+        dtype, chosen.rates, device_memory=device_memory, transposed=transposed, backend=backend
+    )
+
+
+def assumed_gpu(dtype: str) -> GpuTarget:
+    """The GPU of the assumed GPU node ``outofcore plan`` predicts on: our kernel (backend
+    ``cuda``) in ``dtype``, or in float64 for a dtype it does not take (a wide integer
+    product's float64 limbs)."""
+    rates = get("cuda").rates
+    if rates is None:  # pragma: no cover (the CUDA backend always has its table)
+        raise BackendError("the 'cuda' backend has no rates table")
+    return gpu_target(dtype if dtype in rates.kernel_flops else "float64", rates)
