@@ -1,10 +1,12 @@
 """Backends: what multiplies a tile's panels, each behind the tile-engine protocol.
 
-- ``engines``: the tile-engine protocol, the CPU engine and the choice of a backend.
-- ``blas``: ``gemm`` and ``syrk`` through ctypes.
-- ``limbs``: exact 64-bit integer products through 16-bit limbs.
+- ``registry``: each backend an object (GPU or not, capabilities, engine, probe, what to
+  install, a device's rates and block tables), found by name; ``"auto"`` resolved there.
+- ``protocol``: the tile-engine protocol and the capabilities an engine declares.
+- ``cpu``: the CPU engine; ``blas``: ``gemm`` and ``syrk`` through ctypes; ``limbs``: exact
+  64-bit integer products through 16-bit limbs.
 - ``cuda/``: the CUDA backend, everything that imports ``numba.cuda`` or names NVIDIA's
-  tools (the kernels, the CUDA engine, its probe and compile report).
+  tools (the kernels, the CUDA engine's runtime, its probe, rates and compile report).
 
 May import: operands, storage, outofcore.errors and outofcore.config, planner and runtime;
 never compute, journal, jobs, machine or the front-ends.
