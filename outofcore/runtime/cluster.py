@@ -140,15 +140,20 @@ def start_local_cluster(
     scheduler's web server (Dask's health and metrics pages) takes a free port either
     way: with no address Dask would take 8787, and warn where another holds it.
     """
-    import dask  # noqa: PLC0415
-    from distributed import LocalCluster  # noqa: PLC0415
-
     memory_limit = local_worker_limit(budget_bytes, gpu=bool(gpus))
     here = runs_in_process(gpus, in_process)
     if gpus and not here:
         with _workers_ignore_interrupts():
             return start_gpu_cluster(gpus, memory_limit, logging.ERROR, dashboard)
     n_workers = len(gpus) if gpus else local_worker_count(budget_bytes, workers)
+    _warn_over_cores(n_workers)
+    if here:
+        return _start_in_process(n_workers, memory_limit, bool(gpus), dashboard)
+    return _start_worker_processes(n_workers, memory_limit, dashboard)
+
+
+def _warn_over_cores(n_workers: int) -> None:
+    """Warn where ``n_workers`` single-threaded workers are more than this machine's cores."""
     cores = usable_cores()
     if n_workers > cores:
         logger.warning(
@@ -158,38 +163,55 @@ def start_local_cluster(
             cores,
             cores,
         )
-    # Dask's nanny starts workers with OMP/OPENBLAS/MKL_NUM_THREADS=1; our tasks
-    # size BLAS themselves (threadpoolctl), so start its pool at the share of
-    # cores each worker gets rather than growing it from one thread.
-    if here:
-        # Each worker's memory monitor reads this whole process's memory: give each the
-        # limit of them all.  Scheduler and workers talk inproc://; their web servers are
-        # the only listening sockets.  LocalCluster can put a worker's web server on
-        # loopback only by turning on its bokeh dashboard too (worker_dashboard_address),
-        # so the workers are added after, from the spec with the address alone.
-        cluster = LocalCluster(
-            n_workers=0,
-            threads_per_worker=1,
-            processes=False,
-            memory_limit=memory_limit * n_workers,
-            dashboard_address=LOCAL_DASHBOARD_ADDRESS,
-            scheduler_kwargs={"dashboard": dashboard},
-            silence_logs=logging.ERROR,
-        )
-        try:
-            cluster.new_spec["options"]["dashboard_address"] = LOCAL_DASHBOARD_ADDRESS
-            if gpus:  # tile tasks of a GPU job ask for the resource (one GPU: one worker)
-                cluster.new_spec["options"]["resources"] = {GPU_RESOURCE: 1}
-            # That memory is this whole process's, the caller's arrays included: a worker
-            # paused at 80% of its limit by them would never run a task (the job waiting
-            # for ever).  Its tasks keep to the plan's budget instead; nothing to spill.
-            with dask.config.set(IN_PROCESS_MEMORY):
-                cluster.scale(n_workers)
-                cluster.wait_for_workers(n_workers, timeout=CONNECT_TIMEOUT_SECONDS * 3)
-        except BaseException:
-            cluster.close()
-            raise
-        return cluster
+
+
+def _start_in_process(n_workers: int, memory_limit: int, gpu: bool, dashboard: bool) -> Any:
+    """A LocalCluster whose ``n_workers`` workers are threads of this process.
+
+    Each worker's memory monitor reads this whole process's memory: each gets the limit
+    of them all.  Scheduler and workers talk inproc://; their web servers are the only
+    listening sockets.  LocalCluster can put a worker's web server on loopback only by
+    turning on its bokeh dashboard too (worker_dashboard_address), so the workers are
+    added after, from the spec with the address alone.  A ``gpu`` job's worker offers
+    the GPU resource its tile tasks ask for (one GPU: one worker).
+    """
+    import dask  # noqa: PLC0415
+    from distributed import LocalCluster  # noqa: PLC0415
+
+    cluster = LocalCluster(
+        n_workers=0,
+        threads_per_worker=1,
+        processes=False,
+        memory_limit=memory_limit * n_workers,
+        dashboard_address=LOCAL_DASHBOARD_ADDRESS,
+        scheduler_kwargs={"dashboard": dashboard},
+        silence_logs=logging.ERROR,
+    )
+    try:
+        cluster.new_spec["options"]["dashboard_address"] = LOCAL_DASHBOARD_ADDRESS
+        if gpu:
+            cluster.new_spec["options"]["resources"] = {GPU_RESOURCE: 1}
+        # That memory is this whole process's, the caller's arrays included: a worker
+        # paused at 80% of its limit by them would never run a task (the job waiting
+        # for ever).  Its tasks keep to the plan's budget instead; nothing to spill.
+        with dask.config.set(IN_PROCESS_MEMORY):
+            cluster.scale(n_workers)
+            cluster.wait_for_workers(n_workers, timeout=CONNECT_TIMEOUT_SECONDS * 3)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def _start_worker_processes(n_workers: int, memory_limit: int, dashboard: bool) -> Any:
+    """A LocalCluster of ``n_workers`` single-threaded worker processes on loopback.
+
+    Dask's nanny starts workers with OMP/OPENBLAS/MKL_NUM_THREADS=1; our tasks size BLAS
+    themselves (threadpoolctl), so each worker's pool starts at its share of the cores
+    rather than growing from one thread.
+    """
+    from distributed import LocalCluster  # noqa: PLC0415
+
     blas = str(local_blas_threads(n_workers))
     threads_env = {**IDLE_SPIN, **{name: blas for name in BLAS_THREAD_VARIABLES}}
     with _workers_ignore_interrupts():
@@ -263,49 +285,82 @@ def open_executor(
                 on_close()
         return
     check_client(client, connect_timeout)
-    from distributed import Client  # noqa: PLC0415
-
     if gpus and client is not None:
         raise ClusterError("--gpus starts workers on this node; it cannot go with --scheduler")
     if client is None:
-        cluster = start_local_cluster(budget_bytes, workers, gpus, in_process, dashboard)
-        n_workers = len(cluster.workers)
-        here = runs_in_process(gpus, in_process)
-        try:
-            # Not the default Client: a job started meanwhile (another thread) would take it.
-            with Client(cluster, set_as_default=False) as local_client:
-                if not here:  # a worker in this process logs here already
-                    _forward_warnings(local_client)
-                _quiet_own_task_failures(local_client)
-                if announce:
-                    print(
-                        f"Started a {cluster_kind(cluster)}: {n_workers} worker(s)"
-                        f"{' in this process' if here else ''}, "
-                        f"{dashboard_note(_local_link(local_client), dashboard)}",
-                        file=sys.stderr,
-                    )
-                yield DaskExecutor(local_client, stall_timeout=stall_timeout)
-        finally:
-            cluster.close()
-            if here and on_close is not None:
-                on_close()
-        return
-    if isinstance(client, str):
-        address = client
-        with _connect(address, connect_timeout) as connected:
-            _wait_for_workers(connected, address, workers, connect_timeout)
+        with _on_local_cluster(
+            budget_bytes,
+            workers,
+            gpus,
+            in_process=in_process,
+            dashboard=dashboard,
+            announce=announce,
+            on_close=on_close,
+            stall_timeout=stall_timeout,
+        ) as executor:
+            yield executor
+    elif isinstance(client, str):
+        with _connect(client, connect_timeout) as connected:
+            _wait_for_workers(connected, client, workers, connect_timeout)
             _forward_warnings(connected)
             yield DaskExecutor(connected, stall_timeout=stall_timeout)
-        return
-    _wait_for_workers(client, client_address(client), workers, connect_timeout)
-    if announce and client is resolve_client(None):
-        have = len(client.scheduler_info(n_workers=-1)["workers"])
-        address = client_address(client)
-        print(
-            f"Running on the default Dask Client: scheduler {address}, {have} worker(s)",
-            file=sys.stderr,
-        )
-    yield DaskExecutor(client, stall_timeout=stall_timeout)
+    else:
+        _wait_for_workers(client, client_address(client), workers, connect_timeout)
+        if announce and client is resolve_client(None):
+            _announce_default_client(client)
+        yield DaskExecutor(client, stall_timeout=stall_timeout)
+
+
+@contextlib.contextmanager
+def _on_local_cluster(
+    budget_bytes: int,
+    workers: int | None,
+    gpus: tuple[int, ...] | None,
+    *,
+    in_process: bool,
+    dashboard: bool,
+    announce: bool,
+    on_close: Callable[[], None] | None,
+    stall_timeout: float | None,
+) -> Iterator[DaskExecutor]:
+    """Yield an executor on a LocalCluster started for the job, closed after it.
+
+    Its own Client, not the default one (a job started meanwhile, in another thread,
+    would take it); its workers' warnings forwarded here unless they run in this
+    process (they log here already); ``announce`` prints what started.  ``on_close``
+    is called once the cluster is closed when its workers ran in this process.
+    """
+    from distributed import Client  # noqa: PLC0415
+
+    cluster = start_local_cluster(budget_bytes, workers, gpus, in_process, dashboard)
+    n_workers = len(cluster.workers)
+    here = runs_in_process(gpus, in_process)
+    try:
+        with Client(cluster, set_as_default=False) as local_client:
+            if not here:
+                _forward_warnings(local_client)
+            _quiet_own_task_failures(local_client)
+            if announce:
+                print(
+                    f"Started a {cluster_kind(cluster)}: {n_workers} worker(s)"
+                    f"{' in this process' if here else ''}, "
+                    f"{dashboard_note(_local_link(local_client), dashboard)}",
+                    file=sys.stderr,
+                )
+            yield DaskExecutor(local_client, stall_timeout=stall_timeout)
+    finally:
+        cluster.close()
+        if here and on_close is not None:
+            on_close()
+
+
+def _announce_default_client(client: Any) -> None:
+    """Say on stderr that the job runs on the default Dask Client: its scheduler, workers."""
+    have = len(client.scheduler_info(n_workers=-1)["workers"])
+    print(
+        f"Running on the default Dask Client: scheduler {client_address(client)}, {have} worker(s)",
+        file=sys.stderr,
+    )
 
 
 def _in_this_process(

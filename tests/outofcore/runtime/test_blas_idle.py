@@ -15,7 +15,7 @@ from outofcore.runtime.blas_idle import IDLE_SPIN, shorten_blas_spin
 from outofcore.runtime.cluster import BLAS_THREAD_VARIABLES
 from outofcore.runtime.gpu_cluster import GPU_WORKER_ENV
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 VARIABLE = "OPENBLAS_THREAD_TIMEOUT"
 
 #: Imports the command's module as the console script does, noting the variable at the
