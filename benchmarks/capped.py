@@ -51,6 +51,7 @@ from benchmarks.harness.inputs import (
     ensure_inputs,
 )
 from benchmarks.harness.processes import ROOT
+from benchmarks.harness.reports import text_row
 
 DASK_SCRIPT = """
 import json, sys, time
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     path = args.out_dir / f"capped-{args.size}.json"
     path.write_text(json.dumps(report, indent=2))
-    print(format_table(report))
+    print(capped_table(report))
     print(f"wrote {path}")
     return report
 
@@ -230,18 +231,23 @@ def _stored(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def format_table(report: dict[str, Any]) -> str:
+#: The table's columns: system, outcome, seconds, x numpy, group peak, anon peak, limit
+#: hits, OOM kills.
+COLUMNS = ("<12", "<12", ">9", ">8", ">11", ">10", ">10", ">9")
+
+
+def capped_table(report: dict[str, Any]) -> str:
     """The report as a table: one row per system, then the refusal."""
 
     def gib(value: int | None) -> str:
         return "-" if value is None else f"{value / 2**30:.2f} GiB"
 
     size = report["inputs"]["shape"][0]
+    heading = ("system", "outcome", "seconds", "x numpy", "group peak", "anon peak")
     lines = [
         f"{size}x{size} float32 A, B ({gib(report['inputs']['bytes_each'])} each), "
         f"cap {gib(report['cap_bytes'])}",
-        f"{'system':<12} {'outcome':<12} {'seconds':>9} {'x numpy':>8} {'group peak':>11} "
-        f"{'anon peak':>10} {'limit hits':>10} {'OOM kills':>9}",
+        text_row((*heading, "limit hits", "OOM kills"), COLUMNS),
     ]
     ours, dask_run = report["outofcore"], report["dask_array"]
     rows = [
@@ -250,12 +256,12 @@ def format_table(report: dict[str, Any]) -> str:
     ]
     for name, outcome, run in rows:
         ratio = run.get("ratio_to_numpy")
-        lines.append(
-            f"{name:<12} {outcome:<12} {run['seconds']:>9.1f} "
-            f"{'-' if ratio is None else f'{ratio:.2f}':>8} {gib(run['max_usage_bytes']):>11} "
-            f"{gib(run['sampled_peak_rss_bytes']):>10} {run['failcnt']:>10} {run['oom_kill']:>9}"
-        )
-    lines.append(f"{'numpy':<12} {'uncapped':<12} {report['numpy']['seconds']:>9.1f} {'1.00':>8}")
+        peaks = (gib(run["max_usage_bytes"]), gib(run["sampled_peak_rss_bytes"]))
+        ratio_text = "-" if ratio is None else f"{ratio:.2f}"
+        cells = (name, outcome, f"{run['seconds']:.1f}", ratio_text, *peaks)
+        lines.append(text_row((*cells, run["failcnt"], run["oom_kill"]), COLUMNS))
+    numpy_seconds = f"{report['numpy']['seconds']:.1f}"
+    lines.append(text_row(("numpy", "uncapped", numpy_seconds, "1.00"), COLUMNS))
     refusal = report["refusal"]
     lines.append(
         f"refusal (--memory {gib(report['cap_bytes'])}): exit status {refusal['returncode']}, "

@@ -38,7 +38,7 @@ from benchmarks.harness.processes import ChildFailed, run_json
 TARGET = 1.3
 
 
-def child(folder: Path, memory: str, repeats: int) -> dict[str, Any]:
+def both_on_one_cluster(folder: Path, memory: str, repeats: int) -> dict[str, Any]:
     """Both systems on one LocalCluster (in this fresh process), ``repeats`` runs each,
     alternating; their figures (each run's seconds, and the medians)."""
     import dask.array as da  # noqa: PLC0415
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each (default 3)")
     args = parser.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(child(args.child, args.memory, args.repeats)))
+        print(json.dumps(both_on_one_cluster(args.child, args.memory, args.repeats)))
         return 0
     rows, cols, chunk = (16384, 256, 4096) if args.quick else (262144, 1024, 16384)
     memory = "64MiB" if args.quick else "1GiB"

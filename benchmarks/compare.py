@@ -62,8 +62,15 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.harness.inputs import ensure_inputs, stored_bytes
-from benchmarks.harness.reports import GIB, pyplot, summarise
-from benchmarks.harness.timing import BLAS_OVERRIDES, add_timing_arguments, measure, run_one
+from benchmarks.harness.processes import child_or_main
+from benchmarks.harness.reports import GIB, markdown_table, pyplot, summarise
+from benchmarks.harness.timing import (
+    BLAS_OVERRIDES,
+    RESULT,
+    add_timing_arguments,
+    measure,
+    measure_child,
+)
 
 ALL_SYSTEMS = ("numpy", "dask", "dask-cluster", "cubed", "outofcore")
 DEFAULT_SYSTEMS = ("numpy", "dask", "cubed", "outofcore")
@@ -94,23 +101,26 @@ def table(result: dict) -> str:
     head = (
         f"{info['size']}² float32, chunks {info['chunk']}², {info['repeats']} round(s), "
         f"budget {info['memory'] / GIB:g} GiB over {info['workers']} worker(s); "
-        f"lower bound {info['lower_bound_bytes'] / GIB:.2f} GiB; BLAS {kernels}\n\n"
-        "| system | median s | × numpy | peak RSS (all processes) | read (decoded eq.) "
-        "| read / lower bound |\n|---|---:|---:|---:|---:|---:|"
+        f"lower bound {info['lower_bound_bytes'] / GIB:.2f} GiB; BLAS {kernels}"
     )
-    rows = [head]
-    for name, s in systems.items():
-        if "error" in s:
-            rows.append(f"| {name} | failed | | | | |")
-            continue
-        ratio = s.get("ratio_to_numpy", float("nan"))
-        rows.append(
-            f"| {name} | {s['seconds_median']:.1f} | {ratio:.2f} "
-            f"| {s['peak_rss_bytes'] / GIB:.2f} GiB "
-            f"| {s['bytes_read_decoded_equiv'] / GIB:.2f} GiB "
-            f"| {s['read_over_lower_bound']:.2f} |"
-        )
-    return "\n".join(rows)
+    columns = ("system", "median s", "× numpy", "peak RSS (all processes)")
+    columns += ("read (decoded eq.)", "read / lower bound")
+    return head + "\n\n" + markdown_table(columns, "lrrrrr", map(row, systems.items()))
+
+
+def row(item: tuple[str, dict]) -> tuple[str, ...]:
+    """A system's row of :func:`table`: its median time, ratio, peak RSS and reads."""
+    name, s = item
+    if "error" in s:
+        return (name, "failed", "", "", "", "")
+    return (
+        name,
+        f"{s['seconds_median']:.1f}",
+        f"{s.get('ratio_to_numpy', float('nan')):.2f}",
+        f"{s['peak_rss_bytes'] / GIB:.2f} GiB",
+        f"{s['bytes_read_decoded_equiv'] / GIB:.2f} GiB",
+        f"{s['read_over_lower_bound']:.2f}",
+    )
 
 
 def plot(result: dict, path: Path) -> None:
@@ -236,14 +246,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all("error" not in s for s in result["systems"].values()) else 1
 
 
-def child(argv: list[str]) -> int:
-    system, a_path, b_path, cfg = argv[0], argv[1], argv[2], json.loads(argv[3])
-    result = run_one(system, a_path, b_path, cfg)
-    print("RESULT " + json.dumps(result), flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        sys.exit(child(sys.argv[2:]))
-    sys.exit(main())
+    child_or_main(main, measure_child, prefix=RESULT)

@@ -32,7 +32,7 @@ from outofcore.frontends.generate import random_array
 spent: collections.Counter[str] = collections.Counter()
 
 
-def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+def tally(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     """``function``, adding its wall time to ``spent[name]``."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -59,8 +59,8 @@ def main() -> None:
     for path, seed in ((a, 1), (b, 2)):
         if not os.path.exists(path):
             random_array(path, shape, chunks, dtype="float64", seed=seed)
-    outofcore.storage.writing.make_durable = timed("chunks", outofcore.storage.writing.make_durable)
-    outofcore.journal.store.write_durably = timed("journal", outofcore.journal.store.write_durably)
+    outofcore.storage.writing.make_durable = tally("chunks", outofcore.storage.writing.make_durable)
+    outofcore.journal.store.write_durably = tally("journal", outofcore.journal.store.write_durably)
     seconds: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(args.repeats):
         for flush in (True, False):

@@ -28,38 +28,31 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
-import sys
 import time
-from pathlib import Path
+from typing import Any
 
-from benchmarks.harness.inputs import add_folder_arguments
-from benchmarks.harness.processes import child_rounds
+from benchmarks.harness.inputs import add_folder_arguments, write_once
+from benchmarks.harness.processes import add_round_arguments, child_or_main, child_rounds
 from benchmarks.harness.reports import save_json
 
 SYSTEMS = ("numpy", "dask", "outofcore")
 
 
-def make_input(path: Path, rows: int, cols: int, chunk: int) -> None:
-    """A seeded 0/1/2 int8 array, written once (a ``.complete`` marker says it is whole)."""
+def fill_dosages(array: Any) -> None:
+    """Seeded 0/1/2 int8 values, one generator per chunk of rows (seeded ``(7, first row)``)."""
     import numpy as np  # noqa: PLC0415
-    import zarr  # noqa: PLC0415
 
-    if (path / ".complete").exists():
-        return
-    array = zarr.create_array(
-        str(path), shape=(rows, cols), chunks=(chunk, cols), dtype="int8", overwrite=True
-    )
+    rows, cols = array.shape
+    chunk = array.chunks[0]
     for r0 in range(0, rows, chunk):
         rng = np.random.default_rng((7, r0))
         r1 = min(rows, r0 + chunk)
         array[r0:r1] = rng.integers(0, 3, size=(r1 - r0, cols), dtype=np.int8)
-    (path / ".complete").touch()
 
 
-def run_system(system: str, g: str, out: str, workers: int) -> dict:
+def time_gram(system: str, g: str, out: str, workers: int) -> dict:
     """Time one system in this process; returns seconds and a digest of the result."""
     import numpy as np  # noqa: PLC0415
     import zarr  # noqa: PLC0415
@@ -106,31 +99,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=131072)
     parser.add_argument("--cols", type=int, default=512)
     parser.add_argument("--chunk", type=int, default=8192, help="rows per chunk")
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    add_round_arguments(parser, SYSTEMS)
     add_folder_arguments(parser)
     args = parser.parse_args(argv)
-    systems = args.systems.split(",")
     g = args.data_dir / f"g-int8-{args.rows}x{args.cols}-{args.chunk}.zarr"
-    make_input(g, args.rows, args.cols, args.chunk)
+    write_once(
+        g, fill_dosages, shape=(args.rows, args.cols), chunks=(args.chunk, args.cols), dtype="int8"
+    )
     runs = child_rounds(
         "benchmarks.int8_gram",
-        systems,
+        args.systems,
         args.repeats,
         "int8-gram-",
         lambda system, out: [system, str(g), out, str(args.workers)],
     )
     if runs is None:
         return 1
-    reference = runs[systems[0]][0]
+    reference = runs[args.systems[0]][0]
     wrong = [
         s
-        for s in systems
+        for s in args.systems
         for r in runs[s]
         if (r["sum"], r["trace"]) != (reference["sum"], reference["trace"])
     ]
-    medians = {s: statistics.median(r["seconds"] for r in runs[s]) for s in systems}
+    medians = {s: statistics.median(r["seconds"] for r in runs[s]) for s in args.systems}
     flops = 2 * args.rows * args.cols * args.cols
     result = {
         "rows": args.rows,
@@ -146,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         f"G.T @ G, G {args.rows}x{args.cols} int8 (0/1/2), chunks {args.chunk} rows, "
         f"{args.repeats} round(s), medians:"
     )
-    for s in systems:
+    for s in args.systems:
         ratio = medians[s] / medians["numpy"] if "numpy" in medians else float("nan")
         print(
             f"  {s:<10} {medians[s]:8.3f} s  {flops / medians[s] / 1e9:7.2f} G int-op/s  "
@@ -161,8 +154,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        system, g, out, workers = sys.argv[2:6]
-        print(json.dumps(run_system(system, g, out, int(workers))))
-        sys.exit(0)
-    sys.exit(main())
+    child_or_main(main, lambda system, g, out, workers: time_gram(system, g, out, int(workers)))

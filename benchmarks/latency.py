@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness.reports import text_row
 from benchmarks.s3_local import DelayProxy, MotoServer
 
 SYSTEMS = ("outofcore local", "outofcore S3", "outofcore S3, 2 in flight", "dask.array S3")
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             report = _run(args, server, proxy, Path(scratch))
     finally:
         server.stop()
-    print(format_table(report))
+    print(latency_table(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return report
@@ -214,19 +215,23 @@ def _dask(a: str, b: str, out: str, options: dict, chunk: int) -> tuple[float, d
     return time.perf_counter() - started, {}
 
 
-def format_table(report: dict) -> str:
+#: The table's columns: system, median seconds, ratio to local, requests.
+COLUMNS = ("<28", ">10", ">9", ">10")
+
+
+def latency_table(report: dict) -> str:
+    """The report as a table: one row per system, its median time against local disk's."""
     lines = [
         f"{report['size']}² float32 @ {report['size']}², {report['chunk']}² chunks, "
         f"+{report['delay_seconds'] * 1000:.0f} ms a request to S3, budget {report['memory']} "
         f"x {report['workers']} worker(s), median of {report['repeats']}",
-        f"{'system':<28}{'median s':>10}{'x local':>9}{'requests':>10}",
+        text_row(("system", "median s", "x local", "requests"), COLUMNS, sep=""),
     ]
     for name, found in report["systems"].items():
         requests = statistics.median(r["requests"] for r in found["runs"])
-        lines.append(
-            f"{name:<28}{found['median_seconds']:>10.2f}{found['ratio_to_local']:>9.2f}"
-            f"{requests:>10.0f}"
-        )
+        figures = (found["median_seconds"], found["ratio_to_local"], requests)
+        cells = (f"{figures[0]:.2f}", f"{figures[1]:.2f}", f"{figures[2]:.0f}")
+        lines.append(text_row((name, *cells), COLUMNS, sep=""))
     return "\n".join(lines)
 
 

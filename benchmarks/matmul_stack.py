@@ -24,11 +24,10 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from benchmarks.harness.inputs import Operand
-from benchmarks.harness.races import Race, add_common_arguments, race
+from benchmarks.harness.races import Race, Size, race_main
 
 
 def spec(batch: int, n: int, chunk: int) -> Race:
@@ -49,17 +48,12 @@ def spec(batch: int, n: int, chunk: int) -> Race:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch", type=int, help="products in the stack (default 16)")
-    parser.add_argument("--n", type=int, help="each product's n = m = k (default 2048)")
-    parser.add_argument("--chunk", type=int, help="chunks (1, c, c) (default 1024)")
-    add_common_arguments(parser, repeat=2)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.batch = args.batch or 4
-        args.n = args.n or 256
-        args.chunk = args.chunk or 128
-    return race(spec(args.batch or 16, args.n or 2048, args.chunk or 1024), args)
+    sizes = {
+        "--batch": Size("products in the stack (default 16)", full=16, quick=4),
+        "--n": Size("each product's n = m = k (default 2048)", full=2048, quick=256),
+        "--chunk": Size("chunks (1, c, c) (default 1024)", full=1024, quick=128),
+    }
+    return race_main(argv, __doc__.split("\n")[0], 2, sizes, spec)
 
 
 if __name__ == "__main__":

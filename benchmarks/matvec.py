@@ -25,11 +25,10 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from benchmarks.harness.inputs import Operand
-from benchmarks.harness.races import Race, add_common_arguments, race
+from benchmarks.harness.races import Race, Size, race_main
 
 
 def spec(n: int, chunk: int, vector_chunk: int) -> Race:
@@ -49,18 +48,17 @@ def spec(n: int, chunk: int, vector_chunk: int) -> Race:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--n", type=int, help="rows = columns of A (default 16384: 1 GiB)")
-    parser.add_argument("--chunk", type=int, help="A's square chunks (default 2048)")
-    parser.add_argument("--vector-chunk", type=int, help="x's chunks (default: --chunk)")
-    add_common_arguments(parser, repeat=3)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.n = args.n or 2048
-        args.chunk = args.chunk or 512
-    n = args.n or 16384
-    chunk = args.chunk or 2048
-    return race(spec(n, chunk, args.vector_chunk or chunk), args)
+    sizes = {
+        "--n": Size("rows = columns of A (default 16384: 1 GiB)", full=16384, quick=2048),
+        "--chunk": Size("A's square chunks (default 2048)", full=2048, quick=512),
+        "--vector-chunk": Size("x's chunks (default: --chunk)"),
+    }
+    return race_main(argv, __doc__.split("\n")[0], 3, sizes, by_chunks)
+
+
+def by_chunks(n: int, chunk: int, vector_chunk: int | None) -> Race:
+    """The race, x chunked as A's rows unless ``vector_chunk`` is given."""
+    return spec(n, chunk, vector_chunk or chunk)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Issue 11, item 5.  For each shape, one run makes (once, cached in
 ``benchmarks/data/``) seeded random float32 zarr inputs (zstd, zarr's default
 codec) and times, over ``--repeats`` rounds with the order of systems reversed
 every other round, each system in a fresh Python process
-(:func:`compare.run_one`, which samples the process tree's RSS, CPU time and
+(:func:`benchmarks.harness.timing.run_one`, which samples the process tree's RSS, CPU time and
 ``read_chars``):
 
 * ``numpy``: ``a @ b`` (``x.T @ x`` for the Gram shape: numpy's ``syrk``) on
@@ -62,13 +62,15 @@ import shutil
 import sys
 import tempfile
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness.checking import TOLERANCE_FACTOR, compare_outputs
 from benchmarks.harness.inputs import stored_bytes
+from benchmarks.harness.processes import child_or_main
 from benchmarks.harness.reports import summarise
-from benchmarks.harness.timing import add_timing_arguments, measure, run_one
+from benchmarks.harness.timing import RESULT, add_timing_arguments, measure, measure_child
 from benchmarks.shape_zoo.cases import (
     BUSY_FRACTION,
     FLOORS,
@@ -249,14 +251,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def child(argv: list[str]) -> int:
-    """One measurement in this fresh process (``compare.measure`` runs it)."""
-    system, a_path, b_path, cfg = argv[0], argv[1], argv[2], json.loads(argv[3])
-    print("RESULT " + json.dumps(run_one(system, a_path, b_path, cfg, RUNNERS)), flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        sys.exit(child(sys.argv[2:]))
-    sys.exit(main())
+    child_or_main(main, partial(measure_child, runners=RUNNERS), prefix=RESULT)

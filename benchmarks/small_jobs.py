@@ -45,6 +45,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.harness.inputs import DEFAULT_DATA, DEFAULT_RESULTS
+from benchmarks.harness.reports import markdown_table
 from benchmarks.shape_zoo.cases import Shape, ensure_shape_inputs
 
 #: The issue's shapes: small squares, and its Gram and large-k products at a quarter size
@@ -130,7 +131,7 @@ if __name__ == "__main__":
 """
 
 
-def run_system(system: str, case: Shape, a: Path, b: Path, out: Path) -> dict:
+def run_fresh(system: str, case: Shape, a: Path, b: Path, out: Path) -> dict:
     """Run ``system`` once in a fresh process; its wall time and what it reported."""
     kind = "gram" if case.gram else "matmul"
     python = sys.executable
@@ -187,7 +188,7 @@ def run_case(case: Shape, data_dir: Path, scratch: Path, repeats: int) -> dict:
         order = SYSTEMS if round_ % 2 == 0 else SYSTEMS[::-1]
         for system in order:
             out = scratch / f"{case.name}-{system}-{round_}.zarr"
-            result = run_system(system, case, a, b, out)
+            result = run_fresh(system, case, a, b, out)
             if system != "blas" and round_ == 0:
                 check_output(out, a, b, case)
             subprocess.run(["rm", "-rf", str(out)], check=True)
@@ -213,22 +214,26 @@ def medians(runs: dict[str, list[dict]]) -> dict[str, float]:
 
 
 def table(results: list[dict]) -> str:
-    head = (
-        "| case | blas s | numpy+zarr s | dask.array s | command s (job s) | API s (job s) "
-        "| command / dask | command / numpy+zarr | command / blas | API - job s |"
-    )
-    lines = [head, "|" + "---|" * 10]
+    columns = ("case", "blas s", "numpy+zarr s", "dask.array s", "command s (job s)")
+    columns += ("API s (job s)", "command / dask", "command / numpy+zarr", "command / blas")
+    rows = []
     for entry in results:
         m = entry["medians"]
-        lines.append(
-            f"| {entry['case']['name']} | {m['blas']:.2f} | {m['numpy-zarr_wall']:.2f} | "
-            f"{m['dask_wall']:.2f} | {m['command_wall']:.2f} ({m['command_job']:.2f}) | "
-            f"{m['api_call']:.2f} ({m['api_job']:.2f}) | "
-            f"{m['command_wall'] / m['dask_wall']:.2f} | "
-            f"{m['command_wall'] / m['numpy-zarr_wall']:.2f} | "
-            f"{m['command_wall'] / m['blas']:.2f} | {m['api_call'] - m['api_job']:.2f} |"
+        rows.append(
+            (
+                entry["case"]["name"],
+                f"{m['blas']:.2f}",
+                f"{m['numpy-zarr_wall']:.2f}",
+                f"{m['dask_wall']:.2f}",
+                f"{m['command_wall']:.2f} ({m['command_job']:.2f})",
+                f"{m['api_call']:.2f} ({m['api_job']:.2f})",
+                f"{m['command_wall'] / m['dask_wall']:.2f}",
+                f"{m['command_wall'] / m['numpy-zarr_wall']:.2f}",
+                f"{m['command_wall'] / m['blas']:.2f}",
+                f"{m['api_call'] - m['api_job']:.2f}",
+            )
         )
-    return "\n".join(lines)
+    return markdown_table((*columns, "API - job s"), "l" * 10, rows)
 
 
 def main(argv: list[str] | None = None) -> int:

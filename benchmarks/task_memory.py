@@ -73,6 +73,7 @@ from typing import Any
 
 from benchmarks.harness.inputs import DEFAULT_RESULTS
 from benchmarks.harness.processes import ROOT
+from benchmarks.harness.reports import markdown_table
 
 MiB = 2**20
 
@@ -355,21 +356,22 @@ def check(figures: dict[str, Any], allowance: int) -> list[str]:
     return problems
 
 
-def format_table(results: dict[str, dict[str, Any]]) -> str:
+def memory_table(results: dict[str, dict[str, Any]]) -> str:
     """The closing note's table: case, kind, tasks, projected, measured, ratio."""
+    columns = ("case", "kind", "tasks", "projected MiB", "peak RSS over baseline MiB")
     rows = [
-        "| case | kind | tasks | projected MiB | peak RSS over baseline MiB "
-        "| measured / projected |",
-        "|---|---|---:|---:|---:|---:|",
+        (
+            name,
+            kind,
+            entry["tasks"],
+            f"{entry['projected'] / MiB:.1f}",
+            f"{entry['measured'] / MiB:.1f}",
+            f"{entry['measured'] / entry['projected']:.2f}",
+        )
+        for name, figures in results.items()
+        for kind, entry in figures["kinds"].items()
     ]
-    for name, figures in results.items():
-        for kind, entry in figures["kinds"].items():
-            ratio = entry["measured"] / entry["projected"]
-            rows.append(
-                f"| {name} | {kind} | {entry['tasks']} | {entry['projected'] / MiB:.1f} | "
-                f"{entry['measured'] / MiB:.1f} | {ratio:.2f} |"
-            )
-    return "\n".join(rows)
+    return markdown_table((*columns, "measured / projected"), "llrrrr", rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -402,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.data_dir is None:
             shutil.rmtree(data, ignore_errors=True)
-    print(format_table(results))
+    print(memory_table(results))
     print(f"allowance beside the task: {WORKER_OVERHEAD_BYTES / MiB:.0f} MiB")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.date.today().isoformat()

@@ -27,16 +27,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
-from benchmarks.harness.inputs import add_folder_arguments
-from benchmarks.harness.processes import ROOT, child_rounds
+from benchmarks.harness.inputs import add_folder_arguments, write_once
+from benchmarks.harness.processes import ROOT, add_round_arguments, child_or_main, child_rounds
 from benchmarks.harness.reports import save_json
 
 SYSTEMS = ("numpy", "dask", "outofcore")
@@ -44,28 +44,21 @@ SYSTEMS = ("numpy", "dask", "outofcore")
 LARGEST = 2**20
 
 
-def make_input(path: Path, n: int, chunk: int, seed: int) -> None:
-    """A seeded int32 ``n x n`` array, written once (a ``.complete`` marker says it is whole)."""
-    import numpy as np  # noqa: PLC0415
-    import zarr  # noqa: PLC0415
-    from zarr.codecs import ZstdCodec  # noqa: PLC0415
+def counts(seed: int) -> Callable[[Any], None]:
+    """A filler of seeded int32 values in ``[-LARGEST, LARGEST]``, one generator for the array."""
 
-    if (path / ".complete").exists():
-        return
-    array = zarr.create_array(
-        str(path),
-        shape=(n, n),
-        chunks=(chunk, chunk),
-        dtype="int32",
-        compressors=ZstdCodec(level=3),
-        overwrite=True,
-    )
-    rng = np.random.default_rng(seed)
-    array[...] = rng.integers(-LARGEST, LARGEST, size=(n, n), dtype=np.int32, endpoint=True)
-    (path / ".complete").touch()
+    def fill(array: Any) -> None:
+        import numpy as np  # noqa: PLC0415
+
+        rng = np.random.default_rng(seed)
+        array[...] = rng.integers(
+            -LARGEST, LARGEST, size=array.shape, dtype=np.int32, endpoint=True
+        )
+
+    return fill
 
 
-def run_system(system: str, a: str, b: str, out: str) -> dict:
+def time_product(system: str, a: str, b: str, out: str) -> dict:
     """Time one system; returns seconds and a digest of the result."""
     import numpy as np  # noqa: PLC0415
     import zarr  # noqa: PLC0415
@@ -107,27 +100,34 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=2048)
     parser.add_argument("--chunk", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    add_round_arguments(parser, SYSTEMS)
     add_folder_arguments(parser)
     args = parser.parse_args(argv)
-    systems = args.systems.split(",")
     a = args.data_dir / f"int32-a-{args.n}-{args.chunk}.zarr"
     b = args.data_dir / f"int32-b-{args.n}-{args.chunk}.zarr"
-    make_input(a, args.n, args.chunk, 1)
-    make_input(b, args.n, args.chunk, 2)
+    from zarr.codecs import ZstdCodec  # noqa: PLC0415
+
+    for path, seed in ((a, 1), (b, 2)):
+        write_once(
+            path,
+            counts(seed),
+            shape=(args.n, args.n),
+            chunks=(args.chunk, args.chunk),
+            dtype="int32",
+            compressors=ZstdCodec(level=3),
+        )
     runs = child_rounds(
         "benchmarks.wide_integers",
-        systems,
+        args.systems,
         args.repeats,
         "wide-integers-",
         lambda system, out: [system, str(a), str(b), out],
     )
     if runs is None:
         return 1
-    reference = runs[systems[0]][0]["checksum"]
-    wrong = sorted({s for s in systems for r in runs[s] if r["checksum"] != reference})
-    medians = {s: statistics.median(r["seconds"] for r in runs[s]) for s in systems}
+    reference = runs[args.systems[0]][0]["checksum"]
+    wrong = sorted({s for s in args.systems for r in runs[s] if r["checksum"] != reference})
+    medians = {s: statistics.median(r["seconds"] for r in runs[s]) for s in args.systems}
     result = {
         "n": args.n,
         "chunk": args.chunk,
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         f"A @ B, int32 {args.n}^3 (values up to 2**20, zstd chunks {args.chunk}^2), "
         f"{args.repeats} round(s), medians:"
     )
-    for s in systems:
+    for s in args.systems:
         speedup = medians["numpy"] / medians[s] if "numpy" in medians else float("nan")
         print(
             f"  {s:<10} {medians[s]:8.3f} s  {2 * args.n**3 / medians[s] / 1e9:7.2f} G int-op/s"
@@ -154,7 +154,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps(run_system(*sys.argv[2:6])))
-        sys.exit(0)
-    sys.exit(main())
+    child_or_main(main, time_product)

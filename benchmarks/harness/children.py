@@ -11,7 +11,7 @@ from typing import Any
 from benchmarks.harness.processes import ROOT
 
 
-def child(system: str, a: str, b: str, out: str, out_chunks: str) -> dict:
+def run_baseline(system: str, a: str, b: str, out: str, out_chunks: str) -> dict:
     """One baseline in this (fresh) process: its phases' seconds.  ``out_chunks`` is JSON."""
     t0 = time.perf_counter()
     import numpy as np  # noqa: PLC0415
@@ -96,4 +96,4 @@ def outofcore_json(stdout: str) -> Any:
 if __name__ == "__main__":
     if len(sys.argv) != 6:
         sys.exit("usage: python -m benchmarks.harness.children SYSTEM A B OUT OUT_CHUNKS_JSON")
-    print(json.dumps(child(*sys.argv[1:6])))
+    print(json.dumps(run_baseline(*sys.argv[1:6])))

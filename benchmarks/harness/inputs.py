@@ -8,8 +8,10 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness.processes import HERE
 
@@ -72,6 +74,21 @@ def write_operand(path: Path, operand: Operand, threads: int | None = None) -> b
 
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
         list(pool.map(write_chunk, itertools.product(*grid)))
+    (path / ".complete").touch()
+    return True
+
+
+def write_once(path: Path, fill: Callable[[Any], None], **array: Any) -> bool:
+    """Make a zarr array at ``path`` and ``fill(array)`` it, unless a whole one is there.
+
+    ``array`` holds :func:`zarr.create_array`'s arguments (shape, chunks, dtype, ...);
+    a ``.complete`` marker, written last, says the array is whole.  True when written.
+    """
+    import zarr  # noqa: PLC0415
+
+    if (path / ".complete").exists():
+        return False
+    fill(zarr.create_array(str(path), overwrite=True, **array))
     (path / ".complete").touch()
     return True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 #: The benchmarks folder, and the checkout root (children run there as ``-m benchmarks.NAME``).
 HERE = Path(__file__).resolve().parents[1]
@@ -127,6 +128,14 @@ def timed(
     return Timed(seconds, peak, returncode, stdout, stderr)
 
 
+def add_round_arguments(
+    parser: argparse.ArgumentParser, systems: Sequence[str], repeats: int = 3
+) -> None:
+    """``--repeats`` (the rounds) and ``--systems`` (comma-separated, a list once parsed)."""
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--systems", type=lambda text: text.split(","), default=list(systems))
+
+
 def child_rounds(
     module: str,
     systems: Sequence[str],
@@ -165,3 +174,24 @@ def child_rounds(
                     print(failure.stderr, file=sys.stderr)
                     return None
     return runs
+
+
+def child_or_main(
+    main: Callable[[], int], child: Callable[..., Any], *, prefix: str = ""
+) -> NoReturn:
+    """A case's entry point: ``--child ARGS...`` runs one measurement, anything else ``main()``.
+
+    Parameters
+    ----------
+    main
+        The case's driver; its return value is the exit status.
+    child
+        ``child(*ARGS)``: one measurement in this fresh process, printed as JSON on the
+        last line of stdout (after ``prefix``) for the parent that started it.
+    prefix
+        Text before the JSON, for parents that look for a marked line.
+    """
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        print(prefix + json.dumps(child(*sys.argv[2:])), flush=True)
+        sys.exit(0)
+    sys.exit(main())

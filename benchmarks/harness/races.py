@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,55 @@ def add_common_arguments(parser: argparse.ArgumentParser, repeat: int) -> None:
     )
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     parser.add_argument("--json", type=Path, help="write the results here")
+
+
+@dataclass(frozen=True)
+class Size:
+    """One size option of a race case: its help, its default and its ``--quick`` default.
+
+    None leaves the value to the case's spec (``--vector-chunk``: ``--chunk``'s).
+    """
+
+    help: str
+    full: int | None = None
+    quick: int | None = None
+
+
+def race_main(
+    argv: list[str] | None,
+    description: str,
+    repeat: int,
+    sizes: dict[str, Size],
+    make_spec: Callable[..., Race],
+) -> int:
+    """A race case's command: its size options and the common ones parsed, the race run.
+
+    Parameters
+    ----------
+    argv, description
+        The command line (None: ``sys.argv``) and the parser's description.
+    repeat
+        The rounds without ``--repeat`` (1 with ``--quick``).
+    sizes
+        Each size option (``"--vector-chunk"``) and its :class:`Size`.
+    make_spec
+        The race, from each size as a keyword (``vector_chunk=...``).
+
+    Returns
+    -------
+    int
+        :func:`race`'s exit status.
+    """
+    parser = argparse.ArgumentParser(description=description)
+    for option, size in sizes.items():
+        parser.add_argument(option, type=int, help=size.help)
+    add_common_arguments(parser, repeat=repeat)
+    args = parser.parse_args(argv)
+    values = {}
+    for option, size in sizes.items():
+        name = option.lstrip("-").replace("-", "_")
+        values[name] = getattr(args, name) or (size.quick if args.quick else None) or size.full
+    return race(make_spec(**values), args)
 
 
 def race(spec: Race, args: argparse.Namespace) -> int:

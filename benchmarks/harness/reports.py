@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,28 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1024
     return f"{n:.2f} GiB"  # pragma: no cover
+
+
+def markdown_table(head: Sequence[str], aligns: str, rows: Iterable[Sequence[object]]) -> str:
+    """A markdown table: its heading, its alignment (``l`` or ``r`` a column), its rows."""
+    rule = {"l": "---", "r": "---:"}
+    lines = [markdown_row(head), "|" + "|".join(rule[a] for a in aligns) + "|"]
+    lines += [markdown_row(row) for row in rows]
+    return "\n".join(lines)
+
+
+def markdown_row(cells: Sequence[object]) -> str:
+    """One row of a markdown table (an empty cell as ``| |``)."""
+    return "|" + "|".join(f" {cell} " if cell != "" else " " for cell in cells) + "|"
+
+
+def text_row(cells: Sequence[object], specs: Sequence[str], sep: str = " ") -> str:
+    """One row of a fixed-width table: each cell formatted by its column's spec (``"<12"``).
+
+    A table names its columns' specs once and formats its heading and rows with them;
+    a row with fewer cells fills the first columns.
+    """
+    return sep.join(format(cell, spec) for cell, spec in zip(cells, specs, strict=False))
 
 
 def pyplot() -> Any:

@@ -41,6 +41,9 @@ def blas_kernels() -> list[str]:
 #: system's process, so numpy and the others all run the kernel OpenBLAS picks.
 BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
+#: What a measuring child prints before its JSON (its other output is the systems' own).
+RESULT = "RESULT "
+
 
 def run_one(
     system: str, a_path: str, b_path: str, cfg: dict, runners: dict[str, Any] | None = None
@@ -116,11 +119,23 @@ def measure(
         for name in BLAS_OVERRIDES:
             env.pop(name, None)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout)[-2000:]
         return {"system": system, "error": f"exit {proc.returncode}: {tail}"}
-    return json.loads(lines[-1][len("RESULT ") :])
+    return json.loads(lines[-1][len(RESULT) :])
+
+
+def measure_child(
+    system: str, a_path: str, b_path: str, cfg: str, runners: dict[str, Any] | None = None
+) -> dict:
+    """One measurement in this fresh process, the child :func:`measure` starts.
+
+    ``cfg`` is the run's settings as JSON; ``runners`` as for :func:`run_one`.  Its
+    caller prints the result after :data:`RESULT`
+    (``child_or_main(main, measure_child, prefix=RESULT)``).
+    """
+    return run_one(system, a_path, b_path, json.loads(cfg), runners)
 
 
 def add_timing_arguments(parser: argparse.ArgumentParser, timeout: float) -> None:

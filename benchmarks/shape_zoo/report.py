@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.reports import GIB, pyplot
+from benchmarks.harness.reports import GIB, markdown_table, pyplot
 from benchmarks.shape_zoo.cases import (
     BUSY_FRACTION,
     COMPUTE_TARGET,
@@ -129,13 +129,12 @@ def table(result: dict) -> str:
     head = (
         f"float32, zarr (zstd) to zarr, scale 1/{info['scale']:g}, {info['repeats']} round(s), "
         f"outofcore: {info['workers']} workers x 1 thread, "
-        f"{info['memory'] / GIB:g} GiB in all, output codec {info['output_codec']}\n\n"
-        "| shape | m x k x n | numpy s | dask s | outofcore s | outofcore / numpy "
-        "| dask / outofcore | read / lower bound (outofcore; numpy; dask) | floor s "
-        "| outofcore / floor | tasks; busy per worker | plan | verified |\n"
-        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---|"
+        f"{info['memory'] / GIB:g} GiB in all, output codec {info['output_codec']}"
     )
-    rows = [head]
+    columns = ("shape", "m x k x n", "numpy s", "dask s", "outofcore s", "outofcore / numpy")
+    columns += ("dask / outofcore", "read / lower bound (outofcore; numpy; dask)", "floor s")
+    columns += ("outofcore / floor", "tasks; busy per worker", "plan", "verified")
+    rows = []
     for name, entry in result["shapes"].items():
         s, fig = entry["shape"], entry["figures"]
         systems, marks = entry["systems"], fig["targets"]
@@ -165,15 +164,23 @@ def table(result: dict) -> str:
             f"{x} {'yes' if v['ok'] else 'NO'}" for x, v in entry["verified"].items()
         )
         rows.append(
-            f"| {name}{' (X.T @ X)' if s['gram'] else ''} | {s['m']}x{s['k']}x{s['n']} "
-            f"| {secs('numpy')} | {secs('dask')} | {secs('outofcore')} "
-            f"| {_mark(fig['outofcore_over_numpy'], marks, 'time / numpy')} "
-            f"| {_mark(fig['dask_over_outofcore'], marks, 'dask / outofcore')} | {read} "
-            f"| {floor_text} "
-            f"| {_mark(fig.get('outofcore_over_floor'), marks, 'time / floor')} "
-            f"| {busy} | {plan_text(fig['plan'])} | {verified} |"
+            (
+                f"{name}{' (X.T @ X)' if s['gram'] else ''}",
+                f"{s['m']}x{s['k']}x{s['n']}",
+                secs("numpy"),
+                secs("dask"),
+                secs("outofcore"),
+                _mark(fig["outofcore_over_numpy"], marks, "time / numpy"),
+                _mark(fig["dask_over_outofcore"], marks, "dask / outofcore"),
+                read,
+                floor_text,
+                _mark(fig.get("outofcore_over_floor"), marks, "time / floor"),
+                busy,
+                plan_text(fig["plan"]),
+                verified,
+            )
         )
-    return "\n".join(rows)
+    return head + "\n\n" + markdown_table(columns, "llrrrrrlrrlll", rows)
 
 
 def plot(result: dict, path: Path) -> None:
