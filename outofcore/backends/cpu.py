@@ -9,7 +9,7 @@ import numpy as np
 from outofcore.backends.blas import gram_into, multiply_into
 from outofcore.backends.limbs import multiply_into as multiply_limbs_into
 from outofcore.backends.protocol import EngineCapabilities
-from outofcore.operands.dtypes import Limbs
+from outofcore.operands.dtypes import Limbs, check_product
 
 __all__ = ["CpuEngine"]
 
@@ -121,6 +121,7 @@ class CpuEngine:
 
     def _multiply(self, c: np.ndarray, a: np.ndarray, b: np.ndarray, *, accumulate: bool) -> None:
         """``c += a @ b`` (or ``c = a @ b``): BLAS, or exact limbs for a wide integer tile."""
+        check_product(a, b, c, one_dtype=self._limbs is None)  # BLAS reads what it is told
         if self._limbs is not None:
             multiply_limbs_into(c, a, b, accumulate=accumulate, limbs=self._limbs)
         else:

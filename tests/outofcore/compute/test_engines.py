@@ -1,4 +1,8 @@
-"""The CPU engine accumulates in place with BLAS beta = 1."""
+"""The CPU engine accumulates in place with BLAS beta = 1.
+
+What every engine keeps (products, dtypes, errors, capabilities, buffers) is checked by the
+conformance suite, tests/outofcore/backends/test_engine_conformance.py; here what is the CPU
+engine's own: one accumulator, kept for the next tile and freed by ``release``."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import numpy as np
 import pytest
 
 from outofcore.backends.cpu import CpuEngine
-from tests.helpers import assert_product_close, engine_protocol_gaps, random_matrix
+from tests.helpers import assert_product_close, random_matrix
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -28,29 +32,17 @@ def test_cpu_engine_accumulates_panels_in_place(dtype):
     assert_product_close(tile, a, b)
 
 
-def test_cpu_engine_with_no_panels_gives_zeros():
+def test_the_accumulator_is_kept_for_the_next_tile_of_its_shape_and_freed_by_release():
     engine = CpuEngine()
-    engine.start_tile((3, 4), np.dtype("float32"))
-    assert (engine.finish_tile() == 0).all()
-
-
-def test_accumulate_before_start_is_an_error():
-    with pytest.raises(RuntimeError, match="start_tile"):
-        CpuEngine().accumulate(np.ones((2, 2), "f4"), np.ones((2, 2), "f4"))
-
-
-def test_the_cpu_engine_has_the_whole_engine_protocol_and_streams_row_blocks():
-    engine = CpuEngine()
-    assert engine_protocol_gaps(engine) == set()
-    assert engine.capabilities.row_blocks is True
-    rng = np.random.default_rng(3)
-    a, b = random_matrix(rng, (19, 11), "float64"), random_matrix(rng, (11, 7), "float64")
-    engine.configure(device_memory=123, panel_depth=5)  # no device: changes nothing
-    engine.start_tile((19, 7), np.dtype("float64"))
-    engine.accumulate(np.ascontiguousarray(a[:, :6]), np.ascontiguousarray(b[:6]))
-    for r0 in (0, 8, 16):  # the last panel, block of rows by block
-        rows = engine.accumulate_rows(
-            r0, [(np.ascontiguousarray(a[r0 : r0 + 8, 6:]), np.ascontiguousarray(b[6:]))]
-        )
-        assert_product_close(rows, a[r0 : r0 + 8], b)
-    assert_product_close(engine.finish_tile(), a, b)
+    assert engine.kept_bytes() == 0
+    engine.start_tile((6, 5), np.dtype("float64"))
+    engine.accumulate(np.ones((6, 2)), np.ones((2, 5)))
+    first = engine.finish_tile()
+    assert engine.kept_bytes() == first.nbytes
+    engine.start_tile((6, 5), np.dtype("float64"))
+    assert engine._c is first  # the same memory, overwritten by the first panel
+    engine.finish_tile()
+    engine.start_tile((3, 4), np.dtype("float32"))  # another shape: a new accumulator
+    assert engine._c is not first and engine.kept_bytes() == 3 * 4 * 4
+    engine.release()  # a tile left unfinished is freed too
+    assert engine.kept_bytes() == 0

@@ -1,0 +1,1 @@
+"""Tests of ``outofcore.backends`` that every backend runs: the engine conformance suite."""
