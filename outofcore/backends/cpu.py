@@ -71,6 +71,7 @@ class CpuEngine:
         symmetric product.  The task mirrors the upper triangle when the tile is done.
         """
         c = self._require_tile()
+        check_product(a_panel, a_panel.T, c, one_dtype=self._limbs is None)
         if self._limbs is not None:  # all of C, exactly (the task mirrors the upper part)
             self._multiply(c, a_panel, a_panel.T, accumulate=not self._fresh)
         else:

@@ -408,10 +408,21 @@ def check_gram_capability(engine) -> None:
             check_gram(engine, 7, [3, 4], dtype, seed=index, transposed=bool(index % 2))
         check_gram(engine, 10, [5], "float64", seed=9, transposed=True)  # ragged blocks
         check_gram(engine, 4, [], "float32")  # no panel: zero
+        check_bad_gram_panel(engine)
         return
     engine.start_tile((4, 4), np.dtype("float32"))
     with pytest.raises(BackendError, match="gram"):
         engine.accumulate_gram(np.ones((4, 2), np.float32))
+
+
+def check_bad_gram_panel(engine) -> None:
+    """A Gram panel with other rows than the (square) tile raises InputError naming them."""
+    (panel,) = _in_place([(3, 2)])
+    engine.start_tile((4, 4), np.dtype("float64"))
+    with pytest.raises(InputError) as raised:
+        engine.accumulate_gram(panel)
+    message = str(raised.value)
+    assert _names_shape(message, (4, 4)) or _names_shape(message, (3, 2)), message
 
 
 def test_gram_tiles_as_the_capabilities_say(engine):
