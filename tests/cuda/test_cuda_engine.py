@@ -1,4 +1,8 @@
-"""The CUDA tile engine, end to end on numba's CUDA simulator (no GPU needed)."""
+"""The CUDA tile engine, end to end on numba's CUDA simulator (no GPU needed).
+
+What every engine keeps (products, dtypes, errors, capabilities, buffers) is checked by
+the conformance suite, tests/outofcore/backends/test_engine_conformance.py; here what is
+the CUDA engine's own: device plans, copies, budgets, threads, jobs on the simulator."""
 
 from __future__ import annotations
 
@@ -10,16 +14,15 @@ import pytest
 
 import outofcore.backends.cuda as ooc_cuda
 from outofcore.api import run_job
-from outofcore.backends.cuda import buffers
 from outofcore.backends.cuda.engine import CudaEngine
 from outofcore.backends.cuda.kernels import TileParams
+from outofcore.backends.device import buffers
 from outofcore.compute.worker_context import worker_context
 from outofcore.errors import BackendError, BudgetError, InputError
 from outofcore.planner.device_plan import device_bytes
 from tests.helpers import (
     assert_gemm_close,
     assert_product_close,
-    engine_protocol_gaps,
     random_matrix,
     write_zarr,
 )
@@ -68,46 +71,6 @@ def engine():
     return ooc_cuda.make_engine("cuda", params=TINY)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_protocol_end_to_end(engine, dtype):
-    out, expected, bound = run_tile(engine, (10, 13), [4, 5, 1], dtype)
-    assert out.shape == (10, 13) and out.dtype == dtype and out.flags.c_contiguous
-    assert_close(out, expected, bound)
-
-
-def test_buffers_are_reused_across_tiles_of_any_size(engine):
-    for i, (shape, widths) in enumerate([((9, 7), [3, 3]), ((17, 19), [8, 2]), ((2, 3), [5])]):
-        assert_close(*run_tile(engine, shape, widths, np.float32, seed=i))
-    assert_close(*run_tile(engine, (6, 5), [2, 7], np.float64, seed=9))
-
-
-def test_tile_without_panels_is_zero(engine):
-    engine.start_tile((3, 4), np.float32)
-    np.testing.assert_array_equal(engine.finish_tile(), 0)
-    run_tile(engine, (3, 4), [2], np.float32)  # the same buffers, now nonzero
-    engine.start_tile((3, 4), np.float32)
-    np.testing.assert_array_equal(engine.finish_tile(), 0)
-
-
-@pytest.mark.parametrize("shape", [(0, 3), (4, 0)])
-def test_empty_tile(engine, shape):
-    engine.start_tile(shape, np.float32)
-    engine.accumulate(np.ones((shape[0], 2), np.float32), np.ones((2, shape[1]), np.float32))
-    assert engine.finish_tile().shape == shape
-
-
-def test_empty_panel_is_skipped(engine):
-    engine.start_tile((2, 2), np.float64)
-    engine.accumulate(np.ones((2, 0)), np.ones((0, 2)))
-    engine.accumulate(np.ones((2, 3)), np.ones((3, 2)))
-    np.testing.assert_array_equal(engine.finish_tile(), 3.0)
-
-
-def test_host_buffer_is_flat_and_typed(engine):
-    buf = engine.host_buffer(12, np.float32)
-    assert buf.shape == (12,) and buf.dtype == np.float32
-
-
 def test_each_task_thread_makes_its_engine_once(monkeypatch):
     """make_engine makes a new engine; a tile task's thread keeps the one it made first."""
     assert ooc_cuda.make_engine("cuda", params=TINY) is not ooc_cuda.make_engine(
@@ -136,24 +99,7 @@ def test_production_engine_small_tile():
     assert_close(*run_tile(engine, (5, 6), [9, 3], np.float32, seed=3))
 
 
-@pytest.mark.parametrize(
-    ("a", "b", "message"),
-    [
-        (np.ones((4, 3)), np.ones((3, 5)), r"do not fit the 4x6 tile"),
-        (np.ones((4, 3)), np.ones((2, 6)), r"panels a \(4, 3\) and b \(2, 6\)"),
-        (np.ones((4, 3), np.float32), np.ones((3, 6)), "panel dtypes a float32, b float64"),
-        (np.ones(4), np.ones((3, 6)), "panels must be 2-D"),
-    ],
-)
-def test_bad_panels(engine, a, b, message):
-    engine.start_tile((4, 6), np.float64)
-    with pytest.raises(InputError, match=message):
-        engine.accumulate(a, b)
-
-
-def test_protocol_misuse(engine):
-    with pytest.raises(RuntimeError, match="start_tile"):
-        CudaEngine("cuda", params=TINY).accumulate(np.ones((1, 1)), np.ones((1, 1)))
+def test_a_dtype_the_gpu_engine_does_not_take(engine):
     with pytest.raises(InputError, match="unsupported dtype int64"):
         engine.start_tile((2, 2), np.int64)
 
@@ -243,7 +189,7 @@ def test_views_strided_both_ways_go_through_a_small_staging_ring():
     """Only a view strided in both directions is packed on the host: here in parts that
     wrap around a ring of two 64-byte buffers."""
     engine = fresh_engine(1024)
-    engine._stager = buffers.Stager(buffers=2, nbytes=64)
+    engine._stager = buffers.Stager(engine.runtime, buffers=2, nbytes=64)
     rng = np.random.default_rng(8)
     a = rng.standard_normal((38, 18)).astype(np.float32)[::2, ::2]  # 19x9, every other one
     b = rng.standard_normal((9, 23)).astype(np.float32)
@@ -357,10 +303,7 @@ def test_two_engines_in_two_threads_share_one_device_budget():
 def test_a_smaller_budget_frees_device_buffers_that_no_longer_fit(monkeypatch):
     """Buffers grown for a large tile are made again when the budget shrinks (a lower
     --device-memory, or another thread's engine joining the share)."""
-    from outofcore.backends.cuda import engine as engine_module  # noqa: PLC0415
-
-    for module in (buffers, engine_module):  # 64-byte steps, so that tiny tiles show it
-        monkeypatch.setattr(module, "GROWTH", 64)
+    monkeypatch.setattr(buffers, "GROWTH", 64)  # 64-byte steps, so that tiny tiles show it
     engine = fresh_engine()
     run_tile(engine, (40, 40), [9], np.float32)
     assert engine.device_plan.resident and engine.device_buffer_bytes() >= 40 * 40 * 4
@@ -488,14 +431,6 @@ def test_run_job_on_the_simulator_cuts_host_tiles_into_device_tiles(tmp_path, mo
     assert any(p.resident for p in plans)  # the 1-row tiles at the bottom do
     assert all(p.budget_bytes == 1024 and p.tk == 8 for p in plans)
     assert engine.budget_bytes == 1024
-
-
-def test_the_cuda_engine_has_the_whole_engine_protocol():
-    engine = fresh_engine()
-    assert engine_protocol_gaps(engine) == set()
-    assert engine.row_blocks is False  # whole tiles come back at finish_tile
-    with pytest.raises(BackendError, match="multiplies whole tiles"):
-        engine.accumulate_rows(0, [])
 
 
 @pytest.mark.parametrize(
