@@ -159,10 +159,11 @@ def assert_close(got: np.ndarray, ref: np.ndarray, magnitude: np.ndarray, dtype,
     error = np.abs(got.astype(ref.dtype) - ref)
     excess = error - bound(magnitude, dtype, k)
     if excess.size and not (excess <= 0).all():
-        worst = np.unravel_index(np.argmax(excess), excess.shape)
+        worst = tuple(int(i) for i in np.unravel_index(np.argmax(excess), excess.shape))
         raise AssertionError(
             f"{what}{dtype} k={k}: {int((excess > 0).sum())} of {excess.size} elements beyond "
-            f"the rounding bound, worst at {worst}: got {got[worst]!r}, want {ref[worst]!r}"
+            f"the rounding bound, worst at {worst}: got {got[worst].item()}, "
+            f"want {ref[worst].item()}"
         )
 
 
@@ -221,6 +222,16 @@ def test_the_engine_has_the_whole_protocol_and_declares_its_capabilities(engine)
     assert engine_protocol_gaps(engine) == set()
     assert isinstance(engine.name, str) and engine.name
     capabilities(engine)
+
+
+def test_the_registry_says_what_the_engine_declares(engine):
+    """The plan reads a backend's capabilities from the registry, without making an engine:
+    they are the engine's own."""
+    from outofcore.backends import registry  # noqa: PLC0415
+
+    if engine.name not in registry.backend_names():
+        pytest.skip(f"{engine.name!r} is not a registered backend")
+    assert registry.get(engine.name).capabilities == capabilities(engine)
 
 
 # -- products -------------------------------------------------------------------------------
@@ -610,30 +621,36 @@ def _planted(**overrides: Callable) -> TileEngine:
 def _gram_overwriting(self, a_panel):
     """Each Gram panel overwrites the tile instead of adding to it."""
     self._fresh = True
-    type(self).__mro__[1].accumulate_gram(self, a_panel)
+    super(type(self), self).accumulate_gram(a_panel)
 
 
 def _gram_without_its_last_column(self, a_panel):
-    type(self).__mro__[1].accumulate_gram(self, a_panel)
+    """The upper triangle's last column left out."""
+    super(type(self), self).accumulate_gram(a_panel)
     self._c[:, -1] = 0
 
 
 def _finish_without_zeroing(self):
-    self._fresh = False  # a tile with no panel returns what memory held
-    tile = type(self).__mro__[1].finish_tile(self)
-    return tile
+    """A tile with no panel returns what its memory held."""
+    if self._fresh:
+        self._c[...] = 1
+    self._fresh = False
+    return super(type(self), self).finish_tile()
 
 
 def _start_keeping_the_last_tile(self, shape, dtype, limbs=None):
+    """The next tile of the same shape adds to what the last one left."""
     spare = self._spare
-    type(self).__mro__[1].start_tile(self, shape, dtype, limbs)
+    super(type(self), self).start_tile(shape, dtype, limbs)
     if spare is not None and spare.shape == tuple(shape):
-        self._c, self._fresh = spare, False  # adds to what the last tile left
+        self._c, self._fresh = spare, False
 
 
 def _accumulate_without_checks(self, a_panel, b_panel):
-    """Multiplies whatever it is given (the panels' own shapes, into a fresh array)."""
+    """Adds what fits of whatever product it is given, checking nothing."""
     c = self._require_tile()
+    if self._fresh:
+        c[...] = 0
     c[: a_panel.shape[0], : b_panel.shape[1]] += (a_panel @ b_panel)[: c.shape[0], : c.shape[1]]
     self._fresh = False
 
