@@ -84,7 +84,7 @@ def _add_gram_command(commands: Any) -> None:
     gram.add_argument(
         "--rows", action="store_true", help="G = X @ X.T, the Gram matrix of X's rows (m×m)"
     )
-    gram.add_argument("--alpha", type=_number, default=1.0, help="scale (default 1)")
+    gram.add_argument("--alpha", type=parse_scale, default=1.0, help="scale (default 1)")
     _add_job_options(gram)
 
 
@@ -303,10 +303,13 @@ def _add_product(parser: argparse.ArgumentParser) -> None:
     """The options that say which product: transposes, scales and the addend."""
     _add_transposes(parser)
     parser.add_argument(
-        "--alpha", type=_number, default=1.0, help="scale of op(A) @ op(B) (default 1)"
+        "--alpha", type=parse_scale, default=1.0, help="scale of op(A) @ op(B) (default 1)"
     )
     parser.add_argument(
-        "--beta", type=_number, default=0.0, help="scale of the addend (default 0; needs --addend)"
+        "--beta",
+        type=parse_scale,
+        default=0.0,
+        help="scale of the addend (default 0; needs --addend)",
     )
     parser.add_argument(
         "--addend",
@@ -334,7 +337,7 @@ def _add_out_dtype(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _number(text: str) -> int | float | complex:
+def parse_scale(text: str) -> int | float | complex:
     """A scale as typed: an integer (``9007199254740993``), or a whole number float64 would
     round (``9007199254740993.0``), is an int, exactly (never rounded through float:
     :func:`outofcore.operands.scales.check_scale`); else a float (``2.0``, ``1e20``: float64 holds

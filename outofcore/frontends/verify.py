@@ -56,14 +56,14 @@ import zarr
 
 from outofcore import config
 from outofcore.compute.worker_context import worker_context
-from outofcore.frontends.verify_exact import _verify_exact
+from outofcore.frontends.verify_exact import verify_exact
 from outofcore.frontends.verify_report import (
     VerifyReport,
-    _failures,
-    _largest,
-    _operands,
-    _row_bounds,
-    _scale,
+    count_failures,
+    dask_operands,
+    largest_magnitude,
+    row_bounds,
+    row_scales,
 )
 from outofcore.jobs.opening import open_product
 from outofcore.journal.targets import JOB_ATTRIBUTE
@@ -167,7 +167,7 @@ def verify(
             _own_threads(),
         ):
             if product.types.exact:
-                return _verify_exact(product, c_arr, r)
+                return verify_exact(product, c_arr, r)
             return _verify_rounded(product, c_arr, r)
     except ChunkSizeError as exc:  # a decompression bomb, refused from its header
         read = [stored_arrays.describe(x) for x in (*product.inputs.values(), c_arr)]
@@ -245,7 +245,7 @@ def _rounded_pass(
     and the tainted columns where the pass found some it did not know."""
     types = product.types
     dtype = np.dtype(np.complex128 if types.compute.kind == "c" else np.float64)
-    a, b, c_d, addend = _operands(product, c)
+    a, b, c_d, addend = dask_operands(product, c)
     a, b = a.astype(dtype), b.astype(dtype)
     addend = None if addend is None else addend.astype(dtype)
     if types.output.kind == "c" and dtype.kind != "c":  # a real product written as complex
@@ -286,7 +286,7 @@ def _rounded_pass(
         (excluded | da.zeros(c_d.shape[-1:], dtype=bool)).sum(axis=-1),
         by_addend,
     ]
-    bounds = _row_bounds(product, a, b, addend)
+    bounds = row_bounds(product, a, b, addend)
     computed = dask.compute(
         kept @ r,
         _reference(product, a, b, addend, r),
@@ -318,8 +318,8 @@ def _judge(
     a_bad, a_nan = np.broadcast_to(a_bad, shape), np.broadcast_to(a_nan, shape)
     finite_all, nan_all = np.broadcast_to(finite_all, shape), np.broadcast_to(nan_all, shape)
     accumulation = math.sqrt(product.k) * types.unit_roundoff()
-    reach = _scale(product, *bounds)
-    largest = min(_largest(types.compute), _largest(types.output))
+    reach = row_scales(product, *bounds)
+    largest = min(largest_magnitude(types.compute), largest_magnitude(types.output))
     may_overflow = np.broadcast_to(~(2 * reach < largest), shape)
     scale = reach
     if types.output_roundoff():
@@ -347,7 +347,7 @@ def _judge(
         a_bad, whole_wrong, nonfinite | (compared & (relative > tolerance).any(axis=-1))
     )
     wrong = wrong | (np.broadcast_to(imaginary, shape) > 0)
-    failing, row, matrix = _failures(wrong)
+    failing, row, matrix = count_failures(wrong)
     unconfirmed = np.where(
         a_bad,
         np.where(whole_unconfirmed, n - finite_all, 0),

@@ -11,11 +11,11 @@ import zarr
 
 from outofcore.frontends.verify_report import (
     VerifyReport,
-    _failures,
-    _largest,
-    _operands,
-    _row_bounds,
-    _scale,
+    count_failures,
+    dask_operands,
+    largest_magnitude,
+    row_bounds,
+    row_scales,
 )
 from outofcore.operands.product import Product
 
@@ -47,12 +47,12 @@ def _to_modular(block: np.ndarray) -> np.ndarray:
     return wrapped.view(np.int64)
 
 
-def _verify_exact(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyReport:
+def verify_exact(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyReport:
     """Integers: exact in int64 arithmetic (modulo 2**64).  An integer output is compared
     exactly; a float (or complex) one holds the 64-bit result rounded once, so ``C`` is
     read back as integers modulo ``2**64`` and each row's residual, exact, is within the
     rounding of its elements: ``|(C·r)_i − (...)_i| ≤ 2·u_out·‖c_i‖₁``."""
-    a, b, c_d, addend = _operands(product, c)
+    a, b, c_d, addend = dask_operands(product, c)
     a, b = a.astype(np.int64), b.astype(np.int64)
     addend = None if addend is None else addend.astype(np.int64)
     r = r.astype(np.int64)
@@ -62,7 +62,7 @@ def _verify_exact(product: Product, c: zarr.Array, r: np.ndarray) -> VerifyRepor
     output = product.types.output
     if output.kind in "iu":
         cr, abr = dask.compute(c_d.astype(np.int64) @ r, expected)
-        failing, row, matrix = _failures((cr != abr).any(axis=-1))
+        failing, row, matrix = count_failures((cr != abr).any(axis=-1))
         return VerifyReport(
             passed=failing == 0,
             rounds=r.shape[1],
@@ -85,7 +85,7 @@ def _largest_residual(difference: np.ndarray) -> float:
 def _verify_exact_rounded(
     product: Product, operands: tuple, expected: da.Array, r: np.ndarray
 ) -> VerifyReport:
-    """An integer product written as a float or complex: see :func:`_verify_exact`."""
+    """An integer product written as a float or complex: see :func:`verify_exact`."""
     a, b, c_d, addend = operands
     output = product.types.output
     unit = float(np.finfo(output).eps) / 2
@@ -94,7 +94,7 @@ def _verify_exact_rounded(
     infinite = da.isinf(real)
     usable = da.isfinite(real) & _whole(real)  # what a 64-bit integer's rounding can be
     malformed = da.isnan(real) | (da.isfinite(real) & ~usable)
-    bounds = _row_bounds(
+    bounds = row_bounds(
         product,
         a.astype(np.float64),
         b.astype(np.float64),
@@ -111,8 +111,8 @@ def _verify_exact_rounded(
     )
     # Inf is numpy's rounding of a 64-bit value beyond the output's range (float16); a row
     # that may reach it and holds Inf is not compared (its other values unchecked).
-    reach = _scale(product, *bounds) * (1 + 1e-6)  # wrapped (``wraps``): any 64-bit value
-    may_overflow = ~(reach < _largest(output)) | product.types.wraps
+    reach = row_scales(product, *bounds) * (1 + 1e-6)  # wrapped (``wraps``): any 64-bit value
+    may_overflow = ~(reach < largest_magnitude(output)) | product.types.wraps
     unchecked = (infinite > 0) & may_overflow
     limit = 2 * unit * l1
     residual = np.abs((cr - abr).astype(np.float64))
@@ -128,7 +128,7 @@ def _verify_exact_rounded(
         | (malformed > 0)
         | (np.asarray(imaginary) > 0)
     )
-    failing, row, matrix = _failures(wrong)
+    failing, row, matrix = count_failures(wrong)
     checked = np.where(unchecked[..., None], 0.0, relative)
     return VerifyReport(
         passed=failing == 0,

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 import dask.array as da
 import numpy as np
 import zarr
+from numpy.typing import ArrayLike
 
 from outofcore.operands.dask_graph import on_dask
 from outofcore.operands.joined import Joined
@@ -45,7 +46,7 @@ class VerifyReport:
         return asdict(self)
 
 
-def _operands(product: Product, c: zarr.Array) -> tuple[da.Array, ...]:
+def dask_operands(product: Product, c: zarr.Array) -> tuple[da.Array, ...]:
     """``op(A)``, ``op(B)``, ``C`` and the addend (or None) as Dask arrays in their stored
     dtypes (the caller converts them),
     each of two or more dimensions (a vector as a one-row or one-column matrix, numpy's
@@ -86,7 +87,7 @@ def _operands(product: Product, c: zarr.Array) -> tuple[da.Array, ...]:
     return a, b, matrices(read(c)), addend
 
 
-def _failures(bad: np.ndarray) -> tuple[int, int | None, tuple[int, ...] | None]:
+def count_failures(bad: np.ndarray) -> tuple[int, int | None, tuple[int, ...] | None]:
     """How many rows fail in ``bad`` (rows of each matrix of the output, batch first), the
     first one's row, and its matrix's batch index (None for one matrix)."""
     found = np.argwhere(bad)
@@ -108,7 +109,9 @@ def _read_block(
     return out
 
 
-def _row_bounds(product: Product, a: da.Array, b: da.Array, addend) -> tuple[da.Array, ...]:
+def row_bounds(
+    product: Product, a: da.Array, b: da.Array, addend: da.Array | None
+) -> tuple[da.Array, ...]:
     """``‖a_i‖₂`` (A's batch..., m), ``‖op(B)‖_F`` per matrix and ``‖d_i‖₂`` (or 0): the
     parts of ``s_i`` (the module docstring), lazily."""
     row_norms = da.sqrt((abs(a) ** 2).sum(axis=-1))
@@ -117,7 +120,12 @@ def _row_bounds(product: Product, a: da.Array, b: da.Array, addend) -> tuple[da.
     return row_norms, b_frobenius, addend_norms
 
 
-def _scale(product: Product, row_norms, b_frobenius, addend_norms) -> np.ndarray:
+def row_scales(
+    product: Product,
+    row_norms: ArrayLike,
+    b_frobenius: ArrayLike,
+    addend_norms: ArrayLike,
+) -> np.ndarray:
     """``s_i = |alpha|·‖a_i‖₂·‖op(B)‖_F + |beta|·‖d_i‖₂`` (batch..., m), in float64."""
     with np.errstate(over="ignore", invalid="ignore"):
         return abs(product.alpha) * np.asarray(row_norms) * np.asarray(b_frobenius)[
@@ -125,6 +133,6 @@ def _scale(product: Product, row_norms, b_frobenius, addend_norms) -> np.ndarray
         ] + abs(product.beta) * np.asarray(addend_norms)
 
 
-def _largest(dtype: np.dtype) -> float:
+def largest_magnitude(dtype: np.dtype) -> float:
     """The largest finite magnitude of a float or complex dtype (inf for integers)."""
     return float(np.finfo(dtype).max) if dtype.kind in "fc" else math.inf

@@ -49,7 +49,7 @@ def execute_job(job: PreparedJob, phases: Phases) -> JobResult:
         with phases("lease"):
             held.enter_context(lease)
         with phases("cluster_start"):
-            executor = held.enter_context(_open_executor(client, spec, job.dashboard))
+            executor = held.enter_context(open_job_executor(client, spec, job.dashboard))
             lease.on_lost(executor.abort)  # a lost lease stops the tasks: the job fails
         with phases("plan"):
             check_start_unchanged(start, operands.inspect(spec.overwrite))
@@ -95,7 +95,13 @@ def execute_job(job: PreparedJob, phases: Phases) -> JobResult:
 
 
 @contextlib.contextmanager
-def _open_executor(client: Any, spec: JobSpec, dashboard: bool) -> Iterator[Executor]:
+def open_job_executor(client: Any, spec: JobSpec, dashboard: bool) -> Iterator[Executor]:
+    """Yield the executor a job with ``spec`` runs on, closed after it.
+
+    :func:`~outofcore.runtime.cluster.open_executor` with the spec's budget, workers and
+    GPUs; a GPU job's own workers inherit the kernels' cache folder, and one GPU's worker
+    in this process gets its device first.
+    """
     in_process = config.flag("in-process-worker")
     with contextlib.ExitStack() as held:
         if spec.gpus and client is None:  # its GPU workers inherit the kernels' folder

@@ -100,7 +100,7 @@ def make_plan(
     if io_concurrency < 1:
         raise InputError(f"io_concurrency = {io_concurrency}: need at least 1")
     p = problem
-    k_unit = _k_unit(p)
+    k_unit = panel_depth_unit(p)
     row_unit, col_unit = _tile_units(p, k_unit, task_budget_bytes, io_concurrency, workers)
     if tk is None:
         tk = _choose_tk(
@@ -296,7 +296,7 @@ def _unit(extent: int, *grids: int | None) -> int:
     return min(unit, extent)
 
 
-def _k_unit(p: Problem) -> int:
+def panel_depth_unit(p: Problem) -> int:
     """Panel depth step: a common multiple of both chunkings when one fits in k."""
     common = math.lcm(p.a_chunks[1], p.b_chunks[0])
     if common <= p.k:

@@ -167,13 +167,13 @@ def test_the_command_sets_the_folder_before_numba_is_imported(tmp_path):
 def test_the_gpu_workers_a_job_starts_get_the_folder(tmp_path, monkeypatch):
     """The worker processes of ``--gpus`` inherit the folder (outofcore's own GPU workers:
     this node has no GPU that dask-cuda would take)."""
-    from outofcore.jobs.run import _open_executor  # noqa: PLC0415
+    from outofcore.jobs.run import open_job_executor  # noqa: PLC0415
     from outofcore.jobs.spec import JobSpec  # noqa: PLC0415
 
     monkeypatch.setenv("NUMBA_CACHE_DIR", "placeholder")
     monkeypatch.delenv("NUMBA_CACHE_DIR")  # restored to unset after the test
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     spec = JobSpec(memory=64 * 2**20, gpus=(0,), progress=False)
-    with _open_executor(None, spec, dashboard=False) as executor:
+    with open_job_executor(None, spec, dashboard=False) as executor:
         seen = executor.client.run(lambda: os.environ.get("NUMBA_CACHE_DIR"))
     assert list(seen.values()) == [str(tmp_path / "outofcore" / "kernels")]

@@ -19,7 +19,7 @@ import zarr
 
 import outofcore
 from outofcore.errors import InputError
-from outofcore.frontends.cli_parser import _number
+from outofcore.frontends.cli_parser import parse_scale
 from outofcore.frontends.verify import verify
 from outofcore.operands.dtypes import product_types
 from outofcore.operands.scales import check_scale
@@ -109,11 +109,13 @@ def test_a_small_integer_product_keeps_huge_scales_exact(tmp_path):
 
 
 def test_scales_are_parsed_and_checked_exactly():
-    assert _number("9007199254740993") == 9007199254740993
-    assert isinstance(_number("9007199254740993"), int)
-    assert _number("9007199254740993.0") == 9007199254740993  # no float in between
-    assert _number(str(2**63 - 1)) == 2**63 - 1
-    assert _number("2.5") == 2.5 and _number("1+2j") == 1 + 2j and _number("-0.5") == -0.5
+    assert parse_scale("9007199254740993") == 9007199254740993
+    assert isinstance(parse_scale("9007199254740993"), int)
+    assert parse_scale("9007199254740993.0") == 9007199254740993  # no float in between
+    assert parse_scale(str(2**63 - 1)) == 2**63 - 1
+    assert (
+        parse_scale("2.5") == 2.5 and parse_scale("1+2j") == 1 + 2j and parse_scale("-0.5") == -0.5
+    )
     assert check_scale(np.uint64(2**64 - 1), "alpha") == 2**64 - 1
     assert check_scale(2**63 - 1, "alpha") == 2**63 - 1
     with pytest.raises(InputError, match="alpha is an integer of 1101 bits"):

@@ -15,7 +15,7 @@ from outofcore.errors import BudgetError, InputError
 from outofcore.planner.io_model import io_lower_bound
 from outofcore.planner.memory import task_bytes
 from outofcore.planner.problem import Problem
-from outofcore.planner.tiling import _k_unit, make_output_plan, make_plan
+from outofcore.planner.tiling import make_output_plan, make_plan, panel_depth_unit
 from tests.helpers import ROOT, cuda_target
 
 dims = st.integers(min_value=1, max_value=3000)
@@ -336,7 +336,7 @@ def test_a_forced_split_that_fits_with_the_thinnest_panels_is_never_refused(
     projection only, so a forced split whose parts fitted with shallower panels was
     refused (the example: 20x20 tiles, --splits 3, 160 KiB, 400-deep panels, the
     parts 1 KiB over)."""
-    thinnest = _k_unit(problem)
+    thinnest = panel_depth_unit(problem)
     try:
         make_plan(problem, budget, splits=splits, tk=thinnest)
     except (BudgetError, InputError):
