@@ -10,7 +10,6 @@ import time
 _LOADING = time.monotonic()
 
 from outofcore.runtime.blas_idle import shorten_blas_spin
-from outofcore.runtime.gpu_cluster import number_devices_as_nvidia_smi
 
 shorten_blas_spin()  # before numpy and SciPy load OpenBLAS (below); outofcore.runtime.blas_idle
 
@@ -32,7 +31,7 @@ from typing import Any
 import psutil
 from dask.utils import format_bytes
 
-from outofcore.backends.cuda.cache_folder import use_kernel_cache
+from outofcore.backends.registry import prepare_process
 from outofcore.config import check_all, flag
 from outofcore.errors import JOB_FAILED, OutOfCoreError
 from outofcore.frontends.cli_output import format_plan, format_summary, format_verify, print_result
@@ -50,10 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     1, ``verify`` found the product wrong; 130, interrupted.  ``--debug`` (or
     ``OUTOFCORE_DEBUG=1``) adds the traceback.
     """
-    # Before numba or CUDA start: compiled kernels kept between processes, and CUDA's
-    # device numbers those of nvidia-smi and --gpus (so one GPU's worker can run here)
-    use_kernel_cache()
-    number_devices_as_nvidia_smi()
+    # Before any backend's library starts: what each needs of the process's environment
+    # (the CUDA backend's kernel cache folder and device numbering)
+    prepare_process()
     args = build_parser().parse_args(argv)
     try:  # every setting parsed once, before anything starts (outofcore.config)
         debug = args.debug or flag("debug")

@@ -21,9 +21,12 @@ from outofcore.backends.cpu import CpuEngine
 from outofcore.backends.cuda import blocks as cuda_blocks
 from outofcore.backends.cuda import probe as cuda_probe
 from outofcore.backends.cuda import rates as cuda_rates
+from outofcore.backends.cuda.workers import CUDA_NODE
+from outofcore.backends.cuda.workers import prepare_process as prepare_for_cuda
 from outofcore.backends.protocol import EngineCapabilities, TileEngine
 from outofcore.errors import BackendError
 from outofcore.planner.gpu_rates import DeviceRates, GpuTarget, gpu_target
+from outofcore.runtime.gpu_cluster import GpuNode
 
 __all__ = [
     "AUTO",
@@ -33,10 +36,12 @@ __all__ = [
     "check_backend",
     "assumed_gpu",
     "get",
+    "gpu_node",
     "gpu_visible",
     "is_gpu",
     "job_gpu_target",
     "make_engine",
+    "prepare_process",
     "register",
     "resolve_backend",
 ]
@@ -66,8 +71,14 @@ class Backend:
     #: A GPU backend: its kernel's block ``(bm, bn, bk)`` by element size, which device tiles
     #: are cut in multiples of; None on the CPU.
     blocks: Mapping[int, tuple[int, int, int]] | None = None
+    #: A GPU backend: what its GPU workers need of a node (the devices each sees, their
+    #: numbering, a vendor's own cluster), for the runtime; None on the CPU.
+    node: GpuNode | None = None
     #: One line for ``--help`` and messages.
     summary: str = ""
+    #: Readies a process for the backend before its libraries start (environment the
+    #: device library reads once); the command calls every backend's first.
+    prepare: Callable[[], None] = lambda: None
 
 
 def _nothing_to_install() -> None:
@@ -140,7 +151,9 @@ for _name, _rates, _summary in (
             require=lambda name=_name: cuda_probe.require_numba_cuda(name),
             rates=_rates,
             blocks=cuda_blocks.KERNEL_BLOCKS,
+            node=CUDA_NODE,
             summary=_summary,
+            prepare=prepare_for_cuda,
         )
     )
 
@@ -224,6 +237,23 @@ def resolve_backend(backend: str, gpu_workers: int | None = None, where: str = "
             "(set NUMBA_ENABLE_CUDASIM=1 to use numba's CUDA simulator, or use backend 'cpu')"
         )
     return backend
+
+
+def gpu_node(backend: str) -> GpuNode:
+    """The node of the GPU workers a job with ``backend`` starts where it lists GPUs: the
+    backend's own, else (``"auto"``, or a CPU backend on GPU workers) our kernel's."""
+    own = get(backend).node if backend != AUTO else None
+    node = own or get("cuda").node
+    if node is None:  # pragma: no cover (the CUDA backend always has its node)
+        raise BackendError("the 'cuda' backend has no GPU node")
+    return node
+
+
+def prepare_process() -> None:
+    """Ready this process for every backend before any backend's library starts (the
+    command calls it first): each backend's ``prepare``, once."""
+    for prepare in dict.fromkeys(backend.prepare for backend in _REGISTRY.values()):
+        prepare()
 
 
 def make_engine(backend: str) -> TileEngine:

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from outofcore.runtime.addresses import resolve_client
 from outofcore.runtime.cluster import budget_for, runs_in_process
-from outofcore.runtime.gpu_cluster import check_gpus_usable
 
 if TYPE_CHECKING:
     from outofcore.jobs.planning import JobPlan
@@ -35,22 +34,21 @@ def where_it_runs(
     setting of this process parsed first (:func:`outofcore.config.check_all`).
 
     GPU workers this job would start on this node (``gpus``, no client) are refused first
-    where no CUDA GPU is usable here: the CUDA driver's device count
-    (:func:`outofcore.backends.cuda.probe.device_count`, without importing numba; numba's CUDA
-    simulator counts as a GPU, as in the tests) goes to
-    :func:`outofcore.runtime.gpu_cluster.check_gpus_usable`.  Then ``client`` is resolved
+    where no GPU of the job's backend is usable here (its node's ``check_usable``: for CUDA,
+    :meth:`outofcore.backends.cuda.workers.CudaNode.check_usable`, without importing numba;
+    numba's CUDA simulator counts as a GPU, as in the tests).  Then ``client`` is resolved
     (:func:`outofcore.runtime.addresses.resolve_client`: None is the default Client when one is
     open) and the budget chosen for it (:func:`outofcore.runtime.cluster.budget_for`).
     """
     from outofcore import config  # noqa: PLC0415 (imports dask)
-    from outofcore.backends.cuda import probe as cuda_probe  # noqa: PLC0415 (the standard library only)
+    from outofcore.backends.registry import gpu_node  # noqa: PLC0415
     from outofcore.jobs.spec import JobSpec  # noqa: PLC0415 (imports dask)
 
     spec = JobSpec.of(spec, options)
     config.check_all()  # a bad setting is refused here, not in a worker's task
-    if spec.gpus and client is None:
-        simulator = cuda_probe.simulator_enabled()
-        check_gpus_usable(spec.gpus, 0 if simulator else cuda_probe.device_count(), simulator)
+    node = gpu_node(spec.backend) if spec.gpus and client is None else None
+    if node is not None:
+        node.check_usable(spec.gpus)
     client = resolve_client(client, spec.gpus)
     memory = budget_for(spec.memory, client, spec.workers, spec.gpus)
     return dataclasses.replace(spec, memory=memory), client

@@ -14,7 +14,7 @@ from typing import Any
 from outofcore import config
 from outofcore.backends.cuda.cache_folder import use_kernel_cache
 from outofcore.backends.cuda.device_choice import in_process_device
-from outofcore.backends.registry import resolve_backend
+from outofcore.backends.registry import gpu_node, resolve_backend
 from outofcore.compute.worker_context import worker_context
 from outofcore.jobs.output import (
     JobResult,
@@ -63,7 +63,8 @@ def execute_job(job: PreparedJob, phases: Phases) -> JobResult:
             warn_unsharded(plan, spec, start.existing)
             if not isinstance(executor, SynchronousExecutor):
                 shared = {**operands.product.inputs, "the output": start.existing}
-                interop.check_shareable(shared, client, spec.gpus)
+                node = gpu_node(spec.backend) if spec.gpus else None
+                interop.check_shareable(shared, client, spec.gpus, node)
                 check_worker_memory(workers, plan.task_bytes)
         with phases("output"):
             output, record, document, done = start_output(operands, start, plan, spec, lease.job_id)
@@ -106,7 +107,7 @@ def open_job_executor(client: Any, spec: JobSpec, dashboard: bool) -> Iterator[E
     with contextlib.ExitStack() as held:
         if spec.gpus and client is None:  # its GPU workers inherit the kernels' folder
             use_kernel_cache()
-            if runs_in_process(spec.gpus, in_process):  # one GPU's worker, a thread here
+            if runs_in_process(spec.gpus, in_process, gpu_node(spec.backend)):  # a thread here
                 held.enter_context(in_process_device(spec.gpus[0]))
         yield held.enter_context(_executor(client, spec, dashboard, in_process))
 
@@ -124,6 +125,7 @@ def _executor(
         stall_timeout=config.number("stall-timeout", positive=True),
         in_process=in_process,
         dashboard=dashboard,
+        node=gpu_node(spec.backend) if spec.gpus else None,
         # Tasks that ran in this process (in-process, or its LocalCluster's worker threads)
         # leave their engines, panels and buffers here: free them with the executor.
         on_close=worker_context().release_in_process,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from outofcore import config
-from outofcore.backends.registry import resolve_backend
+from outofcore.backends.registry import gpu_node, resolve_backend
 from outofcore.jobs.inputs import Operands
 from outofcore.jobs.phases import Phases
 from outofcore.jobs.placement import wants_dashboard, where_it_runs
@@ -78,6 +78,7 @@ def prepare_job(
         {"input A": a, "input B": b, "the addend": spec.addend, "the output": out},
         client,
         spec.gpus,
+        gpu_node(spec.backend) if spec.gpus else None,
     )
     operands = Operands.open(a, b, out, spec, phases)
     check_not_held(operands.journal, operands.where)  # refuse at once, before any write

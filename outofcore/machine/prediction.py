@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from outofcore.backends.registry import is_gpu
+from outofcore.backends.registry import gpu_node, is_gpu
 from outofcore.machine.probe import GEMM_LARGE, GEMM_SMALL, Figures
 from outofcore.machine.probe_cache import cached_figures, machine_figures
 from outofcore.planner.gpu_rates import GpuTarget
@@ -217,7 +217,8 @@ def machine_prediction(
 
     # The tasks run in this process ("sync", or a LocalCluster's CPU workers) or in
     # worker processes, which import the task's modules first.
-    here = tasks_run_here(client, gpus, flag("in-process-worker"))
+    node = gpu_node(backend) if gpus else None
+    here = tasks_run_here(client, gpus, flag("in-process-worker"), node)
 
     probed = machine_figures(local_blas_threads(plan.workers), reprobe=reprobe)
     local = plan_machine(probed.figures, plan, product, output_codec, not here)

@@ -42,6 +42,7 @@ from outofcore.operands.dask_graph import Vectors, steps_behind
 from outofcore.operands.dtypes import check_input_dtype
 from outofcore.operands.joined import Joined
 from outofcore.operands.steps import Step, applicable, result_dtype
+from outofcore.runtime.gpu_cluster import GpuNode
 from outofcore.runtime.in_process import tasks_run_here
 from outofcore.storage.locations import locate
 
@@ -284,7 +285,12 @@ def _below(graph: Any, name: str) -> set[str]:
     return found
 
 
-def check_shareable(named: dict[str, Any], client: Any, gpus: tuple[int, ...] | None) -> None:
+def check_shareable(
+    named: dict[str, Any],
+    client: Any,
+    gpus: tuple[int, ...] | None,
+    node: GpuNode | None = None,
+) -> None:
     """Refuse arguments that live in this process's memory (numpy arrays, zarr arrays
     in a ``MemoryStore``), for a job on ``client`` whose tasks run in Dask worker
     processes; where they run in this process
@@ -294,11 +300,12 @@ def check_shareable(named: dict[str, Any], client: Any, gpus: tuple[int, ...] | 
 
     Called with the arguments as given, by how messages call them
     (``{"input A": a, "input B": b, "the addend": addend}``), before anything is
-    opened, so the message names what the user passed.
+    opened, so the message names what the user passed.  ``node``: the GPU backend's, where
+    the job lists ``gpus`` (a single GPU's worker may be a thread here).
     """
     from outofcore.config import flag  # noqa: PLC0415 (imports dask)
 
-    if tasks_run_here(client, gpus, flag("in-process-worker")):
+    if tasks_run_here(client, gpus, flag("in-process-worker"), node):
         return
     for label, value in named.items():
         if isinstance(value, np.ndarray):

@@ -45,7 +45,7 @@ from outofcore.runtime.executors import (
     WorkerShape,
     client_worker_shape,
 )
-from outofcore.runtime.gpu_cluster import GPU_RESOURCE, cluster_kind, start_gpu_cluster
+from outofcore.runtime.gpu_cluster import GPU_RESOURCE, GpuNode, cluster_kind, start_gpu_cluster
 from outofcore.runtime.in_process import runs_in_process, runs_in_threads, thread_count
 from outofcore.runtime.in_process import tasks_run_here as tasks_run_here  # where others import it
 from outofcore.runtime.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST, local_dashboard_link
@@ -124,27 +124,36 @@ def start_local_cluster(
     gpus: tuple[int, ...] | None = None,
     in_process: bool = False,
     dashboard: bool = True,
+    node: GpuNode | None = None,
 ) -> Any:
     """Start the LocalCluster a job with ``budget_bytes`` per worker runs on.
 
     One single-threaded worker process per worker (see
     :func:`~outofcore.runtime.worker_sizing.local_worker_count`), or with ``gpus`` one per
-    listed GPU (:func:`outofcore.runtime.gpu_cluster.start_gpu_cluster`: dask-cuda's
-    LocalCUDACluster where it
-    is installed and sees the GPUs); each gets the memory limit
-    :func:`~outofcore.runtime.worker_sizing.local_worker_limit` gives (GPU workers: with CUDA's
-    allowance).
+    listed GPU on ``node``, the GPU backend's (:func:`outofcore.runtime.gpu_cluster.
+    start_gpu_cluster`: the vendor's own cluster where the node offers one); each gets the
+    memory limit :func:`~outofcore.runtime.worker_sizing.local_worker_limit` gives (GPU
+    workers: with a GPU worker's allowance).
     ``in_process`` runs CPU workers, or a single GPU's, as threads of this process instead
     (:func:`runs_in_process`).
+
+    Raises
+    ------
+    ClusterError
+        For ``gpus`` without a ``node`` (no GPU backend says how to start their workers).
     ``dashboard`` serves Dask's dashboard (False: none, and no bokeh imported); the
     scheduler's web server (Dask's health and metrics pages) takes a free port either
     way: with no address Dask would take 8787, and warn where another holds it.
     """
+    if gpus and node is None:
+        raise ClusterError(
+            f"GPU workers for GPUs {list(gpus)} need a GPU backend's node to start them"
+        )
     memory_limit = local_worker_limit(budget_bytes, gpu=bool(gpus))
-    here = runs_in_process(gpus, in_process)
+    here = runs_in_process(gpus, in_process, node)
     if gpus and not here:
         with _workers_ignore_interrupts():
-            return start_gpu_cluster(gpus, memory_limit, logging.ERROR, dashboard)
+            return start_gpu_cluster(gpus, memory_limit, node, logging.ERROR, dashboard)
     n_workers = len(gpus) if gpus else local_worker_count(budget_bytes, workers)
     _warn_over_cores(n_workers)
     if here:
@@ -257,12 +266,13 @@ def open_executor(
     dashboard: bool = True,
     on_close: Callable[[], None] | None = None,
     stall_timeout: float | None = None,
+    node: GpuNode | None = None,
 ) -> Iterator[Executor]:
     """Yield an executor for ``client`` (see the module docstring), cleaning up after.
 
-    ``gpus`` (with ``client=None``) starts one worker per listed GPU instead
-    of one per core (see :mod:`outofcore.runtime.gpu_cluster`).  ``connect_timeout``
-    bounds the wait for a scheduler address (three times it for its workers).
+    ``gpus`` (with ``client=None``) starts one worker per listed GPU instead of one per
+    core, on ``node``, the GPU backend's (see :mod:`outofcore.runtime.gpu_cluster`).
+    ``connect_timeout`` bounds the wait for a scheduler address (three times it for its workers).
     ``in_process`` runs a LocalCluster's CPU workers in this process
     (:func:`runs_in_process`); ``dashboard`` False starts it without Dask's dashboard.
     ``on_close`` is called once the executor is closed
@@ -297,6 +307,7 @@ def open_executor(
             announce=announce,
             on_close=on_close,
             stall_timeout=stall_timeout,
+            node=node,
         ) as executor:
             yield executor
     elif isinstance(client, str):
@@ -322,6 +333,7 @@ def _on_local_cluster(
     announce: bool,
     on_close: Callable[[], None] | None,
     stall_timeout: float | None,
+    node: GpuNode | None,
 ) -> Iterator[DaskExecutor]:
     """Yield an executor on a LocalCluster started for the job, closed after it.
 
@@ -332,9 +344,9 @@ def _on_local_cluster(
     """
     from distributed import Client  # noqa: PLC0415
 
-    cluster = start_local_cluster(budget_bytes, workers, gpus, in_process, dashboard)
+    cluster = start_local_cluster(budget_bytes, workers, gpus, in_process, dashboard, node)
     n_workers = len(cluster.workers)
-    here = runs_in_process(gpus, in_process)
+    here = runs_in_process(gpus, in_process, node)
     try:
         with Client(cluster, set_as_default=False) as local_client:
             if not here:
@@ -342,7 +354,7 @@ def _on_local_cluster(
             _quiet_own_task_failures(local_client)
             if announce:
                 print(
-                    f"Started a {cluster_kind(cluster)}: {n_workers} worker(s)"
+                    f"Started a {cluster_kind(cluster, node)}: {n_workers} worker(s)"
                     f"{' in this process' if here else ''}, "
                     f"{dashboard_note(_local_link(local_client), dashboard)}",
                     file=sys.stderr,

@@ -1,6 +1,6 @@
 """The cores a process may run on: its CPU affinity, not the machine's count.
 
-A worker pinned to the cores of its GPU's NUMA node (dask-cuda), a container limited to
+A worker pinned to the cores of its GPU's NUMA node (a GPU vendor's cluster), a container limited to
 some cores (``docker run --cpuset-cpus``) or a batch job's allocation (``taskset``, Slurm)
 sees every core in :func:`os.cpu_count` but may run on only some: threads sized from the
 machine's count oversubscribe them.  Every thread count of outofcore (BLAS threads, decode

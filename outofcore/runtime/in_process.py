@@ -22,7 +22,7 @@ import os
 from typing import Any
 
 from outofcore.runtime.addresses import SYNC
-from outofcore.runtime.gpu_cluster import numbers_devices_as_nvidia_smi
+from outofcore.runtime.gpu_cluster import GpuNode
 
 #: ``dask.config``'s names of its threaded scheduler.
 THREADS = ("threads", "threading")
@@ -55,11 +55,14 @@ def thread_count(workers: int) -> int:
     return max(1, min(workers, int(limit))) if limit else workers
 
 
-def runs_in_process(gpus: tuple[int, ...] | None, in_process: bool) -> bool:
+def runs_in_process(
+    gpus: tuple[int, ...] | None, in_process: bool, node: GpuNode | None = None
+) -> bool:
     """Whether a LocalCluster runs its workers in this process: ``in_process`` asked for,
     and CPU workers (no ``gpus``), however many, or the worker of a single GPU where this
-    process numbers devices as ``nvidia-smi`` does (:func:`~outofcore.runtime.gpu_cluster.
-    numbers_devices_as_nvidia_smi`: the command sets it before CUDA starts).
+    process numbers devices as the job's GPU indices mean them (``node``'s
+    :meth:`~outofcore.runtime.gpu_cluster.GpuNode.numbers_devices_as_listed`: the command
+    sets it before the device library starts; no ``node``: a GPU's worker is a process).
 
     CPU workers gain nothing from processes of their own: their tasks spend their time
     in BLAS, decoding and chunk I/O, which release the GIL, and BLAS's threads are set
@@ -67,13 +70,15 @@ def runs_in_process(gpus: tuple[int, ...] | None, in_process: bool) -> bool:
     this process they start in a twentieth of the time (no interpreter to spawn,
     nothing imported again: docs/performance.md, "The first seconds").  A single GPU's
     worker in this process saves the start and stop of a GPU cluster (2.5 to 4 s on the
-    GPU nodes measured, design.md), the imports and CUDA context of a second process; its
-    tasks select the GPU (:func:`outofcore.backends.cuda.in_process_device`).  Several GPUs
-    keep a process each (one device, one CUDA context each).
+    GPU nodes measured, design.md), the imports and device context of a second process; its
+    tasks select the GPU (the backend's in-process device).  Several GPUs keep a process
+    each (one device, one device context each).
     """
     if not in_process:
         return False
-    return not gpus or (len(gpus) == 1 and numbers_devices_as_nvidia_smi())
+    if not gpus:
+        return True
+    return len(gpus) == 1 and node is not None and node.numbers_devices_as_listed()
 
 
 def in_this_process(client: Any) -> bool:
@@ -87,7 +92,9 @@ def in_this_process(client: Any) -> bool:
     return len(parts) == 3 and parts[1] == str(os.getpid())
 
 
-def tasks_run_here(client: Any, gpus: tuple[int, ...] | None, in_process: bool) -> bool:
+def tasks_run_here(
+    client: Any, gpus: tuple[int, ...] | None, in_process: bool, node: GpuNode | None = None
+) -> bool:
     """Whether a job on ``client`` runs its tasks in this process: ``"sync"``; no client
     with ``dask.config``'s threads (:func:`runs_in_threads`) or the LocalCluster the job
     starts when its workers are threads of this process (:func:`runs_in_process`); a
@@ -96,5 +103,5 @@ def tasks_run_here(client: Any, gpus: tuple[int, ...] | None, in_process: bool) 
     if isinstance(client, str):
         return client.lower() in SYNC
     if client is None:
-        return runs_in_threads(client, gpus) or runs_in_process(gpus, in_process)
+        return runs_in_threads(client, gpus) or runs_in_process(gpus, in_process, node)
     return in_this_process(client)

@@ -1,7 +1,7 @@
 """Where the servers of a cluster outofcore starts listen: this machine's loopback.
 
 Scheduler, workers, nannies and the dashboard of every local cluster (a LocalCluster,
-outofcore's own GPU workers, dask-cuda's LocalCUDACluster) bind to :data:`LOCAL_HOST`,
+outofcore's own GPU workers, a GPU vendor's own cluster) bind to :data:`LOCAL_HOST`,
 never to every interface, so that no other host reaches a job's tasks, data or call
 stacks.  A cluster other hosts join is the user's own (``dask scheduler``,
 docs/cluster.md), with its own addresses and TLS.

@@ -23,12 +23,12 @@ if TYPE_CHECKING:
 #: 0.21 GiB above its projected task; this keeps more than twice that.
 WORKER_OVERHEAD_BYTES = 512 * 2**20
 #: Memory a GPU worker needs beside its task on top of :data:`WORKER_OVERHEAD_BYTES`:
-#: numba.cuda, the CUDA context, the compiled kernels and the engine's fixed pinned
-#: buffers (:func:`worker_allowance`).  Measured on an H200 (dask-cuda 26.10, a worker
-#: started by ``gpus=(0,)`` with a 256 MiB budget): its resident memory was 226 MB idle,
-#: 320 MB after ``outofcore.backends.cuda.make_engine("cuda")`` (numba.cuda imported, the context
-#: made, device memory measured) and 462 MB after one 256x256 float32 tile (the first
-#: kernel compile, the pinned staging ring); 512 MiB rounds 462 MB up with margin.
+#: the device library, its context, the compiled kernels and the engine's fixed pinned
+#: buffers (:func:`worker_allowance`).  Measured on an H200 worker started by
+#: ``gpus=(0,)`` with a 256 MiB budget (docs/gpu.md): its resident memory was 226 MB idle,
+#: 320 MB once the CUDA backend's engine was made (its library imported, the context made,
+#: device memory measured) and 462 MB after one 256x256 float32 tile (the first kernel
+#: compile, the pinned staging ring); 512 MiB rounds 462 MB up with margin.
 GPU_WORKER_OVERHEAD_BYTES = 512 * 2**20
 #: A LocalCluster worker's memory limit over its budget: Dask pauses a worker at 80% of its
 #: limit (``distributed.worker.memory.pause``), so the budget must sit below that.

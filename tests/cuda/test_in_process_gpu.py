@@ -14,9 +14,9 @@ import zarr
 from outofcore.api import run_job
 from outofcore.backends import cuda as ooc_cuda
 from outofcore.backends.cuda.device_choice import in_process_device
+from outofcore.backends.cuda.workers import CUDA_NODE, DEVICE_ORDER, number_devices_as_nvidia_smi
 from outofcore.errors import BackendError
 from outofcore.runtime.cluster import runs_in_process
-from outofcore.runtime.gpu_cluster import DEVICE_ORDER, number_devices_as_nvidia_smi
 from tests.helpers import assert_product_close, random_matrix, write_zarr
 
 pytestmark = pytest.mark.skipif(
@@ -28,13 +28,15 @@ pytestmark = pytest.mark.skipif(
 def test_one_gpu_runs_here_only_where_devices_are_numbered_as_nvidia_smi(monkeypatch):
     name, order = DEVICE_ORDER
     monkeypatch.setenv(name, order)
-    assert runs_in_process((0,), True)
-    assert not runs_in_process((0, 1), True)  # a process (and CUDA context) a GPU
-    assert not runs_in_process((0,), False)  # the setting in-process-worker=0
+    assert runs_in_process((0,), True, CUDA_NODE)
+    assert not runs_in_process((0, 1), True, CUDA_NODE)  # a process (and CUDA context) a GPU
+    assert not runs_in_process((0,), False, CUDA_NODE)  # the setting in-process-worker=0
     monkeypatch.setenv(name, "FASTEST_FIRST")
-    assert not runs_in_process((3,), True)
+    assert not runs_in_process((3,), True, CUDA_NODE)
     monkeypatch.delenv(name)
-    assert not runs_in_process((0,), True)
+    assert not runs_in_process((0,), True, CUDA_NODE)
+    monkeypatch.setenv(name, order)
+    assert not runs_in_process((0,), True)  # no GPU backend's node: its worker is a process
     environ: dict[str, str] = {}
     number_devices_as_nvidia_smi(environ)
     assert environ == {name: order}

@@ -157,6 +157,7 @@ def phase_cluster() -> dict:
     if dry_run():
         out["note"] = "no GPU: the cluster is not started in a dry run"
         return out
+    from outofcore.backends.cuda.workers import CUDA_NODE  # noqa: PLC0415
     from outofcore.runtime.cluster import open_executor  # noqa: PLC0415
 
     def rss() -> int:
@@ -185,7 +186,7 @@ def phase_cluster() -> dict:
         }
 
     t0 = time.perf_counter()
-    with open_executor(None, budget_bytes=256 << 20, gpus=(0,)) as executor:
+    with open_executor(None, budget_bytes=256 << 20, gpus=(0,), node=CUDA_NODE) as executor:
         out["start_s"] = time.perf_counter() - t0
         out["kind"] = type(getattr(executor.client, "cluster", None)).__name__
         shape = executor.worker_shape()

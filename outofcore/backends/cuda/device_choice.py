@@ -1,9 +1,9 @@
 """The GPU that a job's worker in this process uses (a single GPU's job, in process).
 
 A GPU worker process of its own sees its GPU as device 0 (``CUDA_VISIBLE_DEVICES``,
-:mod:`outofcore.runtime.gpu_cluster`); a worker thread of this process sees every GPU, so each
-engine it makes selects the job's (:func:`select_for_this_thread`, numbered as
-``nvidia-smi`` does: :func:`outofcore.runtime.gpu_cluster.numbers_devices_as_nvidia_smi`) while
+:mod:`outofcore.backends.cuda.workers`); a worker thread of this process sees every GPU, so
+each engine it makes selects the job's (:func:`select_for_this_thread`, numbered as
+``nvidia-smi`` does: :func:`outofcore.backends.cuda.workers.numbers_devices_as_nvidia_smi`) while
 :func:`in_process_device` holds.  Imports no numba until an engine selects.
 """
 

@@ -1,13 +1,12 @@
-"""The cluster of a multi-GPU node: one worker process per GPU.
+"""The workers of a node's CUDA GPUs: what the runtime's GPU cluster needs of NVIDIA's.
 
 Each worker sees every GPU, rotated so that its own GPU is device 0
-(``CUDA_VISIBLE_DEVICES=1,2,3,0`` for the second of four, as dask-cuda does),
-runs one task at a time, and advertises a ``GPU`` resource so that tile tasks
-submitted with ``resources={"GPU": 1}`` land only on GPU workers.  Every worker has
-``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (:data:`GPU_WORKER_ENV`), so that CUDA numbers the
-devices as NVML and ``nvidia-smi`` do (CUDA's own default puts the fastest first).
+(``CUDA_VISIBLE_DEVICES=1,2,3,0`` for the second of four, as dask-cuda does), and has
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (:data:`GPU_WORKER_ENV`), so that CUDA numbers the devices
+as NVML and ``nvidia-smi`` do (CUDA's own default puts the fastest first).
+:data:`CUDA_NODE` says so to the runtime (:class:`outofcore.runtime.gpu_cluster.GpuNode`).
 
-Two kinds give these workers (:func:`start_gpu_cluster`):
+Two kinds give these workers (:func:`outofcore.runtime.gpu_cluster.start_gpu_cluster`):
 
 * dask-cuda's ``LocalCUDACluster`` (the ``[gpu]`` extra), which adds to them a
   CPU affinity per GPU (the cores of the GPU's NUMA node as NVML gives them,
@@ -15,10 +14,11 @@ Two kinds give these workers (:func:`start_gpu_cluster`):
   starts (its RMM options stay off: the engine allocates through numba), where
   dask-cuda is installed and NVML shows the listed GPUs: it reads NVML as it
   starts and cannot start without a GPU;
-* otherwise a ``distributed.SpecCluster`` of Nannies from :func:`gpu_worker_specs`,
-  plain dictionaries built without a GPU (what the tests here start).
+* otherwise the runtime's ``SpecCluster`` of Nannies
+  (:func:`outofcore.runtime.gpu_cluster.gpu_worker_specs`), with this module's environment.
 
-:func:`choose_gpu_cluster` decides, from facts :func:`probe_gpu_cluster` gathers.
+:func:`choose_gpu_cluster` decides, from facts :func:`probe_gpu_cluster` gathers.  Nothing
+here imports numba; dask-cuda and NVML are imported only where a cluster starts.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ import importlib.util
 import logging
 import os
 import sys
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from outofcore.errors import ClusterError
 from outofcore.runtime.blas_idle import IDLE_SPIN
+from outofcore.runtime.gpu_cluster import GPU_RESOURCE
 from outofcore.runtime.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST
 
-GPU_RESOURCE = "GPU"
 #: What to install for dask-cuda's ``LocalCUDACluster`` and ``dask cuda worker``.
 GPU_EXTRA = "pip install 'outofcore[gpu]'"
 #: How the start of a cluster names a LocalCUDACluster.
@@ -63,6 +63,24 @@ def numbers_devices_as_nvidia_smi() -> bool:
     """Whether CUDA in this process numbers devices as ``--gpus`` means them."""
     name, order = DEVICE_ORDER
     return os.environ.get(name) == order
+
+
+def prepare_process() -> None:
+    """Ready this process for CUDA before numba or CUDA start: compiled kernels kept
+    between processes (:func:`outofcore.backends.cuda.cache_folder.use_kernel_cache`) and
+    devices numbered as ``nvidia-smi`` and ``--gpus`` number them (so that one GPU's worker
+    can run here).  The command calls it first, through the registry."""
+    from outofcore.backends.cuda.cache_folder import use_kernel_cache  # noqa: PLC0415
+
+    use_kernel_cache()
+    number_devices_as_nvidia_smi()
+
+
+def worker_env(gpus: Sequence[int], position: int) -> dict[str, str]:
+    """The CUDA environment of the worker of ``gpus[position]``: every listed GPU visible,
+    rotated so that its own is device 0, numbered as ``nvidia-smi`` does."""
+    rotated = [*gpus[position:], *gpus[:position]]
+    return {**GPU_WORKER_ENV, "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in rotated)}
 
 
 @dataclass(frozen=True)
@@ -185,63 +203,13 @@ def probe_gpu_cluster(gpus: Sequence[int]) -> GpuClusterChoice:
     return choose_gpu_cluster(gpus, dask_cuda_installed=installed, nvml_gpus=count, nvml_note=note)
 
 
-def parse_gpus(text: str) -> tuple[int, ...]:
-    """Read ``"0,1,2,3"`` as GPU indices; refuse duplicates and non-integers."""
-    try:
-        gpus = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ClusterError(f"--gpus {text!r}: give GPU indices like 0,1,2,3") from None
-    if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
-        raise ClusterError(f"--gpus {text!r}: need distinct non-negative GPU indices")
-    if max(gpus) > MAX_GPU_INDEX:
-        raise ClusterError(f"--gpus {text!r}: GPU indices go from 0 to {MAX_GPU_INDEX} at most")
-    return gpus
-
-
-#: The largest GPU index ``--gpus`` takes (a node has a few GPUs; CUDA numbers them from 0).
-MAX_GPU_INDEX = 1023
-
-
-def gpu_worker_specs(
-    gpus: Sequence[int], memory_limit: int, silence_logs: int = logging.ERROR
-) -> dict[str, dict[str, Any]]:
-    """``SpecCluster`` worker specs: one single-threaded Nanny per GPU in ``gpus``, whose
-    worker logs below ``silence_logs`` are dropped (as a LocalCluster's)."""
-    specs = {}
-    for position, gpu in enumerate(gpus):
-        rotated = [*gpus[position:], *gpus[:position]]
-        name = f"gpu-{gpu}"
-        specs[name] = {
-            "cls": "distributed.Nanny",
-            "options": {
-                "name": name,
-                "host": LOCAL_HOST,
-                "nthreads": 1,
-                "memory_limit": memory_limit,
-                "resources": {GPU_RESOURCE: 1},
-                "env": {
-                    **GPU_WORKER_ENV,
-                    "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in rotated),
-                },
-                "silence_logs": silence_logs,
-            },
-        }
-    return specs
-
-
-def start_gpu_cluster(
-    gpus: Sequence[int],
-    memory_limit: int,
-    silence_logs: int = logging.ERROR,
-    dashboard: bool = True,
-) -> Any:
-    """Start one single-threaded worker per GPU in ``gpus``, each with ``memory_limit``
-    bytes, the ``GPU`` resource and :data:`GPU_WORKER_ENV`: a ``LocalCUDACluster`` where
-    :func:`probe_gpu_cluster` chooses it, else a ``SpecCluster`` of
-    :func:`gpu_worker_specs`.  The choice and its reason go to the ``outofcore`` logger:
-    a warning where dask-cuda is installed but cannot be used.  Its dashboard is on a
-    free port (``dashboard`` False: none, its web server still on a free port).
-    """
+def start_local_cuda_cluster(
+    gpus: Sequence[int], memory_limit: int, silence_logs: int, dashboard: bool
+) -> Any | None:
+    """dask-cuda's ``LocalCUDACluster`` for ``gpus`` where :func:`probe_gpu_cluster` chooses
+    it, else None (the runtime then starts its own workers with :func:`worker_env`).  The
+    choice and its reason go to the ``outofcore`` logger: a warning where dask-cuda is
+    installed but cannot be used."""
     choice = probe_gpu_cluster(gpus)
     if not choice.dask_cuda:
         logger.log(
@@ -249,22 +217,9 @@ def start_gpu_cluster(
             "starting outofcore's own GPU workers, not dask-cuda's LocalCUDACluster: %s",
             choice.reason,
         )
-        from distributed import Scheduler, SpecCluster  # noqa: PLC0415
-
-        return SpecCluster(
-            workers=gpu_worker_specs(gpus, memory_limit, silence_logs),
-            scheduler={
-                "cls": Scheduler,
-                "options": {
-                    "host": LOCAL_HOST,
-                    "dashboard_address": LOCAL_DASHBOARD_ADDRESS,
-                    "dashboard": dashboard,
-                },
-            },
-            silence_logs=silence_logs,
-        )
+        return None
     logger.info("starting a %s: %s", DASK_CUDA_KIND, choice.reason)
-    return _local_cuda_cluster_class()(
+    return local_cuda_cluster_class()(
         CUDA_VISIBLE_DEVICES=list(gpus),
         n_workers=len(gpus),
         threads_per_worker=1,
@@ -278,7 +233,7 @@ def start_gpu_cluster(
 
 
 @functools.cache
-def _local_cuda_cluster_class() -> type:
+def local_cuda_cluster_class() -> type:
     """dask-cuda's ``LocalCUDACluster`` with :data:`GPU_WORKER_ENV` in each worker's
     environment (made once, on first use: dask_cuda is imported only here).
 
@@ -301,10 +256,41 @@ def _local_cuda_cluster_class() -> type:
     return OrderedLocalCUDACluster
 
 
-def cluster_kind(cluster: Any) -> str:
-    """How the start of ``cluster`` names it: dask-cuda's LocalCUDACluster, or a
-    LocalCluster (a ``LocalCluster`` or outofcore's own ``SpecCluster`` of GPU workers)."""
+def dask_cuda_kind(cluster: Any) -> str | None:
+    """:data:`DASK_CUDA_KIND` for a dask-cuda ``LocalCUDACluster``, else None."""
     dask_cuda = sys.modules.get("dask_cuda")  # imported where one was started
     if dask_cuda is not None and isinstance(cluster, dask_cuda.LocalCUDACluster):
         return DASK_CUDA_KIND
-    return "LocalCluster"
+    return None
+
+
+@dataclass(frozen=True)
+class CudaNode:
+    """The CUDA GPUs of a node, as the runtime's GPU cluster asks for them
+    (:class:`outofcore.runtime.gpu_cluster.GpuNode`)."""
+
+    def worker_env(self, gpus: Sequence[int], position: int) -> Mapping[str, str]:
+        return worker_env(gpus, position)
+
+    def numbers_devices_as_listed(self) -> bool:
+        return numbers_devices_as_nvidia_smi()
+
+    def own_cluster(
+        self, gpus: Sequence[int], memory_limit: int, silence_logs: int, dashboard: bool
+    ) -> Any | None:
+        return start_local_cuda_cluster(gpus, memory_limit, silence_logs, dashboard)
+
+    def cluster_kind(self, cluster: Any) -> str | None:
+        return dask_cuda_kind(cluster)
+
+    def check_usable(self, gpus: Sequence[int]) -> None:
+        """:func:`check_gpus_usable` for this process: the CUDA driver's device count
+        (without importing numba; numba's CUDA simulator counts as a GPU)."""
+        from outofcore.backends.cuda import probe  # noqa: PLC0415 (the standard library)
+
+        simulator = probe.simulator_enabled()
+        check_gpus_usable(gpus, 0 if simulator else probe.device_count(), simulator)
+
+
+#: The node every CUDA backend's GPU workers are started for.
+CUDA_NODE = CudaNode()

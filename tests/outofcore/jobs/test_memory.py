@@ -257,6 +257,7 @@ def test_a_gpu_worker_with_its_engine_stays_below_the_pause_threshold():
     import dask  # noqa: PLC0415
     from distributed import Client, Scheduler, SpecCluster  # noqa: PLC0415
 
+    from outofcore.backends.cuda.workers import CUDA_NODE  # noqa: PLC0415
     from outofcore.runtime.gpu_cluster import gpu_worker_specs  # noqa: PLC0415
     from outofcore.runtime.worker_sizing import local_worker_limit  # noqa: PLC0415
 
@@ -283,7 +284,7 @@ def test_a_gpu_worker_with_its_engine_stays_below_the_pause_threshold():
     pause = dask.config.get("distributed.worker.memory.pause")
     with (
         SpecCluster(
-            workers=gpu_worker_specs((0,), limit),
+            workers=gpu_worker_specs((0,), limit, CUDA_NODE),
             scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
         ) as cluster,
         Client(cluster, set_as_default=False) as client,

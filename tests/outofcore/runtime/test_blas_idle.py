@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from outofcore.backends.cuda.workers import GPU_WORKER_ENV
 from outofcore.runtime.blas_idle import IDLE_SPIN, shorten_blas_spin
 from outofcore.runtime.cluster import BLAS_THREAD_VARIABLES
-from outofcore.runtime.gpu_cluster import GPU_WORKER_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
 VARIABLE = "OPENBLAS_THREAD_TIMEOUT"

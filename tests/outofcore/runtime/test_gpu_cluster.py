@@ -1,4 +1,5 @@
-"""Multi-GPU node clusters: the choice of dask-cuda or outofcore's own specs, the specs.
+"""Multi-GPU node clusters (the runtime's, on the CUDA backend's node): the choice of
+dask-cuda or outofcore's own specs, the specs.
 
 The devices each worker sees are checked on real worker processes (each has
 its own environment); the routing of GPU tasks on in-process workers
@@ -17,24 +18,27 @@ import pytest
 from distributed import LocalCluster, SpecCluster, get_worker
 from distributed.utils_test import gen_cluster
 
+from outofcore.backends.cuda.workers import (
+    CUDA_NODE,
+    DASK_CUDA_KIND,
+    GPU_EXTRA,
+    GPU_WORKER_ENV,
+    check_gpus_usable,
+    choose_gpu_cluster,
+    dask_cuda_installed,
+    local_cuda_cluster_class,
+    nvml_gpu_count,
+    probe_gpu_cluster,
+)
 from outofcore.errors import ClusterError
 from outofcore.planner.plan import TileTask
 from outofcore.runtime.cluster import open_executor
 from outofcore.runtime.executors import DaskExecutor, WorkerShape
 from outofcore.runtime.gpu_cluster import (
-    DASK_CUDA_KIND,
-    GPU_EXTRA,
     GPU_RESOURCE,
-    GPU_WORKER_ENV,
-    _local_cuda_cluster_class,
-    check_gpus_usable,
-    choose_gpu_cluster,
     cluster_kind,
-    dask_cuda_installed,
     gpu_worker_specs,
-    nvml_gpu_count,
     parse_gpus,
-    probe_gpu_cluster,
 )
 from outofcore.runtime.memory_cap import memory_cap
 from outofcore.runtime.worker_sizing import (
@@ -53,7 +57,7 @@ DASK_CUDA_STARTS = dask_cuda_installed() and nvml_gpu_count()[0] > 0
 
 
 def test_specs_rotate_visible_devices_one_thread_and_a_gpu_resource():
-    specs = gpu_worker_specs((0, 1, 2, 3), memory_limit=2**30)
+    specs = gpu_worker_specs((0, 1, 2, 3), memory_limit=2**30, node=CUDA_NODE)
     assert list(specs) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
     visible = [spec["options"]["env"]["CUDA_VISIBLE_DEVICES"] for spec in specs.values()]
     assert visible == ["0,1,2,3", "1,2,3,0", "2,3,0,1", "3,0,1,2"]
@@ -150,10 +154,18 @@ def test_gpus_are_refused_where_the_driver_shows_no_device_unless_simulated():
     reason="dask-cuda is installed and NVML shows a GPU here, so gpus=(3, 5) would start a "
     "LocalCUDACluster (refused: no GPU 3, 5 on this node), not outofcore's own workers",
 )
+def test_gpus_without_a_node_are_refused_before_any_cluster_starts():
+    with (
+        pytest.raises(ClusterError, match=r"GPU workers for GPUs \[0\] need a GPU backend's node"),
+        open_executor(None, budget_bytes=64 * 2**20, gpus=(0,)),
+    ):
+        pass
+
+
 def test_gpu_workers_start_with_their_own_device_first(caplog, capfd):
     with (
         caplog.at_level(logging.INFO, logger="outofcore"),
-        open_executor(None, budget_bytes=64 * 2**20, gpus=(3, 5)) as executor,
+        open_executor(None, budget_bytes=64 * 2**20, gpus=(3, 5), node=CUDA_NODE) as executor,
     ):
         assert isinstance(executor, DaskExecutor)
         shape = executor.worker_shape()
@@ -186,11 +198,12 @@ def test_cluster_kind_names_the_cluster_that_started():
     dask_cuda = pytest.importorskip("dask_cuda", reason="dask-cuda is the [gpu] extra")
     # dask-cuda's own class, made but not started (its __init__ reads NVML: no GPU here).
     unstarted = object.__new__(dask_cuda.LocalCUDACluster)
-    assert cluster_kind(unstarted) == DASK_CUDA_KIND == "LocalCUDACluster (dask-cuda)"
+    assert cluster_kind(unstarted, CUDA_NODE) == DASK_CUDA_KIND == "LocalCUDACluster (dask-cuda)"
+    assert cluster_kind(unstarted) == "LocalCluster"  # no node: no vendor's cluster known
     # What gpus start: dask-cuda's class, with nvidia-smi's device order for its workers.
-    ordered = _local_cuda_cluster_class()
+    ordered = local_cuda_cluster_class()
     assert issubclass(ordered, dask_cuda.LocalCUDACluster)
-    assert cluster_kind(object.__new__(ordered)) == DASK_CUDA_KIND
+    assert cluster_kind(object.__new__(ordered), CUDA_NODE) == DASK_CUDA_KIND
 
 
 @pytest.mark.skipif(
@@ -199,7 +212,7 @@ def test_cluster_kind_names_the_cluster_that_started():
 )
 def test_on_a_gpu_node_gpus_start_a_local_cuda_cluster_with_the_same_guarantees(capsys):
     budget = 64 * 2**20
-    with open_executor(None, budget_bytes=budget, gpus=(0,)) as executor:
+    with open_executor(None, budget_bytes=budget, gpus=(0,), node=CUDA_NODE) as executor:
         assert isinstance(executor, DaskExecutor)
         shape = executor.worker_shape()
         assert shape.workers == 1 and shape.gpu_workers == 1 and shape.threads_per_worker == 1

@@ -8,6 +8,7 @@ import os
 import psutil
 import pytest
 
+from outofcore.backends.cuda.workers import CUDA_NODE
 from outofcore.runtime.cluster import open_executor
 from outofcore.runtime.loopback import LOCAL_HOST
 
@@ -53,7 +54,9 @@ def test_gpu_workers_listen_on_loopback_only():
     if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
         pytest.skip("runs GPU workers on the simulator (tests/conftest.py sets it)")
     before = listening_addresses()
-    with open_executor(None, budget_bytes=64 << 20, gpus=(0,), dashboard=True) as executor:
+    with open_executor(
+        None, budget_bytes=64 << 20, gpus=(0,), dashboard=True, node=CUDA_NODE
+    ) as executor:
         assert_loopback_only(before)
         workers = executor.client.scheduler_info()["workers"]
         assert workers and all(a.startswith(f"tcp://{LOCAL_HOST}:") for a in workers)
