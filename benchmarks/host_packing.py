@@ -15,8 +15,8 @@ transpose kernel's launch add a few microseconds each on a GPU node
 
 Exits 1 when the 2-D copy's host time is not at least 10x below the packing's.
 
-Internal floor: it times ``outofcore.backends.cuda.buffers`` itself
-(``describe_2d_copy``, ``layout``, ``STAGE_BYTES``).
+Internal floor: it times ``outofcore.backends.cuda.buffers.describe_2d_copy`` and
+``outofcore.backends.device.buffers`` (``layout``, ``STAGE_BYTES``) themselves.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import time
 import numpy as np
 
 from benchmarks.harness.reports import save_json
-from outofcore.backends.cuda.buffers import STAGE_BYTES, describe_2d_copy, layout
+from outofcore.backends.cuda.buffers import describe_2d_copy
+from outofcore.backends.device.buffers import STAGE_BYTES, layout
 
 
 def median_seconds(fn, repeats: int) -> float:

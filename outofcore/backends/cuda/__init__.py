@@ -7,7 +7,7 @@ of CUDA) can still be chosen by whoever imports numba first.
 * :func:`is_available`: whether a GPU, or the simulator, can run kernels here.
 * :func:`gemm`: ``C += A · B`` (or ``C = A · B``) with our kernel, on device or
   host arrays.
-* :func:`make_engine`: a tile engine (``outofcore.backends.engines.TileEngine``) for
+* :func:`make_engine`: a tile engine (``outofcore.backends.protocol.TileEngine``) for
   ``"cuda"`` (our kernel) or ``"cupy"`` (cuBLAS through CuPy).
 * :func:`device_budget_bytes`: how much device memory a plan may use.
 """
@@ -18,11 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from outofcore.backends.cuda.probe import (
-    numba_cuda_installed,
-    require_numba_cuda,
-    simulator_enabled,
-)
+from outofcore.backends.cuda.availability import is_available
+from outofcore.backends.cuda.probe import require_numba_cuda, simulator_enabled
+from outofcore.backends.device.share import DEVICE_FRACTION
 from outofcore.errors import BackendError, InputError
 from outofcore.operands.dtypes import check_product
 
@@ -32,31 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["device_budget_bytes", "gemm", "is_available", "make_engine", "simulator_enabled"]
 
-#: Share of the free device memory an engine uses unless told otherwise.
-DEVICE_FRACTION = 0.8
 _MAX_DIM = 2**31 - 1  # the kernel indexes with 32-bit integers
-
-
-def is_available() -> bool:
-    """Return True when kernels can run here: a usable CUDA GPU, or the simulator.
-
-    Imports ``numba.cuda`` (about 0.4 s): to ask whether a GPU is here without it, use
-    :func:`outofcore.backends.cuda.probe.device_count`.
-    """
-    if not numba_cuda_installed():
-        return False
-    try:
-        from numba import cuda  # noqa: PLC0415
-    except Exception:
-        # Not only ImportError: numba-cuda without a CUDA runtime (the CPU image, no
-        # cu13 extra) raises cuda.pathfinder's DynamicLibNotFoundError on import.
-        return False
-    if simulator_enabled():
-        return True
-    try:
-        return bool(cuda.is_available())
-    except Exception:  # a broken driver install reports itself in odd ways
-        return False
 
 
 def _require_cuda(backend: str = "cuda"):

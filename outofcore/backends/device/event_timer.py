@@ -1,9 +1,9 @@
-"""A tile's kernel and copy time on the device, from CUDA events.
+"""A tile's kernel and copy time on the device, from the runtime's events.
 
 :meth:`EventTimer.timed` records an event before and after work queued on a stream;
 :meth:`EventTimer.collect` reads the pairs once the tile's streams are synchronized
-(reading an event pair never waits then) and adds them up by name.  On numba's CUDA
-simulator events time nothing (their elapsed time is -1): those pairs are skipped.
+(reading an event pair never waits then) and adds them up by name.  Where events time
+nothing (numba's CUDA simulator says -1) those pairs are skipped.
 """
 
 from __future__ import annotations
@@ -13,14 +13,17 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from numba import cuda
+from outofcore.backends.device.runtime import DeviceRuntime, Event
+
+__all__ = ["EventTimer"]
 
 
 class EventTimer:
     """Named device seconds of one tile, and the engine's first launch (wall seconds)."""
 
-    def __init__(self) -> None:
-        self._pairs: list[tuple[str, Any, Any]] = []
+    def __init__(self, runtime: DeviceRuntime) -> None:
+        self._runtime = runtime
+        self._pairs: list[tuple[str, Event, Event]] = []
         #: Wall seconds of the engine's first kernel launch (compile or cache load
         #: included); None until it launched, reported once.
         self.first_launch: float | None = None
@@ -29,10 +32,10 @@ class EventTimer:
     @contextlib.contextmanager
     def timed(self, name: str, stream: Any) -> Iterator[None]:
         """Time the work the block queues on ``stream`` under ``name``."""
-        start = cuda.event()
+        start = self._runtime.event()
         start.record(stream)
         yield
-        end = cuda.event()
+        end = self._runtime.event()
         end.record(stream)
         self._pairs.append((name, start, end))
 

@@ -1,6 +1,6 @@
 """The host accumulator of a sub-tiled tile, laid out device tile by device tile.
 
-When a host tile does not fit on the device (:mod:`outofcore.backends.cuda.engine`, sub-tiled),
+When a host tile does not fit on the device (:mod:`outofcore.backends.device.engine`, sub-tiled),
 its ``C`` lives in one flat pinned host array.  Each strip of ``dm`` rows holds its
 device tiles one after another, each one contiguous (:func:`device_tile_block`), so
 that every device tile's load and store is one DMA; :func:`to_row_major` rearranges

@@ -1,0 +1,210 @@
+"""The timed device (issue 51, item 2): a GPU runtime on the host that only takes time.
+
+What is checked is the device's own ledger of modelled seconds (a test of counted waits,
+not of wall time under load): one tile takes its modelled time, streams overlap, events
+order work across streams, and the products are right.  Wall time is only ever checked
+from below: a wait is real, so the work cannot end sooner than its modelled seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+
+from outofcore.backends.device.runtime import DeviceRuntime, Event, Stream
+from outofcore.backends.timed import RATES, TimedDevice, TimedEngine, TimedModel
+from outofcore.errors import BackendError, InputError
+from outofcore.planner.gpu_rates import gpu_seconds, gpu_target
+from outofcore.planner.problem import Problem
+
+#: A slow device, so that a piece of work lasts milliseconds: 1 GB/s each way, 1 GFLOP/s.
+SLOW = TimedModel(
+    kernel_flops={"float32": 1e9, "float64": 1e9, "complex64": 1e9, "complex128": 1e9},
+    pcie_bps=1e9,
+    blocks=RATES.blocks,
+)
+
+
+def test_the_timed_device_is_a_device_runtime():
+    device = TimedDevice(SLOW)
+    assert isinstance(device, DeviceRuntime)
+    assert isinstance(device.stream(), Stream) and isinstance(device.event(), Event)
+
+
+@pytest.mark.parametrize(
+    ("side", "bound"),
+    [(4096, "kernel"), (2048, "copies")],  # 4096² tiles are compute-bound at 37 TFLOP/s
+)
+def test_one_tile_takes_its_modelled_time(side, bound):
+    """A tile of an H200's figures on the timed device: its ledger's span is the planner's
+    time of that tile (the slowest stream plus the first panel) within 10 %, and the
+    stage model's (first panel's copy + the slowest engine + the copy back) within 1 %."""
+    device = TimedDevice(TimedModel.from_rates(RATES), arithmetic=False)
+    engine = TimedEngine(device)
+    tk, k, w = 2048, 32768 if side == 4096 else 65536, 4
+    engine.configure(panel_depth=tk)
+    a = engine.host_buffer(side * tk, np.float32).reshape(side, tk)
+    b = engine.host_buffer(tk * side, np.float32).reshape(tk, side)
+    started = time.perf_counter()
+    engine.start_tile((side, side), np.float32)
+    for _ in range(k // tk):
+        engine.accumulate(a, b)
+    engine.finish_tile()
+    wall = time.perf_counter() - started
+    ledger = device.ledger
+    span, engines = ledger.span(), ledger.by_engine()
+
+    kernel = 2 * side * side * k / RATES.kernel_flops["float32"]
+    h2d = 2 * side * k * w / RATES.pcie_bps
+    back = side * side * w / RATES.pcie_bps
+    first = tk * 2 * side * w / RATES.pcie_bps
+    assert engines["compute"] == pytest.approx(kernel, rel=1e-9)
+    assert engines["h2d"] == pytest.approx(h2d, rel=1e-9)
+    assert engines["d2h"] == pytest.approx(back, rel=1e-9)
+    slowest = max(kernel, h2d)
+    assert (kernel > h2d) == (bound == "kernel")
+    assert span == pytest.approx(first + slowest + back, rel=0.01)
+
+    # The planner's prediction of the same tile, its host infinitely fast.
+    fast_host = dataclasses.replace(RATES, decode_bps_per_thread=1e18, write_bps=1e18)
+    problem = Problem(side, k, side, w, a_chunks=(side, tk), b_chunks=(tk, side))
+    planned = gpu_seconds(problem, side, side, tk, 1, 1, 1, gpu_target("float32", fast_host))
+    assert span == pytest.approx(planned, rel=0.10)
+
+    timings = engine.timings()  # the engine's events read the ledger
+    assert timings["kernel_seconds"] == pytest.approx(kernel, rel=1e-9)
+    assert wall >= 0.95 * span  # the waits are real
+
+
+def test_streams_on_different_engines_overlap():
+    """A copy on one stream and a kernel on another, 10 ms each: 10 ms in all, not 20; two
+    copies the same way share the one copy engine and take 20."""
+    device = TimedDevice(SLOW, arithmetic=False)
+    copies, compute = device.stream(), device.stream()
+    host = np.empty(10_000_000, np.uint8)  # 10 ms at 1 GB/s
+    a, b, c = (device.empty(shape, np.float32) for shape in [(100, 500), (500, 100), (100, 100)])
+    started = time.perf_counter()
+    device.to_device(host, device.device(host.size), copies)
+    device.gemm(a, b, c, False, compute)  # 2·100·100·500 = 1e7 FLOPs: 10 ms
+    copies.synchronize()
+    compute.synchronize()
+    wall = time.perf_counter() - started
+    ledger = device.ledger
+    assert ledger.busy() == {copies.index: pytest.approx(0.01), compute.index: pytest.approx(0.01)}
+    assert ledger.span() == pytest.approx(0.01)
+    assert ledger.overlap() == pytest.approx(0.01)
+    assert wall >= 0.0095
+
+    ledger.clear()
+    other = device.stream()
+    device.to_device(host, device.device(host.size), copies)
+    device.to_device(host, device.device(host.size), other)
+    other.synchronize()
+    work = ledger.work()
+    assert work[1].start == pytest.approx(work[0].end)  # one engine: one copy after the other
+    assert ledger.span() == pytest.approx(0.02) and ledger.overlap() == pytest.approx(0.0)
+    # Copies the other way have an engine of their own.
+    ledger.clear()
+    device.to_device(host, device.device(host.size), copies)
+    device.to_host(device.device(host.size), np.empty_like(host), other)
+    copies.synchronize()
+    other.synchronize()
+    assert ledger.overlap() == pytest.approx(0.01)
+
+
+def test_events_order_work_across_streams():
+    """A kernel waiting for an event recorded after a copy on another stream starts when the
+    copy ends, and reads the copied data; the event's elapsed time is the modelled one."""
+    device = TimedDevice(SLOW)
+    copies, compute = device.stream(), device.stream()
+    rng = np.random.default_rng(3)
+    a_host = rng.standard_normal((200, 300)).astype(np.float32)  # 240 kB: 0.24 ms
+    b_host = rng.standard_normal((300, 100)).astype(np.float32)
+    a, b = device.device(a_host.nbytes), device.device(b_host.nbytes)
+    a, b = a.view(np.float32).reshape(200, 300), b.view(np.float32).reshape(300, 100)
+    a[...] = 0
+    b[...] = 0
+    c = np.full((200, 100), np.nan, np.float32)
+    start, copied, done = device.event(), device.event(), device.event()
+    start.record(copies)
+    device.to_device(a_host, a, copies)
+    device.to_device(b_host, b, copies)
+    copied.record(copies)
+    copied.wait(compute)
+    device.gemm(a, b, c, False, compute)  # 2·200·100·300 = 12 MFLOP: 12 ms
+    done.record(compute)
+    done.synchronize()
+    np.testing.assert_allclose(c, a_host @ b_host, rtol=1e-5, atol=1e-4)
+    copy_work, _, kernel = device.ledger.work()
+    assert kernel.start == pytest.approx(device.ledger.work()[1].end)
+    assert start.elapsed_time(copied) == pytest.approx(1000 * (a_host.nbytes + b_host.nbytes) / 1e9)
+    assert copied.elapsed_time(done) == pytest.approx(12.0)
+    assert device.event().elapsed_time(done) == -1.0  # an event never recorded times nothing
+    # The host waited for `done`: work it queues now starts no earlier, even on an idle stream.
+    late = device.stream()
+    device.to_device(a_host, a, late)
+    late.synchronize()
+    assert device.ledger.work()[-1].start == pytest.approx(kernel.end)
+    assert copy_work.start == pytest.approx(0.0)
+
+
+def test_work_that_fails_breaks_the_device():
+    device = TimedDevice(SLOW)
+    stream = device.stream()
+    a, b, c = np.ones((2, 3), np.float32), np.ones((3, 2), np.float32), np.ones((5, 5), np.float32)
+    device.gemm(a, b, c, False, stream)  # c is the wrong shape: numpy refuses, on the stream
+    with pytest.raises(BackendError, match="work on the timed device failed"):
+        stream.synchronize()
+    with pytest.raises(InputError, match="the sizes differ"):
+        device.to_device(np.ones(4, np.uint8), np.ones(5, np.uint8), stream)
+
+
+def test_a_model_with_a_rate_that_is_not_positive_is_refused():
+    with pytest.raises(InputError, match="must be positive"):
+        dataclasses.replace(SLOW, pcie_bps=0.0)
+    with pytest.raises(BackendError, match="multiplies float32"):
+        TimedModel(kernel_flops={"float32": 1e9}, pcie_bps=1e9, blocks=RATES.blocks).kernel_seconds(
+            1, 1, 1, np.float64
+        )
+
+
+def _bound(dtype: np.dtype, k: int, magnitude: np.ndarray) -> np.ndarray:
+    """A rounding bound of a ``k``-deep product in ``dtype``: ``2·(k+1)·eps·(|A|·|B|)``."""
+    return 2 * (k + 1) * np.finfo(dtype).eps * magnitude
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("resident", [True, False])
+def test_products_are_right(dtype, resident):
+    """The engine on the timed device (small blocks: a sub-tiled plan in a few kB), panels
+    contiguous, sliced and transposed, against numpy in float64 (complex128)."""
+    model = dataclasses.replace(SLOW, kernel_flops=dict.fromkeys(SLOW.kernel_flops, 1e15))
+    model = dataclasses.replace(model, pcie_bps=1e15, blocks={w: (8, 8, 4) for w in (4, 8, 16)})
+    device_memory = None if resident else 400 * np.dtype(dtype).itemsize  # sub-tiled
+    engine = TimedEngine(TimedDevice(model), device_memory=device_memory)
+    rng = np.random.default_rng(5)
+    m, n, widths = 19, 23, [9, 5, 7]
+
+    def values(shape):
+        x = rng.standard_normal(shape)
+        if np.dtype(dtype).kind == "c":
+            x = x + 1j * rng.standard_normal(shape)
+        return x.astype(dtype)
+
+    engine.start_tile((m, n), dtype)
+    expected = np.zeros((m, n), np.complex128)
+    magnitude = np.zeros((m, n))
+    for i, s in enumerate(widths):
+        a = values((m, s)) if i != 1 else values((s, m)).T  # a transposed view
+        b = values((s, n + 3))[:, 1 : n + 1]  # rows at a pitch
+        engine.accumulate(a, b)
+        expected += a.astype(np.complex128) @ b.astype(np.complex128)
+        magnitude += np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    out = engine.finish_tile()
+    assert out.dtype == dtype and out.shape == (m, n)
+    assert engine.device_plan.resident is resident
+    assert np.all(np.abs(out - expected) <= _bound(np.dtype(dtype), sum(widths), magnitude))
+    assert engine.copy_layouts["columns"] > 0 and engine.copy_layouts["rows"] > 0
