@@ -4,14 +4,16 @@ A GPU task's time is its panel loop: chunks read and decoded by the chunk thread
 panels handed to the engine, the tile written.  Here that loop is outofcore's own
 (:func:`outofcore.compute.tile.compute_tile` with a real
 :class:`~outofcore.compute.tile_job.TileJob` on zstd zarr inputs on disk), and the engine
-(:class:`NullEngine`) does no arithmetic: each panel waits the modelled kernel and copy
-time (``FLOPs / kernel rate + bytes / PCIe rate``, by default the float32 kernel's
-37 TFLOP/s and pinned copies at 55 GB/s, docs/gpu.md), the finished tile its copy back.
-So a machine with no GPU measures what a GPU worker's host side would give it: for each
-count of decode threads (1 to the usable cores, :func:`outofcore.runtime.cores.usable_cores`),
-the decode rate, the read wait and the task time, against the time model's prediction
-(:func:`outofcore.planner.model.predict` on a
-:class:`~outofcore.planner.model.Machine` of the modelled device and the decode and write
+is the CUDA engine's code on the timed device (:func:`make_engine`,
+:mod:`outofcore.backends.timed`) with no arithmetic: each copy and kernel is a real wait
+of its modelled time (``bytes / PCIe rate``, ``FLOPs / kernel rate``, by default the
+float32 kernel's 37 TFLOP/s and pinned copies at 55 GB/s, docs/gpu.md) on the device's
+streams, which overlap as a GPU's do (a panel's copies beside the last panel's kernel),
+and the finished tile waits its copy back.  So a machine with no GPU measures what a GPU
+worker's host side would give it: for each count of decode threads (1 to the usable
+cores, :func:`outofcore.runtime.cores.usable_cores`), the decode rate, the read wait and
+the task time, against the time model's prediction (:func:`outofcore.planner.model.predict`
+on a :class:`~outofcore.planner.model.Machine` of the modelled device and the decode and write
 rates measured here)::
 
     python -m benchmarks.null_device                        # 16384^3 float32, 2048^2 chunks
@@ -45,15 +47,15 @@ import numpy as np
 from benchmarks.harness.inputs import DEFAULT_DATA, ensure_array
 from benchmarks.harness.reports import save_json
 from outofcore.backends.cuda import rates as gpu_rates
-from outofcore.backends.protocol import EngineCapabilities, unsupported
+from outofcore.backends.timed import RATES, TimedDevice, TimedEngine, TimedModel
 from outofcore.planner.gpu_rates import gpu_target
 
 #: The modelled device: our float32 kernel's rate and pinned host<->device copies, as
 #: measured on lent H100/H200 nodes (:mod:`outofcore.planner.gpu_rates`, their one home).
 KERNEL_FLOPS = gpu_rates.KERNEL_FLOPS["float32"]
 PCIE_BPS = gpu_rates.PCIE_BPS
-#: The backend name the null engine is kept under in the worker context.
-BACKEND = "null-device"
+#: The backend name the engine is kept under in the worker context: the timed device's.
+BACKEND = "timed"
 
 
 @dataclass(frozen=True)
@@ -67,70 +69,31 @@ class DeviceModel:
         if not (self.kernel_flops > 0 and self.pcie_bps > 0):
             raise ValueError(f"the device's rates must be positive: {self}")
 
+    def timed(self) -> TimedModel:
+        """The timed device's model: the CUDA backend's (:data:`outofcore.backends.timed.RATES`)
+        with this kernel rate (every dtype) and these copies."""
+        flops = dict.fromkeys(RATES.kernel_flops, self.kernel_flops)
+        return TimedModel.from_rates(RATES, kernel_flops=flops, pcie_bps=self.pcie_bps)
 
-class NullEngine:
-    """A :class:`~outofcore.backends.protocol.TileEngine` that does no arithmetic: every
-    panel waits ``2·m·n·k / kernel_flops + (its bytes) / pcie_bps``, a finished tile its
-    bytes over PCIe, and the tile handed back holds fixed values (seeded, made once per
-    shape).  Like the CUDA engine it writes whole tiles (no row blocks)."""
 
-    name = BACKEND
-    capabilities = EngineCapabilities(timings=True, device=True)
+def make_engine(model: DeviceModel) -> TimedEngine:
+    """The engine the tasks run on: the device engine (the CUDA engine's code, its streams,
+    slots and events) over a timed device of ``model`` that touches no data
+    (:class:`~outofcore.backends.timed.device.TimedDevice`, ``arithmetic=False``): every
+    copy and kernel is a real wait of its modelled time, and a tile handed back holds the
+    device's seeded noise, so it compresses like real data."""
+    return TimedEngine(TimedDevice(model.timed(), arithmetic=False))
 
-    def __init__(self, model: DeviceModel) -> None:
-        self.model = model
-        self._tiles: dict[tuple, np.ndarray] = {}
-        self._tile: np.ndarray | None = None
-        self._kernel = self._copy = 0.0
 
-    def configure(
-        self, *, device_memory: int | None = None, panel_depth: int | None = None
-    ) -> None:
-        """Nothing to configure: the modelled device has no budget."""
-
-    def host_buffer(self, size: int, dtype: np.dtype) -> np.ndarray:
-        return np.empty(size, dtype=dtype)
-
-    def start_tile(self, shape: tuple[int, int], dtype: np.dtype, limbs: object = None) -> None:
-        key = (tuple(shape), np.dtype(dtype).str)
-        if key not in self._tiles:
-            rng = np.random.default_rng(7)
-            self._tiles[key] = rng.standard_normal(shape).astype(dtype)
-        self._tile = self._tiles[key]
-        self._kernel = self._copy = 0.0
-
-    def accumulate(self, a_panel: np.ndarray, b_panel: np.ndarray) -> None:
-        (m, k), n = a_panel.shape, b_panel.shape[1]
-        kernel = 2.0 * m * n * k / self.model.kernel_flops
-        copy = (a_panel.nbytes + b_panel.nbytes) / self.model.pcie_bps
-        self._kernel += kernel
-        self._copy += copy
-        time.sleep(kernel + copy)
-
-    def accumulate_rows(self, row0: int, panels: Sequence) -> np.ndarray:
-        raise unsupported(self.name, "row_blocks")
-
-    def accumulate_gram(self, a_panel: np.ndarray) -> None:
-        raise unsupported(self.name, "gram")
-
-    def finish_tile(self) -> np.ndarray:
-        if self._tile is None:
-            raise RuntimeError("finish_tile before start_tile")
-        copy = self._tile.nbytes / self.model.pcie_bps
-        self._copy += copy
-        time.sleep(copy)
-        return self._tile
-
-    def release(self) -> None:
-        """Keep the fixed tile values: an in-process task releases its thread's engines at its
-        end, and making them again is no part of a device's time."""
-
-    def kept_bytes(self) -> int:
-        return sum(tile.nbytes for tile in self._tiles.values())
-
-    def timings(self) -> dict[str, float]:
-        """The last tile's modelled kernel and copy seconds, as a GPU engine reports them."""
-        return {"kernel_seconds": self._kernel, "copy_seconds": self._copy}
+def warm(engine: TimedEngine, shape: tuple[int, int], dtype: np.dtype) -> None:
+    """Pin the engine's buffers for tiles of ``shape`` with one product one deep, as a
+    worker's first task would: pinning is no part of a device's time per tile."""
+    m, n = shape
+    a = engine.host_buffer(m, dtype).reshape(m, 1)
+    b = engine.host_buffer(n, dtype).reshape(1, n)
+    engine.start_tile(shape, dtype)
+    engine.accumulate(a, b)
+    engine.finish_tile()
 
 
 @dataclass(frozen=True)
@@ -240,7 +203,7 @@ def write_rate(
 def run_tasks(
     a: Path, b: Path, out: Path, sizes: Sizes, threads: int, model: DeviceModel
 ) -> tuple[object, dict[str, float]]:
-    """Every tile task of ``A @ B`` through :func:`compute_tile` with the null engine and
+    """Every tile task of ``A @ B`` through :func:`compute_tile` with the timed device's engine and
     ``threads`` decode threads, one task at a time; the plan and the summed figures."""
     import zarr  # noqa: PLC0415
 
@@ -282,8 +245,8 @@ def run_tasks(
         job_id=uuid.uuid4().hex,
     )
     engines = worker_context().thread().engines
-    engines[BACKEND] = NullEngine(model)
-    engines[BACKEND].start_tile((plan.tm, plan.tn), product.types.compute)  # its values, once
+    engines[BACKEND] = make_engine(model)
+    warm(engines[BACKEND], (plan.tm, plan.tn), product.types.compute)
     sums = dict.fromkeys(("task", "read_wait", "device", "compute", "write", "setup"), 0.0)
     try:
         for task in plan.tasks:
