@@ -220,12 +220,11 @@ class DeviceEngine:
         self, shape: tuple[int, int], dtype: np.dtype, limbs: Limbs | None = None
     ) -> None:
         """Begin a tile of ``shape``; the accumulator starts at zero.  Integer products
-        split into limbs (``limbs``) run on the CPU engine: the job plans them there."""
+        split into limbs (``limbs``) run on the CPU engine: the job plans them there, and
+        ``limbs`` here raises BackendError (no ``limbs`` capability)."""
         dtype = np.dtype(dtype)
         if limbs is not None:
-            raise InputError(
-                f"the GPU engine has no {dtype} limb product; the job runs it on the CPU"
-            )
+            raise unsupported(self.name, "limbs")
         if dtype not in COMPUTE_DTYPES:
             names = ", ".join(str(d) for d in COMPUTE_DTYPES)
             raise InputError(f"unsupported dtype {dtype}; the GPU engine takes {names}")
