@@ -74,11 +74,12 @@ def prepare_job(
     check_client(client, config.number("connect-timeout", positive=True))
     if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
         spec = replace(spec, backend=resolve_backend(spec.backend))
+    node = gpu_node(spec.backend) if spec.gpus else None  # its GPU workers' node
     interop.check_shareable(  # worker processes cannot see this process's memory
         {"input A": a, "input B": b, "the addend": spec.addend, "the output": out},
         client,
         spec.gpus,
-        gpu_node(spec.backend) if spec.gpus else None,
+        node,
     )
     operands = Operands.open(a, b, out, spec, phases)
     check_not_held(operands.journal, operands.where)  # refuse at once, before any write
