@@ -46,10 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness.cgroup import MemoryGroup, unavailable
-from benchmarks.harness.inputs import (
-    add_folder_arguments,
-    ensure_inputs,
-)
+from benchmarks.harness.inputs import add_folder_arguments, ensure_inputs, stored_bytes
 from benchmarks.harness.processes import ROOT
 from benchmarks.harness.reports import text_row
 
@@ -71,6 +68,22 @@ started = time.perf_counter()
 c = a @ b
 print(json.dumps({"seconds": time.perf_counter() - started, "shape": list(c.shape)}))
 """
+
+
+#: The outofcore command, run from this checkout.
+CLI = (sys.executable, "-m", "outofcore.cli")
+#: What the report keeps of the job's ``--json`` summary.
+SUMMARY_KEYS = (
+    "seconds",
+    "tile",
+    "tk",
+    "tiles",
+    "task_budget_bytes",
+    "task_bytes_projected",
+    "peak_worker_bytes",
+    "bytes_read",
+    "gflops",
+)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -118,59 +131,69 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace, cap: int, a: Path, b: Path, scratch: Path) -> dict[str, Any]:
+    """Every run of the report, each in a group of its own capped at ``cap`` (numpy's
+    uncapped): the refusal, outofcore's job, dask.array's, numpy's; then the ratios."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this tree's outofcore, in every child
-    cli = [sys.executable, "-m", "outofcore.cli"]
     report: dict[str, Any] = {
         "inputs": {
             "shape": [args.size, args.size],
             "chunks": [args.chunk, args.chunk],
             "dtype": "float32",
             "bytes_each": 4 * args.size**2,
-            "stored_bytes": {x.name: _stored(x) for x in (a, b)},
+            "stored_bytes": {x.name: stored_bytes(x) for x in (a, b)},
         },
         "cap_bytes": cap,
+        "refusal": _refusal(cap, (a, b), scratch / "refused.zarr", env),
+        "outofcore": _outofcore_job(args, cap, (a, b), scratch / "c.zarr", env),
+        "dask_array": _dask_array(args, cap, (a, b), scratch / "c-dask.zarr", env),
     }
-    refused_out = scratch / "refused.zarr"
+    numpy = subprocess.run(
+        [sys.executable, "-c", NUMPY_SCRIPT, str(a), str(b)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    report["numpy"] = {"seconds": json.loads(numpy.stdout)["seconds"], "capped": False}
+    _add_ratios(report)
+    return report
+
+
+def _refusal(cap: int, inputs: tuple[Path, Path], out: Path, env: dict[str, str]) -> dict:
+    """outofcore asked for ``--memory`` the whole cap: its refusal, and whether it made ``out``."""
+    a, b = inputs
     with MemoryGroup(cap) as group:
         run = group.run(
-            [*cli, "matmul", str(a), str(b), "-o", str(refused_out), "--memory", str(cap)],
+            [*CLI, "matmul", str(a), str(b), "-o", str(out), "--memory", str(cap)],
             timeout=300,
             env=env,
         )
-        report["refusal"] = {
+        return {
             **_brief(run),
             "message": run["stderr"].strip(),
-            "output_created": refused_out.exists(),
+            "output_created": out.exists(),
             "limit_file": str(group.limit_file),
         }
 
-    out = scratch / "c.zarr"
+
+def _outofcore_job(
+    args: argparse.Namespace, cap: int, inputs: tuple[Path, Path], out: Path, env: dict[str, str]
+) -> dict[str, Any]:
+    """outofcore's job under the cap: its run, its summary and its verdict (``out`` removed)."""
+    a, b = inputs
     memory = ["--memory", args.memory] if args.memory else []
     with MemoryGroup(cap) as group:
         run = group.run(
-            [*cli, "matmul", str(a), str(b), "-o", str(out), "--json", *memory],
+            [*CLI, "matmul", str(a), str(b), "-o", str(out), "--json", *memory],
             timeout=args.timeout,
             env=env,
         )
     ours = _brief(run)
     if run["returncode"] == 0:
         summary = json.loads(run["stdout"])
-        ours["summary"] = {
-            key: summary[key]
-            for key in (
-                "seconds",
-                "tile",
-                "tk",
-                "tiles",
-                "task_budget_bytes",
-                "task_bytes_projected",
-                "peak_worker_bytes",
-                "bytes_read",
-                "gflops",
-            )
-        }
+        ours["summary"] = {key: summary[key] for key in SUMMARY_KEYS}
         check = subprocess.run(
-            [*cli, "verify", str(a), str(b), str(out), "--json"],
+            [*CLI, "verify", str(a), str(b), str(out), "--json"],
             capture_output=True,
             text=True,
             env=env,
@@ -180,36 +203,37 @@ def _run(args: argparse.Namespace, cap: int, a: Path, b: Path, scratch: Path) ->
     else:
         ours["stderr_tail"] = run["stderr"][-3000:]
         ours["verified"] = False
-    report["outofcore"] = ours
     shutil.rmtree(out, ignore_errors=True)
+    return ours
 
-    dask_out = scratch / "c-dask.zarr"
+
+def _dask_array(
+    args: argparse.Namespace, cap: int, inputs: tuple[Path, Path], out: Path, env: dict[str, str]
+) -> dict[str, Any]:
+    """dask.array's product under the cap: its run and outcome (``out`` removed)."""
+    a, b = inputs
     with MemoryGroup(cap) as group:
         run = group.run(
-            [sys.executable, "-c", DASK_SCRIPT, str(a), str(b), str(dask_out)],
+            [sys.executable, "-c", DASK_SCRIPT, str(a), str(b), str(out)],
             timeout=args.dask_timeout,
             env=env,
         )
-    report["dask_array"] = {**_brief(run), "outcome": _outcome(run)}
+    found = {**_brief(run), "outcome": _outcome(run)}
     if run["returncode"] != 0 and not run["timed_out"]:
-        report["dask_array"]["stderr_tail"] = run["stderr"][-2000:]
-    shutil.rmtree(dask_out, ignore_errors=True)
+        found["stderr_tail"] = run["stderr"][-2000:]
+    shutil.rmtree(out, ignore_errors=True)
+    return found
 
-    numpy = subprocess.run(
-        [sys.executable, "-c", NUMPY_SCRIPT, str(a), str(b)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    )
-    report["numpy"] = {"seconds": json.loads(numpy.stdout)["seconds"], "capped": False}
+
+def _add_ratios(report: dict[str, Any]) -> None:
+    """Each capped run's seconds over numpy's (the job's tiles' too; dask's if it finished)."""
     numpy_seconds = report["numpy"]["seconds"]
+    ours = report["outofcore"]
     ours["ratio_to_numpy"] = ours["seconds"] / numpy_seconds
     if "summary" in ours:
         ours["tiles_ratio_to_numpy"] = ours["summary"]["seconds"] / numpy_seconds
     if report["dask_array"]["outcome"] == "finished":
         report["dask_array"]["ratio_to_numpy"] = report["dask_array"]["seconds"] / numpy_seconds
-    return report
 
 
 def _brief(run: dict[str, Any]) -> dict[str, Any]:
@@ -225,10 +249,6 @@ def _outcome(run: dict[str, Any]) -> str:
     if run["oom_kill"]:
         return "OOM-killed"
     return f"failed (exit status {run['returncode']})"
-
-
-def _stored(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 #: The table's columns: system, outcome, seconds, x numpy, group peak, anon peak, limit

@@ -60,6 +60,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness.inputs import ensure_inputs, stored_bytes
 from benchmarks.harness.processes import child_or_main
@@ -155,7 +156,8 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def command_parser() -> argparse.ArgumentParser:
+    """The command's options: the size, systems, rounds, budget and workers, and timing's."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=8192, help="m = k = n")
     parser.add_argument("--chunk", type=int, help="input chunk edge (default size/8)")
@@ -175,11 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="2048², 1 round: under 2 minutes")
     add_timing_arguments(parser, timeout=900)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = command_parser()
+    args = options.parse_args(argv)
 
     from outofcore.config import parse_size  # noqa: PLC0415
-    from outofcore.planner.io_model import io_lower_bound  # noqa: PLC0415
-    from outofcore.planner.problem import Problem  # noqa: PLC0415
 
     if args.quick:
         args.size, args.chunk, args.repeats = 2048, 512, 1
@@ -187,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     systems = [s for s in args.systems.split(",") if s]
     unknown = {s.partition("@")[0].partition("+")[0] for s in systems} - set(ALL_SYSTEMS)
     if unknown:
-        parser.error(f"unknown system(s) {sorted(unknown)}; choose from {ALL_SYSTEMS}")
+        options.error(f"unknown system(s) {sorted(unknown)}; choose from {ALL_SYSTEMS}")
     if "cubed" in systems:
         try:
             import cubed  # noqa: F401, PLC0415
@@ -196,17 +201,36 @@ def main(argv: list[str] | None = None) -> int:
             systems.remove("cubed")
     memory = parse_size(args.memory)
     paths = ensure_inputs(args.data_dir, args.size, chunk)
+    info = run_info(args, chunk, memory, paths)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = args.out_dir / f"compare-{args.size}"
+    runs = rounds(systems, paths, info, args, stem)
+    result = {"info": info, "systems": summarise(runs, info)}
+    Path(f"{stem}.json").write_text(json.dumps(result, indent=2))
+    plot(result, Path(f"{stem}.png"))
+    print(table(result))
+    print(f"\nwrote {stem}.json and {stem}.png", file=sys.stderr)
+    return 0 if all("error" not in s for s in result["systems"].values()) else 1
+
+
+def run_info(
+    args: argparse.Namespace, chunk: int, memory: int, paths: tuple[Path, Path]
+) -> dict[str, Any]:
+    """What the results are of: sizes, budget, machine, compression, the reads' lower bound,
+    the BLAS settings, and what each system's time counts."""
+    from outofcore.planner.io_model import io_lower_bound  # noqa: PLC0415
+    from outofcore.planner.problem import Problem  # noqa: PLC0415
+
     logical = 2 * args.size * args.size * 4
     square = Problem(args.size, args.size, args.size, 4, (chunk, chunk), (chunk, chunk))
-    ratio = logical / sum(stored_bytes(p) for p in paths)
-    info = {
+    return {
         "size": args.size,
         "chunk": chunk,
         "repeats": args.repeats,
         "memory": memory,
         "workers": args.workers,
         "cpus": os.cpu_count(),
-        "compression_ratio": ratio,
+        "compression_ratio": logical / sum(stored_bytes(p) for p in paths),
         "lower_bound_bytes": io_lower_bound(square, memory // args.workers),
         "inputs_bytes": logical,
         "blas": {
@@ -220,11 +244,26 @@ def main(argv: list[str] | None = None) -> int:
             "others": "zarr to zarr, cluster start-up not timed",
         },
     }
-    args.out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def rounds(
+    systems: list[str],
+    paths: tuple[Path, Path],
+    info: dict[str, Any],
+    args: argparse.Namespace,
+    stem: Path,
+) -> dict[str, list[dict]]:
+    """``args.repeats`` rounds of every system, each in a fresh process, the order reversed
+    every other round; after each round the summary so far is written to ``STEM.json``
+    (a partial file survives an interrupted run).  Each system's runs."""
     scratch = tempfile.mkdtemp(prefix="compare-", dir=args.data_dir)
-    cfg = {"memory": memory, "workers": args.workers, "scratch": scratch, "blas": args.blas}
+    cfg = {
+        "memory": info["memory"],
+        "workers": args.workers,
+        "scratch": scratch,
+        "blas": args.blas,
+    }
     runs: dict[str, list[dict]] = {s: [] for s in systems}
-    stem = args.out_dir / f"compare-{args.size}"
     try:
         for round_ in range(args.repeats):
             order = systems if round_ % 2 == 0 else systems[::-1]
@@ -233,17 +272,12 @@ def main(argv: list[str] | None = None) -> int:
                 runs[system].append(r)
                 shown = f"{r['seconds']:.2f} s" if "seconds" in r else r["error"][-300:]
                 print(f"round {round_ + 1} {system:>12}: {shown}", file=sys.stderr)
-            info["rounds_done"] = round_ + 1  # a partial file survives an interrupted run
+            info["rounds_done"] = round_ + 1
             partial = {"info": info, "systems": summarise(runs, info)}
             Path(f"{stem}.json").write_text(json.dumps(partial, indent=2))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    result = {"info": info, "systems": summarise(runs, info)}
-    Path(f"{stem}.json").write_text(json.dumps(result, indent=2))
-    plot(result, Path(f"{stem}.png"))
-    print(table(result))
-    print(f"\nwrote {stem}.json and {stem}.png", file=sys.stderr)
-    return 0 if all("error" not in s for s in result["systems"].values()) else 1
+    return runs
 
 
 if __name__ == "__main__":

@@ -164,8 +164,9 @@ def run_shape(shape: Shape, args: argparse.Namespace, systems: list[str]) -> dic
 # --------------------------------------------------------------------------- driver
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the zoo; exit status 1 if any system failed or any output was wrong."""
+def command_parser() -> argparse.ArgumentParser:
+    """The zoo's options: shapes, systems, scale, rounds, outofcore's budget and workers,
+    the output codec, the floors, the chart, and timing's."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma list of shapes")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma list of systems")
@@ -183,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--png", type=Path, help="write the bar chart here")
     add_timing_arguments(parser, timeout=1800)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the zoo; exit status 1 if any system failed or any output was wrong."""
+    parser = command_parser()
     args = parser.parse_args(argv)
 
     from outofcore.config import parse_size  # noqa: PLC0415
@@ -201,28 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     date = datetime.date.today().isoformat()
     suffix = "" if args.scale == 1 else f"-scale{args.scale:g}"
     json_path = args.out_dir / f"shapes-{date}{suffix}.json"
-    result: dict[str, Any] = {
-        "info": {
-            "date": date,
-            "scale": args.scale,
-            "repeats": args.repeats,
-            "memory": args.memory_bytes,
-            "workers": args.workers,
-            "cores": args.cores,
-            "output_codec": args.output_codec,
-            "blas": args.blas,
-            "systems": systems,
-            "tolerance_factor": TOLERANCE_FACTOR,
-            "busy_fraction": BUSY_FRACTION,
-            "timed": {
-                "numpy": "a @ b (x.T @ x) on loaded arrays; load and store not timed",
-                "others": "zarr to zarr; cluster start-up not timed",
-                "floors": "read: every input chunk read and decoded; write: C encoded and "
-                "written; one thread per core",
-            },
-        },
-        "shapes": {},
-    }
+    result: dict[str, Any] = {"info": zoo_info(args, systems, date), "shapes": {}}
     for name in names:
         shape = SHAPES[name].scaled(args.scale)
         entry = run_shape(shape, args, systems)
@@ -233,6 +219,38 @@ def main(argv: list[str] | None = None) -> int:
     if args.png:
         plot(result, args.png)
     print(f"\nwrote {json_path}" + (f" and {args.png}" if args.png else ""), file=sys.stderr)
+    failed, wrong = failures(result)
+    if failed or wrong:
+        print(f"FAILED: {failed}; WRONG RESULTS: {wrong}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def zoo_info(args: argparse.Namespace, systems: list[str], date: str) -> dict[str, Any]:
+    """What the results are of: the run's settings, the checks' limits, what is timed."""
+    return {
+        "date": date,
+        "scale": args.scale,
+        "repeats": args.repeats,
+        "memory": args.memory_bytes,
+        "workers": args.workers,
+        "cores": args.cores,
+        "output_codec": args.output_codec,
+        "blas": args.blas,
+        "systems": systems,
+        "tolerance_factor": TOLERANCE_FACTOR,
+        "busy_fraction": BUSY_FRACTION,
+        "timed": {
+            "numpy": "a @ b (x.T @ x) on loaded arrays; load and store not timed",
+            "others": "zarr to zarr; cluster start-up not timed",
+            "floors": "read: every input chunk read and decoded; write: C encoded and "
+            "written; one thread per core",
+        },
+    }
+
+
+def failures(result: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The ``"shape system"`` pairs that failed to run, and those whose output was wrong."""
     failed = [
         f"{name} {system}"
         for name, entry in result["shapes"].items()
@@ -245,10 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         for system, v in entry["verified"].items()
         if not v["ok"]
     ]
-    if failed or wrong:
-        print(f"FAILED: {failed}; WRONG RESULTS: {wrong}", file=sys.stderr)
-        return 1
-    return 0
+    return failed, wrong
 
 
 if __name__ == "__main__":

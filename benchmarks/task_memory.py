@@ -216,12 +216,10 @@ def task_kind(key: str, splits: int, symmetric: bool) -> tuple[str, str]:
 
 def measure(case: Case, data: Path) -> dict[str, Any]:
     """Run ``case`` in this process (a fresh one); return its kinds' figures."""
-    import numpy as np  # noqa: PLC0415
     import psutil  # noqa: PLC0415
 
     from outofcore.api import run_job  # noqa: PLC0415
     from outofcore.compute import peaks  # noqa: PLC0415
-    from outofcore.frontends.generate import random_array  # noqa: PLC0415
     from outofcore.frontends.verify import verify  # noqa: PLC0415
 
     server = None
@@ -234,34 +232,8 @@ def measure(case: Case, data: Path) -> dict[str, Any]:
         options = {"storage_options": server.options}
         root = server.bucket("task-memory")
     try:
-        paths = {}
-        for seed, operand in enumerate(case.operands):
-            paths[operand.name] = f"{root}/{operand.name}.zarr"
-            if operand.shards:
-                sharded_random(paths[operand.name], operand, seed)
-                continue
-            random_array(
-                paths[operand.name], operand.shape, operand.chunks, operand.dtype, seed=seed,
-                overwrite=True, **options,
-            )  # fmt: skip
-        a = paths.get("a", paths.get("x"))
-        b = paths.get("b", paths.get("x"))
-        job_options = {**case.options, **options}
-        if job_options.pop("centered", False):  # an operand that computes: dask's expression
-            import dask.array as da  # noqa: PLC0415
-
-            x = da.from_zarr(a)
-            b = x - x.mean(axis=0)
-            a = b.T
-        if "d" in paths:
-            job_options["addend"] = paths["d"]
-        # Warm-up: imports, first-use set-up and BLAS's buffers, so the baseline holds them.
-        warm = data / "warm"
-        rng = np.random.default_rng(0)
-        for name in ("wa", "wb"):
-            random_array(warm / f"{name}.zarr", (64, 64), (32, 32), seed=int(rng.integers(9)))
-        run_job(warm / "wa.zarr", warm / "wb.zarr", warm / "wc.zarr", client="sync",
-                progress=False)  # fmt: skip
+        a, b, job_options = job_operands(case, write_operands(case, root, options), options)
+        warm_up(data / "warm")
         gc.collect()
         baseline = psutil.Process().memory_info().rss
         started = time.perf_counter()
@@ -278,14 +250,6 @@ def measure(case: Case, data: Path) -> dict[str, Any]:
         if server is not None:
             server.stop()
     plan = result.plan
-    kinds: dict[str, dict[str, Any]] = {}
-    for task in result.results:
-        kind, held_to = task_kind(task.key, plan.splits, plan.problem.symmetric)
-        entry = kinds.setdefault(
-            kind, {"tasks": 0, "projected": plan.projections[held_to], "measured": 0}
-        )
-        entry["tasks"] += 1
-        entry["measured"] = max(entry["measured"], task.peak_rss_bytes - baseline)
     return {
         "what": case.what,
         "shape": [plan.problem.m, plan.problem.k, plan.problem.n],
@@ -298,8 +262,73 @@ def measure(case: Case, data: Path) -> dict[str, Any]:
         "peaks_resettable": peaks.resettable(),
         "seconds": seconds,
         "verified": bool(report.passed),
-        "kinds": kinds,
+        "kinds": kinds_measured(result, baseline),
     }
+
+
+def write_operands(case: Case, root: str, options: dict[str, Any]) -> dict[str, str]:
+    """Write ``case``'s operands under ``root`` (seeded by their order); each one's path."""
+    from outofcore.frontends.generate import random_array  # noqa: PLC0415
+
+    paths = {}
+    for seed, operand in enumerate(case.operands):
+        paths[operand.name] = f"{root}/{operand.name}.zarr"
+        if operand.shards:
+            sharded_random(paths[operand.name], operand, seed)
+            continue
+        random_array(
+            paths[operand.name], operand.shape, operand.chunks, operand.dtype, seed=seed,
+            overwrite=True, **options,
+        )  # fmt: skip
+    return paths
+
+
+def job_operands(
+    case: Case, paths: dict[str, str], options: dict[str, Any]
+) -> tuple[Any, Any, dict[str, Any]]:
+    """The job's A and B (``x`` for both where the case has one; a centred ``x`` as dask's
+    expression) and its options (the addend ``d`` among them)."""
+    a = paths.get("a", paths.get("x"))
+    b = paths.get("b", paths.get("x"))
+    job_options = {**case.options, **options}
+    if job_options.pop("centered", False):  # an operand that computes: dask's expression
+        import dask.array as da  # noqa: PLC0415
+
+        x = da.from_zarr(a)
+        b = x - x.mean(axis=0)
+        a = b.T
+    if "d" in paths:
+        job_options["addend"] = paths["d"]
+    return a, b, job_options
+
+
+def warm_up(folder: Path) -> None:
+    """A small job in ``folder``: imports, first-use set-up and BLAS's buffers, so the
+    baseline holds them."""
+    import numpy as np  # noqa: PLC0415
+
+    from outofcore.api import run_job  # noqa: PLC0415
+    from outofcore.frontends.generate import random_array  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    for name in ("wa", "wb"):
+        random_array(folder / f"{name}.zarr", (64, 64), (32, 32), seed=int(rng.integers(9)))
+    run_job(folder / "wa.zarr", folder / "wb.zarr", folder / "wc.zarr", client="sync",
+            progress=False)  # fmt: skip
+
+
+def kinds_measured(result: Any, baseline: int) -> dict[str, dict[str, Any]]:
+    """Each kind of task's count, projection and largest peak RSS over ``baseline``."""
+    plan = result.plan
+    kinds: dict[str, dict[str, Any]] = {}
+    for task in result.results:
+        kind, held_to = task_kind(task.key, plan.splits, plan.problem.symmetric)
+        entry = kinds.setdefault(
+            kind, {"tasks": 0, "projected": plan.projections[held_to], "measured": 0}
+        )
+        entry["tasks"] += 1
+        entry["measured"] = max(entry["measured"], task.peak_rss_bytes - baseline)
+    return kinds
 
 
 def sharded_random(path: str, operand: Operand, seed: int) -> None:
