@@ -74,7 +74,9 @@ class TimedModel:
     memory_bps
         The device memory's bytes/s: a transpose reads and writes each byte once.
     memory_bytes
-        The device's memory (host memory stands in for it).
+        The device's memory: an H100's 80 GiB by default.  Host memory stands in for it,
+        and only what the engine allocates (its device plan's buffers, not its budget) is
+        taken; with ``arithmetic=False`` untouched device arrays take none.
     launch_seconds
         A fixed cost per kernel and transpose (0: none).
     """
@@ -83,7 +85,7 @@ class TimedModel:
     pcie_bps: float
     blocks: Mapping[int, tuple[int, int, int]]
     memory_bps: float = 3.0e12
-    memory_bytes: int = 4 << 30
+    memory_bytes: int = 80 << 30
     launch_seconds: float = 0.0
 
     def __post_init__(self) -> None:
