@@ -26,9 +26,10 @@ multiply (numpy, in the inputs' dtype), so products are right; the real work is 
 inside the wait and is not counted in the ledger (a numpy product slower than its modelled
 kernel makes the wall time longer, never the ledger).  With ``arithmetic=False`` nothing
 is touched: copies and kernels are waits only (for benchmarks of large products, where
-the host's cores are for decoding), and pinned host memory starts filled with seeded
-noise, so a written tile compresses like real data.  Device arrays are numpy arrays in
-host memory either way (untouched ones take no memory).
+the host's cores are for decoding), and pinned host memory a copy from the device lands
+in is filled once with seeded noise (when the first such copy is queued), so a written
+tile compresses like real data.  Device arrays are numpy arrays in host memory either way
+(untouched ones take no memory: nor do pinned panels the decoder never wrote).
 """
 
 from __future__ import annotations
@@ -285,6 +286,8 @@ class TimedDevice:
         self._hosts = threading.local()  # each host thread's modelled time
         self._streams = 0
         self._noise: np.ndarray | None = None
+        #: arithmetic=False: pinned allocations not yet filled with noise, by id.
+        self._unfilled: dict[int, weakref.ref] = {}
 
     # -- clocks ------------------------------------------------------------------------------
     def host_time(self) -> float:
@@ -342,7 +345,8 @@ class TimedDevice:
     def pinned(self, nbytes: int) -> np.ndarray:
         out = np.empty(nbytes, dtype=np.uint8)
         if not self.arithmetic:
-            self._fill_noise(out)
+            with self._lock:
+                self._unfilled[id(out)] = weakref.ref(out)
         return out
 
     def device(self, nbytes: int) -> np.ndarray:
@@ -358,6 +362,8 @@ class TimedDevice:
         self._copy("h2d", "h2d-rows", src, dst, stream)
 
     def to_host(self, src: np.ndarray, dst: np.ndarray, stream: TimedStream) -> None:
+        if not self.arithmetic:
+            self._fill_once(dst)
         self._copy("d2h", "d2h", src, dst, stream)
 
     def transpose(self, src: np.ndarray, dst: np.ndarray, stream: TimedStream) -> None:
@@ -398,6 +404,14 @@ class TimedDevice:
         work = (lambda: np.copyto(dst, src.reshape(dst.shape))) if self.arithmetic else None
         self.queue_work(stream, engine, kind, src.nbytes, self.model.copy_seconds(src.nbytes), work)
 
+    def _fill_once(self, dst: np.ndarray) -> None:
+        """Fill the pinned allocation ``dst`` views with noise, unless it was already."""
+        allocation = _allocation(dst)
+        with self._lock:
+            ref = self._unfilled.pop(id(allocation), None)
+        if ref is not None and ref() is allocation:
+            self._fill_noise(allocation)
+
     def _fill_noise(self, out: np.ndarray) -> None:
         """Fill ``out`` with the device's seeded noise (standard normal float32 values)."""
         if self._noise is None:
@@ -406,6 +420,19 @@ class TimedDevice:
         for start in range(0, out.size, self._noise.size):
             part = out[start : start + self._noise.size]
             part[...] = self._noise[: part.size]
+
+
+def _allocation(view: np.ndarray) -> np.ndarray | None:
+    """The array ``view`` is a view of, at the end of its chain of bases (through the
+    ``memoryview`` a pinned pool hands blocks out by); None where it ends elsewhere."""
+    base: Any = view
+    while True:
+        if isinstance(base, memoryview):
+            base = base.obj
+        elif isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        else:
+            return base if isinstance(base, np.ndarray) else None
 
 
 def _run_stream(work_queue: queue.SimpleQueue, errors: list[BaseException]) -> None:

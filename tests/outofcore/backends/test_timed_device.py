@@ -14,11 +14,15 @@ import time
 import numpy as np
 import pytest
 
+from outofcore.api import run_job
+from outofcore.backends import registry
 from outofcore.backends.device.runtime import DeviceRuntime, Event, Stream
-from outofcore.backends.timed import RATES, TimedDevice, TimedEngine, TimedModel
+from outofcore.backends.timed import RATES, TimedDevice, TimedEngine, TimedModel, process_device
+from outofcore.compute.worker_context import worker_context
 from outofcore.errors import BackendError, InputError
 from outofcore.planner.gpu_rates import gpu_seconds, gpu_target
 from outofcore.planner.problem import Problem
+from tests.helpers import assert_product_close, random_matrix, write_zarr
 
 #: A slow device, so that a piece of work lasts milliseconds: 1 GB/s each way, 1 GFLOP/s.
 SLOW = TimedModel(
@@ -208,3 +212,33 @@ def test_products_are_right(dtype, resident):
     assert engine.device_plan.resident is resident
     assert np.all(np.abs(out - expected) <= _bound(np.dtype(dtype), sum(widths), magnitude))
     assert engine.copy_layouts["columns"] > 0 and engine.copy_layouts["rows"] > 0
+
+
+def test_the_registry_runs_a_job_on_the_timed_device(tmp_path, monkeypatch):
+    """Backend ``"timed"``: a GPU backend with the device engine's capabilities and the timed
+    device's rates; a job on it (tasks in this thread) gives numpy's product, and its tiles'
+    work is in the device's ledger."""
+    backend = registry.get("timed")
+    assert backend.gpu and backend.capabilities == TimedEngine.capabilities
+    assert backend.rates is RATES and backend.usable(False)
+    made = registry.make_engine("timed")
+    assert isinstance(made, TimedEngine) and made.device is process_device()
+    device = TimedDevice(TimedModel.from_rates(RATES))
+    # The job's tasks run in this thread: give them an engine of their own device, which
+    # keeps its pinned buffers as a worker's does (gone with the test).
+    monkeypatch.setitem(worker_context().thread().engines, "timed", TimedEngine(device))
+    rng = np.random.default_rng(9)
+    a, b = random_matrix(rng, (70, 40), "float32"), random_matrix(rng, (40, 50), "float32")
+    write_zarr(tmp_path / "a.zarr", a, (16, 16))
+    write_zarr(tmp_path / "b.zarr", b, (16, 16))
+    options = {"backend": "timed", "client": "sync", "progress": False, "memory": "16MiB"}
+    result = run_job(
+        str(tmp_path / "a.zarr"),
+        str(tmp_path / "b.zarr"),
+        str(tmp_path / "c.zarr"),
+        tile=(32, 32),
+        tk=16,
+        **options,
+    )
+    assert_product_close(result.output[...], a, b)
+    assert {"h2d", "gemm", "d2h"} <= {work.kind for work in device.ledger.work()}
