@@ -8,8 +8,10 @@ from below: a wait is real, so the work cannot end sooner than its modelled seco
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -242,3 +244,25 @@ def test_the_registry_runs_a_job_on_the_timed_device(tmp_path, monkeypatch):
     )
     assert_product_close(result.output[...], a, b)
     assert {"h2d", "gemm", "d2h"} <= {work.kind for work in device.ledger.work()}
+
+
+def test_the_device_engine_and_the_timed_device_import_no_gpu_library():
+    """The device engine (backends/device) and the timed device (backends/timed) run where
+    numba-cuda is not installed: they import no numba, and of the CUDA backend only its
+    tables (pure data)."""
+    root = Path(__file__).resolve().parents[3] / "outofcore" / "backends"
+    files = sorted((root / "device").glob("*.py")) + sorted((root / "timed").glob("*.py"))
+    assert len(files) >= 8
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                names = [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for name in names:
+                assert not name.startswith(("numba", "cuda.", "cupy")), (path.name, name)
+                if name.startswith("outofcore.backends.cuda"):
+                    assert name in {"outofcore.backends.cuda.rates"}, (path.name, name)
