@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from outofcore.backends import timed
 from outofcore.backends.cpu import CpuEngine
 from outofcore.backends.cuda import blocks as cuda_blocks
 from outofcore.backends.cuda import probe as cuda_probe
@@ -156,6 +157,23 @@ for _name, _rates, _summary in (
             prepare=prepare_for_cuda,
         )
     )
+
+
+# The timed device (issue 51, item 2): the device engine over a GPU that only takes the
+# time a GPU would, on the host (outofcore.backends.timed); never chosen by "auto".
+register(
+    Backend(
+        name=timed.NAME,
+        gpu=True,
+        capabilities=timed.CAPABILITIES,
+        engine=timed.TimedEngine,
+        usable=lambda simulator_counts: True,
+        require=_nothing_to_install,
+        rates=timed.RATES,
+        blocks=timed.RATES.blocks,
+        summary=timed.SUMMARY,
+    )
+)
 
 
 def backend_names() -> tuple[str, ...]:
