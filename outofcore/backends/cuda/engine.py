@@ -17,10 +17,7 @@ from outofcore.backends.device.engine import DeviceEngine
 from outofcore.backends.device.share import DEVICE_FRACTION
 from outofcore.errors import BackendError, InputError
 
-__all__ = ["ENGINE_BACKENDS", "CudaEngine"]
-
-#: The backends this engine serves: our kernel, or cuBLAS through CuPy.
-ENGINE_BACKENDS = ("cuda", "cupy")
+__all__ = ["CudaEngine"]
 
 
 class CudaEngine(DeviceEngine):
@@ -50,9 +47,9 @@ class CudaEngine(DeviceEngine):
         fraction: float = DEVICE_FRACTION,
         device_memory: int | None = None,
     ) -> None:
-        if backend not in ENGINE_BACKENDS:
+        if backend != "cuda" and backend != "cupy":  # our kernel, or cuBLAS through CuPy
             raise BackendError(
-                f"unknown GPU backend {backend!r}; this engine serves {ENGINE_BACKENDS}"
+                f"unknown GPU backend {backend!r}; the CUDA engine serves 'cuda' and 'cupy'"
             )
         if not is_available():
             raise BackendError(f"backend {backend!r} needs a usable CUDA GPU, and none is")

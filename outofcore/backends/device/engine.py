@@ -127,8 +127,6 @@ class DeviceEngine:
     #: cuts C into sub-tiles, so finished row blocks do not exist earlier); no syrk kernel
     #: (a Gram tile's panels go through :meth:`accumulate`) and no limbs (the CPU's).
     capabilities = EngineCapabilities(timings=True, device=True)
-    #: The tile loop's older spelling of ``capabilities.row_blocks``.
-    row_blocks = False
 
     def __init__(
         self,
