@@ -239,73 +239,107 @@ def plan_device(
             raise InputError(f"{name} = {value!r}: need an integer >= 1")
     if budget_bytes < 1:
         raise InputError(f"device budget = {budget_bytes} bytes: need at least 1")
-    bm, bn, bk = block
-    if min(bm, bn, bk) < 1:
-        raise InputError(f"kernel block = {(bm, bn, bk)}: every size must be >= 1")
-    elements = budget_bytes // itemsize
-    scratch = 1 if transposed else 0
-
-    def per_k(dm: int, dn: int) -> int:
-        """Elements per unit of slice depth: the panel slots and the transpose scratch."""
-        return DEVICE_PANELS * (dm + dn) + scratch * max(dm, dn)
-
-    def c_buffers(dm: int, dn: int) -> int:
-        return 1 if dm >= tm and dn >= tn else SUBTILE_C_BUFFERS
-
-    def fits(dm: int, dn: int, dk: int) -> bool:
-        return c_buffers(dm, dn) * dm * dn + dk * per_k(dm, dn) <= elements
-
-    def deepest(dm: int, dn: int) -> int:
-        """Deepest slice that fits beside the ``dm×dn`` C buffers (0 if none)."""
-        room = (elements - c_buffers(dm, dn) * dm * dn) // per_k(dm, dn)
-        return tk if room >= tk else _round_down(room, bk)
+    if min(block) < 1:
+        raise InputError(f"kernel block = {tuple(block)}: every size must be >= 1")
+    room = DeviceRoom(tm, tn, tk, itemsize, budget_bytes, tuple(block), transposed)
+    bm, bn, bk = room.block
 
     def plan(dm: int, dn: int, dk: int) -> DevicePlan:
-        return DevicePlan(
-            tm, tn, tk, k, itemsize, budget_bytes, (bm, bn, bk), dm, dn, dk, transposed
-        )
+        return DevicePlan(tm, tn, tk, k, itemsize, budget_bytes, room.block, dm, dn, dk, transposed)
 
-    if fits(tm, tn, min(tk, bk)):
-        return plan(tm, tn, deepest(tm, tn))
-
+    if room.fits(tm, tn, min(tk, bk)):
+        return plan(tm, tn, room.deepest(tm, tn))
     small_m, small_n, small_k = min(tm, bm), min(tn, bn), min(tk, bk)
-    if not fits(small_m, small_n, small_k):
-        small_c = c_buffers(small_m, small_n)
+    if not room.fits(small_m, small_n, small_k):
+        raise room.too_small()
+    # Slices start SUBTILE_DK deep (shallower if even the smallest tile needs it).
+    dk = min(tk, max(small_k, _round_down(SUBTILE_DK, bk)))
+    while dk > small_k and not room.fits(small_m, small_n, dk):
+        dk = max(small_k, _round_down(dk // 2, bk))
+    dm, dn = room.fewest_bytes(dk)
+    return plan(dm, dn, max(dk, room.deepest(dm, dn)))
+
+
+@dataclass(frozen=True)
+class DeviceRoom:
+    """The arithmetic of a ``tm×tn`` host tile's device budget: which device tiles fit with
+    how deep slices, and the tiling that moves the fewest bytes (:func:`plan_device`)."""
+
+    tm: int
+    tn: int
+    tk: int
+    itemsize: int
+    budget_bytes: int
+    block: tuple[int, int, int]
+    transposed: bool
+
+    @property
+    def elements(self) -> int:
+        """Elements the budget holds."""
+        return self.budget_bytes // self.itemsize
+
+    def per_k(self, dm: int, dn: int) -> int:
+        """Elements per unit of slice depth: the panel slots and the transpose scratch."""
+        scratch = max(dm, dn) if self.transposed else 0
+        return DEVICE_PANELS * (dm + dn) + scratch
+
+    def c_buffers(self, dm: int, dn: int) -> int:
+        """Device C buffers of a ``dm×dn`` device tile: one if it holds the host tile."""
+        return 1 if dm >= self.tm and dn >= self.tn else SUBTILE_C_BUFFERS
+
+    def fits(self, dm: int, dn: int, dk: int) -> bool:
+        """Whether ``dm×dn`` C buffers with ``dk``-deep slices fit the budget."""
+        return self.c_buffers(dm, dn) * dm * dn + dk * self.per_k(dm, dn) <= self.elements
+
+    def deepest(self, dm: int, dn: int) -> int:
+        """Deepest slice that fits beside the ``dm×dn`` C buffers (0 if none)."""
+        room = (self.elements - self.c_buffers(dm, dn) * dm * dn) // self.per_k(dm, dn)
+        return self.tk if room >= self.tk else _round_down(room, self.block[2])
+
+    def fewest_bytes(self, dk: int) -> tuple[int, int]:
+        """The sub-tiles ``(dm, dn)`` with ``dk``-deep slices that move the fewest bytes.
+
+        Per unit of k, A crosses PCIe once per device column and B once per device row:
+        minimise ``cols*tm + rows*tn`` over the heights, each with the widest width that
+        fits (with ``dm*dn`` bounded, the optimum is square).  Ties: larger tiles.
+        """
+        (bm, bn, _), tm, tn = self.block, self.tm, self.tn
+        best: tuple[tuple[int, int], int, int] | None = None
+        heights = {
+            min(tm, round_up(math.ceil(tm / r), bm)) for r in range(1, math.ceil(tm / bm) + 1)
+        }
+        for dm in sorted(heights, reverse=True):
+            dn = widest(dm, bn, tn, lambda height, width: self.fits(height, width, dk))
+            if dn == 0:
+                continue
+            dn = min(tn, round_up(math.ceil(tn / math.ceil(tn / dn)), bn))  # spread evenly
+            score = (math.ceil(tn / dn) * tm + math.ceil(tm / dm) * tn, -dm * dn)
+            if best is None or score < best[0]:
+                best = (score, dm, dn)
+        if best is None:  # unreachable: the smallest tile fits  # pragma: no cover
+            raise BudgetError(f"no device tile fits {self.budget_bytes} bytes")
+        return best[1], best[2]
+
+    def too_small(self) -> BudgetError:
+        """The error of a budget in which not even one kernel block fits, naming the bytes."""
+        (bm, bn, bk), tm, tn, itemsize = self.block, self.tm, self.tn, self.itemsize
+        small_m, small_n, small_k = min(tm, bm), min(tn, bn), min(self.tk, bk)
+        small_c = self.c_buffers(small_m, small_n)
         needed = device_bytes(
-            small_m, small_n, small_k, itemsize, c_buffers=small_c, transposed=transposed
+            small_m, small_n, small_k, itemsize, c_buffers=small_c, transposed=self.transposed
         )
-        whole = device_bytes(tm, tn, small_k, itemsize, transposed=transposed)
-        extra = f" + {small_k}*{max(small_m, small_n)}" if transposed else ""
+        whole = device_bytes(tm, tn, small_k, itemsize, transposed=self.transposed)
+        extra = f" + {small_k}*{max(small_m, small_n)}" if self.transposed else ""
         buffers = f"{small_c}*" if small_c > 1 else ""
-        raise BudgetError(
-            f"device budget of {budget_bytes} bytes ({mib(budget_bytes)}) is too small: the "
+        budget = self.budget_bytes
+        return BudgetError(
+            f"device budget of {budget} bytes ({mib(budget)}) is too small: the "
             f"smallest device tile, {small_m}x{small_n} with {small_k}-deep double-buffered "
             f"panels, needs {needed} bytes ({mib(needed)}) = {itemsize}*({buffers}{small_m}*"
             f"{small_n} + 2*{small_k}*({small_m}+{small_n}){extra}); the whole {tm}x{tn} host "
             f"tile would need {whole} bytes ({mib(whole)}); raise the device memory "
             "(--device-memory)"
         )
-    # Slices start SUBTILE_DK deep (shallower if even the smallest tile needs it).
-    dk = min(tk, max(small_k, _round_down(SUBTILE_DK, bk)))
-    while dk > small_k and not fits(small_m, small_n, dk):
-        dk = max(small_k, _round_down(dk // 2, bk))
-    # Per unit of k, A crosses PCIe once per device column and B once per device
-    # row: minimise cols*tm + rows*tn over the heights, each with the widest width
-    # that fits (with dm*dn bounded, the optimum is square).  Ties: larger tiles.
-    best: tuple[tuple[int, int], int, int] | None = None
-    heights = {min(tm, round_up(math.ceil(tm / r), bm)) for r in range(1, math.ceil(tm / bm) + 1)}
-    for dm in sorted(heights, reverse=True):
-        dn = widest(dm, bn, tn, lambda height, width: fits(height, width, dk))
-        if dn == 0:
-            continue
-        dn = min(tn, round_up(math.ceil(tn / math.ceil(tn / dn)), bn))  # spread evenly
-        score = (math.ceil(tn / dn) * tm + math.ceil(tm / dm) * tn, -dm * dn)
-        if best is None or score < best[0]:
-            best = (score, dm, dn)
-    if best is None:  # unreachable: the smallest tile fits  # pragma: no cover
-        raise BudgetError(f"no device tile fits {budget_bytes} bytes")
-    _, dm, dn = best
-    return plan(dm, dn, max(dk, deepest(dm, dn)))
 
 
 def job_pcie_bytes(
