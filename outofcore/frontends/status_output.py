@@ -42,6 +42,20 @@ def format_status(s: dict[str, Any]) -> str:
                 else []
             ),
             f"  lease          {holder}",
-            f"  complete       {'yes, ' + s['completed'] if s['complete'] else 'no'}",
+            f"  complete       {_complete(s)}",
         ]
     )
+
+
+def _complete(s: dict[str, Any]) -> str:
+    """The status's ``complete`` line: yes (and when), or no (and why, when its job
+    document says otherwise)."""
+    if s["complete"]:
+        return "yes" + (f", {s['completed']}" if s.get("completed") else "")
+    if s.get("claims_complete"):
+        return (
+            "no: its job document says complete, but only "
+            f"{s['tiles_done']} of {s['tiles_total']} tiles are recorded (edited or damaged); "
+            "rerun with --overwrite to start over"
+        )
+    return "no"

@@ -47,8 +47,10 @@ from outofcore.journal.records import Journal, is_sealed
 from outofcore.journal.store import parse_document
 from outofcore.operands.product import Product
 from outofcore.planner.plan import TileTask
-from outofcore.storage.digests import Digests, object_digest
+from outofcore.storage import deleting
+from outofcore.storage.digests import Digests, file_digest, object_digest
 from outofcore.storage.documents import DocumentError
+from outofcore.storage.manifest import StrangersError, local_base
 
 #: Where outofcore says what is not the result: here, damaged records found by a task.
 logger = logging.getLogger("outofcore")
@@ -228,14 +230,23 @@ def tile_objects(product: Product, c: zarr.Array, task: TileTask) -> tuple[str, 
 def object_digests(c: zarr.Array, keys: Iterable[str]) -> Digests:
     """``{key: [bytes, sha256] or None}`` of the stored objects ``keys`` of the output ``c``
     (None: the store holds none), as the store reads them now: :data:`OBJECTS_IN_FLIGHT`
-    at a time, fewer where that many could hold more than :data:`DIGEST_BYTES_IN_FLIGHT`."""
+    at a time, fewer where that many could hold more than :data:`DIGEST_BYTES_IN_FLIGHT`.
+
+    On a local disk each file is opened by the one rule for what outofcore opens from
+    an output (:func:`outofcore.storage.digests.file_digest`): what is not a regular file
+    comes back as what it is, in words (``"a folder"``), and a file larger than
+    :func:`most_stored_bytes` is not read."""
     keys = list(keys)
     store, top = c.store, c.path.strip("/")
     largest = c.dtype.itemsize * math.prod(c.shards or c.chunks)  # uncompressed, at most
     in_flight = max(1, min(OBJECTS_IN_FLIGHT, DIGEST_BYTES_IN_FLIGHT // max(1, largest)))
+    base = local_base(store)
 
-    async def one(key: str, limit: asyncio.Semaphore) -> list[Any] | None:
+    async def one(key: str, limit: asyncio.Semaphore) -> list[Any] | str | None:
         async with limit:  # hashed before the next read may start: the bytes are let go
+            if base is not None:  # a file: by the one rule, never a FIFO or a folder read
+                path = os.path.join(base, *"/".join(p for p in (top, key) if p).split("/"))
+                return await asyncio.to_thread(file_digest, path, most_stored_bytes(c))
             try:
                 buffer = await store.get(
                     "/".join(p for p in (top, key) if p), prototype=default_buffer_prototype()
@@ -249,11 +260,20 @@ def object_digests(c: zarr.Array, keys: Iterable[str]) -> Digests:
             # hashed side by side on the cores the tile's BLAS has just left.
             return await asyncio.to_thread(object_digest, data)
 
-    async def every() -> list[list[Any] | None]:
+    async def every() -> list[list[Any] | str | None]:
         limit = asyncio.Semaphore(in_flight)  # made on the loop that uses it
         return list(await asyncio.gather(*(one(key, limit) for key in keys)))
 
     return dict(zip(keys, sync(every()), strict=True)) if keys else {}
+
+
+def most_stored_bytes(c: zarr.Array) -> int:
+    """The most bytes one stored object (a chunk or a shard) of ``c`` is read in when its
+    digest is taken: four times its decoded size (a compressor's worst case is far less),
+    a shard's index (16 bytes an inner chunk), and a mebibyte."""
+    decoded = c.dtype.itemsize * math.prod(c.shards or c.chunks)
+    inner = math.prod(c.shards or c.chunks) // max(1, math.prod(c.chunks))
+    return 4 * decoded + 16 * inner + 2**20
 
 
 def written_changes(
@@ -266,6 +286,10 @@ def written_changes(
     The keys are the tile's own (:func:`tile_objects`), never a name the record holds;
     every object is read and hashed (a resume reads the finished output once).  A record
     that keeps no digests, or not of this tile's objects, counts as changed.
+
+    The objects found changed are cleared (:func:`clear_objects`: keys the tiles' records
+    name, of the output's own grid), so each is written anew when its tile is computed
+    again; a tile sharing one of them is computed again too.
     """
     expected = {tile: tile_objects(product, c, task) for tile, (task, _) in sound.items()}
     problems: dict[str, str] = {}
@@ -280,12 +304,54 @@ def written_changes(
             problems[tile] = "its record's chunk digests are not those of this tile's chunks"
     checked = [tile for tile in sound if tile not in problems]
     now = object_digests(c, {key: None for tile in checked for key in expected[tile]})
+    cleared: dict[str, str] = {}  # key: the tile whose record named it changed
     for tile in checked:
         kept = sound[tile][1][WRITTEN]
         changed = [key for key in expected[tile] if now[key] != kept[key]]
         if changed:
             problems[tile] = _changes(changed, kept, now)
+            cleared |= {key: tile for key in changed if now[key] is not None}
+    for tile in checked:  # a tile sharing an object cleared for another is written again too
+        shared = [key for key in expected[tile] if cleared.get(key, tile) != tile]
+        if shared and tile not in problems:
+            problems[tile] = (
+                f"its chunk {shared[0]} is written again for tile {cleared[shared[0]]}, "
+                "whose record found it changed"
+            )
+    clear_objects(c, {key: now[key] for key in cleared})
     return problems
+
+
+def clear_objects(c: zarr.Array, found: dict[str, list[Any] | str | None]) -> None:
+    """Delete the stored objects ``found`` (keys of ``c``'s own grid that a tile's record
+    names, found changed: ``{key: what is there}``), so that computing their tile again
+    writes each anew: a damaged shard is never merged into, a folder or a FIFO where a
+    chunk was never blocks its write.
+
+    Each key alone, never a folder by walking it: a file, a FIFO or a link is removed (a
+    link's target is never touched), an empty folder too; a folder that holds anything
+    is not outofcore's to remove.
+
+    Raises
+    ------
+    outofcore.storage.manifest.StrangersError
+        Naming the first folder holding something where a chunk of a tile was.
+    """
+    if not found:
+        return
+    top = c.path.strip("/")
+    folders = [key for key, kind in found.items() if kind == "a folder"]
+    deleting.remove_folders(c.store, top, folders)  # only those left empty
+    deleting.delete_keys(c.store, top, [key for key in found if key not in folders])
+    base = local_base(c.store)
+    for key in folders if base is not None else ():
+        path = os.path.join(base, *"/".join(p for p in (top, key) if p).split("/"))
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise StrangersError(
+                f"{path} is a folder that holds files, where outofcore wrote a chunk of the "
+                "output; it is not outofcore's to remove: move it away and run the command "
+                "again (or pass --overwrite to start over)"
+            )
 
 
 def _is_digest(value: Any) -> bool:
@@ -302,7 +368,7 @@ def _is_digest(value: Any) -> bool:
 
 
 def _changes(
-    keys: list[str], kept: dict[str, list[Any] | None], now: dict[str, list[Any] | None]
+    keys: list[str], kept: dict[str, list[Any] | None], now: dict[str, list[Any] | str | None]
 ) -> str:
     """How the objects ``keys`` differ from what was kept, in words, the first few named."""
     said = []
@@ -310,6 +376,8 @@ def _changes(
         then, found = kept[key], now[key]
         if found is None:
             said.append(f"{key} is missing")
+        elif isinstance(found, str):
+            said.append(f"{key} is {found}, not the file it wrote")
         elif then is None:
             said.append(f"{key} was not written by it")
         elif found[0] != then[0]:
@@ -327,12 +395,12 @@ def sound_result(journal: Journal, record_key: str) -> TileResult | None:
     or edited since it was written) is named in a warning and deleted, so the task's
     new record can be written.
     """
-    data = journal.get_bounded(record_key)
-    if data is None:
-        return None
     try:
+        data = journal.get_bounded(record_key)
+        if data is None:
+            return None
         record = parse_document(data, journal.name_of(record_key))
-    except DocumentError:
+    except DocumentError:  # too large, not JSON, or not a regular file (never opened as one)
         record = None
     if is_sealed(record):
         return recorded_result(record)

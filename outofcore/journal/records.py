@@ -47,7 +47,7 @@ from outofcore.journal.job_schema import FORMAT, _string_mapping, check_job
 from outofcore.journal.store import JournalError, JournalStore, parse_document, safe_name
 from outofcore.planner.plan import PartialTask, TileTask
 from outofcore.storage import deleting, manifest, storeops
-from outofcore.storage.documents import DocumentError
+from outofcore.storage.documents import DocumentError, NotRegularFileError
 from outofcore.storage.fingerprint import Fingerprint
 from outofcore.storage.manifest import JOURNAL_DIR
 
@@ -131,16 +131,20 @@ class Journal(JournalStore):
         ------
         JournalError
             When it is there but damaged or hostile, naming the file and what is wrong:
-            too large, too deep or not JSON, not a JSON object; of this :data:`FORMAT`
-            but not sealed (:func:`is_sealed`); a field of the wrong type or not a
+            not a regular file (a FIFO, a folder, a link: never opened as one), too
+            large, too deep or not JSON, not a JSON object; of this :data:`FORMAT` but
+            not sealed (:func:`is_sealed`); a field of the wrong type or not a
             finite number (even resealed); or a journal id that is not a
             :data:`SAFE_NAME` (it becomes part of keys).
         """
         key = self.key(JOB_NAME)
-        data = self.get_bounded(key)
+        advice = "nothing is resumed or deleted by it: pass overwrite=True to start the output over"
+        try:
+            data = self.get_bounded(key)
+        except NotRegularFileError as exc:  # a FIFO would have blocked the read for ever
+            raise JournalError(f"the output's {JOURNAL_DIR}/{JOB_NAME}: {exc}; {advice}") from None
         if data is None:
             return None
-        advice = "nothing is resumed or deleted by it: pass overwrite=True to start the output over"
         try:
             document = parse_document(data, self.name_of(key))
         except DocumentError as exc:
@@ -230,7 +234,20 @@ class Journal(JournalStore):
             **(extra or {}),
         }
         # A rerun of the task (Dask retried it) finds the first record there: it stays.
-        self.put_json(key or self.tile_key(journal_id, task.key), seal(record), only_if_absent=True)
+        key = key or self.tile_key(journal_id, task.key)
+        if self.put_json(key, seal(record), only_if_absent=True) is False and self._not_a_file(key):
+            self.delete(key)  # an empty folder, a FIFO, a link: never a folder holding files
+            self.put_json(key, seal(record), only_if_absent=True)
+
+    def _not_a_file(self, key: str) -> bool:
+        """Whether what is at the record ``key`` is not a regular file (on a local disk:
+        a folder, a FIFO, a link, where a record must be), named in a warning."""
+        try:
+            self.get_bounded(key, 0)
+        except NotRegularFileError as exc:
+            logger.warning("%s: it is replaced by the record of its task", exc)
+            return True
+        return False
 
     def drop_damaged_records(
         self,

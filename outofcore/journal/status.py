@@ -19,7 +19,7 @@ from outofcore.journal.records import Journal, timestamp
 from outofcore.journal.targets import what_is_at
 from outofcore.storage import stored_arrays
 from outofcore.storage.locations import Location, locate
-from outofcore.storage.stores import store_errors
+from outofcore.storage.stores import check_metadata, store_errors
 
 
 def job_status(
@@ -31,12 +31,15 @@ def job_status(
     a paged listing per row of tiles, many in flight, on an object store.
 
     Returns the tiles done and in total, when the job started and last made
-    progress, whether it is complete, and who holds the lease (alive or not).
+    progress, whether it is complete (as its job document says, when as many tiles are
+    recorded as it has: else its state is ``"damaged"`` and ``claims_complete`` true),
+    and who holds the lease (alive or not).
 
     Raises
     ------
     InputError
-        When there is no job journal at ``out``, or its object store refuses or does not
+        When there is no job journal at ``out``, its job document or its metadata is
+        damaged (named in one line, as a rerun names it), or its object store refuses or does not
         answer (no credentials, wrong ones, an endpoint that is not S3 or not there: as
         ``matmul`` and ``verify`` say it, :func:`outofcore.storage.stores.store_errors`).
     """
@@ -56,16 +59,24 @@ def _job_status(out: zarr.Array | Location, where: str) -> dict[str, Any]:
             f"the job journal at {where!r} was written by an older version of outofcore, "
             "which this one does not read"
         )
+    if isinstance(out, Location):  # its metadata through the checks a rerun makes
+        check_metadata(out, "the output")
     grid = (document.get("plan") or {}).get("tiles_grid")
     finished = journal.tile_times(document["journal_id"], grid[0] if grid else None)
     last = max((t for t in finished.values() if t == t), default=None)  # NaN: unknown
     holder = read_lease(journal)
     now = time.time()
     dead = holder.dead_because(now) if holder else None
-    complete = bool(document.get("complete"))
+    total = document.get("tiles_total")
+    # Complete as the job document says, when the records bear it out: a document resealed
+    # to say so over an interrupted output is not believed.
+    claimed = document.get("complete") is True
+    complete = claimed and (total is None or len(finished) >= total)
     runs = document.get("runs", [])
     if complete:
         state = "complete"
+    elif claimed:
+        state = "damaged"
     elif holder is not None and dead is None:
         state = "running"
     else:
@@ -75,7 +86,9 @@ def _job_status(out: zarr.Array | Location, where: str) -> dict[str, Any]:
         "state": state,
         "complete": complete,
         "tiles_done": len(finished),
-        "tiles_total": document.get("tiles_total"),
+        "tiles_total": total,
+        # The job document says complete, but its records do not bear it out.
+        "claims_complete": claimed and not complete,
         # Parts of split tiles (split-k) recorded and not yet reduced (deleted once complete).
         "partials_done": 0 if complete else len(journal.done_partials(document["journal_id"])),
         "tile": document.get("tile"),

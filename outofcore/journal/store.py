@@ -27,7 +27,14 @@ from zarr.storage import LocalStore
 from outofcore.errors import OutputExistsError
 from outofcore.storage import deleting, storeops, stores
 from outofcore.storage.deadlines import StoreDeadlineError
-from outofcore.storage.documents import MAX_DOCUMENT_BYTES, DocumentError, load_document
+from outofcore.storage.documents import (
+    MAX_DOCUMENT_BYTES,
+    DocumentError,
+    NotRegularFileError,
+    load_document,
+    open_regular_file,
+    read_regular_file,
+)
 from outofcore.storage.locations import Location
 from outofcore.storage.manifest import JOURNAL_DIR, SAFE_NAME
 from outofcore.storage.writing import naming_full_disk, write_durably
@@ -90,7 +97,19 @@ async def bounded_get(store: Store, key: str, max_bytes: int) -> bytes | None:
     kilobyte record would hold ``max_bytes`` per read.  Where the store refuses the
     range (obstore, for an empty object), the object is read whole, and
     :func:`parse_document` still refuses it past ``max_bytes``.
+
+    On a local disk the file is read by the one rule for what outofcore opens there
+    (:func:`outofcore.storage.documents.read_regular_file`: never a FIFO, a device, a
+    folder or a link, at most ``max_bytes + 1`` bytes).
+
+    Raises
+    ------
+    outofcore.storage.documents.NotRegularFileError
+        On a local disk, when what is at ``key`` is not a regular file.
     """
+    path = local_key_path(store, key)
+    if path is not None:
+        return await asyncio.to_thread(read_regular_file, path, path, max_bytes)
     prototype = default_buffer_prototype()
     first = min(FIRST_READ_BYTES, max_bytes + 1)
     try:
@@ -117,6 +136,13 @@ async def bounded_get(store: Store, key: str, max_bytes: int) -> bytes | None:
         return head
     rest = await store.get(key, prototype=prototype, byte_range=RangeByteRequest(len(head), end))
     return head if rest is None else head + rest.to_bytes()
+
+
+def local_key_path(store: Store, key: str) -> str | None:
+    """The file of ``key`` in ``store`` on a local disk (a ``LocalStore``), else None."""
+    if isinstance(store, LocalStore):
+        return os.path.join(os.fspath(store.root), *key.split("/"))
+    return None
 
 
 @dataclass(frozen=True)
@@ -165,7 +191,14 @@ class JournalStore:
 
     def get_array(self, key: str) -> np.ndarray | None:
         """The object at ``key`` as bytes in a read-only numpy array (as the store read
-        it, not copied), or None when there is none."""
+        it, not copied), or None when there is none.
+
+        On a local disk, by the one rule (:func:`outofcore.storage.documents.open_regular_file`):
+        what is not a regular file there counts as none (the task that wrote it runs again).
+        """
+        path = self.local_path(key)
+        if path is not None:
+            return _read_local_array(path)
         try:
             buffer = sync(self._reader().get(key, prototype=default_buffer_prototype()))
         except FileNotFoundError:
@@ -173,9 +206,20 @@ class JournalStore:
         return None if buffer is None else buffer.as_numpy_array()
 
     def get_bytes(self, key: str) -> bytes | None:
-        """The object at ``key``, or None when there is none."""
-        data = self.get_array(key)
-        return None if data is None else data.tobytes()
+        """The object at ``key``, or None when there is none; at most
+        :data:`MAX_JOURNAL_BYTES` + 1 bytes of it (a journal document's cap).
+
+        On a local disk what is not a regular file there (a FIFO, a folder, a device)
+        reads as empty bytes: there, and no document (:meth:`get_versioned` says the
+        same); a link is followed (the lease's heartbeat retries a link that loops, as a
+        store's read error)."""
+        path = self.local_path(key)
+        try:
+            if path is not None:  # a link is followed, as a store's read follows it
+                return read_regular_file(path, path, MAX_JOURNAL_BYTES, follow_links=True)
+            return self.get_bounded(key)
+        except NotRegularFileError:
+            return b""
 
     def get_document(self, key: str, max_bytes: int = MAX_JOURNAL_BYTES) -> Any:
         """The JSON document at ``key`` parsed within bounds
@@ -214,7 +258,10 @@ class JournalStore:
         """The JSON document at ``key`` (None: none, or not a bounded JSON object), its
         bytes, and its version for :meth:`put_json`'s ``if_version`` (None where the store
         has no compare-and-swap)."""
-        data, version = sync(storeops.get_versioned(self._reader(), key))
+        if self.local_path(key) is not None:  # no versions on a local disk
+            data, version = self.get_bytes(key), None
+        else:
+            data, version = sync(storeops.get_versioned(self._reader(), key))
         try:
             document = None if data is None else parse_document(data, self.name_of(key))
         except DocumentError:
@@ -281,8 +328,23 @@ class JournalStore:
 
     def delete(self, key: str) -> None:
         """Remove the object at exactly ``key`` if there is one (never a pattern or a
-        folder: :func:`outofcore.storage.deleting.delete_keys`)."""
+        folder with anything in it: :func:`outofcore.storage.deleting.delete_keys`); on a
+        local disk an empty folder, a FIFO or a link at ``key`` (where outofcore writes a
+        file) goes too, so the file can be written again.
+
+        Raises
+        ------
+        JournalError
+            When a folder that holds something is where the object was: never removed.
+        """
+        deleting.remove_folders(self.store, "", [key])  # only an empty one
         deleting.delete_keys(self.store, "", [key])
+        path = self.local_path(key)
+        if path is not None and os.path.isdir(path) and not os.path.islink(path):
+            raise JournalError(
+                f"{path} is a folder that holds files, where outofcore keeps a journal file; "
+                "it is not outofcore's to remove: move it away and run the command again"
+            )
 
     def list_keys(self, prefix: str) -> list[str]:
         """Every key under ``prefix`` (a folder), empty when there is none."""
@@ -302,11 +364,11 @@ class JournalStore:
         reader = self._reader()
 
         async def one(key: str, limit: asyncio.Semaphore) -> dict[str, Any] | None:
-            async with limit:
-                data = await bounded_get(reader, key, MAX_JOURNAL_BYTES)
             try:
+                async with limit:
+                    data = await bounded_get(reader, key, MAX_JOURNAL_BYTES)
                 document = None if data is None else parse_document(data, key)
-            except DocumentError:
+            except (DocumentError, PermissionError):  # not a file, unreadable: not a record
                 return None
             return document if isinstance(document, dict) else None
 
@@ -323,3 +385,25 @@ class JournalStore:
         if folder is not None:
             return os.path.dirname(folder)
         return "/".join(p for p in (str(self.store), self.prefix.strip("/")) if p)
+
+
+def _read_local_array(path: str) -> np.ndarray | None:
+    """The regular file at ``path`` in a read-only byte array of its size (None: none, or
+    not a regular file: :func:`outofcore.storage.documents.open_regular_file`)."""
+    try:
+        opened = open_regular_file(path, path)
+    except NotRegularFileError:
+        return None
+    if opened is None:
+        return None
+    with opened:
+        data = np.empty(os.fstat(opened.fileno()).st_size, dtype=np.uint8)
+        view, done = memoryview(data), 0
+        while done < data.size:
+            got = opened.readinto(view[done:])
+            if not got:  # shorter than its size said: a file cut meanwhile
+                data = data[:done]
+                break
+            done += got
+    data.flags.writeable = False
+    return data

@@ -12,14 +12,25 @@ what is wrong with it.
 
 The checks on fields (types, finite numbers, ranges) belong to each document's own
 reader; :func:`require` is the one way they name a field that is wrong.
+
+Every object outofcore opens on a local disk from an output or a journal (a job
+document, a tile record, the lease, a chunk or a shard whose digest is checked, a
+metadata document) is opened by :func:`read_regular_file`, the one rule for them: opened
+without blocking and without following a link, checked to be a regular file before a
+byte is read (a FIFO would block the reader for ever, a device never end, a folder is
+not a document), and read to a bounded size.  What is not a regular file is a
+:class:`NotRegularFileError` naming its path and what it is.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
-from typing import Any
+import stat
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -36,6 +47,123 @@ _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 class DocumentError(InputError):
     """A JSON document read back is too large, too deep, not JSON, or has a bad field."""
+
+
+class NotRegularFileError(DocumentError):
+    """What is at a document's (or a stored object's) path is not a regular file: a folder,
+    a FIFO, a device, a socket or a symbolic link.  ``kind`` says which."""
+
+    def __init__(self, message: str, kind: str = "not a regular file") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def entry_kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is, in words: ``"a regular file"``,
+    ``"a folder"``, ``"a FIFO"``, ``"a symbolic link"``, ...."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a file")
+
+
+def open_regular_file(path: str, what: str, *, follow_links: bool = False) -> BinaryIO | None:
+    """The regular file at ``path`` opened for reading, unbuffered (None: nothing there).
+
+    The one rule for what outofcore opens on a local disk from an output or a journal
+    (module docstring): opened with ``O_NONBLOCK`` (a FIFO opens without waiting for a
+    writer) and, unless ``follow_links``, ``O_NOFOLLOW`` (outofcore writes no links); then
+    ``fstat`` of the open file must say a regular file before anything is read.  The
+    caller reads it to a bounded size (:func:`read_regular_file`) and closes it.
+
+    Parameters
+    ----------
+    path
+        The file.
+    what
+        How the error names it (its path, or a label and its path).
+    follow_links
+        Open through a symbolic link (an input's metadata may be a link); else a link is
+        refused as one.
+
+    Raises
+    ------
+    NotRegularFileError
+        When it is a folder, a FIFO, a device, a socket, or (unless ``follow_links``) a
+        symbolic link, naming ``what`` and which.
+    OSError
+        When it cannot be opened for another reason (permissions, the disk, a link to
+        itself when ``follow_links``).
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        # a folder, a socket; a link unless followed (followed, ELOOP is a loop: an error)
+        refused = (errno.EISDIR, errno.ENXIO) + (() if follow_links else (errno.ELOOP,))
+        if exc.errno in refused:
+            kind = _kind_at(path)
+            if kind is None:
+                return None
+            message = f"{what} is not a regular file ({kind}); it is not read"
+            raise NotRegularFileError(message, kind) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = entry_kind(mode)
+        raise NotRegularFileError(f"{what} is not a regular file ({kind}); it is not read", kind)
+    return os.fdopen(fd, "rb", buffering=0)
+
+
+def read_regular_file(
+    path: str, what: str, max_bytes: int = MAX_DOCUMENT_BYTES, *, follow_links: bool = False
+) -> bytes | None:
+    """At most ``max_bytes + 1`` bytes of the regular file at ``path`` (None: nothing
+    there), opened by :func:`open_regular_file`'s rule: a caller that gets
+    ``max_bytes + 1`` bytes knows the file is over its cap, and no more is read.
+
+    Raises
+    ------
+    NotRegularFileError
+        As :func:`open_regular_file`.
+    OSError
+        When it cannot be opened or read for another reason.
+    """
+    opened = open_regular_file(path, what, follow_links=follow_links)
+    if opened is None:
+        return None
+    with opened:
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            part = opened.read(min(left, 1 << 24))
+            if not part:
+                break
+            chunks.append(part)
+            left -= len(part)
+    return b"".join(chunks)
+
+
+def _kind_at(path: str) -> str | None:
+    """What is at ``path`` (not following a link), or None when nothing is."""
+    try:
+        return entry_kind(os.lstat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def check_size(size: int, what: str, max_bytes: int = MAX_DOCUMENT_BYTES) -> None:

@@ -4,11 +4,12 @@ path, a metadata document of bounded size, a store's listing, a link's target.""
 from __future__ import annotations
 
 import os
-import stat
 
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
+
+from outofcore.storage.documents import DocumentError, open_regular_file
 
 #: Largest metadata document read to learn the chunk keys (bigger: no chunk key is known).
 _METADATA_BYTES = 16 << 20
@@ -21,18 +22,18 @@ def join_key(*parts: str) -> str:
 
 def _read_metadata(store: Store, top: str, base: str | None, name: str) -> bytes | None:
     """The document ``name`` at the output's top, when it is a plain file of sane size."""
-    if base is not None:
+    if base is not None:  # by the one rule for what outofcore opens from an output
         path = os.path.join(base, join_key(top, name))
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
-            fd = os.open(path, flags)
-        except OSError:
+            opened = open_regular_file(path, path)
+        except (OSError, DocumentError):  # unreadable, or not a regular file
             return None
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size > _METADATA_BYTES:
+        if opened is None:
+            return None
+        with opened:
+            if os.fstat(opened.fileno()).st_size > _METADATA_BYTES:
                 return None
-            return f.read(_METADATA_BYTES)
+            return opened.read(_METADATA_BYTES)
     reader = _reader(store)
     try:
         buffer = sync(reader.get(join_key(top, name), prototype=default_buffer_prototype()))

@@ -34,7 +34,13 @@ from outofcore import config
 from outofcore.errors import InputError
 from outofcore.planner.plan import DEFAULT_IO_CONCURRENCY
 from outofcore.storage import deadlines, endpoints, obstores
-from outofcore.storage.documents import MAX_DOCUMENT_BYTES, DocumentError, check_size, load_document
+from outofcore.storage.documents import (
+    MAX_DOCUMENT_BYTES,
+    DocumentError,
+    check_size,
+    load_document,
+    open_regular_file,
+)
 from outofcore.storage.locations import Location
 
 #: Defaults under a user's options for ``s3://``: s3fs's ``max_concurrency > 1`` makes it
@@ -258,31 +264,85 @@ def check_metadata(location: Location, what: str) -> None:
         else _remote_metadata(location, what, where)
     )
     for name, data in found.items():
-        load_document(data, f"{what}: {where}/{name}", allow_constants=True)
+        document = load_document(data, f"{what}: {where}/{name}", allow_constants=True)
+        check_grid_fields(document, name, f"{what}: {where}/{name}")
+
+
+def check_grid_fields(document: Any, name: str, what: str) -> None:
+    """Refuse an array's metadata ``document`` (the document ``name``: ``zarr.json`` or
+    ``.zarray``) whose shape or chunk shapes are not lists of whole numbers (``NaN``, a
+    string, a bool, ``1.5``), or are negative (a shape) or zero (a chunk), or do not have
+    as many axes as the shape: zarr's own parser fails on them with a ``TypeError``.
+
+    Raises
+    ------
+    DocumentError
+        In one line naming ``what`` (the document), the field and the value found.
+    """
+    if not isinstance(document, dict) or name not in ("zarr.json", ".zarray"):
+        return
+    if name == "zarr.json" and document.get("node_type") != "array":
+        return
+    shape = _whole_numbers(document.get("shape"), 0, None, what, "'shape'")
+    if name == ".zarray":
+        _whole_numbers(document.get("chunks"), 1, len(shape), what, "'chunks'")
+        return
+    grid = document.get("chunk_grid")
+    configuration = grid.get("configuration") if isinstance(grid, dict) else None
+    if not isinstance(configuration, dict) or grid.get("name") != "regular":
+        return  # another grid (zarr names what it does not know)
+    field = "'chunk_grid' (its chunk_shape)"
+    _whole_numbers(configuration.get("chunk_shape"), 1, len(shape), what, field)
+    for codec in document.get("codecs") or ():
+        inner = codec.get("configuration") if isinstance(codec, dict) else None
+        if codec.get("name") == "sharding_indexed" and isinstance(inner, dict):
+            field = "'codecs' (the sharding codec's chunk_shape)"
+            _whole_numbers(inner.get("chunk_shape"), 1, len(shape), what, field)
+
+
+def _whole_numbers(value: Any, least: int, axes: int | None, what: str, field: str) -> list[int]:
+    """``value`` when it is a list of ints (not bools) of at least ``least`` each (and
+    ``axes`` of them, when given); else a :class:`DocumentError` naming the field."""
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    kinds = isinstance(value, list) and all(
+        isinstance(n, int) and not isinstance(n, bool) for n in value
+    )
+    if not kinds:
+        raise DocumentError(f"{what}: field {field} is {shown}, not a list of whole numbers")
+    if any(n < least for n in value):
+        raise DocumentError(f"{what}: field {field} is {shown}: each must be {least} or more")
+    if axes is not None and len(value) != axes:
+        raise DocumentError(
+            f"{what}: field {field} is {shown}: {len(value)} axes, the shape has {axes}"
+        )
+    return value
 
 
 def _local_metadata(location: Location, what: str, where: str) -> dict[str, bytes]:
     """The metadata documents in a local folder, each refused by its size before it is
-    read, and refused unless a regular file (a pipe would block, a device never end);
-    a folder of the name is skipped, as zarr's ``LocalStore`` skips it."""
+    read, and refused unless a regular file (a pipe would block, a device never end:
+    :func:`outofcore.storage.documents.open_regular_file`, the one rule for what outofcore
+    opens on a local disk; an input's document may be a link); a folder of the name is
+    skipped, as zarr's ``LocalStore`` skips it."""
     found = {}
     for name in METADATA_DOCUMENTS:
         path = os.path.join(location.path, name)
         try:
-            info = os.stat(path)
+            if stat.S_ISDIR(os.stat(path).st_mode):
+                continue
         except (FileNotFoundError, NotADirectoryError):
             continue
-        if stat.S_ISDIR(info.st_mode):
+        label = f"{what}: {where}/{name}"
+        opened = open_regular_file(path, label, follow_links=True)
+        if opened is None:  # gone meanwhile
             continue
-        if not stat.S_ISREG(info.st_mode):
-            raise DocumentError(f"{what}: {where}/{name} is not a regular file; it is not read")
-        check_size(info.st_size, f"{what}: {where}/{name}")
-        with open(path, "rb") as document:  # a read of its size: not of the cap's
-            data = document.read(info.st_size + 1)
-        if len(data) > info.st_size:
+        with opened:
+            size = os.fstat(opened.fileno()).st_size
+            check_size(size, label)  # before a byte is read
+            data = opened.read(size + 1)  # a read of its size: not of the cap's
+        if len(data) > size:
             raise DocumentError(
-                f"{what}: {where}/{name} grew while it was read ({info.st_size} bytes when "
-                "asked); it is not read"
+                f"{label} grew while it was read ({size} bytes when asked); it is not read"
             )
         found[name] = data
     return found
