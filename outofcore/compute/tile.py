@@ -23,10 +23,10 @@ from outofcore.backends.protocol import TileEngine
 from outofcore.compute import panel_cache, panel_progress
 from outofcore.compute.cpu_meter import CpuMeter
 from outofcore.compute.tile_io import (
-    _decoded_bytes,
-    _largest_chunk_bytes,
     addend_bytes,
+    decoded_bytes,
     is_diagonal,
+    largest_chunk_bytes,
     operand_entries,
     output_bytes,
     output_grid,
@@ -102,7 +102,7 @@ def compute_tile(
     """
     context = worker_context()
     started = time.perf_counter()
-    context.start_task(job.io_concurrency, chunkfiles.buffer_limit(_largest_chunk_bytes(job)))
+    context.start_task(job.io_concurrency, chunkfiles.buffer_limit(largest_chunk_bytes(job)))
     engine = context.engine(job.backend)
     # GPU engines: device budget min(own, the job's) and panel depth; CPU: nothing.
     engine.configure(device_memory=job.device_memory, panel_depth=job.tk)
@@ -242,7 +242,7 @@ class TilePanels:
             a_panel, b_panel = (b_panel.T, b_panel) if product.transpose_a else (a_panel, a_panel.T)
         if self.sums is not None:  # loads run one at a time, each panel once
             self.sums.add(a_panel, b_panel, same=is_diagonal(job, task))
-        return a_panel, b_panel, _decoded_bytes(job, task, k0, k1, read_a, read_b)
+        return a_panel, b_panel, decoded_bytes(job, task, k0, k1, read_a, read_b)
 
     def drop(self) -> None:
         """Let go of every buffer (the plan's memory contract before a whole-tile write)."""

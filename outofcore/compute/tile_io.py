@@ -71,7 +71,7 @@ def write_mirror(
     return written
 
 
-def _largest_chunk_bytes(job: TileJob) -> int:
+def largest_chunk_bytes(job: TileJob) -> int:
     """Bytes of the largest input or output chunk this job reads or writes."""
     arrays = (*job.product.inputs.values(), job.c)
     return max(
@@ -80,7 +80,7 @@ def _largest_chunk_bytes(job: TileJob) -> int:
     )
 
 
-def _decoded_bytes(
+def decoded_bytes(
     job: TileJob, task: TileTask, k0: int, k1: int, a: bool = True, b: bool = True
 ) -> int:
     """Bytes of A and B decoded to read this panel (whole chunks along k)."""

@@ -30,7 +30,7 @@ import zarr
 
 from outofcore.operands.joined import below_rechunks, is_rechunk, joined_reads
 from outofcore.operands.stacking import Window
-from outofcore.operands.steps import UFUNCS, Step, _path
+from outofcore.operands.steps import UFUNCS, Step, stored_path
 from outofcore.operands.windows import read_chunks, sliced_region
 from outofcore.storage.locations import locate
 
@@ -361,7 +361,7 @@ def _reduced_values(reduced: tuple[Any, int, str, np.dtype], vectors: Vectors) -
     :func:`outofcore.operands.reading.sums_along`, about twice as fast as dask's read), once an
     array and axis."""
     array, over, kind, dtype = reduced
-    key = (_path(array), over)
+    key = (stored_path(array), over)
     if key not in vectors.exact:
         vectors.exact[key] = vectors.reduce(array, over)  # type: ignore[misc]
     sums = vectors.exact[key]

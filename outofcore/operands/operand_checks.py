@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     pass
 
 
-def _check_addend_scale(beta: Any, addend_array: zarr.Array | None) -> None:
+def check_addend_scale(beta: Any, addend_array: zarr.Array | None) -> None:
     """Refuse ``beta != 0`` without an addend, and an addend with ``beta == 0``."""
     if beta != 0 and addend_array is None:
         raise InputError(f"beta = {beta} needs an addend (out = alpha*A@B + beta*addend)")
@@ -39,11 +39,11 @@ def named_parts(name: str, values: zarr.Array | Joined) -> dict[str, zarr.Array]
     }
 
 
-def _first_part(values: zarr.Array | Joined) -> zarr.Array:
+def first_part(values: zarr.Array | Joined) -> zarr.Array:
     return values.arrays[0] if isinstance(values, Joined) else values
 
 
-def _same_values(a: zarr.Array | Joined, b: zarr.Array | Joined) -> bool:
+def same_values(a: zarr.Array | Joined, b: zarr.Array | Joined) -> bool:
     """Whether two operands read the same stored values (the same parts, joined alike)."""
     if isinstance(a, Joined) or isinstance(b, Joined):
         if not (isinstance(a, Joined) and isinstance(b, Joined)) or a.axis != b.axis:
@@ -55,12 +55,12 @@ def _same_values(a: zarr.Array | Joined, b: zarr.Array | Joined) -> bool:
     return stored_arrays.same_array(a, b)
 
 
-def _read_shape(array: zarr.Array | Joined, window: Window | None) -> tuple[int, ...]:
+def read_shape(array: zarr.Array | Joined, window: Window | None) -> tuple[int, ...]:
     """The shape of the values read of ``array``: its ``window``'s, or its own."""
     return tuple(array.shape) if window is None else window.shape
 
 
-def _check_steps(name: str, array: zarr.Array, steps: tuple[Step, ...]) -> None:
+def check_steps(name: str, array: zarr.Array, steps: tuple[Step, ...]) -> None:
     """Refuse elementwise steps outofcore does not apply as it reads: on an operand that
     is not a matrix, or giving an integer or bool operand (whose product is exact)."""
     if not steps:

@@ -27,12 +27,12 @@ from outofcore.operands import arrays, centring
 from outofcore.operands.dtypes import OpView, ProductTypes, check_flag, product_types, typed_scale
 from outofcore.operands.joined import Joined
 from outofcore.operands.operand_checks import (
-    _check_addend_scale,
-    _check_steps,
-    _first_part,
-    _read_shape,
-    _same_values,
+    check_addend_scale,
+    check_steps,
+    first_part,
     named_parts,
+    read_shape,
+    same_values,
 )
 from outofcore.operands.reading import read_converted, zarr_read_shards
 from outofcore.operands.scales import check_scale
@@ -113,8 +113,8 @@ class Product:
         # numpy.matmul's shape rules (:mod:`outofcore.operands.stacking`); a 1-D operand is
         # its own transpose, so its flag is False (the job's identity does not depend on it).
         stack = Stack.of(
-            _read_shape(a_array, a_window),
-            _read_shape(b_array, b_window),
+            read_shape(a_array, a_window),
+            read_shape(b_array, b_window),
             check_flag(transpose_a, "transpose_a") != a_flipped,
             check_flag(transpose_b, "transpose_b") != b_flipped,
         )
@@ -124,7 +124,7 @@ class Product:
                 f"{tuple(addend_array.shape)}; the output is {stack.out_shape}"
             )
         for name, array, steps in (("A", a_array, a_steps), ("B", b_array, b_steps)):
-            _check_steps(name, array, steps)
+            check_steps(name, array, steps)
         types = product_types(
             result_dtype(a_steps, a_array.dtype),
             result_dtype(b_steps, b_array.dtype),
@@ -134,10 +134,10 @@ class Product:
             beta=beta,
             out_dtype=out_dtype,
         )
-        _check_addend_scale(beta, addend_array)
+        check_addend_scale(beta, addend_array)
         return cls(
-            a=_first_part(a_array),
-            b=_first_part(b_array),
+            a=first_part(a_array),
+            b=first_part(b_array),
             a_joined=a_array if isinstance(a_array, Joined) else None,
             b_joined=b_array if isinstance(b_array, Joined) else None,
             types=types,
@@ -148,7 +148,7 @@ class Product:
             addend=addend_array,
             symmetric=stack.transpose_a != stack.transpose_b
             and addend_array is None
-            and _same_values(a_array, b_array)
+            and same_values(a_array, b_array)
             and describe_steps(a_steps) == describe_steps(b_steps)
             and a_window == b_window,
             a_steps=a_steps,
@@ -167,8 +167,8 @@ class Product:
     def stack(self) -> Stack:
         """numpy.matmul's shapes of this product: batch, 1-D operands, the output's shape."""
         return Stack.of(
-            _read_shape(self.values("A"), self.a_window),
-            _read_shape(self.values("B"), self.b_window),
+            read_shape(self.values("A"), self.a_window),
+            read_shape(self.values("B"), self.b_window),
             self.transpose_a,
             self.transpose_b,
         )

@@ -71,7 +71,7 @@ class Step:
             }
         elif self.stored_other:  # its values are the job's input (fingerprinted)
             said["array"] = {
-                "path": _path(self.other),
+                "path": stored_path(self.other),
                 "shape": list(self.other.shape),
                 "dtype": str(self.other.dtype),
                 "transposed": self.other_transposed,
@@ -206,7 +206,7 @@ def _one_step(step: Step, part: np.ndarray, other: Any) -> np.ndarray:
     return result
 
 
-def _path(array: Any) -> str:
+def stored_path(array: Any) -> str:
     """Where a zarr array is stored, canonically (:func:`outofcore.storage.locations.locate`: one
     array, however spelled; its fsspec options never shown)."""
     return str(locate(array))
