@@ -3,26 +3,41 @@
 # ruff: noqa: E402 (OpenBLAS's idle spin is set before the imports that load it)
 from __future__ import annotations
 
+import os
+import signal
+import sys
 import time
 
 #: When this module began loading: the command's own start (a shell that ``exec``s it
 #: keeps its process, whose age would count the shell's time too).
 _LOADING = time.monotonic()
 
+
+def _interrupted_before_start(signum: int, frame: object) -> None:
+    """Ctrl-C while the command still loads: nothing has started, so nothing to keep or
+    tidy; one line and exit status 130 at once (no traceback of an import)."""
+    os.write(2, b"outofcore: interrupted before anything started\n")
+    os._exit(130)
+
+
+#: The command itself loads this module (the console script, or ``python -m outofcore.cli``):
+#: from here on Ctrl-C is the command's.  A program that imports it keeps its own handler.
+if __name__ == "__main__" or os.path.basename(sys.argv[0]).startswith("outofcore"):
+    signal.signal(signal.SIGINT, _interrupted_before_start)
+
 from outofcore.runtime.blas_idle import shorten_blas_spin
 
 shorten_blas_spin()  # before numpy and SciPy load OpenBLAS (below); outofcore.runtime.blas_idle
 
 import argparse
+import contextlib
 import functools
 import gc
 import json
 import logging
 import math
-import os
-import signal
-import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,12 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"outofcore: error: {exc}", file=sys.stderr)
         return exc.exit_status
     _log_to_stderr(debug)
-    signal.signal(signal.SIGINT, _interrupted)
+    stop = Interruption(args)
+    signal.signal(signal.SIGINT, stop.handle)
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         _quiet_shutdown()
-        print(f"outofcore: interrupted{_what_was_kept(args)}", file=sys.stderr)
+        stop.say()
         return INTERRUPTED
     except BrokenPipeError:  # `outofcore plan ... | head`: the reader left
         # Python's advice: point stdout at devnull so the exit flush raises nothing.
@@ -95,6 +111,12 @@ def command() -> None:
     exit are not collected, as with any object alive at exit.
     """
     status = main()
+    if status == INTERRUPTED:
+        # What the job kept is durable and recorded, and the job's cluster is closed:
+        # nothing is left for the interpreter's teardown but threads still inside a BLAS
+        # call or a read, which its exit would wait for (OpenBLAS's exit handler joins its
+        # threads: 90-180 s seen), so leave now.
+        _exit_now(INTERRUPTED)
     gc.freeze()
     sys.exit(status)
 
@@ -115,15 +137,85 @@ def _unexpected(exc: BaseException) -> str:
     )
 
 
-def _what_was_kept(args: argparse.Namespace) -> str:
-    """After Ctrl-C on a job: what it kept, and how to go on."""
-    out = getattr(args, "out", None)
-    if args.command not in ("matmul", "gram") or out is None:
-        return ""
-    return (
-        f"; the tiles finished are kept in {out}: rerun the same command to resume "
-        f"(outofcore status {out} shows them)"
-    )
+#: Seconds the command may take to stop after the first Ctrl-C before it exits anyway.
+STOP_GRACE_SECONDS = 5.0
+
+
+class Interruption:
+    """Ctrl-C during a command: the first raises KeyboardInterrupt in the main thread (the
+    job stops, its cluster closes, what it finished stays recorded) and starts a watch that
+    exits after :data:`STOP_GRACE_SECONDS` if stopping hangs; a second exits at once.  Either
+    way the last line says what the output's journal holds and how to resume."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.count = 0
+        self._said = threading.Lock()  # the last line is said once, by whoever comes first
+
+    def handle(self, signum: int, frame: Any) -> None:
+        """The SIGINT handler (main thread)."""
+        self.count += 1
+        _quiet_shutdown()
+        if self.count > 1:
+            self.exit("interrupted again")
+        watch = threading.Thread(target=self._watch, name="outofcore-stop", daemon=True)
+        watch.start()
+        raise KeyboardInterrupt
+
+    def _watch(self) -> None:
+        time.sleep(STOP_GRACE_SECONDS)
+        self.exit(f"stopping took over {STOP_GRACE_SECONDS:g} s")
+
+    def exit(self, why: str) -> None:
+        """Say what was kept and leave now, whatever the other threads are doing."""
+        try:
+            self.say(why)
+        finally:
+            _exit_now(INTERRUPTED)
+
+    def say(self, why: str = "") -> None:
+        """The command's last line: ``outofcore: interrupted``, why where it did not stop by
+        itself, what the journal holds; once (the stop and the watch may both come here)."""
+        if not self._said.acquire(blocking=False):
+            return
+        reason = f" ({why})" if why else ""
+        print(f"outofcore: interrupted{reason}{self.what_was_kept()}", file=sys.stderr)
+
+    def what_was_kept(self) -> str:
+        """After Ctrl-C on a job: what its journal holds (as ``outofcore status`` reads it),
+        and how to go on."""
+        args = self.args
+        out = getattr(args, "out", None)
+        if args.command not in ("matmul", "gram") or out is None:
+            return ""
+        kept = f"the tiles finished are kept in {out}"
+        try:
+            from outofcore.api import job_status  # noqa: PLC0415
+
+            status = job_status(out, _storage(args))
+            kept = f"{status['tiles_done']} of {status['tiles_total']} tiles are kept in {out}"
+        except Exception:  # noqa: BLE001 (nothing recorded yet, or unreadable: say less)
+            pass
+        return f"; {kept}: rerun the same command to resume (outofcore status {out} shows them)"
+
+
+def _exit_now(status: int) -> None:
+    """Flush what was printed, end the processes this one started (a cluster's worker
+    processes, where stopping did not close them) and end this one with ``status``,
+    skipping the interpreter's teardown (threads still in BLAS or I/O are not waited for)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stream
+            stream.flush()
+    with contextlib.suppress(psutil.Error):
+        children = psutil.Process().children(recursive=True)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.terminate()
+        _, alive = psutil.wait_procs(children, timeout=2)
+        for child in alive:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+    os._exit(status)
 
 
 def _process_age() -> float:
@@ -160,12 +252,6 @@ class _LineFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return f"outofcore: {record.levelname.lower()}: {record.getMessage()}"
-
-
-def _interrupted(signum: int, frame: Any) -> None:
-    """Ctrl-C: quiet Dask's logs before the cluster is torn down under the job, then stop."""
-    _quiet_shutdown()
-    raise KeyboardInterrupt
 
 
 def _quiet_shutdown() -> None:
