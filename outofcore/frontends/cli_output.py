@@ -317,6 +317,8 @@ def _format_predictions(
             lines += _format_machine(machine)[-1:]
         if p.get("rates") == "gpu" and p.get("gpu_basis"):
             lines.append(f"                 GPU rates: {p['gpu_basis']}")
+            if verbose:
+                lines.append(_stage_table(p))
         elif machine and machine.get("note"):
             lines.append(f"                 (a what-if: {machine['note']})")
     if assumed and not verbose:
@@ -364,11 +366,22 @@ def _format_machine(machine: dict[str, Any]) -> list[str]:
     ]
 
 
+def _stage_table(p: dict[str, Any]) -> str:
+    """A GPU prediction's stages, each over the busiest worker's tiles: the kernel, the
+    host's decoding, the PCIe copies, the writes of C, and what of C's copies back and
+    writes the next tiles do not hide (``exposed``)."""
+    stages = (("kernel", "compute"), ("decode", "decode"), ("PCIe", "pcie"))
+    stages += (("write", "write"), ("exposed", "exposed"))
+    cells = ", ".join(f"{label} {format_time(p[key])}" for label, key in stages)
+    flight = p.get("tiles_in_flight", 1)
+    return f"                 stages: {cells} ({flight} tile(s) in flight per GPU)"
+
+
 def _streams(p: dict[str, Any]) -> str:
     """A prediction's streams, those that take time (``compute 9.2 s, decode 1.1 s, ...``)."""
     names = (
-        "compute", "decode", "pcie", "disk", "network", "write", "scratch", "cores", "fill",
-        "start",
+        "compute", "decode", "pcie", "disk", "network", "write", "scratch", "cores",
+        "exposed", "fill", "start",
     )  # fmt: skip
     shown = [name for name in names if p[name] > 0]
     return ", ".join(

@@ -98,12 +98,18 @@ class GpuTarget:
     #: where the GPUs' workers are processes of a cluster the command starts.
     start_seconds: float = 0.0
     cluster_start_seconds: float = 0.0
+    #: Output tiles each GPU worker keeps in flight (``outofcore.planner.model.Machine``).
+    tiles_in_flight: int = 1
 
     def __post_init__(self) -> None:
         rates = (self.kernel_flops, self.pcie_bps, self.decode_bps_per_thread)
         rates += (self.write_bps, self.scratch_write_bps, self.scratch_read_bps)
         if min(rates) <= 0:
             raise InputError(f"a GPU's rates must be positive: {self}")
+        if isinstance(self.tiles_in_flight, bool) or not isinstance(self.tiles_in_flight, int):
+            raise InputError(f"tiles in flight = {self.tiles_in_flight!r}: need an integer")
+        if self.tiles_in_flight < 1:
+            raise InputError(f"tiles in flight = {self.tiles_in_flight}: need at least 1")
         if self.device_memory is not None and self.device_memory < 1:
             raise InputError(f"device memory = {self.device_memory}: need at least 1 byte")
 
@@ -124,7 +130,7 @@ class GpuTarget:
     def basis(self, threads: int) -> str:
         """The rates a GPU prediction rests on, in words."""
         return (
-            f"GPU rates ({self.source}): {self.engine} "
+            f"{self.source or 'stated'}: {self.engine} "
             f"{self.kernel_flops / 1e12:.1f} TFLOP/s {self.dtype}, PCIe "
             f"{self.pcie_bps / 1e9:.0f} GB/s, decode {self.decode_bps_per_thread / 1e9:.2f} "
             f"GB/s a thread x {threads}; assumed: writes {self.write_bps / 1e9:.1f} GB/s"
@@ -141,10 +147,12 @@ def gpu_target(
     device_memory: int | None = None,
     transposed: bool = False,
     backend: str = "cuda",
+    tiles_in_flight: int = 1,
 ) -> GpuTarget:
     """The :class:`GpuTarget` of a job whose kernel multiplies in ``dtype`` (its compute
     dtype's name: float16 and int8 products multiply in float32, exact integer ones in
-    float64) on a device of ``rates`` (a backend's table), for ``backend``.
+    float64) on a device of ``rates`` (a backend's table), for ``backend``, each GPU worker
+    keeping ``tiles_in_flight`` output tiles in flight.
 
     Raises
     ------
@@ -172,7 +180,29 @@ def gpu_target(
         source=rates.source,
         start_seconds=rates.start_seconds,
         cluster_start_seconds=rates.cluster_start_seconds,
+        tiles_in_flight=tiles_in_flight,
     )
+
+
+def device_pipeline(
+    loop: float, output: float, tiles: int, tiles_in_flight: int
+) -> tuple[float, float]:
+    """A GPU worker's ``(slowest stream, exposed)`` seconds over its ``tiles`` tiles: the
+    loops (``loop``: the slowest of kernel, decode, PCIe and storage over every tile) and the
+    tiles' copies back and writes (``output``).
+
+    With one tile in flight the device idles while each tile is copied back and written:
+    the loops, then every write (exposed: all of ``output``).  With two or more the writes
+    are a stream beside the loops: the slower of the two, plus the other's share of one
+    tile (the last tile's write after the loops, or the first tile's loop before the
+    writes), so that more tiles per device hide more.
+    """
+    if tiles_in_flight <= 1:
+        return loop, output
+    tiles = max(1, tiles)
+    if loop >= output:
+        return loop, output / tiles
+    return output, loop / tiles
 
 
 def gpu_seconds(
@@ -182,7 +212,10 @@ def gpu_seconds(
     on ``workers`` GPU workers with ``threads`` decode threads a task: the slowest of the
     busiest GPU's kernel time, its host's decoding, its PCIe copies, its writes and its
     partial tiles' round trip, plus each task's first panel (decoded and copied before
-    the kernel can start), as :func:`outofcore.planner.model.predict` counts a GPU machine."""
+    the kernel can start) and the copies back and writes the next tiles do not hide (with
+    one tile in flight all of them, with more the last tile's: the plan then prefers tiles
+    enough per device to hide the write), as :func:`outofcore.planner.model.predict` counts
+    a GPU machine."""
     busy = min(workers, tile_count(p, tm, tn) * splits)
     panels = Panels(p.k, min(tk, p.k))
     rows, cols = math.ceil(p.m / tm), math.ceil(p.n / tn)
@@ -194,12 +227,14 @@ def gpu_seconds(
     written = p.entries * p.written_itemsize * p.m * p.n
     scratch = splits * p.entries * p.m * p.n * p.itemsize if splits > 1 else 0
     decode_bps = gpu.decode_bps(threads)
-    streams = (
+    loop = max(
         2 * p.k * busiest_worker(p, tm, tn, workers, splits) / gpu.kernel_flops,
         read / busy / decode_bps,
         (read + written + scratch) / busy / gpu.pcie_bps,
-        written / busy / gpu.write_bps,
         scratch / busy * (1 / gpu.scratch_write_bps + 1 / gpu.scratch_read_bps),
     )
+    tiles = math.ceil(tile_count(p, tm, tn) * splits / busy)
+    output = written / busy * (1 / gpu.write_bps + 1 / gpu.pcie_bps)  # copies back, writes
+    slowest, exposed = device_pipeline(loop, output, tiles, gpu.tiles_in_flight)
     first = p.itemsize * min(tk, p.k) * (tm + tn) * (1 / decode_bps + 1 / gpu.pcie_bps)
-    return max(streams) + math.ceil(tile_count(p, tm, tn) * splits / busy) * first
+    return slowest + exposed + tiles * first

@@ -9,7 +9,14 @@ slowest stream, plus the part of each task that cannot overlap, plus what a
 job pays besides its streams::
 
     T ≈ max(T_compute, T_decode, T_pcie, T_disk, T_network, T_write, T_scratch)
-        + T_fill + T_start
+        + T_exposed + T_fill + T_start
+
+On a GPU worker the write of C hides behind the next tile only where the worker keeps two
+or more tiles in flight (``tiles_in_flight``): the copies back and writes are then a stream
+beside the loops, and ``T_exposed`` the other's share of one tile (the last tile's write
+after the loops, or the first tile's loop before the writes); with one tile in flight the
+device idles while each tile is written, so ``T_exposed`` is every tile's copy back and
+write (:func:`outofcore.planner.gpu_rates.device_pipeline`).
 
 On a CPU worker the kernel, the codecs and the writer share the same cores:
 ``T_cores`` takes the three's place in the ``max``, between their sum (the
@@ -58,7 +65,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from outofcore.planner.gpu_rates import GpuTarget
+from outofcore.planner.gpu_rates import GpuTarget, device_pipeline
 from outofcore.planner.plan import Plan
 from outofcore.planner.tiling import make_output_plan
 from outofcore.planner.workload import busiest_worker
@@ -100,6 +107,10 @@ class Machine:
     #: Seconds each task costs besides its streams: scheduling, opening its arrays,
     #: its journal record.
     task_seconds: float = 0.0
+    #: GPU workers: output tiles each keeps in flight.  One: a tile's copy back and write
+    #: follow its last kernel with the device idle; two or more: they overlap the next
+    #: tile's panels, and only the last tile's are exposed (:func:`exposed_output`).
+    tiles_in_flight: int = 1
 
     @property
     def workers(self) -> int:
@@ -161,6 +172,7 @@ def gpu_machine(
         scratch_read_bps=gpu.scratch_read_bps,
         start_seconds=start_seconds,
         task_seconds=task_seconds,
+        tiles_in_flight=gpu.tiles_in_flight,
     )
 
 
@@ -214,11 +226,16 @@ class Prediction:
     scratch: float
     #: CPU workers: BLAS, codecs and writer on the same cores (``T_cores``; 0 on a GPU).
     cores: float
+    #: GPU: the copies back and writes of C not hidden behind the next tile's work
+    #: (all of them with one tile in flight, the last tile's with two or more).
+    exposed: float
     fill: float
     #: The job's start and the tasks' own costs (``T_start``).
     start: float
     seconds: float
     bottleneck: str
+    #: GPU workers: the output tiles each keeps in flight (:attr:`Machine.tiles_in_flight`).
+    tiles_in_flight: int = 1
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -266,11 +283,20 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
         "scratch": scratch_io,
     }
     competing = dict(streams)
-    cores = 0.0
+    cores = exposed = 0.0
     if machine.pcie_bps is None:  # CPU: BLAS, codecs and writer share the cores
         codecs = decode + write + scratch_io
         cores = compute + codecs - machine.overlap * min(compute, codecs)
         competing = {"cores": cores, "disk": disk, "network": network}
+    else:  # GPU: the writes a stream beside the loops only with tiles in flight
+        output = write + written / workers / machine.pcie_bps  # copies back and writes
+        competing.pop("write")
+        loop_bottleneck = max(competing, key=competing.__getitem__)
+        tiles = math.ceil(len(plan.tasks) * plan.splits / workers)
+        slowest, exposed = device_pipeline(
+            competing[loop_bottleneck], output, tiles, machine.tiles_in_flight
+        )
+        competing = {"write" if slowest > competing[loop_bottleneck] else loop_bottleneck: slowest}
     bottleneck = max(competing, key=competing.__getitem__)
     return Prediction(
         machine=machine.name,
@@ -278,10 +304,12 @@ def predict(plan: Plan, machine: Machine) -> Prediction:
         busy_workers=workers,
         **streams,
         cores=cores,
+        exposed=exposed,
         fill=fill,
         start=start,
-        seconds=competing[bottleneck] + fill + start,
+        seconds=competing[bottleneck] + exposed + fill + start,
         bottleneck=bottleneck,
+        tiles_in_flight=machine.tiles_in_flight if machine.pcie_bps else 1,
     )
 
 

@@ -8,6 +8,7 @@ prediction (:func:`outofcore.machine.prediction.gpu_plan_machine`) and ``outofco
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -145,6 +146,11 @@ def test_outofcore_plan_of_a_gpu_job_prints_the_gpu_basis(folder, capsys):
     assert summary["gpu"]["device_memory"] == MiB and summary["splits"] == 1
     cpu = plan(capsys, "a.zarr", "b.zarr", "--backend", "cpu")
     assert "TFLOP/s" not in cpu
+    # --verbose: the stage table, and how many tiles each GPU keeps in flight (issue 52)
+    verbose = unwrapped(plan(capsys, "a.zarr", "b.zarr", "--backend", "cuda", "--verbose"))
+    assert "GPU rates: docs/gpu.md, measured on H100/H200: kernel 37.0 TFLOP/s" in verbose
+    assert re.search(r"stages: kernel \S+ \S+, decode .*, PCIe .*, write .*, exposed ", verbose)
+    assert "tile(s) in flight per GPU" in verbose
 
 
 def test_a_gpu_target_exists_for_every_gpu_compute_dtype():

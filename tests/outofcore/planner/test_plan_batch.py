@@ -89,7 +89,10 @@ def test_plans_without_a_batch_are_those_made_before_it(case):
     assert [p.index for p in plan.partial_tasks[-2:]] == frozen["partial_index_tail"]
     if frozen["task_flops_total"] is not None:
         assert sum(plan.task_flops().values()) == frozen["task_flops_total"]
-    assert predict(plan, CPU_CLUSTER_NODE.scaled(4)).as_dict() == frozen["prediction"]
+    predicted = predict(plan, CPU_CLUSTER_NODE.scaled(4)).as_dict()
+    assert predicted.pop("exposed") == 0.0  # a CPU hides its writes behind BLAS (row blocks)
+    assert predicted.pop("tiles_in_flight") == 1
+    assert predicted == frozen["prediction"]
     assert repr(plan.tasks) == frozen["tiles_repr"]
     assert all(t.batch is None for t in tasks[:50])
 
