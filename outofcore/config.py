@@ -35,6 +35,7 @@ name                       default  meaning
 ``store-read-timeout``     10       seconds to wait for an object store's next bytes
 ``store-attempts``         3        attempts of one object-store request, retries in
 ``store-deadline``         30       seconds one object-store request may keep failing
+``gpu-tiles-in-flight``    2        output tiles a GPU worker keeps in flight at once
 =========================  =======  ==================================================
 
 The ``store-*`` deadlines apply to every store client outofcore makes
@@ -66,6 +67,9 @@ from outofcore.errors import InputError
 
 #: Seconds in a day: the longest timeout or deadline a setting may have.
 DAY = 86400.0
+#: The most output tiles a GPU worker keeps in flight (``gpu-tiles-in-flight``): each
+#: holds its own pinned buffers and a share of the device.
+MAX_TILES_IN_FLIGHT = 8
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,9 @@ SETTINGS: dict[str, Setting] = {
     "store-read-timeout": Setting(10.0, "seconds", 0, DAY, above=True),
     "store-attempts": Setting(3, "count", 1, 100),
     "store-deadline": Setting(30.0, "seconds", 0, DAY, above=True),
+    # A GPU worker's task threads, each with its engine on the worker's one device: tile
+    # i's copy back, write, fsync and record overlap tile i+1's copies and kernels.
+    "gpu-tiles-in-flight": Setting(2, "count", 1, MAX_TILES_IN_FLIGHT),
 }
 #: Each setting's default.
 DEFAULTS: dict[str, Any] = {name: setting.default for name, setting in SETTINGS.items()}

@@ -37,9 +37,16 @@ class CpuEngine:
         self._limbs: Limbs | None = None
 
     def configure(
-        self, *, device_memory: int | None = None, panel_depth: int | None = None
+        self,
+        *,
+        device_memory: int | None = None,
+        panel_depth: int | None = None,
+        tiles_in_flight: int = 1,
     ) -> None:
         """Nothing to configure: BLAS has no device budget, and panels come whole."""
+
+    def wrote(self, nbytes: int) -> None:
+        """Nothing to do: the write took what it took."""
 
     def host_buffer(self, size: int, dtype: np.dtype) -> np.ndarray:
         return np.empty(size, dtype=dtype)

@@ -77,12 +77,18 @@ class TileEngine(Protocol):
     capabilities: EngineCapabilities
 
     def configure(
-        self, *, device_memory: int | None = None, panel_depth: int | None = None
+        self,
+        *,
+        device_memory: int | None = None,
+        panel_depth: int | None = None,
+        tiles_in_flight: int = 1,
     ) -> None:
         """Take a job's settings for the tiles that follow (the task calls this first).
 
         ``device_memory`` caps a device engine's device bytes; ``panel_depth`` is the plan's
-        ``tk``.  Engines without a device ignore both.
+        ``tk``; ``tiles_in_flight`` tasks of the worker share its device at once, each with
+        an engine of its own (a device engine takes at most that share of the device).
+        Engines without a device ignore them.
         """
 
     def host_buffer(self, size: int, dtype: np.dtype) -> np.ndarray:
@@ -123,6 +129,13 @@ class TileEngine(Protocol):
     def timings(self) -> dict[str, float]:
         """What the device measured of the last tile (``kernel_seconds``, ``copy_seconds``,
         ``first_launch_seconds``); empty unless ``capabilities.timings``."""
+
+    def wrote(self, nbytes: int) -> None:
+        """The task has written ``nbytes`` of the finished tile to the output.
+
+        Nothing to do for an engine that multiplies (CPU, CUDA); the timed device waits its
+        modelled write there (the node's disk, where its model has one).
+        """
 
     def release(self) -> None:
         """Free host buffers kept for the next tile (an in-process run's end)."""

@@ -171,6 +171,7 @@ register(
         require=_nothing_to_install,
         rates=timed.RATES,
         blocks=timed.RATES.blocks,
+        node=timed.TIMED_NODE,
         summary=timed.SUMMARY,
     )
 )

@@ -105,7 +105,9 @@ def compute_tile(
     context.start_task(job.io_concurrency, chunkfiles.buffer_limit(largest_chunk_bytes(job)))
     engine = context.engine(job.backend)
     # GPU engines: device budget min(own, the job's) and panel depth; CPU: nothing.
-    engine.configure(device_memory=job.device_memory, panel_depth=job.tk)
+    engine.configure(
+        device_memory=job.device_memory, panel_depth=job.tk, tiles_in_flight=job.tiles_in_flight
+    )
     panels = TilePanels.prepare(job, task, engine)
     setup = time.perf_counter() - started
     with (
@@ -418,6 +420,8 @@ class _PanelLoop:
             if self.panels.sums is not None and self.finishes:
                 self.panels.sums.correct(r0, rows, self.job.product.k)
             self.sink(r0, rows)
+            if self.finishes:
+                self.engine.wrote(rows.nbytes)  # the timed device's modelled write
 
 
 def write_finished_rows(job: TileJob, task: TileTask, r0: int, rows: np.ndarray) -> Digests:

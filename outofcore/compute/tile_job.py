@@ -27,3 +27,6 @@ class TileJob:
     job_id: str
     #: Cap on the device bytes of a GPU engine (``--device-memory``); None: its own budget.
     device_memory: int | None = None
+    #: Tasks a GPU worker runs at once on its device, each with its own engine (its
+    #: threads: ``gpu-tiles-in-flight``); 1 on CPU workers.
+    tiles_in_flight: int = 1

@@ -122,6 +122,7 @@ def job_workers(spec: JobSpec, client: Any) -> WorkerShape:
         workers=spec.workers,
         gpus=spec.gpus,
         connect_timeout=config.number("connect-timeout", positive=True),
+        tiles_in_flight=config.value("gpu-tiles-in-flight"),
     )
 
 

@@ -126,6 +126,7 @@ def _executor(
         in_process=in_process,
         dashboard=dashboard,
         node=gpu_node(spec.backend) if spec.gpus else None,
+        tiles_in_flight=config.value("gpu-tiles-in-flight"),  # each GPU worker's threads
         # Tasks that ran in this process (in-process, or its LocalCluster's worker threads)
         # leave their engines, panels and buffers here: free them with the executor.
         on_close=worker_context().release_in_process,

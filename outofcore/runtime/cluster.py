@@ -45,7 +45,13 @@ from outofcore.runtime.executors import (
     WorkerShape,
     client_worker_shape,
 )
-from outofcore.runtime.gpu_cluster import GPU_RESOURCE, GpuNode, cluster_kind, start_gpu_cluster
+from outofcore.runtime.gpu_cluster import (
+    GPU_RESOURCE,
+    GpuNode,
+    check_tiles_in_flight,
+    cluster_kind,
+    start_gpu_cluster,
+)
 from outofcore.runtime.in_process import runs_in_process, runs_in_threads, thread_count
 from outofcore.runtime.in_process import tasks_run_here as tasks_run_here  # where others import it
 from outofcore.runtime.loopback import LOCAL_DASHBOARD_ADDRESS, LOCAL_HOST, local_dashboard_link
@@ -125,6 +131,7 @@ def start_local_cluster(
     in_process: bool = False,
     dashboard: bool = True,
     node: GpuNode | None = None,
+    tiles_in_flight: int = 1,
 ) -> Any:
     """Start the LocalCluster a job with ``budget_bytes`` per worker runs on.
 
@@ -135,7 +142,8 @@ def start_local_cluster(
     memory limit :func:`~outofcore.runtime.worker_sizing.local_worker_limit` gives (GPU
     workers: with a GPU worker's allowance).
     ``in_process`` runs CPU workers, or a single GPU's, as threads of this process instead
-    (:func:`runs_in_process`).
+    (:func:`runs_in_process`).  A GPU's worker runs ``tiles_in_flight`` tasks at once (as
+    many threads and ``GPU`` resources).
 
     Raises
     ------
@@ -153,11 +161,14 @@ def start_local_cluster(
     here = runs_in_process(gpus, in_process, node)
     if gpus and not here:
         with _workers_ignore_interrupts():
-            return start_gpu_cluster(gpus, memory_limit, node, logging.ERROR, dashboard)
+            return start_gpu_cluster(
+                gpus, memory_limit, node, logging.ERROR, dashboard, tiles_in_flight
+            )
     n_workers = len(gpus) if gpus else local_worker_count(budget_bytes, workers)
     _warn_over_cores(n_workers)
     if here:
-        return _start_in_process(n_workers, memory_limit, bool(gpus), dashboard)
+        gpu_threads = check_tiles_in_flight(tiles_in_flight) if gpus else 0
+        return _start_in_process(n_workers, memory_limit, gpu_threads, dashboard)
     return _start_worker_processes(n_workers, memory_limit, dashboard)
 
 
@@ -174,15 +185,16 @@ def _warn_over_cores(n_workers: int) -> None:
         )
 
 
-def _start_in_process(n_workers: int, memory_limit: int, gpu: bool, dashboard: bool) -> Any:
+def _start_in_process(n_workers: int, memory_limit: int, gpu_threads: int, dashboard: bool) -> Any:
     """A LocalCluster whose ``n_workers`` workers are threads of this process.
 
     Each worker's memory monitor reads this whole process's memory: each gets the limit
     of them all.  Scheduler and workers talk inproc://; their web servers are the only
     listening sockets.  LocalCluster can put a worker's web server on loopback only by
     turning on its bokeh dashboard too (worker_dashboard_address), so the workers are
-    added after, from the spec with the address alone.  A ``gpu`` job's worker offers
-    the GPU resource its tile tasks ask for (one GPU: one worker).
+    added after, from the spec with the address alone.  A GPU job's worker (one GPU: one
+    worker) has ``gpu_threads`` threads (0: a CPU job's one) and offers as many of the GPU
+    resource its tile tasks ask for one of: that many tiles in flight on the device.
     """
     import dask  # noqa: PLC0415
     from distributed import LocalCluster  # noqa: PLC0415
@@ -198,8 +210,9 @@ def _start_in_process(n_workers: int, memory_limit: int, gpu: bool, dashboard: b
     )
     try:
         cluster.new_spec["options"]["dashboard_address"] = LOCAL_DASHBOARD_ADDRESS
-        if gpu:
-            cluster.new_spec["options"]["resources"] = {GPU_RESOURCE: 1}
+        if gpu_threads:
+            cluster.new_spec["options"]["resources"] = {GPU_RESOURCE: gpu_threads}
+            cluster.new_spec["options"]["nthreads"] = gpu_threads
         # That memory is this whole process's, the caller's arrays included: a worker
         # paused at 80% of its limit by them would never run a task (the job waiting
         # for ever).  Its tasks keep to the plan's budget instead; nothing to spill.
@@ -267,6 +280,7 @@ def open_executor(
     on_close: Callable[[], None] | None = None,
     stall_timeout: float | None = None,
     node: GpuNode | None = None,
+    tiles_in_flight: int = 1,
 ) -> Iterator[Executor]:
     """Yield an executor for ``client`` (see the module docstring), cleaning up after.
 
@@ -279,6 +293,7 @@ def open_executor(
     when the tasks ran in this process (``"sync"`` or such a worker), failed or not:
     what they kept here is then nobody's.  ``stall_timeout`` bounds the wait of a run on
     a Dask cluster whose workers execute nothing (:mod:`outofcore.runtime.stall`; None: no bound).
+    ``tiles_in_flight``: the tasks each GPU worker it starts runs at once.
 
     Raises
     ------
@@ -308,6 +323,7 @@ def open_executor(
             on_close=on_close,
             stall_timeout=stall_timeout,
             node=node,
+            tiles_in_flight=tiles_in_flight,
         ) as executor:
             yield executor
     elif isinstance(client, str):
@@ -334,6 +350,7 @@ def _on_local_cluster(
     on_close: Callable[[], None] | None,
     stall_timeout: float | None,
     node: GpuNode | None,
+    tiles_in_flight: int = 1,
 ) -> Iterator[DaskExecutor]:
     """Yield an executor on a LocalCluster started for the job, closed after it.
 
@@ -344,7 +361,9 @@ def _on_local_cluster(
     """
     from distributed import Client  # noqa: PLC0415
 
-    cluster = start_local_cluster(budget_bytes, workers, gpus, in_process, dashboard, node)
+    cluster = start_local_cluster(
+        budget_bytes, workers, gpus, in_process, dashboard, node, tiles_in_flight
+    )
     n_workers = len(cluster.workers)
     here = runs_in_process(gpus, in_process, node)
     try:
@@ -420,12 +439,14 @@ def worker_shape_of(
     workers: int | None = None,
     gpus: tuple[int, ...] | None = None,
     connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+    tiles_in_flight: int = 1,
 ) -> WorkerShape:
     """The workers :func:`open_executor` would give a job, told before any cluster starts.
 
     ``"sync"``: this process, one task at a time.  None: the LocalCluster
     :func:`start_local_cluster` would start (one single-threaded worker per
-    :func:`~outofcore.runtime.worker_sizing.local_worker_count`, or one per GPU), with
+    :func:`~outofcore.runtime.worker_sizing.local_worker_count`, or one per GPU with
+    ``tiles_in_flight`` threads), with
     :func:`~outofcore.runtime.worker_sizing.local_blas_threads` each.
     A scheduler address or a ``distributed.Client``: asked of its scheduler (once
     ``workers`` have joined, as the job waits for them), the connection closed after.
@@ -440,8 +461,9 @@ def worker_shape_of(
         return local.worker_shape()
     if client is None:
         if gpus:
-            count = len(gpus)  # start_gpu_cluster: one single-threaded worker per GPU
-            return WorkerShape(count, 1, local_blas_threads(count), gpu_workers=count)
+            count = len(gpus)  # start_gpu_cluster: one worker per GPU, its tiles in flight
+            threads = check_tiles_in_flight(tiles_in_flight)
+            return WorkerShape(count, threads, local_blas_threads(count), gpu_workers=count)
         count = local_worker_count(budget_bytes, workers)
         return WorkerShape(count, 1, local_blas_threads(count))
     check_client(client, connect_timeout)

@@ -1,7 +1,10 @@
 """The cluster of a multi-GPU node: one worker process per GPU, whatever its vendor.
 
-Each worker runs one task at a time and advertises a ``GPU`` resource, so that tile tasks
-submitted with ``resources={"GPU": 1}`` land only on GPU workers.  What a vendor's GPUs need
+Each worker runs ``tiles_in_flight`` tasks at once (threads of its own, each with its engine
+on the worker's one device) and advertises as many of the ``GPU`` resource, so that tile
+tasks submitted with ``resources={"GPU": 1}`` land only on GPU workers, ``tiles_in_flight``
+of them on each at once: tile i's copy back, write and record overlap tile i+1's copies and
+kernels (the device pipeline, design.md).  What a vendor's GPUs need
 of their workers (which device each sees, how devices are numbered, a cluster class of the
 vendor's own) a GPU backend says through a :class:`GpuNode`, handed in by the job (the
 CUDA backend's is ``outofcore.backends.cuda.workers.CUDA_NODE``): the runtime names no
@@ -41,10 +44,16 @@ class GpuNode(Protocol):
         single GPU's worker may be a thread of this process)."""
 
     def own_cluster(
-        self, gpus: Sequence[int], memory_limit: int, silence_logs: int, dashboard: bool
+        self,
+        gpus: Sequence[int],
+        memory_limit: int,
+        silence_logs: int,
+        dashboard: bool,
+        tiles_in_flight: int = 1,
     ) -> Any | None:
-        """The vendor's own cluster of one worker per GPU in ``gpus`` (each with the
-        ``GPU`` resource), or None where outofcore's :func:`gpu_worker_specs` serve."""
+        """The vendor's own cluster of one worker per GPU in ``gpus`` (each with
+        ``tiles_in_flight`` threads and as many of the ``GPU`` resource), or None where
+        outofcore's :func:`gpu_worker_specs` serve."""
 
     def cluster_kind(self, cluster: Any) -> str | None:
         """How the start of ``cluster`` names it where it is the vendor's own, else None."""
@@ -67,12 +76,33 @@ def parse_gpus(text: str) -> tuple[int, ...]:
     return gpus
 
 
+def check_tiles_in_flight(tiles_in_flight: int) -> int:
+    """``tiles_in_flight`` where it is a whole number of tiles a GPU worker may keep in
+    flight (at least 1).
+
+    Raises
+    ------
+    ClusterError
+        Naming the value, where it is not an integer >= 1.
+    """
+    if isinstance(tiles_in_flight, bool) or not isinstance(tiles_in_flight, int):
+        raise ClusterError(f"tiles in flight per GPU = {tiles_in_flight!r}: need an integer >= 1")
+    if tiles_in_flight < 1:
+        raise ClusterError(f"tiles in flight per GPU = {tiles_in_flight}: need at least 1")
+    return tiles_in_flight
+
+
 def gpu_worker_specs(
-    gpus: Sequence[int], memory_limit: int, node: GpuNode, silence_logs: int = logging.ERROR
+    gpus: Sequence[int],
+    memory_limit: int,
+    node: GpuNode,
+    silence_logs: int = logging.ERROR,
+    tiles_in_flight: int = 1,
 ) -> dict[str, dict[str, Any]]:
-    """``SpecCluster`` worker specs: one single-threaded Nanny per GPU in ``gpus``, with the
-    environment ``node`` gives it, whose worker logs below ``silence_logs`` are dropped (as
-    a LocalCluster's)."""
+    """``SpecCluster`` worker specs: one Nanny per GPU in ``gpus`` with ``tiles_in_flight``
+    threads and as many of the ``GPU`` resource, with the environment ``node`` gives it,
+    whose worker logs below ``silence_logs`` are dropped (as a LocalCluster's)."""
+    check_tiles_in_flight(tiles_in_flight)
     specs = {}
     for position, gpu in enumerate(gpus):
         name = f"gpu-{gpu}"
@@ -81,9 +111,9 @@ def gpu_worker_specs(
             "options": {
                 "name": name,
                 "host": LOCAL_HOST,
-                "nthreads": 1,
+                "nthreads": tiles_in_flight,
                 "memory_limit": memory_limit,
-                "resources": {GPU_RESOURCE: 1},
+                "resources": {GPU_RESOURCE: tiles_in_flight},
                 "env": {**IDLE_SPIN, **node.worker_env(gpus, position)},
                 "silence_logs": silence_logs,
             },
@@ -97,19 +127,21 @@ def start_gpu_cluster(
     node: GpuNode,
     silence_logs: int = logging.ERROR,
     dashboard: bool = True,
+    tiles_in_flight: int = 1,
 ) -> Any:
-    """Start one single-threaded worker per GPU in ``gpus``, each with ``memory_limit``
-    bytes and the ``GPU`` resource: ``node``'s own cluster where it offers one, else a
-    ``SpecCluster`` of :func:`gpu_worker_specs`.  Its dashboard is on a free port
-    (``dashboard`` False: none, its web server still on a free port).
+    """Start one worker per GPU in ``gpus``, each with ``memory_limit`` bytes,
+    ``tiles_in_flight`` threads and as many of the ``GPU`` resource: ``node``'s own cluster
+    where it offers one, else a ``SpecCluster`` of :func:`gpu_worker_specs`.  Its dashboard
+    is on a free port (``dashboard`` False: none, its web server still on a free port).
     """
-    own = node.own_cluster(gpus, memory_limit, silence_logs, dashboard)
+    check_tiles_in_flight(tiles_in_flight)
+    own = node.own_cluster(gpus, memory_limit, silence_logs, dashboard, tiles_in_flight)
     if own is not None:
         return own
     from distributed import Scheduler, SpecCluster  # noqa: PLC0415
 
     return SpecCluster(
-        workers=gpu_worker_specs(gpus, memory_limit, node, silence_logs),
+        workers=gpu_worker_specs(gpus, memory_limit, node, silence_logs, tiles_in_flight),
         scheduler={
             "cls": Scheduler,
             "options": {

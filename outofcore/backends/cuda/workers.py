@@ -204,7 +204,11 @@ def probe_gpu_cluster(gpus: Sequence[int]) -> GpuClusterChoice:
 
 
 def start_local_cuda_cluster(
-    gpus: Sequence[int], memory_limit: int, silence_logs: int, dashboard: bool
+    gpus: Sequence[int],
+    memory_limit: int,
+    silence_logs: int,
+    dashboard: bool,
+    tiles_in_flight: int = 1,
 ) -> Any | None:
     """dask-cuda's ``LocalCUDACluster`` for ``gpus`` where :func:`probe_gpu_cluster` chooses
     it, else None (the runtime then starts its own workers with :func:`worker_env`).  The
@@ -222,9 +226,9 @@ def start_local_cuda_cluster(
     return local_cuda_cluster_class()(
         CUDA_VISIBLE_DEVICES=list(gpus),
         n_workers=len(gpus),
-        threads_per_worker=1,
+        threads_per_worker=tiles_in_flight,
         memory_limit=memory_limit,
-        resources={GPU_RESOURCE: 1},
+        resources={GPU_RESOURCE: tiles_in_flight},
         host=LOCAL_HOST,
         dashboard_address=LOCAL_DASHBOARD_ADDRESS,
         scheduler_kwargs={"dashboard": dashboard},
@@ -276,9 +280,16 @@ class CudaNode:
         return numbers_devices_as_nvidia_smi()
 
     def own_cluster(
-        self, gpus: Sequence[int], memory_limit: int, silence_logs: int, dashboard: bool
+        self,
+        gpus: Sequence[int],
+        memory_limit: int,
+        silence_logs: int,
+        dashboard: bool,
+        tiles_in_flight: int = 1,
     ) -> Any | None:
-        return start_local_cuda_cluster(gpus, memory_limit, silence_logs, dashboard)
+        return start_local_cuda_cluster(
+            gpus, memory_limit, silence_logs, dashboard, tiles_in_flight
+        )
 
     def cluster_kind(self, cluster: Any) -> str | None:
         return dask_cuda_kind(cluster)

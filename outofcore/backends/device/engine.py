@@ -186,7 +186,11 @@ class DeviceEngine:
         self._limit = device_memory
 
     def configure(
-        self, *, device_memory: int | None = None, panel_depth: int | None = None
+        self,
+        *,
+        device_memory: int | None = None,
+        panel_depth: int | None = None,
+        tiles_in_flight: int = 1,
     ) -> None:
         """Settings of a job for the tiles that follow (a tile task calls this first).
 
@@ -197,13 +201,24 @@ class DeviceEngine:
         panel_depth
             Depth of the job's host k-panels (the plan's ``tk``), which bounds
             the device slices; None: the depth of each tile's first panel.
+        tiles_in_flight
+            Tasks of the worker on this device at once, each with its own engine: each
+            engine's share is at most the device budget over that many
+            (:meth:`~outofcore.backends.device.share.DeviceShare.expect`).
         """
         if panel_depth is not None and (
             isinstance(panel_depth, bool) or not isinstance(panel_depth, int) or panel_depth < 1
         ):
             raise InputError(f"panel_depth = {panel_depth!r}: need an integer >= 1")
+        if (
+            isinstance(tiles_in_flight, bool)
+            or not isinstance(tiles_in_flight, int)
+            or tiles_in_flight < 1
+        ):
+            raise InputError(f"tiles_in_flight = {tiles_in_flight!r}: need an integer >= 1")
         self.set_device_memory(device_memory)
         self._panel_depth = panel_depth
+        self._share.expect(tiles_in_flight)
 
     def host_buffer(self, size: int, dtype: np.dtype) -> np.ndarray:
         """Return a flat pinned host array of ``size`` elements to decode panels into.
@@ -306,6 +321,9 @@ class DeviceEngine:
         """The last tile's kernel and copy seconds (the runtime's events) and, once, the
         engine's first launch (:class:`outofcore.backends.device.event_timer.EventTimer`)."""
         return dict(self._timings)
+
+    def wrote(self, nbytes: int) -> None:
+        """Nothing to do on a real device: the write took what it took."""
 
     def release(self) -> None:
         """Keep every buffer: pinned and device allocations are too slow to repeat per task."""

@@ -36,6 +36,14 @@ class DeviceShare:
     def __init__(self, total: int) -> None:
         self.total = total
         self.engines: weakref.WeakSet = weakref.WeakSet()
+        #: The engines the latest job said would share the device at once (its worker's
+        #: tiles in flight): each share is at most ``total`` over that many, even before
+        #: they are all made (the first engine must not plan with the whole device).
+        self.expected = 1
+
+    def expect(self, engines: int) -> None:
+        """A job's tasks run ``engines`` at once on this device, each with its own engine."""
+        self.expected = max(1, int(engines))
 
     @classmethod
     def join(cls, engine: object, fraction: float, runtime: DeviceRuntime) -> DeviceShare:
@@ -50,4 +58,4 @@ class DeviceShare:
 
     def per_engine(self) -> int:
         """Device bytes of one engine's share."""
-        return max(1, self.total // max(1, len(self.engines)))
+        return max(1, self.total // max(1, len(self.engines), self.expected))

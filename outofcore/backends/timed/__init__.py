@@ -9,7 +9,9 @@ what a GPU schedule gives (the overlap of streams, the exposed copies) while dec
 writing and recording stay real.  Imports no GPU library.
 
 * :class:`TimedEngine`: the engine, on a device of its own or the process's
-  (:func:`process_device`).
+  (:func:`process_device`, which :func:`use_process_device` replaces: a benchmark's model).
+* :data:`TIMED_NODE`: the timed device's GPU workers (one timed device per worker
+  process; a single one's worker a thread of the job's process).
 * :data:`RATES`: the backend's rates table for the planner; :data:`CAPABILITIES`.
 * The registry's ``"timed"`` backend (:mod:`outofcore.backends.registry`) makes
   :class:`TimedEngine` with no arguments.
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from outofcore.backends.cuda import rates as cuda_rates
 from outofcore.backends.device.engine import DeviceEngine
@@ -36,7 +40,10 @@ __all__ = [
     "TimedDevice",
     "TimedEngine",
     "TimedModel",
+    "TIMED_NODE",
+    "TimedNode",
     "process_device",
+    "use_process_device",
 ]
 
 #: The backend's name in the registry.
@@ -67,6 +74,49 @@ def process_device() -> TimedDevice:
         return _process_device
 
 
+def use_process_device(device: TimedDevice | None) -> TimedDevice | None:
+    """Make ``device`` the process's timed device (None: a default one again, made on
+    next use) for the engines made after; returns the one it replaces.  Engines already
+    made keep theirs: a worker's thread keeps its engine, so set this before its tasks."""
+    global _process_device
+    with _lock:
+        previous, _process_device = _process_device, device
+        return previous
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedNode:
+    """The timed device's GPU workers (:class:`outofcore.runtime.gpu_cluster.GpuNode`):
+    each worker process has its own timed device, a worker thread of the job's process
+    the process's (the in-process single-GPU worker); nothing to select, nothing to check."""
+
+    def worker_env(self, gpus: Sequence[int], position: int) -> Mapping[str, str]:
+        return {}
+
+    def numbers_devices_as_listed(self) -> bool:
+        return True
+
+    def own_cluster(
+        self,
+        gpus: Sequence[int],
+        memory_limit: int,
+        silence_logs: int,
+        dashboard: bool,
+        tiles_in_flight: int = 1,
+    ) -> Any | None:
+        return None
+
+    def cluster_kind(self, cluster: Any) -> str | None:
+        return None
+
+    def check_usable(self, gpus: Sequence[int]) -> None:
+        """Every listed timed device is usable."""
+
+
+#: The node every timed backend's GPU workers are started for.
+TIMED_NODE = TimedNode()
+
+
 class TimedEngine(DeviceEngine):
     """The device engine on a timed device (see ``outofcore.backends.protocol.TileEngine``).
 
@@ -91,3 +141,8 @@ class TimedEngine(DeviceEngine):
     ) -> None:
         self.device = process_device() if device is None else device
         super().__init__(NAME, self.device, fraction=fraction, device_memory=device_memory)
+
+    def wrote(self, nbytes: int) -> None:
+        """The task wrote ``nbytes`` of the finished tile: the device's modelled write
+        (:meth:`~outofcore.backends.timed.device.TimedDevice.host_write`)."""
+        self.device.host_write(nbytes)

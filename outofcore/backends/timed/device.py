@@ -80,6 +80,10 @@ class TimedModel:
         taken; with ``arithmetic=False`` untouched device arrays take none.
     launch_seconds
         A fixed cost per kernel and transpose (0: none).
+    write_bps
+        The node's disk as the tasks write finished tiles, bytes/s (``math.inf``: no
+        modelled write, only the real one): :meth:`TimedDevice.host_write` waits
+        ``bytes / write_bps`` on the writing host thread, one write at a time.
     """
 
     kernel_flops: Mapping[str, float]
@@ -88,11 +92,14 @@ class TimedModel:
     memory_bps: float = 3.0e12
     memory_bytes: int = 80 << 30
     launch_seconds: float = 0.0
+    write_bps: float = math.inf
 
     def __post_init__(self) -> None:
         rates = (self.pcie_bps, self.memory_bps, *self.kernel_flops.values())
         if not self.kernel_flops or min(rates) <= 0 or not all(map(math.isfinite, rates)):
             raise InputError(f"the timed device's rates must be positive and finite: {self}")
+        if not self.write_bps > 0:  # inf: no modelled write
+            raise InputError(f"the timed device's write rate must be positive: {self}")
         if self.memory_bytes < 1 or self.launch_seconds < 0:
             raise InputError(f"the timed device's memory and launch cost: {self}")
 
@@ -118,6 +125,10 @@ class TimedModel:
         """Modelled seconds of a copy of ``nbytes`` across PCIe (either way)."""
         return nbytes / self.pcie_bps
 
+    def write_seconds(self, nbytes: int) -> float:
+        """Modelled seconds of writing ``nbytes`` of a finished tile to the node's disk."""
+        return nbytes / self.write_bps
+
     def transpose_seconds(self, nbytes: int) -> float:
         """Modelled seconds of a device transpose of ``nbytes``."""
         return self.launch_seconds + 2.0 * nbytes / self.memory_bps
@@ -127,10 +138,12 @@ class TimedModel:
 class Work:
     """One piece of the device's modelled schedule."""
 
+    #: The stream it was queued on (0: the host, a modelled write).
     stream: int
-    #: The engine it occupies (:data:`ENGINES`).
+    #: The engine it occupies (:data:`ENGINES`, or ``"write"``: the node's disk).
     engine: str
-    #: What it was: ``"h2d"``, ``"h2d-rows"``, ``"d2h"``, ``"gemm"``, ``"transpose"``.
+    #: What it was: ``"h2d"``, ``"h2d-rows"``, ``"d2h"``, ``"gemm"``, ``"transpose"``,
+    #: ``"write"``.
     kind: str
     #: Its bytes (copies, transposes) or FLOPs (``2·m·n·k``, GEMMs).
     amount: float
@@ -176,10 +189,11 @@ class Ledger:
         return totals
 
     def by_engine(self) -> dict[str, float]:
-        """Modelled seconds of work by engine (``h2d``, ``d2h``, ``compute``)."""
+        """Modelled seconds of work by engine (``h2d``, ``d2h``, ``compute``, and ``write``
+        where the model writes)."""
         totals = dict.fromkeys(ENGINES, 0.0)
         for w in self.work():
-            totals[w.engine] += w.seconds
+            totals[w.engine] = totals.get(w.engine, 0.0) + w.seconds
         return totals
 
     def overlap(self) -> float:
@@ -283,6 +297,8 @@ class TimedDevice:
         self._lock = threading.Lock()
         self._free = dict.fromkeys(ENGINES, 0.0)  # modelled time each engine is free again
         self._engine_locks = {engine: threading.Lock() for engine in ENGINES}
+        self._disk = threading.Lock()  # one modelled write at a time
+        self._disk_free = 0.0  # modelled time the disk is free again
         self._hosts = threading.local()  # each host thread's modelled time
         self._streams = 0
         self._noise: np.ndarray | None = None
@@ -331,6 +347,21 @@ class TimedDevice:
             waits, stream._waits = stream._waits, []
             done = stream._last = threading.Event()
         stream._queue.put((waits, self._engine_locks[engine], seconds, work, done))
+
+    def host_write(self, nbytes: int) -> None:
+        """The calling host thread writes ``nbytes`` of a finished tile: a real wait of the
+        model's write time (none where ``write_bps`` is infinite), one write at a time (the
+        node's disk), in the ledger as ``write`` work on stream 0 from the thread's time."""
+        seconds = self.model.write_seconds(nbytes)
+        if seconds <= 0:
+            return
+        with self._disk:
+            with self._lock:
+                start = max(self.host_time(), self._disk_free)
+                self._disk_free = end = start + seconds
+                self.ledger.add(Work(0, "write", "write", nbytes, start, end))
+            time.sleep(seconds)
+        self._hosts.clock = end
 
     # -- the runtime -------------------------------------------------------------------------
     def stream(self) -> TimedStream:
