@@ -21,7 +21,8 @@ reads it twice.
 The product must equal numpy's ``(x - x.mean(0)).T @ (x - x.mean(0))`` or be refused,
 and numpy's NaN and Inf follow from its exact means (its own dtype's sums, which can
 overflow).  So only a centred Gram whose failures show takes this path
-(:func:`fused_gram`): a non-finite result is refused (:meth:`PanelSums.correct`).
+(:func:`fused_gram`): a NaN or an Inf of ``x`` gives dask's NaN rows and columns, and
+any other non-finite result is refused (:meth:`PanelSums.correct`).
 Anything else (a cross-covariance, one operand centred, a step after the centring, a
 slice, a stack, float16) has its shifts made exact before the job
 (:func:`outofcore.operands.dask_graph.exact_steps`: dask's own means).
@@ -161,19 +162,35 @@ class PanelSums:
     def correct(self, r0: int, rows: np.ndarray, k: int) -> None:
         """Subtract ``s t^T / k`` from ``rows`` (rows ``r0`` on of the tile), in place.
 
+        A column of ``x`` holding NaN or ±Inf has a mean that is NaN or ±Inf in numpy's
+        and dask's centring, so its centred column holds a NaN and its row and column of
+        the Gram are NaN whole: where a panel sum is not finite, and the sums are wider
+        than the product's values (float64 sums of float32, which no sum of finite
+        values overflows, so only a NaN or an Inf of ``x`` makes one), its row or column
+        of the result is NaN, as dask's.
+
         Raises
         ------
         InputError
-            Where a value is not finite: numpy's NaN and Inf there follow from its exact
-            means, which this product does not read (:data:`NOT_FINITE`).
+            Where a value is not finite otherwise (a float64 ``x``, whose sums may
+            overflow; squares that overflow): numpy's NaN and Inf there follow from its
+            exact means, which this product does not read (:data:`NOT_FINITE`).
         """
         if k:  # (s_i t_j) / k: the same bits for (i, j) and (j, i) of a symmetric tile
             with np.errstate(all="ignore"):  # non-finite: refused just below
                 block = np.multiply.outer(self.a[r0 : r0 + len(rows)], self.b)
                 block /= k
                 np.subtract(rows, block, out=rows, casting="unsafe")
-        if not np.isfinite(rows).all():  # numpy's NaN/Inf come from its exact mean
-            raise InputError(NOT_FINITE)
+        if np.isfinite(rows).all():
+            return
+        if self.a.dtype.itemsize > rows.dtype.itemsize:  # a NaN or Inf of x: dask's NaN
+            nan_rows = ~np.isfinite(self.a[r0 : r0 + len(rows)])
+            nan_cols = ~np.isfinite(self.b)
+            rows[nan_rows, :] = np.nan
+            rows[:, nan_cols] = np.nan
+            if np.isfinite(rows[~nan_rows][:, ~nan_cols]).all():
+                return
+        raise InputError(NOT_FINITE)  # numpy's NaN/Inf come from its exact mean
 
     def vector(self) -> np.ndarray:
         """Both sums in one array (kept beside a split tile's part)."""

@@ -241,3 +241,33 @@ def test_a_mean_subtracted_on_one_side_and_scaled_on_the_other_is_exact_on_both(
     a, b = (np.abs(v.compute()).astype(np.float64) for v in ((xd - m).T, xd * m))
     bound = 4 * x.shape[0] * 2.0**-24 * (a @ b)  # float32 accumulation, both sides
     assert (np.abs(got[...] - expected) <= bound).all()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, "both", "sampled"])
+def test_a_centred_gram_of_x_with_nan_or_inf_is_dasks(tall, bad):
+    """Issue 53: x holding NaN or ±Inf (outside the sampled rows) was refused; dask's
+    compute answers NaN rows and columns where a column holds one, and the product is
+    as dask's: the same NaN, the finite values close (a NaN in the sampled rows: the
+    means are made exact first, the same answer)."""
+    folder, x = tall
+    x = x.copy()
+    if bad == "both":
+        x[900, 3], x[901, 3] = np.inf, -np.inf
+    elif bad == "sampled":
+        x[10, 3] = np.nan
+    else:
+        x[900, 3] = bad
+    x[950, 40] = np.nan
+    write_zarr(folder / "bad.zarr", x, (50, 13))
+    xd = da.from_zarr(str(folder / "bad.zarr"))
+    xc = xd - xd.mean(axis=0)
+    want = (xc.T @ xc).compute()
+    result = run_job(xc.T, xc, str(folder / "g.zarr"), **SYNC, memory="256KiB")
+    shifted = result.output.attrs["outofcore"]["product"]["a_steps"][0].get("shift", False)
+    assert shifted is (bad != "sampled")  # from the panel sums, or the exact means
+    got = result.output[...]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[[3, 40], :]).all() and np.isnan(got[:, [3, 40]]).all()
+    finite = np.isfinite(want)
+    assert finite.sum() == (61 - 2) ** 2
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-3, atol=1e-2)
