@@ -91,3 +91,67 @@ def test_a_kill_between_overlapped_block_writes_leaves_only_durable_tiles_record
     assert [r.key for r in rerun.results] == ["tile-1-0"]  # computed again, whole
     assert_product_close(zarr.open_array(tmp_path / "c.zarr")[...], a, b)
     assert json.loads((tmp_path / "c.zarr" / "zarr.json").read_text())["shape"] == [8192, 8]
+
+
+#: The job of :data:`JOB` with two tiles in flight: backend ``"timed"`` on one GPU whose
+#: worker is a thread of the process (two task threads, each its engine on one timed
+#: device whose kernels and writes take long beside the host's work), tiles of one chunk.
+TWO_IN_FLIGHT = JOB.replace(
+    """run_job(""",
+    """from outofcore import config
+from outofcore.backends.timed import RATES, TimedDevice, TimedModel, use_process_device
+
+flops = dict.fromkeys(RATES.kernel_flops, 2.0 * 128 * 8 * 16 / 0.03)
+use_process_device(TimedDevice(TimedModel.from_rates(RATES, kernel_flops=flops, write_bps=1e5)))
+config.set({"gpu-tiles-in-flight": 2}).__enter__()
+run_job(""",
+).replace(
+    """client="sync", memory="64MiB", tile=(4096, 8),""",
+    """backend="timed", gpus=(0,), memory="64MiB", tile=(128, 8),""",
+)
+
+
+def test_a_kill_with_two_tiles_in_flight_recomputes_exactly_the_unrecorded_tiles(tmp_path):
+    """Two tiles in flight on one device: the process dies right after one tile's chunk is
+    durable and before its record; every record it left follows its own tile's durable
+    chunk, and the rerun computes exactly the tiles without a record (the killed one and
+    whatever the other thread had in flight), the product right."""
+    from outofcore import config  # noqa: PLC0415
+
+    rng = np.random.default_rng(52)
+    a = rng.standard_normal((1024, 16)).astype("float32")
+    b = rng.standard_normal((16, 8)).astype("float32")
+    write_zarr(tmp_path / "a.zarr", a, (128, 16))
+    write_zarr(tmp_path / "b.zarr", b, (16, 8))
+    killed = subprocess.run(
+        [sys.executable, "-c", TWO_IN_FLIGHT, str(tmp_path), "3"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    events = (tmp_path / "events.log").read_text().splitlines()
+    durable = [e.split(" ", 1)[1] for e in events if e.startswith("durable ")]
+    assert len(durable) == 3  # one chunk a tile, one flush each; killed after the third
+    chunk_of = {f"tile-{i}-0.json": os.path.join("c.zarr", "c", str(i), "0") for i in range(8)}
+    records = [
+        (position, os.path.basename(e))
+        for position, e in enumerate(events)
+        if e.startswith("journal ") and os.path.basename(e).startswith("tile-")
+    ]
+    killed_tile = next(name for name, chunk in chunk_of.items() if chunk == durable[-1])
+    recorded = {name for _, name in records}
+    assert killed_tile not in recorded  # durable, never recorded
+    for position, name in records:  # no record before its own tile's data is durable
+        flushed = {e.split(" ", 1)[1] for e in events[:position] if e.startswith("durable ")}
+        assert chunk_of[name] in flushed
+    assert {p.name for p in tile_records(tmp_path / "c.zarr")} == recorded
+
+    with config.set({"gpu-tiles-in-flight": 2}):
+        rerun = run_job(
+            tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr",
+            backend="timed", gpus=(0,), memory="64MiB", tile=(128, 8), progress=False,
+        )  # fmt: skip
+    assert rerun.summary["tiles_skipped"] == len(recorded)
+    computed = {r.key + ".json" for r in rerun.results}
+    assert computed == set(chunk_of) - recorded  # exactly the unrecorded tiles, once each
+    assert len(rerun.results) == len(computed)
+    assert_product_close(zarr.open_array(tmp_path / "c.zarr")[...], a, b)
