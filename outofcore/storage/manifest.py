@@ -17,8 +17,11 @@ array) those keys are:
   (``<key>.<32 hex digits>.partial``, zarr's ``LocalStore`` and
   :mod:`outofcore.storage.chunkfiles`).
 
-Anything else found (a user's file or folder, an unknown key, a symbolic link,
-a device or pipe) is a stranger: :func:`output_contents` names it, outofcore
+A FIFO or a socket, or an empty folder, where one of those keys would be (what a
+crash, a disk or a hostile writer leaves) holds no one's bytes: it counts as that key
+(the FIFO unlinked, the folder removed while empty).  Anything else found (a user's
+file or folder, an unknown key, a symbolic link, a device, a pipe or a folder
+elsewhere) is a stranger: :func:`output_contents` names it, outofcore
 refuses to start over an output holding one, and deletes nothing of it.  On
 local disks the listing never follows a link and deletions (:mod:`outofcore.storage.deleting`)
 go folder by folder with ``O_NOFOLLOW``, so nothing is ever deleted through one.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -378,9 +382,31 @@ def _walk_local(
                 if is_our_folder(name, forms):
                     yield name, "folders"
                     pending.append(name)
+                elif whose(name, forms) is not None and _empty(entry.path):
+                    yield name, "folders"  # where a key of outofcore's was: holds nothing
                 else:
                     yield name + "/", "strangers"
             elif entry.is_file(follow_symlinks=False):
                 yield name, "file"
+            elif _holds_nothing(entry) and whose(name, forms) is not None:
+                yield name, "file"  # a FIFO or socket at a key of outofcore's: unlinked
             else:
                 yield name, "strangers"
+
+
+def _empty(path: str) -> bool:
+    """Whether the folder at ``path`` holds nothing (False when it cannot be listed)."""
+    try:
+        with os.scandir(path) as listing:
+            return next(listing, None) is None
+    except OSError:
+        return False
+
+
+def _holds_nothing(entry: os.DirEntry) -> bool:
+    """Whether ``entry`` is a FIFO or a socket: removing its name loses no one's bytes."""
+    try:
+        mode = entry.stat(follow_symlinks=False).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)

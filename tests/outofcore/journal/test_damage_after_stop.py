@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
+from hypothesis import Phase, example, given, settings
+from hypothesis import strategies as st
 
 from outofcore.api import ATTRIBUTE, run_job
 from outofcore.jobs.recorded import WRITTEN
@@ -32,6 +35,7 @@ from tests.helpers import (
     tile_records,
     write_zarr,
 )
+from tests.outofcore.journal.test_resume_checks import killed, long_inputs, matmul_command
 
 #: Seconds a command may take before it counts as waiting for ever (a job of seconds).
 PATIENCE = 60
@@ -311,3 +315,95 @@ def test_status_of_a_job_resealed_to_say_complete_is_never_unexpected(plain, edi
         assert done.returncode in (0, 2), done.stderr
         if done.returncode == 2:
             one_line(done, 2, str(path))
+
+
+# -- damage after a real kill, as an adversary chooses it ---------------------------
+
+DAMAGES = ("flipped byte", "truncated", "deleted", "folder", "fifo", "symlink")
+OBJECTS = ("recorded chunk", "tile record", "job.json")
+
+
+def damage(path: Path, kind: str, spare: Path) -> None:
+    """Damage the file at ``path`` as ``kind`` says; a symlink points to a copy of it in
+    ``spare`` (outside the output)."""
+    data = path.read_bytes()
+    if kind == "flipped byte":
+        at = len(data) // 2
+        path.write_bytes(data[:at] + bytes([data[at] ^ 0x10]) + data[at + 1 :])
+    elif kind == "truncated":
+        path.write_bytes(data[: len(data) // 3])
+    else:
+        path.unlink()
+        if kind == "folder":
+            path.mkdir()
+        elif kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "symlink":
+            spare.write_bytes(data)
+            path.symlink_to(spare)
+
+
+def outside(folder: Path, c: Path) -> dict[str, bytes]:
+    """Every regular file under ``folder`` but inside the output ``c``, with its bytes."""
+    return {
+        str(p): p.read_bytes()
+        for p in folder.rglob("*")
+        if p.is_file() and not p.is_symlink() and c not in p.parents
+    }
+
+
+#: Examples a run tries (each a job killed and run again: about 6 s on 2 cores); no
+#: shrinking, whose reruns cost as much each: a failure shows the example as drawn.
+KILL_EXAMPLES = 6
+
+
+@settings(
+    max_examples=KILL_EXAMPLES,
+    deadline=None,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+)
+@example(records=3, which=0, target="tile record", kind="folder")
+@example(records=2, which=1, target="recorded chunk", kind="fifo")
+@given(
+    records=st.integers(1, 12),
+    which=st.integers(0, 10**6),
+    target=st.sampled_from(OBJECTS),
+    kind=st.sampled_from(DAMAGES),
+)
+def test_damage_after_a_kill_heals_or_is_named_in_one_line(tmp_path, records, which, target, kind):
+    """Issue 53, item 8: a real job killed (SIGKILL) once ``records`` tiles are recorded,
+    then one object damaged (a recorded chunk, a tile record or job.json: a byte flipped,
+    cut, deleted, a folder, a FIFO or a link in its place), then the same command: C is
+    numpy's product, or one line names what is wrong (exit 2) and ``--overwrite`` then
+    gives numpy's product (a link: outofcore never writes through one, so it stays named);
+    nothing ever waits, and no byte outside the output changes."""
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        folder = Path(scratch)
+        reference = long_inputs(folder, 600, 400, 400)  # 50² chunks: 96 tiles at 96 KiB
+        (folder / "mine.txt").write_bytes(b"the user's")
+        command, c = matmul_command(folder), folder / "c.zarr"
+        killed(command, c, records)
+        done = tile_records(c)
+        chosen = {
+            "recorded chunk": lambda: recorded_objects(c)[which % len(recorded_objects(c))],
+            "tile record": lambda: done[which % len(done)],
+            "job.json": lambda: c / JOURNAL_DIR / "job.json",
+        }[target]()
+        damage(chosen, kind, folder / "spare")
+        before = outside(folder, c)
+
+        rerun = cli(*command, timeout=PATIENCE)
+        assert "unexpected" not in rerun.stderr, rerun.stderr
+        if rerun.returncode != 0:  # a deleted job.json: "no job journal" (nothing resumed)
+            named = () if (target, kind) == ("job.json", "deleted") else (chosen.name,)
+            line = one_line(rerun, 2, *named)
+            again = cli(*command, "--overwrite", timeout=PATIENCE)
+            if kind == "symlink":  # never written or deleted through: named again
+                one_line(again, 2, chosen.name, "link")
+                assert chosen.is_symlink(), line
+                assert outside(folder, c) == before
+                return
+            assert again.returncode == 0, (line, again.stderr)
+        got = zarr.open_array(str(c), mode="r")[...]
+        np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-3)
+        assert outside(folder, c) == before
