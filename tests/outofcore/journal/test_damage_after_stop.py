@@ -223,23 +223,33 @@ def test_a_link_where_a_tile_record_was_is_named_never_followed(plain):
 # -- a FIFO where the job document was ------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["job.json", "lease.json"])
-def test_a_fifo_where_a_journal_document_was_never_blocks(plain, name):
+@pytest.mark.parametrize(
+    ("name", "kind"), [("job.json", "fifo"), ("job.json", "folder"), ("lease.json", "fifo")]
+)
+def test_a_fifo_where_a_journal_document_was_never_blocks(plain, name, kind):
     """Issue 53: a FIFO at _outofcore/job.json: status and the rerun waited for ever. Now
-    one line names it (job.json), or the rerun goes on (the lease: not a lease)."""
+    one line names it (job.json) and --overwrite, which it advises, starts over (the FIFO
+    or the empty folder removed: they hold no one's bytes); a FIFO lease is no lease, and
+    the rerun goes on."""
     folder, a, b, options = plain
     path = folder / "c.zarr" / JOURNAL_DIR / name
     path.unlink(missing_ok=True)
-    os.mkfifo(path)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
     status = cli("status", str(folder / "c.zarr"), timeout=PATIENCE)
     rerun = cli(*command(folder, *options), timeout=PATIENCE)
     if name == "job.json":
         one_line(status, 2, str(path), "not a regular file")
-        one_line(rerun, 2, str(path), "not a regular file")
+        one_line(rerun, 2, str(path), "not a regular file", "overwrite")
+        over = cli(*command(folder, *options, "--overwrite"), timeout=PATIENCE)
+        assert over.returncode == 0, over.stderr
     else:
         assert status.returncode == 0, status.stderr
         assert rerun.returncode == 0, rerun.stderr
-        assert_product_close(zarr.open_array(str(folder / "c.zarr"))[...], a, b)
+    assert_product_close(zarr.open_array(str(folder / "c.zarr"))[...], a, b)
+    assert (folder / "c.zarr" / JOURNAL_DIR / "job.json").is_file()
 
 
 # -- metadata with non-finite or wrongly typed shapes ------------------------------------
