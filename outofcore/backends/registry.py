@@ -293,6 +293,7 @@ def job_gpu_target(
     *,
     device_memory: int | None = None,
     transposed: bool = False,
+    tiles_in_flight: int = 1,
 ) -> GpuTarget | None:
     """The GPU a job's tiles are multiplied on, as the plan sees it, or None (a CPU job).
 
@@ -301,7 +302,8 @@ def job_gpu_target(
     multiplies in ``dtype``, the product's compute dtype (a dtype the backend's kernel does
     not take, such as a wide integer product's, runs on the CPU: None), at the rates of the
     backend's table, on ``device_memory`` (None: each engine's own share, unknown here), with
-    a device scratch slice where an operand is ``transposed``.
+    a device scratch slice where an operand is ``transposed``, each GPU worker keeping
+    ``tiles_in_flight`` output tiles in flight (its threads).
     """
     if backend == AUTO:
         if not gpu_workers:
@@ -311,7 +313,12 @@ def job_gpu_target(
     if not chosen.gpu or chosen.rates is None or dtype not in chosen.rates.kernel_flops:
         return None
     return gpu_target(
-        dtype, chosen.rates, device_memory=device_memory, transposed=transposed, backend=backend
+        dtype,
+        chosen.rates,
+        device_memory=device_memory,
+        transposed=transposed,
+        backend=backend,
+        tiles_in_flight=tiles_in_flight,
     )
 
 

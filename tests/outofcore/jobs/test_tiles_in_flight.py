@@ -168,3 +168,19 @@ def test_a_bad_count_of_tiles_in_flight_is_refused_naming_the_setting(tmp_path, 
     operands(tmp_path)
     with pytest.raises(InputError, match="gpu-tiles-in-flight|GPU_TILES_IN_FLIGHT"):
         timed_job(tmp_path, "c.zarr", bad)
+
+
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_the_plan_of_a_gpu_job_knows_its_workers_tiles_in_flight(tmp_path, in_flight):
+    from outofcore.jobs.opening import open_product  # noqa: PLC0415
+    from outofcore.jobs.planning import job_workers, plan_job  # noqa: PLC0415
+    from outofcore.jobs.spec import JobSpec  # noqa: PLC0415
+
+    operands(tmp_path)
+    spec = JobSpec(backend="timed", gpus=(0,), memory="64MiB")
+    with config.set({"gpu-tiles-in-flight": in_flight}):
+        workers = job_workers(spec, None)
+        job_plan = plan_job(open_product(str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr")), spec)
+    assert (workers.threads_per_worker, workers.gpu_workers) == (in_flight, 1)
+    assert job_plan.gpu is not None and job_plan.gpu.tiles_in_flight == in_flight
+    assert job_plan.plan.task_budget_bytes == (64 << 20) // in_flight
