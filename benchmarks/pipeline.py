@@ -22,8 +22,14 @@ It writes
 * ``stages``: that table, from the serial run's tasks (seconds summed over the tiles);
 
 and says whether ``pipelined_s <= 1.15 * bound_s`` and ``pipelined_s <= 0.6 * serial_s``
-(the issue's targets).  Only the tasks' time is compared (the job's ``seconds``), not the
-cluster's start.
+(the issue's targets).  Then the same job on ``--devices`` timed devices (default 2; 1:
+none), one worker process each made as this process's device is
+(``outofcore.backends.timed.DEVICE_VARIABLE``), two tiles in flight on each:
+``devices_s`` and ``devices_speedup`` (``pipelined_s`` over it; target at least 1.8 for
+two).  Only the tasks' time is compared (the job's ``seconds``), not the cluster's start,
+and every run is on warm workers (a service's): the same job once before, untimed, in this
+process and on the devices' cluster (a fresh process's first tile pays its imports and the
+device's first touch of its pinned memory, a second or more here).
 
 Internal floor: it installs its own timed device as the process's
 (``outofcore.backends.timed.use_process_device``) before each job, so the worker thread's
@@ -44,8 +50,15 @@ from benchmarks.harness.inputs import DEFAULT_DATA, ensure_array
 from benchmarks.harness.reports import markdown_table, save_json
 from outofcore import config
 from outofcore.api import run_job
-from outofcore.backends.timed import RATES, TimedDevice, TimedModel, use_process_device
+from outofcore.backends.timed import (
+    RATES,
+    TIMED_NODE,
+    TimedDevice,
+    TimedModel,
+    use_process_device,
+)
 from outofcore.runtime.cores import usable_cores
+from outofcore.runtime.gpu_cluster import start_gpu_cluster
 
 #: The issue's targets: pipelined within 15 % of the bound, and at most 0.6 of serial.
 BOUND_RATIO = 1.15
@@ -89,8 +102,8 @@ def make_inputs(folder: Path, sizes: Sizes) -> tuple[Path, Path]:
 def run_once(
     inputs: tuple[Path, Path], out: Path, sizes: Sizes, in_flight: int
 ) -> tuple[Any, TimedDevice]:
-    """The job on a fresh timed device with ``in_flight`` tiles in flight: its result and
-    the device (its ledger)."""
+    """The job on a fresh timed device (its worker a thread of this process) with
+    ``in_flight`` tiles in flight: its result and the device (its ledger)."""
     device = TimedDevice(sizes.model(), arithmetic=False)
     previous = use_process_device(device)
     try:
@@ -103,6 +116,37 @@ def run_once(
     finally:
         use_process_device(previous)
     return result, device
+
+
+def run_on_devices(inputs: tuple[Path, Path], out: Path, sizes: Sizes, devices: int) -> Any:
+    """The job on ``devices`` timed devices, one warm worker process each with two tiles
+    in flight (the job run once before, untimed); the timed run's result."""
+    previous = use_process_device(TimedDevice(sizes.model(), arithmetic=False))
+    try:  # each worker's device is made as this process's is (the node's worker_env)
+        cluster = start_gpu_cluster(
+            tuple(range(devices)), 2 << 30, TIMED_NODE, dashboard=False, tiles_in_flight=2
+        )
+    finally:
+        use_process_device(previous)
+    from distributed import Client  # noqa: PLC0415
+
+    with cluster, Client(cluster, set_as_default=False) as client:
+        results = [
+            run_job(
+                str(inputs[0]),
+                str(inputs[1]),
+                str(out.with_suffix(f".{run}.zarr")),
+                client=client,
+                backend="timed",
+                tile=(sizes.tile, sizes.tile),
+                tk=sizes.tk,
+                memory="1GiB",
+                progress=False,
+                overwrite=True,
+            )  # fmt: skip
+            for run in ("warm", "timed")
+        ]
+    return results[-1]
 
 
 def stages(result: Any, sizes: Sizes) -> dict[str, float]:
@@ -121,17 +165,25 @@ def stages(result: Any, sizes: Sizes) -> dict[str, float]:
             "last_write": write / len(tiles)}  # fmt: skip
 
 
-def run(folder: Path, sizes: Sizes) -> dict[str, Any]:
-    """Both runs, the bound and the verdicts."""
+def run(folder: Path, sizes: Sizes, devices: int = 2) -> dict[str, Any]:
+    """Both runs on one device, the bound and the verdicts; then ``devices`` devices."""
     inputs = make_inputs(folder, sizes)
     with tempfile.TemporaryDirectory(dir=folder, prefix="pipeline-out-") as out:
+        run_once(inputs, Path(out) / "warm.zarr", sizes, 2)  # this process's first touches
         serial, serial_device = run_once(inputs, Path(out) / "serial.zarr", sizes, 1)
         pipelined, device = run_once(inputs, Path(out) / "pipelined.zarr", sizes, 2)
+        several = None
+        if devices > 1:
+            several = run_on_devices(inputs, Path(out) / "devices", sizes, devices)
     table = stages(serial, sizes)
     slowest = max(("kernel", "pcie", "decode", "write"), key=table.__getitem__)
     bound = table[slowest] + table["fill"] + table["last_write"]
     serial_s, pipelined_s = serial.summary["seconds"], pipelined.summary["seconds"]
+    devices_s = several.summary["seconds"] if several is not None else None
     return {
+        "devices": devices,
+        "devices_s": devices_s,
+        "devices_speedup": pipelined_s / devices_s if devices_s else None,
         "sizes": asdict(sizes),
         "tiles": serial.summary["tiles"],
         "cores": usable_cores(),
@@ -162,6 +214,11 @@ def format_report(report: dict[str, Any]) -> str:
         f"{report['pipelined_over_bound']:.2f} (target <= {BOUND_RATIO}), pipelined/serial "
         f"{report['pipelined_over_serial']:.2f} (target <= {SERIAL_RATIO})"
     )
+    if report["devices_s"] is not None:
+        lines.append(
+            f"{report['devices']} devices {report['devices_s']:.2f} s: "
+            f"{report['devices_speedup']:.2f}x one device's throughput"
+        )
     return "\n".join(lines)
 
 
@@ -174,13 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tk", type=int, default=512, help="panel depth")
     parser.add_argument("--tile-seconds", type=float, default=0.1, help="kernel = write a tile")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="inputs, cached")
+    parser.add_argument("--devices", type=int, default=2, help="timed devices after (1: none)")
     parser.add_argument("--json", help="write the report to this file")
     args = parser.parse_args(argv)
     sizes = Sizes(args.size, args.k, args.chunk, args.tile, args.tk, args.tile_seconds)
     started = time.perf_counter()
     folder = args.data_dir / "pipeline"
     folder.mkdir(parents=True, exist_ok=True)
-    report = run(folder, sizes)
+    report = run(folder, sizes, args.devices)
     print(format_report(report))
     print(f"({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     if args.json:

@@ -11,7 +11,8 @@ writing and recording stay real.  Imports no GPU library.
 * :class:`TimedEngine`: the engine, on a device of its own or the process's
   (:func:`process_device`, which :func:`use_process_device` replaces: a benchmark's model).
 * :data:`TIMED_NODE`: the timed device's GPU workers (one timed device per worker
-  process; a single one's worker a thread of the job's process).
+  process, made as the job's process's is: :data:`DEVICE_VARIABLE`; a single one's
+  worker a thread of the job's process).
 * :data:`RATES`: the backend's rates table for the planner; :data:`CAPABILITIES`.
 * The registry's ``"timed"`` backend (:mod:`outofcore.backends.registry`) makes
   :class:`TimedEngine` with no arguments.
@@ -20,6 +21,8 @@ writing and recording stay real.  Imports no GPU library.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,10 +32,12 @@ from outofcore.backends.device.engine import DeviceEngine
 from outofcore.backends.device.share import DEVICE_FRACTION
 from outofcore.backends.protocol import EngineCapabilities
 from outofcore.backends.timed.device import Ledger, TimedDevice, TimedModel
+from outofcore.errors import InputError
 from outofcore.planner.gpu_rates import DeviceRates
 
 __all__ = [
     "CAPABILITIES",
+    "DEVICE_VARIABLE",
     "NAME",
     "RATES",
     "SUMMARY",
@@ -60,18 +65,52 @@ RATES: DeviceRates = dataclasses.replace(
     source=f"timed device, modelled on {cuda_rates.OUR_KERNEL.source}",
 )
 
+#: The environment variable a timed GPU worker process makes its device from: the job's
+#: process's device (:func:`describe`), so that N workers are N devices of one model.
+DEVICE_VARIABLE = "OUTOFCORE_TIMED_DEVICE"
+
 _lock = threading.Lock()
 _process_device: TimedDevice | None = None
 
 
 def process_device() -> TimedDevice:
-    """The process's timed device (made on first use, with :data:`RATES` and arithmetic):
-    the one the registry's engines share, as task threads share a process's GPU."""
+    """The process's timed device, made on first use: as :data:`DEVICE_VARIABLE` describes
+    it (a timed GPU worker's), else with :data:`RATES` and arithmetic; the one the
+    registry's engines share, as task threads share a process's GPU."""
     global _process_device
     with _lock:
         if _process_device is None:
-            _process_device = TimedDevice(TimedModel.from_rates(RATES))
+            described = os.environ.get(DEVICE_VARIABLE)
+            _process_device = (
+                from_description(described)
+                if described
+                else TimedDevice(TimedModel.from_rates(RATES))
+            )
         return _process_device
+
+
+def describe(device: TimedDevice) -> str:
+    """``device``'s model and arithmetic as one line of JSON (:func:`from_description`)."""
+    model = dataclasses.asdict(device.model)
+    model["blocks"] = {str(size): list(block) for size, block in device.model.blocks.items()}
+    return json.dumps({"model": model, "arithmetic": device.arithmetic})
+
+
+def from_description(text: str) -> TimedDevice:
+    """A new timed device as :func:`describe` wrote it.
+
+    Raises
+    ------
+    InputError
+        Naming :data:`DEVICE_VARIABLE`, where ``text`` describes no timed device.
+    """
+    try:
+        described = json.loads(text)
+        model = dict(described["model"])
+        model["blocks"] = {int(size): tuple(block) for size, block in model["blocks"].items()}
+        return TimedDevice(TimedModel(**model), arithmetic=bool(described["arithmetic"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{DEVICE_VARIABLE}: not a timed device's description ({exc})") from None
 
 
 def use_process_device(device: TimedDevice | None) -> TimedDevice | None:
@@ -87,11 +126,12 @@ def use_process_device(device: TimedDevice | None) -> TimedDevice | None:
 @dataclasses.dataclass(frozen=True)
 class TimedNode:
     """The timed device's GPU workers (:class:`outofcore.runtime.gpu_cluster.GpuNode`):
-    each worker process has its own timed device, a worker thread of the job's process
-    the process's (the in-process single-GPU worker); nothing to select, nothing to check."""
+    each worker process has its own timed device, made as the job's process's is
+    (:data:`DEVICE_VARIABLE`), a worker thread of the job's process the process's (the
+    in-process single-GPU worker); nothing to select, nothing to check."""
 
     def worker_env(self, gpus: Sequence[int], position: int) -> Mapping[str, str]:
-        return {}
+        return {DEVICE_VARIABLE: describe(process_device())}
 
     def numbers_devices_as_listed(self) -> bool:
         return True
