@@ -266,3 +266,61 @@ def test_the_device_engine_and_the_timed_device_import_no_gpu_library():
                 assert not name.startswith(("numba", "cuda.", "cupy")), (path.name, name)
                 if name.startswith("outofcore.backends.cuda"):
                     assert name in {"outofcore.backends.cuda.rates"}, (path.name, name)
+
+
+def test_a_modelled_write_waits_its_time_one_at_a_time_and_is_in_the_ledger():
+    """The timed device's disk (issue 52): a finished tile's write waits bytes / write_bps
+    on the writing thread, writes of two threads one after the other, each in the ledger."""
+    import threading  # noqa: PLC0415
+
+    device = TimedDevice(dataclasses.replace(SLOW, write_bps=1e6))
+    engine = TimedEngine(device)
+    started = time.perf_counter()
+    writers = [threading.Thread(target=engine.wrote, args=(20_000,)) for _ in range(2)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert time.perf_counter() - started >= 0.04  # 20 ms each, one at a time
+    writes = [w for w in device.ledger.work() if w.kind == "write"]
+    assert [(w.engine, w.stream, w.amount) for w in writes] == [("write", 0, 20_000)] * 2
+    assert writes[1].start == pytest.approx(writes[0].end)
+    assert device.ledger.by_engine()["write"] == pytest.approx(0.04)
+    TimedEngine(TimedDevice(SLOW)).wrote(1 << 30)  # no modelled disk: no wait
+    with pytest.raises(InputError, match="write rate"):
+        dataclasses.replace(SLOW, write_bps=0.0)
+
+
+def test_engines_on_one_device_take_a_share_for_the_tiles_in_flight_before_they_all_exist():
+    """A worker of two tiles in flight: its first engine plans with half the device, not
+    the whole, though the second is not made yet (issue 52)."""
+    device = TimedDevice(dataclasses.replace(SLOW, memory_bytes=1 << 30))
+    engine = TimedEngine(device, fraction=1.0)
+    assert engine.budget_bytes == 1 << 30
+    engine.configure(tiles_in_flight=2)
+    assert engine.budget_bytes == 1 << 29
+    second = TimedEngine(device, fraction=1.0)
+    assert engine.budget_bytes == second.budget_bytes == 1 << 29
+    with pytest.raises(InputError, match="tiles_in_flight"):
+        engine.configure(tiles_in_flight=0)
+
+
+def test_a_timed_worker_makes_its_device_as_the_jobs_process_describes_it(monkeypatch):
+    """A timed GPU worker process makes its device from the job's process's description
+    (the node's worker environment), model and arithmetic alike; a bad one is refused."""
+    from outofcore.backends import timed  # noqa: PLC0415
+
+    made = TimedDevice(dataclasses.replace(SLOW, write_bps=5e6), arithmetic=False)
+    previous = timed.use_process_device(made)
+    try:
+        env = timed.TIMED_NODE.worker_env((0, 1), 1)
+        timed.use_process_device(None)
+        monkeypatch.setenv(timed.DEVICE_VARIABLE, env[timed.DEVICE_VARIABLE])
+        again = timed.process_device()
+        assert again is not made and again.model == made.model and not again.arithmetic
+        timed.use_process_device(None)
+        monkeypatch.setenv(timed.DEVICE_VARIABLE, "{}")
+        with pytest.raises(InputError, match=timed.DEVICE_VARIABLE):
+            timed.process_device()
+    finally:
+        timed.use_process_device(previous)
