@@ -8,10 +8,18 @@ events, ``cuda.pinned_array`` and ``cuda.device_array``, ``copy_to_device`` /
 our tiled kernel (backend ``"cuda"``) or cuBLAS through CuPy (``"cupy"``).  It runs on a
 GPU and on numba's CUDA simulator alike (whose events time nothing: their elapsed time
 is -1).
+
+numba's simulator runs a kernel's blocks as threads that see the kernel's module with
+``cuda`` swapped for the simulator's fake while the launch runs; two launches from two
+host threads at once (two tiles in flight on one device) undo each other's swap, so on
+the simulator launches take :data:`SIMULATOR_LAUNCH` one at a time (on a GPU they are
+queued on their streams and run as the streams allow).
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Any
 
 import numpy as np
@@ -25,7 +33,15 @@ from outofcore.backends.cuda.kernels import PRODUCTION, TileParams, launch
 from outofcore.backends.cuda.probe import import_cupy
 from outofcore.backends.cuda.transpose import launch_transpose
 
-__all__ = ["NumbaRuntime"]
+__all__ = ["SIMULATOR_LAUNCH", "NumbaRuntime"]
+
+#: Held by every kernel launch on numba's simulator (see the module docstring).
+SIMULATOR_LAUNCH = threading.Lock()
+
+
+def _launching() -> contextlib.AbstractContextManager[Any]:
+    """One launch at a time on the simulator; no lock on a GPU."""
+    return SIMULATOR_LAUNCH if cuda_config.ENABLE_CUDASIM else contextlib.nullcontext()
 
 
 class NumbaRuntime:
@@ -74,7 +90,8 @@ class NumbaRuntime:
         src.copy_to_host(dst, stream=stream)
 
     def transpose(self, src: Any, dst: Any, stream: Any) -> None:
-        launch_transpose(src, dst, stream=stream)
+        with _launching():
+            launch_transpose(src, dst, stream=stream)
 
     def params(self, dtype: np.dtype) -> TileParams:
         """The kernel's tile parameters for ``dtype``."""
@@ -86,7 +103,8 @@ class NumbaRuntime:
 
     def gemm(self, a: Any, b: Any, c: Any, accumulate: bool, stream: Any) -> None:
         if self._cupy is None:
-            launch(a, b, c, accumulate, stream=stream, params=self.params(c.dtype))
+            with _launching():
+                launch(a, b, c, accumulate, stream=stream, params=self.params(c.dtype))
             return
         cp = self._cupy
         with cp.cuda.ExternalStream(int(stream)):
