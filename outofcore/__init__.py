@@ -20,14 +20,11 @@ The heavy modules (Dask, zarr, BLAS) load on first use of ``matmul`` or
 ``verify``, so ``import outofcore.planner.plan`` and ``outofcore.errors`` stay light.
 """
 
-from __future__ import annotations
-
-from typing import Any
-
 __version__ = "0.1.0"  # the package's version: pyproject.toml reads it from here
 __all__ = [
     "JobSpec",
     "OutputLayoutWarning",
+    "PlanReport",
     "gram",
     "job_status",
     "matmul",
@@ -39,18 +36,23 @@ __all__ = [
 ]
 
 
+#: The documented modules of the package, beside the names above.
+_MODULES = ("api", "config", "errors", "generate", "xarray")
+
+
 def __dir__() -> list[str]:
-    """The public names (loaded on first use) beside the module's own."""
-    return sorted({*globals(), *__all__})
+    """The public names (loaded on first use) and the documented modules: nothing
+    imported for the package's own use."""
+    return sorted({*__all__, *_MODULES})
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "matmul":
         from outofcore.api import matmul
 
         return matmul
     if name == "plan":
-        from outofcore.jobs.preview import plan
+        from outofcore.frontends.plan_report import plan
 
         return plan
     if name == "gram":
@@ -77,8 +79,16 @@ def __getattr__(name: str) -> Any:
         from outofcore.frontends.generate import random_array
 
         return random_array
+    if name == "PlanReport":
+        from outofcore.frontends.plan_report import PlanReport
+
+        return PlanReport
     if name == "OutputLayoutWarning":
         from outofcore.jobs.planning import OutputLayoutWarning
 
         return OutputLayoutWarning
+    if name in _MODULES:
+        import importlib
+
+        return importlib.import_module(f"outofcore.{name}")
     raise AttributeError(f"module 'outofcore' has no attribute {name!r}")

@@ -302,12 +302,42 @@ def _as_number(raw: Any) -> float | int | None:
 
 
 def _refuse(name: str, raw: Any, why: str, joined: str = ": ", label: str | None = None) -> Any:
-    """Raise the :class:`InputError` of setting ``name`` set to ``raw``: the variable, the
-    value (shortened) and ``why``, and the setting's name in dask's configuration; or
-    ``label = value`` where the value came as ``label`` (an API keyword)."""
+    """Raise the :class:`InputError` of setting ``name`` set to ``raw``: where the value
+    came from (:func:`source`), the value (shortened) and ``why``; or ``label = value``
+    where the value came as ``label`` (an API keyword)."""
     if label is not None:
         raise InputError(f"{label} = {_shown(raw)}{joined}{why}")
-    raise InputError(f"{env_name(name)}={_shown(raw)}{joined}{why} (setting {NAMESPACE}.{name})")
+    where = source(name, raw)
+    if where.startswith("dask.config"):
+        raise InputError(f"{where}={_shown(raw)}{joined}{why}")
+    raise InputError(f"{where}={_shown(raw)}{joined}{why} (setting {NAMESPACE}.{name})")
+
+
+def dask_env_name(name: str) -> str:
+    """Dask's environment variable of setting ``name``, e.g.
+    ``DASK_OUTOFCORE__READ_RETRIES``."""
+    return f"DASK_{NAMESPACE.upper()}__" + name.replace("-", "_").upper()
+
+
+def source(name: str, raw: Any) -> str:
+    """Where setting ``name``'s value ``raw`` came from, as a message names it: Dask's
+    variable (``DASK_OUTOFCORE__READ_RETRIES``) or its alias (``OUTOFCORE_READ_RETRIES``)
+    where one is set to it, else Dask's configuration (``dask.config's
+    outofcore.read-retries``: ``dask.config.set``, :func:`set`, or a YAML file)."""
+    dask_variable = dask_env_name(name)
+    if dask_variable in os.environ:
+        from_env = dask.config.collect_env({dask_variable: os.environ[dask_variable]})
+        if _same(dask.config.get(f"{NAMESPACE}.{name}", None, config=from_env), raw):
+            return dask_variable
+    alias = env_name(name)
+    if alias in os.environ and _same(os.environ[alias], raw):
+        return alias
+    return f"dask.config's {NAMESPACE}.{name}"
+
+
+def _same(first: Any, second: Any) -> bool:
+    """Whether two settings' values are one (NaN included: it is never equal to itself)."""
+    return first is second or repr(first) == repr(second)
 
 
 _SIZE = re.compile(r"^\s*[0-9]*\.?[0-9]+(?:e[0-9]+)?\s*[a-z]*\s*$", re.IGNORECASE)

@@ -33,10 +33,19 @@ class JobFailedError(OutOfCoreError):
 
 
 class InputError(OutOfCoreError, ValueError):
-    """An input or output array is missing, malformed or incompatible."""
+    """An input or output array is missing, malformed or incompatible, or an option's
+    value is not one the call takes: a ``ValueError``, as numpy raises for a bad value."""
 
 
-class OptionError(InputError, TypeError):
+class InputTypeError(InputError, TypeError):
+    """An argument of a type the call does not take: an option's value of the wrong type
+    (a str for ``workers``, a number for ``backend``, a str for a flag), a dtype numpy does
+    not know, an array of a dtype no product takes (strings, objects, datetimes).  A
+    ``TypeError`` where numpy raises one (``np.dtype("nope")``, ``np.matmul`` of strings),
+    and an :class:`InputError` (exit status 2), refused before any work."""
+
+
+class OptionError(InputTypeError):
     """A keyword that is no option of the call: a ``TypeError``, as Python's for an
     unexpected keyword argument (and an :class:`InputError`, refused before any work)."""
 
@@ -45,8 +54,9 @@ class BudgetError(OutOfCoreError, ValueError):
     """The memory budget cannot hold even the smallest tile the chunking allows."""
 
 
-class BackendError(OutOfCoreError, RuntimeError):
-    """The requested compute backend is unknown or not usable here."""
+class BackendError(OutOfCoreError, ValueError, RuntimeError):
+    """The requested compute backend is unknown or not usable here: a ``ValueError``, as
+    numpy's for an option's bad value (and a ``RuntimeError``, as it was)."""
 
 
 class ClusterError(OutOfCoreError, RuntimeError):

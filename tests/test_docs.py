@@ -110,18 +110,18 @@ def test_the_readme_in_order_is_what_a_reader_meets():
 
 
 def test_a_signature_that_differs_from_the_code_fails():
-    check_signatures("outofcore.verify(a, b, c, rounds=2, seed=None, *, transpose_a=False,\n"
+    check_signatures("outofcore.verify(a, b, c, *, rounds=2, seed=None, transpose_a=False,\n"
                      "    transpose_b=False, alpha=1.0, beta=0.0, addend=None,\n"
                      "    storage_options=None, client=None) -> VerifyReport")  # fmt: skip
     for wrong, why in (
-        ("outofcore.verify(a, b, c, rounds=3, seed=None, **options)", "rounds"),
-        ("outofcore.matmul(a, b, out, spec=None, *, client=None)", "leaves out"),
-        ("outofcore.matmul(a, b, out, spec=None, *, client=None, speed=1, **options)", "speed"),
+        ("outofcore.verify(a, b, c, *, rounds=3, seed=None, **options)", "rounds"),
+        ("outofcore.matmul(a, b, out, *, spec=None, client=None)", "leaves out"),
+        ("outofcore.matmul(a, b, out, *, spec=None, client=None, speed=1, **options)", "speed"),
         ("outofcore.nothing(a)", "nothing importable"),
     ):
         with pytest.raises(AssertionError, match=why):
             check_signatures(wrong)
-    check_signatures("outofcore.matmul(a, b, out, spec=None, *, client=None, **options)")
+    check_signatures("outofcore.matmul(a, b, out, *, spec=None, client=None, **options)")
 
 
 def test_an_install_naming_an_extra_there_is_not_fails():

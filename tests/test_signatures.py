@@ -102,7 +102,7 @@ def test_plan_from_python_is_the_plan_the_command_prints(tmp_path, capsys):
     command = ["plan", a, b, "--memory", "1MiB", "--scheduler", "sync"]
     assert main([*command, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    summary = job_plan.summary()
+    summary = job_plan.summary  # what the command prints (a dict, not a method)
     for key in ("tile", "tk", "tiles", "task_bytes", "bytes_read"):
         assert printed[key] == summary[key], key
     assert len(job_plan.plan.tasks) == printed["tiles"] > 1

@@ -6,6 +6,7 @@
 - ``cli_suggestions``: the parser's manners: the command's usage and "did you mean" on a
   mistake, no abbreviations, each command's description and examples; ``cli_examples``:
   those examples (they run as written: tests/outofcore/frontends/test_cli_examples.py).
+- ``plan_report``: ``outofcore.plan``, a job's plan not run, that prints as ``outofcore plan``.
 - ``dask_products``: the matrix product at the top of a dask array's graph, as operands.
 - ``dask_store``: ``outofcore.to_zarr``, a dask array stored, its product by a job.
 - ``xarray_dot``: the machinery of ``outofcore.xarray.dot`` (alignment, windows, output).

@@ -45,8 +45,8 @@ logger = logging.getLogger("outofcore")
 def to_zarr(
     x: Any,
     url: Any,
-    spec: JobSpec | None = None,
     *,
+    spec: JobSpec | None = None,
     client: Any = None,
     compute: bool = True,
     **options: Any,
@@ -118,7 +118,7 @@ def to_zarr(
     a_steps, b_steps = steps_by_path(found.a_steps), steps_by_path(found.b_steps)
     a = Operand(by_path(found.a), steps=a_steps, window=found.a_window)  # flags: the spec's
     b = Operand(by_path(found.b), steps=b_steps, window=found.b_window)
-    out = matmul(a, b, url, spec, client=client)
+    out = matmul(a, b, url, spec=spec, client=client)
     if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
         raise RuntimeError(f"the product {out.shape} is not x's {x.shape}")
     return out
@@ -137,9 +137,9 @@ def _later(x: Any, url: Any, spec: JobSpec | None, client: Any, options: dict) -
 
             get_worker()
         except (ImportError, ValueError):  # not in a Dask worker's task
-            return to_zarr(x, url, spec, client=client, **options)
+            return to_zarr(x, url, spec=spec, client=client, **options)
         with worker_client() as here:
-            return to_zarr(x, url, spec, client=client or here, **options)
+            return to_zarr(x, url, spec=spec, client=client or here, **options)
 
     return dask.delayed(store, pure=False)()
 

@@ -29,6 +29,7 @@ def random_array(
     shape: tuple[int, ...],
     chunks: tuple[int, ...],
     dtype: str = "float32",
+    *,
     seed: int = 0,
     overwrite: bool = False,
     threads: int | None = None,

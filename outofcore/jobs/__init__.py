@@ -6,7 +6,7 @@
   the output's location, the journal resumed or not).
 - ``placement``: where a job runs (client, GPUs, budget), and whether it serves a dashboard.
 - ``planning``: the plan, for the job's workers, and what it predicts.
-- ``preview``: a job's plan without running it (``outofcore.plan``, ``outofcore plan``).
+- ``preview``: a job's plan without running it (behind ``outofcore.plan`` and ``outofcore plan``).
 - ``run`` and ``tasks``: the lease, the executor, the tiles.
 - ``recorded``: the recorded-task protocol (tile, split part, reduction).
 - ``splitk``: parts over k and their reduction.

@@ -38,8 +38,8 @@ def matmul(
     a: arrays.ArrayLike,
     b: arrays.ArrayLike,
     out: arrays.ArrayLike,
-    spec: JobSpec | None = None,
     *,
+    spec: JobSpec | None = None,
     client: Any = None,
     **options: Any,
 ) -> zarr.Array:
@@ -90,15 +90,15 @@ def matmul(
     >>> c = outofcore.matmul("a.zarr", "b.zarr", "c.zarr", memory="512MiB")  # doctest: +SKIP
     >>> gram = outofcore.matmul("x.zarr", "x.zarr", "g.zarr", transpose_a=True)  # doctest: +SKIP
     """
-    return run_job(a, b, out, spec, client=client, **options).output
+    return run_job(a, b, out, spec=spec, client=client, **options).output
 
 
 @with_job_options(excluding=("transpose_a", "transpose_b", "addend", "beta"))
 def gram(
     x: arrays.ArrayLike,
     out: arrays.ArrayLike,
-    spec: JobSpec | None = None,
     *,
+    spec: JobSpec | None = None,
     rows: bool = False,
     client: Any = None,
     **options: Any,
@@ -126,7 +126,7 @@ def gram(
         spec = replace(spec, **product)
     else:
         options.update(product)
-    return run_job(x, x, out, spec, client=client, **options).output
+    return run_job(x, x, out, spec=spec, client=client, **options).output
 
 
 @with_job_options()
@@ -134,8 +134,8 @@ def run_job(
     a: arrays.ArrayLike,
     b: arrays.ArrayLike,
     out: arrays.ArrayLike,
-    spec: JobSpec | None = None,
     *,
+    spec: JobSpec | None = None,
     client: Any = None,
     **options: Any,
 ) -> JobResult:

@@ -1,6 +1,7 @@
-"""A job's plan without running it: what ``outofcore.plan`` returns and ``outofcore plan``
-prints, made as :func:`outofcore.jobs.entry.run_job` would make it (the job's spec,
-budget, backend, workers and planning function), with what it is predicted to take."""
+"""A job's plan without running it: what ``outofcore.plan`` returns
+(:mod:`outofcore.frontends.plan_report`) and ``outofcore plan`` prints, made as
+:func:`outofcore.jobs.entry.run_job` would make it (the job's spec, budget, backend,
+workers and planning function), with what it is predicted to take."""
 
 from __future__ import annotations
 
@@ -11,37 +12,12 @@ from outofcore.backends.registry import resolve_backend
 from outofcore.jobs.inputs import open_product
 from outofcore.jobs.placement import with_budget
 from outofcore.jobs.planning import JobPlan, job_workers, plan_job, with_predictions
-from outofcore.jobs.spec import JobSpec, with_job_options
+from outofcore.jobs.spec import JobSpec
 from outofcore.operands import arrays
 from outofcore.operands.product import Product
 from outofcore.runtime.addresses import resolve_client
 from outofcore.runtime.cluster import is_local
 from outofcore.runtime.tls import client_security
-
-
-@with_job_options()
-def plan(
-    a: arrays.ArrayLike,
-    b: arrays.ArrayLike,
-    spec: JobSpec | None = None,
-    *,
-    client: Any = None,
-    reprobe: bool = False,
-    **options: Any,
-) -> JobPlan | None:
-    """The plan ``outofcore.matmul(a, b, out, ...)`` would run, with its predictions.
-
-    Nothing is written and no cluster starts: the job's workers are those it would get
-    (a scheduler elsewhere, ``client``, is asked for its own).  ``reprobe`` measures this
-    machine again for the predicted time instead of using its cached figures.
-
-    Returns
-    -------
-    JobPlan or None
-        The plan (``.plan``, and ``.summary()`` as ``outofcore plan --json`` prints it);
-        None for an empty product (a dimension of 0: no tile).
-    """
-    return plan_product(a, b, spec, options, client, reprobe)[1]
 
 
 def plan_product(
@@ -52,8 +28,11 @@ def plan_product(
     client: Any,
     reprobe: bool = False,
 ) -> tuple[Product, JobPlan | None]:
-    """The product of ``a`` and ``b`` and its plan (None when the product is empty), as
-    :func:`plan` says."""
+    """The product of ``a`` and ``b`` and its plan (None when the product is empty): the
+    plan ``outofcore.matmul(a, b, out, ...)`` would run, with its predictions.  Nothing is
+    written and no cluster starts: the job's workers are those it would get (a scheduler
+    elsewhere, ``client``, is asked for its own); ``reprobe`` measures this machine again
+    for the predicted time instead of using its cached figures."""
     client = resolve_client(client)
     if client and not is_local(client):
         client_security(client)  # the job's refusals (certificates, addresses)

@@ -8,7 +8,9 @@ opened, so a bad option fails at once with the value named.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import numbers
 import operator
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
@@ -18,7 +20,7 @@ import numpy as np
 
 from outofcore.backends.registry import check_backend, is_gpu
 from outofcore.config import parse_size
-from outofcore.errors import InputError, OptionError
+from outofcore.errors import InputError, InputTypeError, OptionError
 from outofcore.journal.lease import lease_timeout
 from outofcore.operands.arrays import ZARR_FORMATS
 from outofcore.operands.dtypes import check_flag, parse_dtype
@@ -150,6 +152,7 @@ class JobSpec:
     storage_options: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        _check_types(self)
         device, out_dtype, dashboard = self.device_memory, self.out_dtype, self.dashboard
         parsed = {
             "transpose_a": check_flag(self.transpose_a, "transpose_a"),
@@ -215,7 +218,15 @@ def with_job_options(*, excluding: tuple[str, ...] = ()) -> Callable[[F], F]:
     them, keyword-only, with :class:`JobSpec`'s defaults (its fields: one definition),
     less ``excluding``: what ``help()``, ``inspect.signature`` and completion show.
     What it accepts is unchanged (:meth:`JobSpec.of` refuses an unknown one, a
-    ``TypeError``)."""
+    ``TypeError``).
+
+    The function's own parameters after its operands and output (``spec``, ``client``,
+    ...) are keyword-only too, as numpy's and dask's options are: one more positional
+    argument is Python's ``TypeError`` naming the call (``matmul() takes 3 positional
+    arguments but 4 were given``).  For now a :class:`JobSpec` in that place is still
+    taken as ``spec=``: the command line (``outofcore/cli.py``) and ``outofcore.xarray.dot``
+    pass theirs so, until their next change passes ``spec=``; anything else there is
+    refused."""
 
     def decorate(func: F) -> F:
         signature = inspect.signature(func)
@@ -231,10 +242,53 @@ def with_job_options(*, excluding: tuple[str, ...] = ()) -> Callable[[F], F]:
             for f in fields(JobSpec)
             if f.name not in taken
         ]
-        func.__signature__ = signature.replace(parameters=[*kept, *options])  # type: ignore[attr-defined]
-        return func
+        positional = sum(p.kind is p.POSITIONAL_OR_KEYWORD for p in kept)
+
+        @functools.wraps(func)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            spec = args[-1] if len(args) == positional + 1 else None
+            if isinstance(spec, JobSpec) and "spec" not in kwargs:  # the transition above
+                *args, kwargs["spec"] = args
+            return func(*args, **kwargs)
+
+        call.__signature__ = signature.replace(parameters=[*kept, *options])  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
 
     return decorate
+
+
+def _check_types(spec: JobSpec) -> None:
+    """Refuse an option of the wrong type as numpy does, a ``TypeError``
+    (:class:`~outofcore.errors.InputTypeError`), before its value is checked (a bad value
+    of the right type is a ``ValueError``: :class:`~outofcore.errors.InputError`)."""
+    wrong = [
+        (name, need)
+        for name, need, fits in (
+            ("backend", "a str", lambda v: isinstance(v, str)),
+            ("output_codec", "a str", lambda v: isinstance(v, str)),
+            ("memory", "bytes (an int) or text such as '512MiB'", _is_size),
+            ("device_memory", "bytes (an int) or text such as '512MiB'", _is_size),
+            ("alpha", "a number", _is_number),
+            ("beta", "a number", _is_number),
+        )
+        if (value := getattr(spec, name)) is not None and not fits(value)
+    ]
+    if wrong:
+        name, need = wrong[0]
+        value = getattr(spec, name)
+        raise InputTypeError(f"{name} = {value!r}: need {need}, not a {type(value).__name__}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Number) and not isinstance(value, bool | np.bool_)
+
+
+def _is_size(value: Any) -> bool:
+    return _is_int(value) or isinstance(value, str | float | np.floating)
 
 
 def _names(value: Any) -> tuple[str | None, ...] | None:
@@ -242,9 +296,9 @@ def _names(value: Any) -> tuple[str | None, ...] | None:
     if value is None:
         return None
     if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise InputError(f"dimension_names = {value!r}: need a list of names (str or None)")
+        raise InputTypeError(f"dimension_names = {value!r}: need a list of names (str or None)")
     if any(name is not None and not isinstance(name, str) for name in value):
-        raise InputError(f"dimension_names = {value!r}: each must be a str or None")
+        raise InputTypeError(f"dimension_names = {value!r}: each must be a str or None")
     return tuple(value)
 
 
@@ -310,13 +364,17 @@ def _check_shards_hold_chunks(
 
 
 def _positive(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not _is_int(value):
+        raise InputTypeError(f"{name} = {value!r}: need a whole number >= 1, an int")
+    if value < 1:
         raise InputError(f"{name} = {value!r}: need a whole number >= 1")
-    return value
+    return int(value)
 
 
 def _zarr_format(value: Any) -> int:
-    if isinstance(value, bool) or value not in ZARR_FORMATS:
+    if not _is_int(value):
+        raise InputTypeError(f"zarr_format = {value!r}: choose 2 or 3, an int")
+    if value not in ZARR_FORMATS:
         raise InputError(f"zarr_format = {value!r}: choose 2 or 3")
     return int(value)
 
@@ -331,5 +389,5 @@ def _positive_pair(value: Any) -> tuple[int, int]:
     try:
         first, second = value
     except (TypeError, ValueError):
-        raise InputError(f"tile = {value!r}: need two whole numbers (rows, columns)") from None
+        raise InputTypeError(f"tile = {value!r}: need two whole numbers (rows, columns)") from None
     return _positive(first, "tile rows"), _positive(second, "tile columns")

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from outofcore.errors import InputError
+from outofcore.errors import InputError, InputTypeError
 from outofcore.operands.scales import SCALE_RANGE, check_scale
 
 #: Dtypes BLAS and the GPU kernels accumulate in.
@@ -129,7 +129,7 @@ def check_input_dtype(
         dtype = dtype.newbyteorder("=")
     if dtype in allowed:
         return dtype
-    raise InputError(
+    raise InputTypeError(  # numpy's matmul of strings, objects, datetimes: a TypeError
         f"{what} has dtype {dtype}; outofcore multiplies numpy's bool, integer, float and "
         f"complex dtypes ({_names(allowed)}), not {dtype}. Convert it first: write it as "
         "float64 (in numpy, x.astype('float64')) to a new zarr array"
@@ -202,17 +202,18 @@ def _check_bool_product(dtypes: dict[str, np.dtype], alpha: Any, beta: Any) -> N
 
 
 def parse_dtype(value: Any, name: str) -> np.dtype:
-    """``value`` as a numpy dtype, or InputError naming ``name`` and the value."""
+    """``value`` as a numpy dtype, or InputTypeError (a ``TypeError``, as numpy's) naming
+    ``name`` and the value."""
     try:
         return np.dtype(value)
     except TypeError:
-        raise InputError(f"{name} = {value!r} is not a dtype") from None
+        raise InputTypeError(f"{name} = {value!r} is not a dtype") from None
 
 
 def check_flag(value: Any, name: str) -> bool:
-    """``value`` as a bool if it is one (numpy's too), else InputError naming it."""
+    """``value`` as a bool if it is one (numpy's too), else InputTypeError naming it."""
     if not isinstance(value, bool | np.bool_):
-        raise InputError(f"{name} = {value!r}: need True or False")
+        raise InputTypeError(f"{name} = {value!r}: need True or False")
     return bool(value)
 
 

@@ -276,12 +276,12 @@ def test_settings_come_from_the_environment_and_bad_ones_are_named(outofcore_set
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["(7,", "0.2)", "2.5"]
     outofcore_settings(lease_timeout="soon")
-    with pytest.raises(InputError, match=r"OUTOFCORE_LEASE_TIMEOUT='soon' is not a number"):
+    with pytest.raises(InputError, match=r"outofcore.lease-timeout='soon' is not a number"):
         lease_timeout()
     outofcore_settings(lease_timeout=0, read_retries=1.5)
-    with pytest.raises(InputError, match=r"OUTOFCORE_LEASE_TIMEOUT=0: need a number > 0"):
+    with pytest.raises(InputError, match=r"outofcore.lease-timeout=0: need a number > 0"):
         lease_timeout()
-    with pytest.raises(InputError, match=r"OUTOFCORE_READ_RETRIES=1.5 is not a whole number"):
+    with pytest.raises(InputError, match=r"outofcore.read-retries=1.5 is not a whole number"):
         read_retry_settings()
 
 

@@ -160,7 +160,7 @@ def test_the_plan_shows_the_chunks_asked(ragged):
     summary = job_plan.summary()
     assert summary["out_chunks"] == [64, 29] and summary["out_shards"] == [128, 58]
     assert summary["out_layout"] == "asked"
-    again = outofcore.plan(a_path, b_path, client="sync", **layout).summary()
+    again = outofcore.plan(a_path, b_path, client="sync", **layout).summary
     assert {key: again[key] for key in ("out_chunks", "out_shards", "tile")} == {
         key: summary[key] for key in ("out_chunks", "out_shards", "tile")
     }

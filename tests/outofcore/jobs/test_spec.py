@@ -60,7 +60,7 @@ def test_unknown_options_and_both_ways_at_once_are_refused(tmp_path):
     ):
         outofcore.matmul("a", "b", tmp_path / "c", memroy="1GiB")
     with pytest.raises(InputError, match="in the JobSpec or as keywords, not both"):
-        outofcore.matmul("a", "b", tmp_path / "c", JobSpec(backend="cpu"), memory="1GiB")
+        outofcore.matmul("a", "b", tmp_path / "c", spec=JobSpec(backend="cpu"), memory="1GiB")
 
 
 def test_the_api_and_the_cli_run_the_same_spec(tmp_path, monkeypatch):
@@ -70,16 +70,16 @@ def test_the_api_and_the_cli_run_the_same_spec(tmp_path, monkeypatch):
     write_zarr(tmp_path / "a.zarr", a, (10, 7))
     write_zarr(tmp_path / "b.zarr", b, (7, 11))
     spec = JobSpec(memory=64 * 1024, backend="cpu", progress=False, output_codec="zstd")
-    result = run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", spec,
+    result = run_job(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", spec=spec,
                      client="sync")  # fmt: skip
     assert_product_close(zarr.open_array(str(tmp_path / "c.zarr"))[...], a, b)
 
     seen = []
     real_run_job = run_job
 
-    def spy(a, b, out, spec, **kwargs):
+    def spy(a, b, out, spec=None, **kwargs):
         seen.append(spec)
-        return real_run_job(a, b, out, spec, **kwargs)
+        return real_run_job(a, b, out, spec=spec, **kwargs)
 
     monkeypatch.setattr("outofcore.api.run_job", spy)
     status = cli.main([

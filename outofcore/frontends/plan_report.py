@@ -1,0 +1,177 @@
+"""``outofcore.plan(a, b, ...)``: a job's plan, not run, as an object that prints as
+``outofcore plan`` prints it.
+
+:class:`PlanReport` wraps the job's plan (:class:`outofcore.jobs.planning.JobPlan`, made
+by :func:`outofcore.jobs.preview.plan_product` as the command makes it): ``str()`` is the
+command's table, ``repr()`` one short line, ``.summary`` the dict ``outofcore plan
+--json`` prints, and its figures are attributes (``.tiles``, ``.tile``, ``.tk``,
+``.task_bytes``, ``.bytes_read``, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dask.utils import format_bytes
+
+from outofcore.frontends.cli_output import format_plan
+from outofcore.jobs.planning import JobPlan
+from outofcore.jobs.preview import plan_product
+from outofcore.jobs.spec import JobSpec, with_job_options
+from outofcore.operands import arrays
+from outofcore.operands.product import Product
+from outofcore.planner.plan import Plan
+
+__all__ = ["PlanReport", "plan"]
+
+
+class PlanReport:
+    """The plan ``outofcore.matmul(a, b, out, ...)`` would run, with its predictions.
+
+    ``str(report)`` is the table ``outofcore plan`` prints; ``report.summary`` the dict
+    ``outofcore plan --json`` prints; the figures are attributes.
+
+    Attributes
+    ----------
+    summary : dict
+        What ``outofcore plan --json`` prints: the plan's figures, its budgets, workers,
+        predictions and ``product`` (the operands' shapes, dtypes, transposes, scales).
+    plan : outofcore.planner.plan.Plan
+        The plan itself (its tasks, tiling and memory model).
+    job_plan : outofcore.jobs.planning.JobPlan
+        The plan with the workers it was made for and what was predicted of it.
+    """
+
+    def __init__(self, job_plan: JobPlan, product: Product) -> None:
+        self.job_plan = job_plan
+        self.summary: dict[str, Any] = {**job_plan.summary(), "product": product.summary()}
+
+    @property
+    def plan(self) -> Plan:
+        """The plan (:class:`outofcore.planner.plan.Plan`): its tasks, tiling, memory."""
+        return self.job_plan.plan
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The output's matrix shape ``(m, n)``."""
+        return self.summary["m"], self.summary["n"]
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        """An output tile's shape ``(tm, tn)``: what one task computes."""
+        return tuple(self.summary["tile"])  # type: ignore[return-value]
+
+    @property
+    def tk(self) -> int:
+        """The panel depth: the k-extent of the A and B panels a task reads at once."""
+        return self.summary["tk"]
+
+    @property
+    def tiles(self) -> int:
+        """How many output tiles (tasks, besides split-k's reductions) the job runs."""
+        return self.summary["tiles"]
+
+    @property
+    def workers(self) -> int:
+        """The workers the plan was made for."""
+        return self.summary["workers"]
+
+    @property
+    def task_bytes(self) -> int:
+        """The memory one task is projected to use at most, in bytes."""
+        return self.summary["task_bytes"]
+
+    @property
+    def task_budget_bytes(self) -> int:
+        """The budget of one task (a worker's, split between its threads), in bytes."""
+        return self.summary["task_budget_bytes"]
+
+    @property
+    def worker_budget_bytes(self) -> int:
+        """The budget of one worker (``memory=``), in bytes."""
+        return self.summary["worker_budget_bytes"]
+
+    @property
+    def bytes_read(self) -> int:
+        """The bytes the job is predicted to read (inputs and addend, every panel)."""
+        return self.summary["bytes_read"]
+
+    @property
+    def bytes_written(self) -> int:
+        """The bytes the job writes (the output, and split-k's partial tiles)."""
+        return self.summary["bytes_written"]
+
+    @property
+    def flops(self) -> float:
+        """The floating-point operations of the product."""
+        return self.summary["flops"]
+
+    @property
+    def seconds(self) -> float | None:
+        """The time predicted on this machine (its measured figures), or None when no
+        prediction was made."""
+        for predicted in self.summary.get("predicted", []):
+            if predicted.get("basis") == "measured":
+                return predicted.get("seconds")
+        return None
+
+    def __str__(self) -> str:
+        return format_plan(self.summary)
+
+    def __repr__(self) -> str:
+        m, n = self.shape
+        tm, tn = self.tile
+        seconds = self.seconds
+        predicted = "" if seconds is None else f", about {seconds:.3g} s here"
+        return (
+            f"<outofcore plan: {m}x{n} output, {self.tiles} tile(s) of {tm}x{tn} (tk "
+            f"{self.tk}), {format_bytes(self.task_bytes)} a task, "
+            f"{format_bytes(self.bytes_read)} read{predicted}>"
+        )
+
+
+@with_job_options()
+def plan(
+    a: arrays.ArrayLike,
+    b: arrays.ArrayLike,
+    *,
+    spec: JobSpec | None = None,
+    client: Any = None,
+    reprobe: bool = False,
+    **options: Any,
+) -> PlanReport | None:
+    """The plan ``outofcore.matmul(a, b, out, ...)`` would run, with its predictions.
+
+    Nothing is written and no cluster starts: the job's workers are those it would get
+    (a scheduler elsewhere, ``client``, is asked for its own).
+
+    Parameters
+    ----------
+    a, b
+        The operands, as :func:`outofcore.matmul` takes them.
+    spec
+        The job's options as a :class:`~outofcore.jobs.spec.JobSpec`, or None to build
+        one from ``options``.
+    client
+        Where the job would run, as :func:`outofcore.matmul` takes it.
+    reprobe
+        Measure this machine again for the predicted time instead of using its cached
+        figures.
+    **options
+        :func:`outofcore.matmul`'s options (``memory``, ``backend``, ...).
+
+    Returns
+    -------
+    PlanReport or None
+        The plan: ``print()`` shows the table ``outofcore plan`` prints, ``.summary`` is
+        what ``outofcore plan --json`` prints; None for an empty product (a dimension of
+        0: no tile).
+
+    Examples
+    --------
+    >>> p = outofcore.plan("a.zarr", "b.zarr", memory="512MiB")  # doctest: +SKIP
+    >>> print(p)  # the table `outofcore plan` prints                # doctest: +SKIP
+    >>> p.tiles, p.task_bytes                                        # doctest: +SKIP
+    """
+    product, job_plan = plan_product(a, b, spec, options, client, reprobe)
+    return None if job_plan is None else PlanReport(job_plan, product)
