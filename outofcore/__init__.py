@@ -22,6 +22,7 @@ The heavy modules (Dask, zarr, BLAS) load on first use of ``matmul`` or
 
 __version__ = "0.1.0"  # the package's version: pyproject.toml reads it from here
 __all__ = [
+    "FallbackWarning",
     "JobSpec",
     "OutputLayoutWarning",
     "PlanReport",
@@ -83,6 +84,10 @@ def __getattr__(name: str) -> object:
         from outofcore.frontends.plan_report import PlanReport
 
         return PlanReport
+    if name == "FallbackWarning":
+        from outofcore.errors import FallbackWarning
+
+        return FallbackWarning
     if name == "OutputLayoutWarning":
         from outofcore.jobs.planning import OutputLayoutWarning
 

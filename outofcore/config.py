@@ -36,6 +36,8 @@ name                       default  meaning
 ``store-attempts``         3        attempts of one object-store request, retries in
 ``store-deadline``         30       seconds one object-store request may keep failing
 ``gpu-tiles-in-flight``    2        output tiles a GPU worker keeps in flight at once
+``fallback``               warn     a product ``to_zarr`` hands to dask.array: ``warn``
+                                    (a ``FallbackWarning``), ``error``, or ``allow``
 =========================  =======  ==================================================
 
 The ``store-*`` deadlines apply to every store client outofcore makes
@@ -109,6 +111,9 @@ SETTINGS: dict[str, Setting] = {
     # A GPU worker's task threads, each with its engine on the worker's one device: tile
     # i's copy back, write, fsync and record overlap tile i+1's copies and kernels.
     "gpu-tiles-in-flight": Setting(2, "count", 1, MAX_TILES_IN_FLIGHT),
+    # What outofcore.to_zarr does with a product it cannot run out of core, which
+    # dask.array computes without the memory budget (outofcore.errors.FallbackWarning).
+    "fallback": Setting("warn", "choice", choices=("warn", "error", "allow")),
 }
 #: Each setting's default.
 DEFAULTS: dict[str, Any] = {name: setting.default for name, setting in SETTINGS.items()}

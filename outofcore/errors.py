@@ -97,3 +97,16 @@ class LeaseLostError(LeaseError):
 
 class ReadError(JobFailedError, OSError):
     """Reading an input region kept failing after every retry."""
+
+
+class FallbackError(InputError):
+    """A part of a computation outofcore would hand to dask.array (which runs it without
+    the memory budget), refused because the ``fallback`` setting is ``"error"``; nothing
+    is written."""
+
+
+class FallbackWarning(UserWarning):
+    """A part of a computation outofcore cannot run out of core is handed to dask.array,
+    which computes it without the memory budget: the warning names the part and why
+    (``fallback="error"``, or the ``outofcore.fallback`` setting, makes it a
+    :class:`FallbackError`; ``"allow"`` keeps it silent)."""

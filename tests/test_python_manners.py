@@ -164,7 +164,7 @@ def test_each_error_class_is_documented_with_its_builtin():
         for name, value in vars(errors).items()
         if inspect.isclass(value) and issubclass(value, Exception | Warning)
     }
-    assert {"InputTypeError", "OptionError"} <= set(classes)
+    assert {"InputTypeError", "FallbackError", "FallbackWarning", "OptionError"} <= set(classes)
     missing = [name for name in classes if not re.search(rf"`[\w.]*\b{name}`", text)]
     assert not missing, missing
     assert issubclass(errors.BackendError, ValueError)  # as numpy's bad option value

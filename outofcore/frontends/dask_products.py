@@ -133,6 +133,20 @@ def top_product(x: Any) -> tuple[str, str, int | float] | None:
     return name, call, alpha
 
 
+def products_within(x: Any) -> list[str]:
+    """The calls ("matmul", "tensordot", "einsum") of the product layers anywhere in the
+    graph of dask array ``x``, top first where dask orders them so: what dask.array would
+    compute if it stored ``x``."""
+    layers = getattr(x.__dask_graph__(), "layers", {})
+    calls = []
+    for layer in layers.values():
+        func = getattr(getattr(layer, "task", None), "func", None)
+        call = PRODUCT_FUNCTIONS.get(getattr(func, "__name__", ""))
+        if call is not None:
+            calls.append(call)
+    return calls
+
+
 def _scaled(layer: Any) -> tuple[int | float, str] | None:
     """For a layer multiplying its one 2-D operand by a real scalar (or dividing it by
     one): the factor (an int for an integer multiplier) and the operand's layer; None for

@@ -5,15 +5,21 @@ Code written for dask.array reaches outofcore with one line changed:
 last operation of ``x`` is a matrix product of arrays that only read zarr arrays
 (:func:`outofcore.frontends.dask_products.product_at_top`), that product is an outofcore job
 (memory contract, resume, progress, summary; a Gram product ``x.T @ x`` computes half
-its tiles).  Anything else is stored by dask.array's own ``to_zarr``, with one log line
-saying so, into an array outofcore creates (and marks complete once written), so the
-same rules for replacing an output hold.
+its tiles).  Anything else is stored by dask.array's own ``to_zarr`` into an array
+outofcore creates (and marks complete once written), so the same rules for replacing an
+output hold.  Where what dask.array computes holds a matrix product (a product whose
+operands compute, or one below the top), that fallback is an
+:class:`~outofcore.errors.FallbackWarning` naming the part and why, or under
+``fallback="error"`` (the ``outofcore.fallback`` setting) a
+:class:`~outofcore.errors.FallbackError` before anything is written.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import warnings
 from dataclasses import fields, replace
 from typing import Any
 
@@ -21,8 +27,13 @@ import numpy as np
 import zarr
 
 from outofcore import config
-from outofcore.errors import InputError
-from outofcore.frontends.dask_products import FoundProduct, product_at_top, top_product
+from outofcore.errors import FallbackError, FallbackWarning, InputError, InputTypeError
+from outofcore.frontends.dask_products import (
+    FoundProduct,
+    product_at_top,
+    products_within,
+    top_product,
+)
 from outofcore.frontends.generate import clear_own_array
 from outofcore.jobs.entry import matmul
 from outofcore.jobs.planning import asked_layout
@@ -49,6 +60,7 @@ def to_zarr(
     spec: JobSpec | None = None,
     client: Any = None,
     compute: bool = True,
+    fallback: str | None = None,
     **options: Any,
 ) -> Any:
     """Store the dask array ``x`` as a zarr array at ``url``; return it, opened.
@@ -62,18 +74,33 @@ def to_zarr(
     as :func:`outofcore.matmul` does, with ``spec`` / ``options`` (``memory``,
     ``overwrite``, ...) and ``client``, written in ``x``'s dtype where that holds every
     value.  Otherwise dask.array's ``to_zarr`` computes and stores ``x`` (on ``client``,
-    as :func:`outofcore.verify` runs its products), and a log line says so.
+    as :func:`outofcore.verify` runs its products), without the memory budget.
+
+    Parameters
+    ----------
+    fallback
+        What to do when dask.array would compute a matrix product of ``x`` (one whose
+        operands compute, such as ``(x ** 2).T @ x``, or one below the top, such as
+        ``(a @ b) + 1``): ``"warn"`` (an :class:`~outofcore.errors.FallbackWarning` naming
+        the part and why, then dask.array stores it), ``"error"`` (an
+        :class:`~outofcore.errors.FallbackError`, nothing written) or ``"allow"`` (a log
+        record only).  None (the default): the ``outofcore.fallback`` setting
+        (``dask.config.set({"outofcore.fallback": "error"})``; default ``"warn"``).  An
+        ``x`` with no matrix product is stored by dask.array, as its ``to_zarr`` would.
 
     Raises
     ------
     InputError
         For an ``x`` that is not a dask array, and what :func:`outofcore.matmul` refuses.
+    FallbackError
+        Under ``fallback="error"``, for a product dask.array would compute.
     """
     import dask.array as da  # noqa: PLC0415
 
+    fallback = _fallback(fallback)
     if not compute:
         JobSpec.of(spec, options)  # an unknown option is refused now, not when computed
-        return _later(x, url, spec, client, options)
+        return _later(x, url, spec, client, options, fallback)
     if not isinstance(x, da.Array):
         raise InputError(
             f"to_zarr stores a dask array; got a {type_name(x)}: for zarr arrays, paths and "
@@ -83,19 +110,23 @@ def to_zarr(
     found = product_at_top(x, Vectors(reduce=sums_along, sample=sample_means))
     if found is not None and not math.isfinite(found.alpha):
         why = f"is a product scaled by {found.alpha} (outofcore takes finite scales)"
-        return _store_with_dask(x, url, client, spec, why)
+        return _store_with_dask(x, url, client, spec, why, fallback)
     if found is not None and not _whole(found.alpha) and _integer_product(found):
         why = f"is an integer product scaled by {found.alpha:g} (exact products take whole scales)"
-        return _store_with_dask(x, url, client, spec, why)
+        return _store_with_dask(x, url, client, spec, why, fallback)
     if found is None:
         top = top_product(x)
+        below = products_within(x)
         why = (
             f"is a {top[1]} whose operands compute (more than reads of zarr arrays: outofcore "
             "multiplies stored arrays; store the operands to run it out of core)"
             if top is not None
-            else "has no matrix product at its top"
+            else f"has a {below[0]} below its top (outofcore runs a product at the top of the "
+            "array: store the product first, with outofcore.to_zarr, then compute the rest)"
+            if below
+            else "has no matrix product"
         )
-        return _store_with_dask(x, url, client, spec, why)
+        return _store_with_dask(x, url, client, spec, why, fallback if below else "allow")
     alpha = _times(spec.alpha, found.alpha)  # (a @ b) / (n - 1): the scale on top
     out_dtype = spec.out_dtype if spec.out_dtype is not None else _dtype_kept(found, x, alpha)
     spec = replace(
@@ -124,7 +155,9 @@ def to_zarr(
     return out
 
 
-def _later(x: Any, url: Any, spec: JobSpec | None, client: Any, options: dict) -> Any:
+def _later(
+    x: Any, url: Any, spec: JobSpec | None, client: Any, options: dict, fallback: str
+) -> Any:
     """A ``dask.delayed`` object that runs :func:`to_zarr` when computed; ``x`` is held in
     its closure, not as an argument, so that dask does not compute it first.  Computed
     on a Dask worker, the job runs on that worker's cluster (``worker_client``: the task
@@ -137,9 +170,10 @@ def _later(x: Any, url: Any, spec: JobSpec | None, client: Any, options: dict) -
 
             get_worker()
         except (ImportError, ValueError):  # not in a Dask worker's task
-            return to_zarr(x, url, spec=spec, client=client, **options)
+            return to_zarr(x, url, spec=spec, client=client, fallback=fallback, **options)
         with worker_client() as here:
-            return to_zarr(x, url, spec=spec, client=client or here, **options)
+            here_client = client or here
+            return to_zarr(x, url, spec=spec, client=here_client, fallback=fallback, **options)
 
     return dask.delayed(store, pure=False)()
 
@@ -182,9 +216,32 @@ def _dtype_kept(found: FoundProduct, x: Any, alpha: int | float | complex) -> np
     return np.dtype(x.dtype)
 
 
-def _store_with_dask(x: Any, url: Any, client: Any, spec: JobSpec, why: str) -> zarr.Array:
-    """dask.array's ``to_zarr`` of ``x`` into an array outofcore creates at ``url``."""
+def _fallback(value: str | None) -> str:
+    """``fallback=`` checked (``"warn"``, ``"error"``, ``"allow"``), or the setting's."""
+    if value is None:
+        return config.value("fallback")
+    if not isinstance(value, str):
+        raise InputTypeError(f"fallback = {value!r}: need a str ('warn', 'error' or 'allow')")
+    return config.checked("fallback", value, "fallback")
+
+
+def _store_with_dask(
+    x: Any, url: Any, client: Any, spec: JobSpec, why: str, fallback: str
+) -> zarr.Array:
+    """dask.array's ``to_zarr`` of ``x`` into an array outofcore creates at ``url``; a
+    product it computes warned of, or refused, as ``fallback`` says."""
     import dask.array as da  # noqa: PLC0415
+
+    part = f"x ({x.name!r}, {x.dtype} {'x'.join(map(str, x.shape))}) {why}"
+    said = (
+        f"outofcore.to_zarr: {part}; dask.array computes it, without outofcore's memory "
+        "budget, resume or progress"
+    )
+    if fallback == "error":
+        raise FallbackError(
+            f"{said}: refused, as fallback='error' (or the outofcore.fallback setting) asks; "
+            "fallback='warn' lets dask.array store it"
+        )
 
     default = JobSpec()
     product_options = sorted(
@@ -202,7 +259,10 @@ def _store_with_dask(x: Any, url: Any, client: Any, spec: JobSpec, why: str) -> 
         )
     where = locate(url, spec.storage_options)
     clear_own_array(where, check_replaceable(where, deep=spec.overwrite), spec.overwrite)
-    logger.info("outofcore.to_zarr: %r %s; dask.array stores it", x.name, why)
+    if fallback == "warn":
+        warnings.warn(said, FallbackWarning, stacklevel=_caller_level())
+    else:
+        logger.info("%s", said)
     chunks = tuple(max(1, size) for size in x.chunksize)
     asked, _ = asked_layout(spec, *x.shape[-2:]) if x.ndim >= 2 else (None, None)
     if asked is not None:  # the matrices' chunks asked, clipped as a job's; a stack's batch 1
@@ -220,3 +280,15 @@ def _store_with_dask(x: Any, url: Any, client: Any, spec: JobSpec, why: str) -> 
         da.store(x.rechunk(chunks), target, lock=False)  # a block a chunk: whole chunks
     target.attrs[JOB_ATTRIBUTE] = {"complete": True, "stored_by": "dask.array.to_zarr"}
     return target
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside outofcore: the user's ``to_zarr``
+    call, where the warning points."""
+    import sys  # noqa: PLC0415
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
