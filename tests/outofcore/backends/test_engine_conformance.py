@@ -613,6 +613,18 @@ def test_configure_takes_a_jobs_settings(engine):
     check_product(engine, (7, 6), [4], "float32", seed=1)
 
 
+def test_two_tiles_in_flight_and_the_write_of_a_tile(engine):
+    """``configure(tiles_in_flight=2)``: the worker runs two tasks at once on the engine's
+    device, each with its own engine (a device engine takes half the device at most); the
+    engine's products stay right, and ``wrote`` (the task wrote a finished tile) returns
+    nothing on every engine (the timed device waits its modelled disk there)."""
+    engine.configure(panel_depth=4, tiles_in_flight=2)
+    check_product(engine, (7, 6), [2, 4], "float32")
+    assert engine.wrote(7 * 6 * 4) is None
+    engine.configure()
+    check_product(engine, (7, 6), [4], "float32", seed=1)
+
+
 # -- the suite can fail ---------------------------------------------------------------------
 #: How a check fails: an assertion, or pytest.raises that saw nothing raised.
 FAILS = (AssertionError, pytest.fail.Exception)
