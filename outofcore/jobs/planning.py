@@ -241,8 +241,8 @@ def plan_job(
         str(product.types.compute),
         device_memory=spec.device_memory,
         transposed=bool(spec.transpose_a or spec.transpose_b),
-        # A GPU worker's threads are its tiles in flight (gpu-tiles-in-flight).
-        tiles_in_flight=workers.threads_per_worker if workers.gpu_workers else 1,
+        # The tile tasks a GPU worker runs at once (gpu-tiles-in-flight on our own).
+        tiles_in_flight=workers.tiles_in_flight if workers.gpu_workers else 1,
     )
     problem = planned_problem(product, spec, existing)
     task_budget = spec.memory // max(1, workers.threads_per_worker)

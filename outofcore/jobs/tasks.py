@@ -49,8 +49,8 @@ def tile_job(
         io_concurrency=plan.io_concurrency,
         job_id=job_id,
         device_memory=spec.device_memory,
-        # A GPU worker's threads are its tiles in flight, sharing its device.
-        tiles_in_flight=workers.threads_per_worker if spec.on_gpu and workers.gpu_workers else 1,
+        # The tile tasks a GPU worker runs at once, sharing its device.
+        tiles_in_flight=workers.tiles_in_flight if spec.on_gpu and workers.gpu_workers else 1,
     )
 
 

@@ -463,7 +463,8 @@ def worker_shape_of(
         if gpus:
             count = len(gpus)  # start_gpu_cluster: one worker per GPU, its tiles in flight
             threads = check_tiles_in_flight(tiles_in_flight)
-            return WorkerShape(count, threads, local_blas_threads(count), gpu_workers=count)
+            blas = local_blas_threads(count)
+            return WorkerShape(count, threads, blas, gpu_workers=count, tiles_in_flight=threads)
         count = local_worker_count(budget_bytes, workers)
         return WorkerShape(count, 1, local_blas_threads(count))
     check_client(client, connect_timeout)

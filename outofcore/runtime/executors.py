@@ -71,6 +71,9 @@ class WorkerShape:
     gpu_workers: int = 0
     #: ``(address, memory limit in bytes or 0 for none, threads)`` of every worker.
     memory_limits: tuple[tuple[str, int, int], ...] = ()
+    #: The tile tasks a GPU worker runs at once on its device: its ``GPU`` resources, at
+    #: most its threads (the fewest of any GPU worker); 1 where there are none.
+    tiles_in_flight: int = 1
 
 
 def client_worker_shape(client: Any) -> WorkerShape:
@@ -87,7 +90,9 @@ def client_worker_shape(client: Any) -> WorkerShape:
         for address, info in workers.items()
     )
     threads = max(info["nthreads"] for info in workers.values())
-    gpu_workers = sum(1 for info in workers.values() if info.get("resources", {}).get("GPU"))
+    gpus = [info for info in workers.values() if info.get("resources", {}).get("GPU")]
+    # A GPU worker runs as many tile tasks at once as it has GPU resources and threads.
+    in_flight = [min(int(info["resources"]["GPU"]), int(info["nthreads"])) for info in gpus]
     limits = tuple(
         (address, int(info.get("memory_limit") or 0), int(info["nthreads"]))
         for address, info in sorted(workers.items())
@@ -96,8 +101,9 @@ def client_worker_shape(client: Any) -> WorkerShape:
         workers=len(workers),
         threads_per_worker=threads,
         blas_threads=blas,
-        gpu_workers=gpu_workers,
+        gpu_workers=len(gpus),
         memory_limits=limits,
+        tiles_in_flight=max(1, min(in_flight, default=1)),
     )
 
 

@@ -184,3 +184,25 @@ def test_the_plan_of_a_gpu_job_knows_its_workers_tiles_in_flight(tmp_path, in_fl
     assert (workers.threads_per_worker, workers.gpu_workers) == (in_flight, 1)
     assert job_plan.gpu is not None and job_plan.gpu.tiles_in_flight == in_flight
     assert job_plan.plan.task_budget_bytes == (64 << 20) // in_flight
+
+
+@pytest.mark.parametrize(("threads", "gpus", "in_flight"), [(2, 2, 2), (2, 1, 1), (1, 2, 1)])
+def test_a_clusters_gpu_workers_keep_as_many_tiles_in_flight_as_resources_and_threads(
+    threads, gpus, in_flight
+):
+    """A cluster started elsewhere: its GPU workers run as many tile tasks at once as they
+    have GPU resources and threads both, and the tile tasks say so to their engines."""
+    from distributed import Client, LocalCluster  # noqa: PLC0415
+
+    from outofcore.runtime.executors import client_worker_shape  # noqa: PLC0415
+
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=threads, processes=False,
+            resources={GPU_RESOURCE: gpus}, dashboard_address=":0", silence_logs=50,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):  # fmt: skip
+        shape = client_worker_shape(client)
+    assert (shape.gpu_workers, shape.threads_per_worker) == (1, threads)
+    assert shape.tiles_in_flight == in_flight
