@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from numba import cuda
 
 import outofcore.backends.cuda as ooc_cuda
 from outofcore.backends.cuda import kernels
+from outofcore.backends.cuda.blocks import KERNEL_BLOCKS
 from outofcore.backends.cuda.kernels import PRODUCTION, TileParams
 from outofcore.backends.cuda.reference import launch_reference
 from outofcore.errors import InputError
@@ -27,6 +30,11 @@ pytestmark = pytest.mark.skipif(
 
 TINY = TileParams(bm=8, bn=8, bk=4, tm=2, tn=2)  # 4x4 threads
 TALL = TileParams(bm=16, bn=8, bk=2, tm=4, tn=2)  # non-square block, 4x4 threads
+#: 4x4 threads, each with the production float32 kernel's 8-element loads of A and B (two
+#: wide loads of four) and runs of two columns; four k-tiles a turn, as in production.
+WIDE = TileParams(bm=16, bn=16, bk=8, tm=4, tn=4, turn=4)
+#: TINY with one k-tile a turn (the buffer read chosen at run time, as for complex128).
+ONE_TURN = TileParams(bm=8, bn=8, bk=4, tm=2, tn=2, turn=1)
 DTYPES = [np.float32, np.float64]
 #: The complex variants too (the simulator is slow: used where the shapes matter most).
 ALL_DTYPES = [*DTYPES, np.complex64, np.complex128]
@@ -178,28 +186,39 @@ def test_tall_matrices_take_several_launches(monkeypatch):
 class RecordingKernel:
     """A compiled kernel that records each launch's configuration and arguments, then runs."""
 
-    def __init__(self, kernel, launches: list) -> None:
+    def __init__(self, kernel, launches: Launches, interior: bool) -> None:
         self.kernel = kernel
         self.launches = launches
+        self.interior = interior
 
     def __getitem__(self, config):
         def run(*args):
             self.launches.append((config, args))
+            self.launches.interior.append(self.interior)
             self.kernel[config](*args)
 
         return run
 
 
+class Launches(list):
+    """``[(config, args), ...]`` of the launches; ``interior``: whether each ran the
+    interior kernel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.interior: list[bool] = []
+
+
 @pytest.fixture
 def launches(monkeypatch) -> list:
-    """The launches of the tiled kernel in this test: ``[(config, args), ...]``."""
-    recorded: list = []
+    """The launches of the tiled kernel in this test (:class:`Launches`)."""
+    recorded = Launches()
     build = kernels.build_gemm_kernel
-    monkeypatch.setattr(
-        kernels,
-        "build_gemm_kernel",
-        lambda params, dtype: RecordingKernel(build(params, dtype), recorded),
-    )
+
+    def recording(params, dtype, interior=False):
+        return RecordingKernel(build(params, dtype, interior), recorded, interior)
+
+    monkeypatch.setattr(kernels, "build_gemm_kernel", recording)
     return recorded
 
 
@@ -342,6 +361,8 @@ def test_non_contiguous_device_array_is_rejected():
         (TileParams(10, 8, 4, 4, 2), "bm must be a multiple of tm"),
         (TileParams(8, 8, 1, 2, 2), "multiples of the thread count"),
         (TileParams(256, 256, 8, 2, 2), "threads per block exceed 1024"),
+        (TileParams(8, 8, 4, 2, 2, turn=3), "turn must be 1 or even"),
+        (TileParams(8, 8, 4, 2, 2, turn=0), "every parameter must be >= 1"),
     ],
 )
 def test_bad_tile_parameters(params, message):
@@ -355,8 +376,13 @@ def test_production_parameters_are_valid():
     for params in PRODUCTION.values():
         params.check()
         assert params.threads == (16, 16)
-    assert PRODUCTION[np.dtype(np.float32)] == TileParams(128, 128, 8, 8, 8)
-    assert PRODUCTION[np.dtype(np.float64)] == TileParams(64, 64, 8, 4, 4)
+    assert PRODUCTION[np.dtype(np.float32)] == TileParams(128, 128, 16, 8, 8, turn=4)
+    assert PRODUCTION[np.dtype(np.float64)] == TileParams(64, 64, 16, 4, 4, turn=2)
+    assert PRODUCTION[np.dtype(np.complex64)] == TileParams(64, 64, 16, 4, 4, turn=2)
+    assert PRODUCTION[np.dtype(np.complex128)] == TileParams(64, 64, 8, 4, 4, turn=1)
+    for dtype, params in PRODUCTION.items():  # the device tiling's blocks, as deep or deeper
+        bm, bn, bk = KERNEL_BLOCKS[dtype.itemsize]
+        assert (params.bm, params.bn) == (bm, bn) and params.bk % bk == 0
 
 
 def test_compile_options_keep_two_production_blocks_per_sm():
@@ -366,3 +392,99 @@ def test_compile_options_keep_two_production_blocks_per_sm():
         assert options == {"launch_bounds": (256, kernels.BLOCKS_PER_SM), "lto": False}
         assert kernels.register_limit(params) == 128 == 65536 // (2 * 256)
     assert kernels.register_limit(TINY) == 255  # 16 threads: the per-thread maximum
+
+
+def is_whole(m: int, n: int, k: int, params: TileParams) -> bool:
+    return m % params.bm == 0 and n % params.bn == 0 and k % params.bk == 0
+
+
+def blocks_and_ragged(size: int, most: int = 2):
+    """1 to ``most`` blocks of ``size``, whole or cut short (odd sizes too)."""
+    return st.integers(1, most).flatmap(
+        lambda blocks: st.sampled_from([blocks * size, blocks * size - 1, blocks * size - 3])
+    )
+
+
+@given(
+    data=st.data(),
+    params=st.sampled_from([WIDE, ONE_TURN, TINY]),
+    dtype=st.sampled_from(ALL_DTYPES),
+    accumulate=st.booleans(),
+)
+def test_interior_and_checked_kernels_match_numpy(launches, data, params, dtype, accumulate):
+    """Whole blocks run the interior kernel (but for complex128, which has none), anything
+    ragged the checked one, and both agree with float64 numpy within the rounding bound."""
+    m = data.draw(blocks_and_ragged(params.bm), "m")
+    n = data.draw(blocks_and_ragged(params.bn), "n")
+    k = data.draw(blocks_and_ragged(params.bk, most=6), "k")  # past a whole turn
+    a, b, c = operands(m, n, k, dtype, seed=data.draw(st.integers(0, 9), "seed"))
+    d_a, d_b, d_c = cuda.to_device(a), cuda.to_device(b), cuda.to_device(c)
+    aligned = all(kernels._device_address(x) % kernels.VECTOR_BYTES == 0 for x in (d_a, d_b, d_c))
+    launches.clear()
+    launches.interior.clear()
+    kernels.launch(d_a, d_b, d_c, accumulate, params=params)
+    interior = is_whole(m, n, k, params) and aligned and np.dtype(dtype) != np.complex128
+    assert launches.interior == [interior]
+    assert_product(d_c.copy_to_host(), a, b, c, accumulate)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("accumulate", [True, False])
+def test_the_interior_kernel_gives_the_checked_kernels_bits(
+    monkeypatch, launches, dtype, accumulate
+):
+    """On whole blocks both kernels add the same products in the same order: the same bits,
+    rerun after rerun."""
+    a, b, c = operands(16, 16, 40, dtype, seed=4)  # five k-tiles: a turn of four, and one
+    results = []
+    for force_checked in (False, False, True):
+        if force_checked:
+            monkeypatch.setattr(kernels, "is_interior", lambda *args: False)
+        d_c = cuda.to_device(c)
+        kernels.launch(cuda.to_device(a), cuda.to_device(b), d_c, accumulate, params=WIDE)
+        results.append(d_c.copy_to_host())
+    expected = np.dtype(dtype) != np.complex128
+    assert launches.interior == [expected, expected, False]
+    assert results[0].tobytes() == results[1].tobytes() == results[2].tobytes()
+    assert_product(results[0], a, b, c, accumulate)
+
+
+def test_misaligned_or_strided_arrays_take_the_checked_kernel(launches):
+    """Whole blocks, but an operand that starts off a 16-byte boundary (a device view one
+    element in) or whose rows are not ``shape[1]`` long: the checked kernel, right."""
+    a, b, c = operands(16, 16, 16, np.float32, seed=5)
+    d_a, d_b, d_c = cuda.to_device(a), cuda.to_device(b), cuda.to_device(c)
+    assert kernels.is_interior(d_a, d_b, d_c, WIDE)
+    flat = cuda.to_device(np.concatenate([np.zeros(1, a.dtype), a.ravel()]))
+    shifted = flat[1:].reshape(a.shape)  # the same values, 4 bytes past an aligned start
+    assert kernels._device_address(shifted) % kernels.VECTOR_BYTES == 4
+    assert not kernels.is_interior(shifted, d_b, d_c, WIDE)
+    kernels.launch(shifted, d_b, d_c, True, params=WIDE)
+    wide = cuda.to_device(np.concatenate([b, b], axis=1))
+    assert not kernels.is_interior(d_a, wide[:, :16], d_c, WIDE)
+    assert launches.interior == [False]
+    assert_product(d_c.copy_to_host(), a, b, c, accumulate=True)
+
+
+def test_every_tall_slab_of_an_interior_launch_is_interior(monkeypatch, launches):
+    monkeypatch.setattr(kernels, "MAX_GRID_Y", 1)  # slabs of one block row (16 rows)
+    a, b, c = operands(48, 16, 8, np.float64, seed=6)
+    d_c = cuda.to_device(c)
+    kernels.launch(cuda.to_device(a), cuda.to_device(b), d_c, True, params=WIDE)
+    assert launches.interior == [True, True, True]
+    assert [args[0].shape for _, args in launches] == [(16, 8)] * 3
+    assert_product(d_c.copy_to_host(), a, b, c, accumulate=True)
+
+
+def test_complex128_has_no_interior_kernel():
+    assert [kernels.has_interior_kernel(np.dtype(d)) for d in ALL_DTYPES] == [1, 1, 1, 0]
+    with pytest.raises(InputError, match="no interior kernel for complex128"):
+        kernels.make_gemm_function(TINY, np.dtype(np.complex128), interior=True)
+
+
+def test_vector_widths():
+    """A run's widest access: 16 bytes at most, a divisor of the run."""
+    f32, f64, c128 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex128)
+    assert [kernels.vector_width(run, f32) for run in (1, 2, 4, 8, 6)] == [1, 2, 4, 4, 2]
+    assert [kernels.vector_width(run, f64) for run in (1, 2, 4)] == [1, 2, 2]
+    assert kernels.vector_width(4, c128) == 1

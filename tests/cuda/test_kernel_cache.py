@@ -34,12 +34,16 @@ class Device:  # the codegen's figures of one chip: CUDA version, compute capabi
 
 found = []
 for dtype, params in kernels.PRODUCTION.items():
-    for kind, kernel in (
-        ("gemm", kernels.build_gemm_kernel(params, dtype)),
-        ("transpose", transpose.build_transpose_kernel(dtype)),
-    ):
+    built = [
+        ("gemm", False, kernels.build_gemm_kernel(params, dtype)),
+        ("transpose", False, transpose.build_transpose_kernel(dtype)),
+    ]
+    if kernels.has_interior_kernel(dtype):
+        built.append(("gemm", True, kernels.build_gemm_kernel(params, dtype, True)))
+    for kind, interior, kernel in built:
         cache = kernel._cache
-        entry = {"kind": kind, "dtype": dtype.name, "cache": type(cache).__name__}
+        entry = {"kind": kind, "interior": interior, "dtype": dtype.name}
+        entry["cache"] = type(cache).__name__
         if entry["cache"] == "CUDACache":
             n = dtype.name
             sig = (n + "[:, ::1], ") * (3 if kind == "gemm" else 2)
@@ -78,19 +82,28 @@ def show_cache(env: dict[str, str]) -> dict:
 
 def test_every_production_kernel_has_its_own_cache_entry_and_key(tmp_path):
     first = show_cache({"NUMBA_CACHE_DIR": str(tmp_path / "kernels")})["kernels"]
-    assert len(first) == 8  # four dtypes, the GEMM and the transpose of each
+    # four dtypes, the GEMM and the transpose of each, and the interior GEMM of three
+    assert len(first) == 11
     assert {k["cache"] for k in first} == {"CUDACache"}
     assert {k["locator"] for k in first} == {"_UserProvidedCacheLocator"}
     assert all(Path(k["folder"]).is_relative_to(tmp_path / "kernels") for k in first)
-    assert len({k["index"] for k in first}) == 8  # an index file each
-    assert len({k["key"] for k in first}) == 8  # and a key each
-    for k in first:  # the name says what shapes the kernel: dtype and tile
+    assert len({k["index"] for k in first}) == 11  # an index file each
+    assert len({k["key"] for k in first if not k["interior"]}) == 8  # and a key each, but:
+    # the checked and interior kernels of a dtype can share their bytecode (``if interior:``
+    # reads a value of the exec'd namespace, which the key does not see): their names,
+    # so their index files, keep them apart
+    checked = {k["dtype"]: k["index"] for k in first if k["kind"] == "gemm" and not k["interior"]}
+    assert all(k["index"] != checked[k["dtype"]] for k in first if k["interior"])
+    for k in first:  # the name says what shapes the kernel: dtype, tile, kind
         assert k["dtype"] in k["index"] and k["kind"] in k["index"]
         assert k["lto"] is False  # NVVM once: no measured gain from LTO
+        # the interior kernel's intrinsics are not in its key: their version is in its name
+        assert ("_interior_v" in k["index"]) == k["interior"]
+    assert {k["dtype"] for k in first if k["interior"]} == {"float32", "float64", "complex64"}
     from outofcore.backends.cuda.kernels import PRODUCTION  # noqa: PLC0415
 
     for params in PRODUCTION.values():
-        tile = f"{params.bm}x{params.bn}x{params.bk}_{params.tm}x{params.tn}"
+        tile = f"{params.bm}x{params.bn}x{params.bk}_{params.tm}x{params.tn}_t{params.turn}"
         assert any(tile in k["index"] for k in first)
     # A second process finds each kernel under the same index file and key: it hits.
     second = show_cache({"NUMBA_CACHE_DIR": str(tmp_path / "kernels")})["kernels"]
