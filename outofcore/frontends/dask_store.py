@@ -260,6 +260,7 @@ def _store_with_dask(
     where = locate(url, spec.storage_options)
     clear_own_array(where, check_replaceable(where, deep=spec.overwrite), spec.overwrite)
     if fallback == "warn":
+        said += " (fallback='error' refuses it, fallback='allow' says nothing)"
         warnings.warn(said, FallbackWarning, stacklevel=_caller_level())
     else:
         logger.info("%s", said)

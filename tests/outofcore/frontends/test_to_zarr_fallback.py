@@ -36,6 +36,7 @@ def test_a_product_dask_computes_is_a_warning_naming_the_part_and_why(x, tmp_pat
     text = str(warning.message)
     assert "is a matmul whose operands compute" in text and "without outofcore's memory" in text
     assert "float64 30x30" in text  # the part: its name, dtype and shape
+    assert "fallback='error' refuses it" in text  # and what to do
     assert warning.filename == __file__  # it points at the caller's line, not outofcore's
     np.testing.assert_allclose(out[...], ((x**2).T @ x).compute(), rtol=1e-12)
 
