@@ -300,7 +300,7 @@ def _matmul(args: argparse.Namespace) -> int:
     spec = _job_spec(args, _product_options(args))
     with _tls(args):
         args.startup_seconds = _process_age()
-        result = run_job(args.a, args.b, args.out, spec, client=args.scheduler)
+        result = run_job(args.a, args.b, args.out, spec=spec, client=args.scheduler)
     print_result(_with_startup(result.summary, args), args.json, format_summary, args.quiet)
     return 0
 
@@ -311,7 +311,9 @@ def _gram(args: argparse.Namespace) -> int:
     product = {"transpose_a": not args.rows, "transpose_b": args.rows, "alpha": args.alpha}
     with _tls(args):
         args.startup_seconds = _process_age()
-        result = run_job(args.x, args.x, args.out, _job_spec(args, product), client=args.scheduler)
+        result = run_job(
+            args.x, args.x, args.out, spec=_job_spec(args, product), client=args.scheduler
+        )
     print_result(_with_startup(result.summary, args), args.json, format_summary, args.quiet)
     return 0
 
@@ -464,7 +466,7 @@ def _demo(args: argparse.Namespace) -> int:
             progress=not quiet,
             dashboard=args.dashboard,
         )
-        result = run_job(paths["a"], paths["b"], paths["c"], spec)
+        result = run_job(paths["a"], paths["b"], paths["c"], spec=spec)
         summary = _with_startup(result.summary, args)
         say(format_summary(summary))
         report = verify(paths["a"], paths["b"], paths["c"])

@@ -235,7 +235,7 @@ def test_cuda_backend_without_gpu_is_a_clear_error(inputs):
     folder, a, b = inputs
     code = (
         "import outofcore, sys\n"
-        "from outofcore.backends.protocol import gpu_visible\n"
+        "from outofcore.backends.registry import gpu_visible\n"
         "from outofcore.errors import BackendError\n"
         "if gpu_visible(): print('GPU'); sys.exit(0)\n"
         "try:\n"
