@@ -49,7 +49,7 @@ from outofcore.operands.product import Product
 from outofcore.planner.plan import TileTask
 from outofcore.storage import deleting
 from outofcore.storage.digests import Digests, file_digest, object_digest
-from outofcore.storage.documents import DocumentError
+from outofcore.storage.documents import DocumentError, entry_kind
 from outofcore.storage.manifest import StrangersError, local_base
 
 #: Where outofcore says what is not the result: here, damaged records found by a task.
@@ -178,13 +178,55 @@ def show_on_dashboard(io: TaskIO) -> None:
 def compute_and_record(job: RecordedJob, task: TileTask) -> TileResult:
     """The worker entry of a job's tile task: compute and write one tile, then record it."""
     written: Digests = {}  # what the task's writes hashed as they wrote, durably
+
+    def compute() -> TaskIO:
+        clear_own_objects(job, task)
+        return compute_tile(job.tile_job, task, before_write=job.owner_check, written=written)
+
     return run_recorded(
         job,
         job.journal.tile_key(job.journal_id, task.key),
         task.key,
-        lambda: compute_tile(job.tile_job, task, before_write=job.owner_check, written=written),
+        compute,
         lambda result: record_written_tile(job, task, result, written),
     )
+
+
+def clear_own_objects(job: RecordedJob, task: TileTask) -> None:
+    """Before an unrecorded tile of a sharded output is computed, clear the shards it
+    owns whole that are there already (:func:`clear_objects`): a write killed halfway, or
+    damage since, left them, and the tile's blocks of rows would be merged into them (a
+    damaged shard index failed every rerun).  The tile writes each anew, block by block.
+
+    Only shards wholly inside the tile (or its mirror): a shard two tiles share is never
+    cleared here.  Nothing is cleared unless this job still owns the output.
+    """
+    c = job.tile_job.c
+    if c.shards is None:
+        return
+    owned = tile_objects(job.tile_job.product, c, task, whole=True)
+    present = objects_present(c, owned)
+    if present:
+        job.check_owner()
+        clear_objects(c, present)
+
+
+def objects_present(c: zarr.Array, keys: Iterable[str]) -> dict[str, str]:
+    """Which of the stored objects ``keys`` of ``c`` are there: ``{key: what it is}`` (on
+    a local disk in words, ``"a regular file"``, ``"a folder"``, never opened; else
+    ``"an object"``)."""
+    top, base = c.path.strip("/"), local_base(c.store)
+    found: dict[str, str] = {}
+    for key in keys:
+        full = "/".join(p for p in (top, key) if p)
+        if base is not None:
+            try:
+                found[key] = entry_kind(os.lstat(os.path.join(base, *full.split("/"))).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        elif sync(c.store.exists(full)):
+            found[key] = "an object"
+    return found
 
 
 def record_written_tile(
@@ -204,10 +246,13 @@ def record_written_tile(
     job.journal.record_tile(job.journal_id, task, result, extra={WRITTEN: digests})
 
 
-def tile_objects(product: Product, c: zarr.Array, task: TileTask) -> tuple[str, ...]:
+def tile_objects(
+    product: Product, c: zarr.Array, task: TileTask, whole: bool = False
+) -> tuple[str, ...]:
     """Keys (relative to the output ``c``) of the stored objects (shards, else chunks)
     holding ``task``'s tile of ``product``, and its mirror (a symmetric product's tile
-    off the diagonal)."""
+    off the diagonal); ``whole``: only those the tile (or its mirror) covers whole, which
+    no other tile writes into."""
     out = product.matrix("out", task.batch)
     rows, cols = slice(task.row0, task.row1), slice(task.col0, task.col1)
     regions = [out.selection(rows, cols)]
@@ -220,8 +265,11 @@ def tile_objects(product: Product, c: zarr.Array, task: TileTask) -> tuple[str, 
         if any(part.stop <= part.start for part in region):
             continue
         ranges = (
-            range(part.start // size, (part.stop - 1) // size + 1)
-            for part, size in zip(region, grid, strict=True)
+            range(
+                -(-part.start // size) if whole else part.start // size,
+                (part.stop if whole and part.stop < extent else part.stop - 1 + size) // size,
+            )
+            for part, size, extent in zip(region, grid, c.shape, strict=True)
         )
         keys |= {encode(index): None for index in itertools.product(*ranges)}
     return tuple(keys)

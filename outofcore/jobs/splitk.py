@@ -41,6 +41,7 @@ from outofcore.compute.tile_io import addend_bytes, output_bytes, output_grid, w
 from outofcore.jobs.recorded import (
     RecordedJob,
     TileResult,
+    clear_own_objects,
     record_written_tile,
     run_recorded,
     worker_name,
@@ -258,11 +259,16 @@ def reduce_tile(job: SplitJob, task: TileTask) -> TileResult:
     written again.
     """
     recorded = job.recorded
+
+    def reduce() -> TaskIO:
+        clear_own_objects(recorded, task)  # a damaged shard is written anew, not merged into
+        return _reduce(job, task)
+
     return run_recorded(
         recorded,
         recorded.journal.tile_key(recorded.journal_id, task.key),
         task.key,
-        lambda: _reduce(job, task),
+        reduce,
         lambda result: record_written_tile(recorded, task, result),
     )
 

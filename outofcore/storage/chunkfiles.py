@@ -25,8 +25,10 @@ from __future__ import annotations
 import errno
 import math
 import os
+import stat
 import uuid
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 import zarr
@@ -36,6 +38,7 @@ from outofcore.storage import bounded, codecs
 from outofcore.storage.chunk_io import BufferSet, chunk_io
 from outofcore.storage.chunk_layout import PlainLayout, index_text, layout_of, warn_once
 from outofcore.storage.digests import Digests, object_digest
+from outofcore.storage.documents import entry_kind
 
 #: What codecs raise for bytes they cannot decode (truncated or corrupt chunks).
 DECODE_ERRORS = (RuntimeError, ValueError)
@@ -107,9 +110,33 @@ def _scratch(buffers: BufferSet, name: str, nbytes: int) -> np.ndarray:
     return buffer[:nbytes]
 
 
+def _open_chunk_file(path: str) -> BinaryIO:
+    """The chunk or shard file at ``path``, opened for reading once it is known to be a
+    regular file (an input's link followed): what outofcore opens from a store is a
+    regular file (:func:`outofcore.storage.documents.entry_kind`), so a FIFO never blocks
+    the read.  Checked by ``stat`` before a plain ``open`` (whose damaged reads the tests
+    inject, ``tests/faults``); a FIFO swapped in between the two is a race outofcore does
+    not guard.
+
+    Raises
+    ------
+    FileNotFoundError
+        When there is none (a chunk never written).
+    OSError
+        When it is not a regular file (a folder, a FIFO, a device), naming it: a read
+        error, retried and reported as any other.
+    """
+    mode = os.stat(path).st_mode  # FileNotFoundError: none
+    if not stat.S_ISREG(mode):
+        raise OSError(
+            errno.EINVAL, f"{path} is not a regular file ({entry_kind(mode)}); it is not read"
+        )
+    return open(path, "rb", buffering=0)  # noqa: SIM115 (the caller closes it)
+
+
 def _read_file(path: str, scratch: BufferSet) -> np.ndarray:
     """The whole file at ``path``, read into the reusable file buffer of ``scratch``."""
-    with open(path, "rb", buffering=0) as f:
+    with _open_chunk_file(path) as f:
         size = os.fstat(f.fileno()).st_size
         data = _aligned_scratch(scratch, size)[:size]
         view = memoryview(data)
@@ -230,7 +257,7 @@ def _shard_index(layout: PlainLayout, shard: tuple[int, ...]) -> ShardIndex | No
     table_bytes = 16 * math.prod(layout.per_shard)
     index_bytes = table_bytes + (4 if layout.index_checksum else 0)
     try:
-        f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below)
+        f = _open_chunk_file(path)
     except FileNotFoundError:
         return None
     with f:

@@ -144,6 +144,29 @@ def test_a_damaged_shard_of_a_recorded_tile_is_written_anew(sharded, damage):
     assert len(summary["damaged"]) == 1
 
 
+@pytest.mark.parametrize("damage", ["index byte", "garbage", "folder"])
+def test_a_damaged_shard_of_a_tile_not_recorded_is_written_anew(sharded, damage):
+    """A shard of a tile without a record (a write killed halfway, then damaged): the tile
+    is computed, and its first block of rows merged into the damaged shard (exit 3, every
+    rerun). A tile that owns its shards whole writes them anew."""
+    folder, a, b, options = sharded
+    c = folder / "c.zarr"
+    recorded = recorded_objects(c)[0]
+    pending = c / "c" / "1" / "1"  # the last tile's shard: A's broken rows, never written
+    assert not pending.exists() and pending not in recorded_objects(c)
+    pending.parent.mkdir(parents=True, exist_ok=True)
+    data = bytearray(recorded.read_bytes())
+    if damage == "index byte":
+        data[-20] ^= 0x40
+        pending.write_bytes(bytes(data))
+    elif damage == "garbage":
+        pending.write_bytes(b"\x07" * len(data))
+    else:
+        pending.mkdir()
+    healed(folder, a, b, *options)
+    assert pending.is_file()
+
+
 def test_a_folder_where_a_recorded_shard_was_is_replaced(sharded):
     folder, a, b, options = sharded
     shard = recorded_objects(folder / "c.zarr")[0]
@@ -250,6 +273,22 @@ def test_a_fifo_where_a_journal_document_was_never_blocks(plain, name, kind):
         assert rerun.returncode == 0, rerun.stderr
     assert_product_close(zarr.open_array(str(folder / "c.zarr"))[...], a, b)
     assert (folder / "c.zarr" / JOURNAL_DIR / "job.json").is_file()
+
+
+def test_a_folder_where_an_input_chunk_was_is_one_line(tmp_path):
+    """An input's chunk file replaced by a folder: the job stops, one line naming the chunk,
+    and nothing of the input changes."""
+    rng = np.random.default_rng(2)
+    write_zarr(tmp_path / "a.zarr", random_matrix(rng, (30, 20), "float32"), (10, 10))
+    write_zarr(tmp_path / "b.zarr", random_matrix(rng, (20, 10), "float32"), (10, 10))
+    chunk = tmp_path / "a.zarr" / "c" / "1" / "1"
+    chunk.unlink()
+    chunk.mkdir()
+    done = cli(*command(tmp_path), env={"OUTOFCORE_READ_RETRIES": "0"}, timeout=PATIENCE)
+    assert done.returncode != 0 and "unexpected" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert "c/1/1" in line and "not a regular file" in line, done.stderr
+    assert chunk.is_dir() and not any(chunk.iterdir())
 
 
 # -- metadata with non-finite or wrongly typed shapes ------------------------------------
