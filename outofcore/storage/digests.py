@@ -46,7 +46,9 @@ def file_digest(path: str, max_bytes: int) -> list[Any] | str | None:
         if size > max_bytes:
             return [size, "not read"]
         digest, done = hashlib.sha256(), 0
-        while piece := opened.read(FILE_PIECE_BYTES):
+        # Pieces no larger than what is left of the file: an unbuffered read allocates all
+        # it is asked for before it shrinks (a small chunk would cost a whole piece).
+        while piece := opened.read(max(1, min(FILE_PIECE_BYTES, size - done + 1))):
             digest.update(piece)
             done += len(piece)
     return [done, digest.hexdigest()]

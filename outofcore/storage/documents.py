@@ -148,13 +148,17 @@ def read_regular_file(
     if opened is None:
         return None
     with opened:
+        # Reads as large as the file says it is (and one byte more, to see it grew), not
+        # as the cap: an unbuffered read allocates all it is asked for before it shrinks.
+        size = os.fstat(opened.fileno()).st_size
         chunks, left = [], max_bytes + 1
         while left > 0:
-            part = opened.read(min(left, 1 << 24))
+            part = opened.read(min(left, size + 1, 1 << 24))
             if not part:
                 break
             chunks.append(part)
             left -= len(part)
+            size = max(1, size - len(part))
     return b"".join(chunks)
 
 
