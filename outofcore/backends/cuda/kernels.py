@@ -464,8 +464,10 @@ def make_gemm_function(params: TileParams, dtype: np.dtype, interior: bool = Fal
 
         kt = u(0)
         # ceil(k / bk) steps, whatever the grid, `turn` at a time: with an even turn the
-        # buffer written and the one read are constants (no offset arithmetic)
-        while kt < ktiles:
+        # buffer written and the one read are constants (no offset arithmetic), and the
+        # loop leaves after the tile that is the last (a test per tile, no other: a
+        # test at the top too cost float32 nine moves)
+        while kt < ktiles if turn == 1 else True:
             for stage in range(turn):  # written out by _unroll_loop
                 cur = u(kt & one) if turn == 1 else u(stage % 2)  # the buffer read
                 kt = u(kt + one)
@@ -538,7 +540,7 @@ def make_gemm_function(params: TileParams, dtype: np.dtype, interior: bool = Fal
                 for p in range(b_run):
                     b_sh[nxt * b_buf + b_st + u(p)] = b_next[p]
                 cuda.syncthreads()
-                if stage < turn - 1 and kt == ktiles:
+                if turn > 1 and kt == ktiles:
                     break
 
         if interior:  # no bounds, each run of hn columns in wide accesses
