@@ -94,7 +94,7 @@ def test_an_interior_loop_has_only_wide_global_loads_and_its_own_compares():
     assert interior(checks).problems == ["4 compares in the loop, over 3 (bounds checks?)"]
     slow = report.LoopStats(**{**good.__dict__, "instructions": 2300})
     assert interior(slow).problems == [
-        "FFMA share 89.0% < 91.5%",
+        "FFMA share 89.0% < 91.0%",
         "FFMA share 89.0% < 92% at sm_90 (issue 54)",
     ]
     sm80 = report.LoopStats(**{**good.__dict__, "instructions": 2235})  # 91.6 %
@@ -199,9 +199,9 @@ def test_kernels_compile_for_sm90_without_spills_and_meet_targets():
     result = json.loads(done.stdout)
     assert result["problems"] == [], result["problems"]
     assert done.returncode == 0
-    variants = {(v["dtype"], v["kernel"]): v for v in result["variants"] if v["arch"] == "sm_90"}
+    variants = {(v["kernel"], v["dtype"]): v for v in result["variants"] if v["arch"] == "sm_90"}
     assert set(variants) == set(report.TARGETS)  # 4 checked kernels, 3 interior ones
-    for (dtype, kernel), v in variants.items():
+    for (kernel, dtype), v in variants.items():
         assert v["compiled"], v["error"]
         assert v["spill_stores"] == v["spill_loads"] == v["local_bytes"] == 0
         # registers allow two 256-thread blocks per SM (65536 registers): every dtype
@@ -214,11 +214,11 @@ def test_kernels_compile_for_sm90_without_spills_and_meet_targets():
         if kernel == "interior":  # wide global loads only, no bounds checks
             assert loop["global_loads"] == loop["global_loads_128"] > 0
             assert loop["compares"] <= v["params"]["turn"] + 1
-    f32 = variants["float32", "interior"]
+    f32 = variants["interior", "float32"]
     assert f32["loop"]["fma_share"] >= 0.92  # issue 54: FFMA >= 92 % of the loop at sm_90
     assert f32["issue_bound"] >= 0.92
     assert f32["loop"]["float64_ops"] == 0  # accumulates in float32
-    assert variants["complex64", "interior"]["loop"]["float64_ops"] == 0  # float32 parts
+    assert variants["interior", "complex64"]["loop"]["float64_ops"] == 0  # float32 parts
 
 
 def test_missing_toolchain_exits_2(monkeypatch, capsys):
