@@ -22,7 +22,8 @@ def _interrupted_before_start(signum: int, frame: object) -> None:
 
 #: The command itself loads this module (the console script, or ``python -m outofcore.cli``):
 #: from here on Ctrl-C is the command's.  A program that imports it keeps its own handler.
-if __name__ == "__main__" or os.path.basename(sys.argv[0]).startswith("outofcore"):
+_OWNS_CTRL_C = __name__ == "__main__" or os.path.basename(sys.argv[0]).startswith("outofcore")
+if _OWNS_CTRL_C:
     signal.signal(signal.SIGINT, _interrupted_before_start)
 
 from outofcore.runtime.blas_idle import shorten_blas_spin
@@ -76,17 +77,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_status
     _log_to_stderr(debug)
     stop = Interruption(args)
-    signal.signal(signal.SIGINT, stop.handle)
+    previous = signal.signal(signal.SIGINT, stop.handle)
     try:
-        return COMMANDS[args.command](args)
+        return stop.finished(COMMANDS[args.command](args))
     except KeyboardInterrupt:
         _quiet_shutdown()
         stop.say()
-        return INTERRUPTED
+        return stop.finished(INTERRUPTED)
     except BrokenPipeError:  # `outofcore plan ... | head`: the reader left
         # Python's advice: point stdout at devnull so the exit flush raises nothing.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return BROKEN_PIPE
+        return stop.finished(BROKEN_PIPE)
     except Exception as exc:  # noqa: BLE001 (the edge: one line, never a traceback)
         if debug:
             traceback.print_exc()
@@ -95,10 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"outofcore: error: {text}", file=sys.stderr)
         if not debug:  # reads left in flight by the failure: nothing more to say at exit
             sys.unraisablehook = lambda _: None
-        return status
+        return stop.finished(status)
     finally:
         if not debug:  # the result is out: Dask's teardown has nothing for the log at exit
             _quiet_shutdown()
+        if not _OWNS_CTRL_C:  # a program that called main() gets its own handler back
+            signal.signal(signal.SIGINT, previous)
 
 
 def command() -> None:
@@ -150,10 +153,20 @@ class Interruption:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.count = 0
+        self.result: int | None = None
         self._said = threading.Lock()  # the last line is said once, by whoever comes first
+
+    def finished(self, status: int) -> int:
+        """The command's outcome is out (printed, its output complete or not): a Ctrl-C
+        from here on, in Dask's teardown or the interpreter's, leaves at once with
+        ``status`` instead of interrupting a stop that has nothing left to keep."""
+        self.result = status
+        return status
 
     def handle(self, signum: int, frame: Any) -> None:
         """The SIGINT handler (main thread)."""
+        if self.result is not None:
+            _exit_now(self.result)
         self.count += 1
         _quiet_shutdown()
         if self.count > 1:
