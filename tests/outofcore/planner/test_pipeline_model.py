@@ -71,9 +71,10 @@ def test_two_tiles_in_flight_are_predicted_faster_where_the_write_is_comparable_
 
 
 def test_with_tiles_in_flight_the_plan_cuts_tiles_enough_per_device_to_hide_the_write():
-    """A product whose write is as long as its loop, and whose whole output fits one tile per device: with one tile in
-    flight nothing overlaps whatever the tiling, so the fewest reads win (one tile); with two
-    in flight the planner cuts more tiles, so that the loops hide behind the writes."""
+    """A product whose write is as long as its loop, and whose whole output fits one tile
+    per device: with one tile in flight nothing overlaps whatever the tiling, so the fewest
+    reads win (one tile); with two in flight the planner cuts more tiles, so that the loops
+    hide behind the writes."""
     problem = square(8192, 1024, k=8192)
     serial = make_output_plan(problem, 8 * GiB, 1, gpu=slow_writer(1, 1e9), io_concurrency=16)
     pipelined = make_output_plan(problem, 8 * GiB, 1, gpu=slow_writer(2, 1e9), io_concurrency=16)
