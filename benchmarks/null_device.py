@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness.inputs import DEFAULT_DATA, ensure_array
+from benchmarks.harness.inputs import add_tiling_arguments, ensure_array
 from benchmarks.harness.reports import save_json
 from outofcore.backends.cuda import rates as gpu_rates
 from outofcore.backends.timed import RATES, TimedDevice, TimedEngine, TimedModel
@@ -350,14 +350,10 @@ def format_table(rows: Sequence[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=16384, help="m = k = n (default 16384)")
-    parser.add_argument("--chunk", type=int, default=2048, help="square zstd chunks of A and B")
-    parser.add_argument("--tile", type=int, default=8192, help="square output tile (tm = tn)")
-    parser.add_argument("--tk", type=int, default=2048, help="panel depth")
+    add_tiling_arguments(parser, chunk=2048, tile=8192, tk=2048)
     parser.add_argument("--threads", type=int, help="most decode threads (default: the cores)")
     parser.add_argument("--kernel-tflops", type=float, default=KERNEL_FLOPS / 1e12)
     parser.add_argument("--pcie-gb-s", type=float, default=PCIE_BPS / 1e9)
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="inputs, cached")
-    parser.add_argument("--json", help="write the rows to this file")
     args = parser.parse_args(argv)
     sizes = Sizes(args.size, args.size, args.size, args.chunk, args.tile, args.tk)
     model = DeviceModel(args.kernel_tflops * 1e12, args.pcie_gb_s * 1e9)

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.inputs import DEFAULT_DATA, ensure_array
+from benchmarks.harness.inputs import add_tiling_arguments, ensure_array
 from benchmarks.harness.reports import markdown_table, save_json
 from outofcore import config
 from outofcore.api import run_job
@@ -228,13 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=4096, help="m = n (default 4096)")
     parser.add_argument("--k", type=int, default=1024, help="k (default 1024)")
-    parser.add_argument("--chunk", type=int, default=512, help="square zstd chunks of A and B")
-    parser.add_argument("--tile", type=int, default=1024, help="square output tile")
-    parser.add_argument("--tk", type=int, default=512, help="panel depth")
+    add_tiling_arguments(parser, chunk=512, tile=1024, tk=512)
     parser.add_argument("--tile-seconds", type=float, default=0.1, help="kernel = write a tile")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="inputs, cached")
     parser.add_argument("--devices", type=int, default=2, help="timed devices after (1: none)")
-    parser.add_argument("--json", help="write the report to this file")
     args = parser.parse_args(argv)
     sizes = Sizes(args.size, args.k, args.chunk, args.tile, args.tk, args.tile_seconds)
     started = time.perf_counter()

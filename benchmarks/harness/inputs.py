@@ -136,3 +136,16 @@ def add_folder_arguments(parser: argparse.ArgumentParser) -> None:
     """``--data-dir`` (inputs, cached) and ``--out-dir`` (results), the harness's defaults."""
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_RESULTS)
+
+
+def add_tiling_arguments(
+    parser: argparse.ArgumentParser, *, chunk: int, tile: int, tk: int
+) -> None:
+    """A timed-device case's ``--chunk`` (square zstd chunks of A and B), ``--tile`` (the
+    square output tile), ``--tk`` (the panel depth), ``--data-dir`` (inputs, cached) and
+    ``--json`` (where the figures go), with the case's defaults."""
+    parser.add_argument("--chunk", type=int, default=chunk, help="square zstd chunks of A and B")
+    parser.add_argument("--tile", type=int, default=tile, help="square output tile (tm = tn)")
+    parser.add_argument("--tk", type=int, default=tk, help="panel depth")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="inputs, cached")
+    parser.add_argument("--json", help="write the figures to this file")
