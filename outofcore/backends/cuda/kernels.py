@@ -120,19 +120,11 @@ class TileParams:
             raise InputError(f"invalid tile parameters {self}: {problems[0]}")
 
 
-#: k depth of the production kernels' tiles where it differs from the block table's
-#: (:data:`outofcore.backends.cuda.blocks.KERNEL_BLOCKS`, which the device tiling is cut
-#: in): 16 for float32, float64 and complex64 (issue 54: the loop's fixed instructions
-#: over twice the FMAs).  complex128 keeps 8: 16-deep tiles would need 64 KiB of shared
-#: memory, over the 48 KiB of a static allocation.  A device slice whose depth is a
-#: multiple of 8 but not of 16 runs the checked kernel (right, slower) until the table
-#: says 16 too.
-PRODUCTION_BK = {4: 16, 8: 16, 16: 8}
-
-
 def _production(itemsize: int, tm: int, tn: int, turn: int) -> TileParams:
-    bm, bn, _ = KERNEL_BLOCKS[itemsize]
-    return TileParams(bm, bn, PRODUCTION_BK[itemsize], tm=tm, tn=tn, turn=turn)
+    """The production kernel of ``itemsize``-byte elements: its block tile is the table's
+    (:data:`outofcore.backends.cuda.blocks.KERNEL_BLOCKS`, which the device tiling is cut
+    in, so that every device slice is a multiple of the kernel's depth)."""
+    return TileParams(*KERNEL_BLOCKS[itemsize], tm=tm, tn=tn, turn=turn)
 
 
 #: Production parameters per dtype: 128x128x16 blocks of 16x16 threads for float32

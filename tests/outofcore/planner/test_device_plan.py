@@ -60,11 +60,12 @@ def test_resident_when_the_whole_tile_fits():
 
 
 def test_resident_with_slices_shallower_than_the_host_panel():
-    """Just room for 8-deep slices: still resident, the host panel goes in 8 slices."""
-    plan = cuda_device_plan(100, 80, 64, 4, device_bytes(100, 80, 8, 4) + 4 * 359)
-    assert plan.resident and plan.dk == 8
+    """Just room for 16-deep slices (the float32 kernel's depth): still resident, the host
+    panel goes in 4 slices."""
+    plan = cuda_device_plan(100, 80, 64, 4, device_bytes(100, 80, 16, 4) + 4 * 359)
+    assert plan.resident and plan.dk == 16
     more = cuda_device_plan(100, 80, 64, 4, device_bytes(100, 80, 40, 4))
-    assert more.resident and more.dk == 40
+    assert more.resident and more.dk == 32  # slices are multiples of the kernel's depth
     assert cuda_device_plan(100, 80, 64, 4, 10**9).dk == 64  # never deeper than the host panel
 
 
@@ -99,8 +100,9 @@ def test_block_multiples():
     assert not plan.resident
     assert plan.dm % 128 == 0 or plan.dm == 1000
     assert plan.dn % 128 == 0 or plan.dn == 900
-    assert plan.dk % 8 == 0 or plan.dk == 700
-    assert kernel_block(8, KERNEL_BLOCKS) == (64, 64, 8)
+    assert plan.dk % 16 == 0 or plan.dk == 700
+    assert kernel_block(8, KERNEL_BLOCKS) == (64, 64, 16)
+    assert kernel_block(16, KERNEL_BLOCKS) == (64, 64, 8)
     with pytest.raises(InputError, match="itemsize = 2: .* elements of 4, 8, 16 bytes"):
         kernel_block(2, KERNEL_BLOCKS)
 
@@ -117,7 +119,7 @@ def test_smallest_device_tile_that_does_not_fit_names_the_bytes():
     assert (
         cuda_device_plan(19, 23, 9, 4, 1152, block=(8, 8, 4), transposed=True).device_bytes == 1152
     )
-    with pytest.raises(BudgetError, match=r"128x128 with 8-deep .*\(--device-memory\)"):
+    with pytest.raises(BudgetError, match=r"128x128 with 16-deep .*\(--device-memory\)"):
         cuda_device_plan(4096, 4096, 1024, 4, 81_919)
 
 
@@ -136,8 +138,8 @@ def test_bad_input(args, message):
 
 def test_job_pcie_bytes_adds_the_host_tiles():
     shapes = [(100, 80), (100, 80), (30, 80), (0, 5)]
-    total = job_pcie_bytes(shapes, 64, 640, 4, 50_000, KERNEL_BLOCKS[4])
-    one = [cuda_device_plan(m, n, 64, 4, 50_000, k=640).pcie_bytes for m, n in shapes[:3]]
+    total = job_pcie_bytes(shapes, 64, 640, 4, 70_000, KERNEL_BLOCKS[4])
+    one = [cuda_device_plan(m, n, 64, 4, 70_000, k=640).pcie_bytes for m, n in shapes[:3]]
     assert total == sum(one)
 
 
@@ -218,13 +220,13 @@ def operands(tmp_path):
 
 
 def test_plan_shows_the_device_tiling(operands, capsys):
-    args = ["plan", *operands, "--memory", "2MiB", "--device-memory", "120KiB"]
+    args = ["plan", *operands, "--memory", "2MiB", "--device-memory", "150KiB"]
     assert cli.main([*args, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     device = summary["device"]
-    host = cuda_device_plan(*summary["tile"], summary["tk"], 4, 120 * 1024, k=500)
+    host = cuda_device_plan(*summary["tile"], summary["tk"], 4, 150 * 1024, k=500)
     assert device == {**host.summary(), "pcie_bytes": device["pcie_bytes"]}
-    assert device["mode"] == "sub-tiled" and device["device_bytes"] <= 120 * 1024
+    assert device["mode"] == "sub-tiled" and device["device_bytes"] <= 150 * 1024
     per_tile = device["pcie_bytes_per_tile"]
     assert per_tile < device["pcie_bytes"] <= summary["tiles"] * per_tile
     assert cli.main(args) == 0
