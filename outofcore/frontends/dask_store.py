@@ -108,25 +108,39 @@ def to_zarr(
         )
     spec = JobSpec.of(spec, options)
     found = product_at_top(x, Vectors(reduce=sums_along, sample=sample_means))
+    refusal = _why_dask_stores(x, found)
+    if refusal is not None:
+        why, dask_only = refusal
+        return _store_with_dask(x, url, client, spec, why, fallback if dask_only else "allow")
+    return _run_product(found, x, url, spec, client)
+
+
+def _why_dask_stores(x: Any, found: FoundProduct | None) -> tuple[str, bool] | None:
+    """Why dask.array stores ``x`` rather than an outofcore job, and whether a product
+    dask computes is the reason (a fallback to warn of); None where outofcore runs it."""
     if found is not None and not math.isfinite(found.alpha):
-        why = f"is a product scaled by {found.alpha} (outofcore takes finite scales)"
-        return _store_with_dask(x, url, client, spec, why, fallback)
+        return f"is a product scaled by {found.alpha} (outofcore takes finite scales)", True
     if found is not None and not _whole(found.alpha) and _integer_product(found):
         why = f"is an integer product scaled by {found.alpha:g} (exact products take whole scales)"
-        return _store_with_dask(x, url, client, spec, why, fallback)
-    if found is None:
-        top = top_product(x)
-        below = products_within(x)
-        why = (
-            f"is a {top[1]} whose operands compute (more than reads of zarr arrays: outofcore "
-            "multiplies stored arrays; store the operands to run it out of core)"
-            if top is not None
-            else f"has a {below[0]} below its top (outofcore runs a product at the top of the "
-            "array: store the product first, with outofcore.to_zarr, then compute the rest)"
-            if below
-            else "has no matrix product"
-        )
-        return _store_with_dask(x, url, client, spec, why, fallback if below else "allow")
+        return why, True
+    if found is not None:
+        return None
+    top = top_product(x)
+    below = products_within(x)
+    why = (
+        f"is a {top[1]} whose operands compute (more than reads of zarr arrays: outofcore "
+        "multiplies stored arrays; store the operands to run it out of core)"
+        if top is not None
+        else f"has a {below[0]} below its top (outofcore runs a product at the top of the "
+        "array: store the product first, with outofcore.to_zarr, then compute the rest)"
+        if below
+        else "has no matrix product"
+    )
+    return why, bool(below)
+
+
+def _run_product(found: FoundProduct, x: Any, url: Any, spec: JobSpec, client: Any) -> Any:
+    """The product ``found`` at the top of ``x`` as an outofcore job, written at ``url``."""
     alpha = _times(spec.alpha, found.alpha)  # (a @ b) / (n - 1): the scale on top
     out_dtype = spec.out_dtype if spec.out_dtype is not None else _dtype_kept(found, x, alpha)
     spec = replace(
