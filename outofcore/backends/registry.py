@@ -14,7 +14,7 @@ Importing this module imports no GPU library: probes use the standard library
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from outofcore.backends import timed
@@ -32,10 +32,14 @@ from outofcore.runtime.gpu_cluster import GpuNode
 __all__ = [
     "AUTO",
     "BACKENDS",
+    "KEEP_OUR_KERNEL_WITHIN",
+    "OUR_KERNEL",
     "Backend",
     "backend_names",
     "check_backend",
     "assumed_gpu",
+    "auto_gpu_backend",
+    "backend_choice",
     "get",
     "gpu_node",
     "gpu_visible",
@@ -80,16 +84,28 @@ class Backend:
     #: Readies a process for the backend before its libraries start (environment the
     #: device library reads once); the command calls every backend's first.
     prepare: Callable[[], None] = lambda: None
+    #: Whether ``"auto"`` may choose it, on a machine with a GPU, for a dtype its rates
+    #: multiply fastest (:func:`auto_gpu_backend`); never a stand-in such as the timed device.
+    auto: bool = False
+
+    def installed(self) -> bool:
+        """Whether its libraries are installed here (``require`` passes); imports nothing."""
+        try:
+            self.require()
+        except BackendError:
+            return False
+        return True
 
 
 def _nothing_to_install() -> None:
     """The CPU backend needs nothing beyond the base install."""
 
 
-def _cuda_engine(name: str) -> Callable[[], TileEngine]:
+def _cuda_engine(name: str, require: Callable[[], None]) -> Callable[[], TileEngine]:
     def make() -> TileEngine:
         from outofcore.backends.cuda import make_engine as make_cuda_engine  # noqa: PLC0415
 
+        require()  # what to install, named (CuPy for "cupy"), before numba starts
         return make_cuda_engine(name)
 
     return make
@@ -138,23 +154,24 @@ register(
         summary="BLAS (SciPy's OpenBLAS) on the worker's cores",
     )
 )
-for _name, _rates, _summary in (
-    ("cuda", cuda_rates.OUR_KERNEL, "outofcore's numba CUDA kernel"),
-    ("cupy", cuda_rates.CUBLAS, "cuBLAS through CuPy"),
+for _name, _rates, _require, _summary in (
+    ("cuda", cuda_rates.OUR_KERNEL, cuda_probe.require_numba_cuda, "outofcore's numba CUDA kernel"),
+    ("cupy", cuda_rates.CUBLAS, cuda_probe.require_cupy, "cuBLAS through CuPy"),
 ):
     register(
         Backend(
             name=_name,
             gpu=True,
             capabilities=EngineCapabilities(timings=True, device=True),
-            engine=_cuda_engine(_name),
+            engine=_cuda_engine(_name, _require),
             usable=gpu_visible,
-            require=lambda name=_name: cuda_probe.require_numba_cuda(name),
+            require=_require,
             rates=_rates,
             blocks=cuda_blocks.KERNEL_BLOCKS,
             node=CUDA_NODE,
             summary=_summary,
             prepare=prepare_for_cuda,
+            auto=True,
         )
     )
 
@@ -220,14 +237,61 @@ def is_gpu(backend: str) -> bool:
     return backend != AUTO and get(backend).gpu
 
 
-def resolve_backend(backend: str, gpu_workers: int | None = None, where: str = "") -> str:
+#: ``"auto"`` keeps our kernel for a dtype while its rate is at least this share of the
+#: fastest backend's that is installed here (issue 54: float32's target against cuBLAS);
+#: below it, the faster one multiplies (cuBLAS's DMMA for float64 and complex128, 4x ours).
+KEEP_OUR_KERNEL_WITHIN = 0.85
+#: The backend ``"auto"`` chooses on a GPU unless another multiplies a dtype faster.
+OUR_KERNEL = "cuda"
+
+
+def auto_gpu_backend(dtype: str | None, candidates: Iterable[Backend] | None = None) -> str:
+    """The GPU backend ``"auto"`` chooses for products multiplied in ``dtype`` (a compute
+    dtype's name; None: not known yet, our kernel): ours, unless one of ``candidates`` (the
+    registered backends ``"auto"`` may choose, installed here) multiplies ``dtype`` at over
+    ``1 / KEEP_OUR_KERNEL_WITHIN`` times our kernel's rate; then the fastest of those.  The
+    rates are each backend's table (:attr:`Backend.rates`)."""
+    ours = get(OUR_KERNEL)
+    if dtype is None or ours.rates is None or dtype not in ours.rates.kernel_flops:
+        return ours.name
+    if candidates is None:
+        candidates = [b for b in _REGISTRY.values() if b.auto and b.gpu and b.installed()]
+    floor = ours.rates.kernel_flops[dtype] / KEEP_OUR_KERNEL_WITHIN
+    rates = {
+        b.name: b.rates.kernel_flops[dtype]
+        for b in candidates
+        if b.rates is not None and dtype in b.rates.kernel_flops
+    }
+    faster = {name: rate for name, rate in rates.items() if rate > floor}
+    return max(faster, key=faster.__getitem__) if faster else ours.name
+
+
+def backend_choice(backend: str, dtype: str) -> str:
+    """In words, how ``backend`` multiplies ``dtype`` beside our kernel, by their rates
+    tables (for ``outofcore plan``): ``"cuBLAS 57.3 TFLOP/s float64, our kernel 14.6
+    (0.25 of it)"``; empty for a backend without rates."""
+    chosen, ours = get(backend).rates, get(OUR_KERNEL).rates
+    if chosen is None or dtype not in chosen.kernel_flops:
+        return ""
+    text = f"{chosen.engine} {chosen.kernel_flops[dtype] / 1e12:.1f} TFLOP/s {dtype}"
+    if backend == OUR_KERNEL or ours is None or dtype not in ours.kernel_flops:
+        return text
+    share = ours.kernel_flops[dtype] / chosen.kernel_flops[dtype]
+    return f"{text}, our kernel {ours.kernel_flops[dtype] / 1e12:.1f} ({share:.2f} of it)"
+
+
+def resolve_backend(
+    backend: str, gpu_workers: int | None = None, where: str = "", dtype: str | None = None
+) -> str:
     """Turn ``"auto"`` into a concrete backend and check the one asked for is usable.
 
     ``gpu_workers`` None: the tasks run on this machine (in this process or a
-    LocalCluster), and ``"auto"`` is ``"cuda"`` when a real GPU is visible here.
-    Else the tasks run on a cluster's workers (the scheduler at ``where``), of which
-    ``gpu_workers`` declare a ``GPU`` resource: ``"auto"`` is ``"cuda"`` when any does,
-    whatever the machine submitting has.
+    LocalCluster), and ``"auto"`` is a GPU backend when a real GPU is visible here: our
+    kernel, or for a product multiplied in ``dtype`` a backend installed here whose rates
+    beat it clearly (:func:`auto_gpu_backend`: cuBLAS through CuPy for float64).  Else the
+    tasks run on a cluster's workers (the scheduler at ``where``), of which ``gpu_workers``
+    declare a ``GPU`` resource: ``"auto"`` is ``"cuda"`` when any does, whatever the
+    machine submitting has (what the workers have installed is not known here).
 
     Raises
     ------
@@ -238,8 +302,8 @@ def resolve_backend(backend: str, gpu_workers: int | None = None, where: str = "
     check_backend(backend)
     if backend == AUTO:
         if gpu_workers is not None:
-            return "cuda" if gpu_workers else "cpu"
-        return "cuda" if get("cuda").usable(False) else "cpu"
+            return OUR_KERNEL if gpu_workers else "cpu"
+        return auto_gpu_backend(dtype) if get(OUR_KERNEL).usable(False) else "cpu"
     chosen = get(backend)
     if gpu_workers is not None:
         if chosen.gpu and not gpu_workers:
@@ -308,7 +372,7 @@ def job_gpu_target(
     if backend == AUTO:
         if not gpu_workers:
             return None
-        backend = "cuda"
+        backend = OUR_KERNEL
     chosen = get(backend)
     if not chosen.gpu or chosen.rates is None or dtype not in chosen.rates.kernel_flops:
         return None

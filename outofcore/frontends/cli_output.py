@@ -234,6 +234,7 @@ def format_plan(p: dict[str, Any], verbose: bool = False) -> str:
         + _format_shards(p.get("out_shards"), p.get("out_layout")),
         f"  task memory    {format_bytes(p['task_bytes'])} projected"
         + _format_kinds(p.get("task_bytes_by_kind") or {}),
+        *_format_backend(p),
         *_format_device(p.get("device")),
         f"  bytes read     {format_bytes(p['bytes_read'])} predicted, lower bound "
         f"{format_bytes(p['io_lower_bound'])} ({p['read_over_lower_bound']:.2f}x)",
@@ -242,6 +243,16 @@ def format_plan(p: dict[str, Any], verbose: bool = False) -> str:
         *_format_predictions(p.get("predicted", []), p.get("machine"), verbose),
     ]
     return "\n".join([lines[0], *(wrapped(line) for line in lines[1:])])
+
+
+def _format_backend(p: dict[str, Any]) -> list[str]:
+    """The plan's line on the GPU backend that multiplies, beside our kernel's rate (where
+    ``auto`` chose cuBLAS, why: outofcore.backends.registry.auto_gpu_backend)."""
+    gpu = p.get("gpu")
+    if not gpu:
+        return []
+    choice = p.get("backend_choice") or gpu["engine"]
+    return [f"  backend        {gpu['backend']}: {choice}"]
 
 
 def _shape(shape: list[int]) -> str:

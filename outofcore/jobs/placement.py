@@ -1,7 +1,8 @@
 """Where a job runs, decided before it is planned, and whether it serves a dashboard.
 
 :func:`where_it_runs`: the client (resolved once), usable GPUs, the budget per worker
-(:func:`with_budget`); :func:`wants_dashboard`: after the plan, from its predicted time.
+(:func:`with_budget`); :func:`backend_for_product`: once the operands' dtypes are known;
+:func:`wants_dashboard`: after the plan, from its predicted time.
 The plan itself is :mod:`outofcore.jobs.planning`'s.
 """
 
@@ -11,7 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from outofcore.runtime.addresses import resolve_client
-from outofcore.runtime.cluster import budget_for, runs_in_process
+from outofcore.runtime.cluster import budget_for, is_local, runs_in_process
 
 if TYPE_CHECKING:
     from outofcore.jobs.planning import JobPlan
@@ -52,6 +53,22 @@ def where_it_runs(
     client = resolve_client(client, spec.gpus)
     memory = budget_for(spec.memory, client, spec.workers, spec.gpus)
     return dataclasses.replace(spec, memory=memory), client
+
+
+def backend_for_product(spec: JobSpec, asked: str, product: Product, client: Any) -> JobSpec:
+    """``spec`` with the backend that multiplies ``product``, once its dtypes are known:
+    the CPU for an exact integer product (its limbs have no GPU kernel); and where the
+    job asked for ``"auto"`` and runs on this machine's GPU, the GPU backend its compute
+    dtype multiplies fastest on (:func:`outofcore.backends.registry.resolve_backend`: our
+    kernel, or cuBLAS through CuPy for float64 where CuPy is installed)."""
+    from outofcore.backends.registry import AUTO, resolve_backend  # noqa: PLC0415
+
+    if product.types.limbs is not None:  # no GPU kernel: the plan names the CPU
+        return dataclasses.replace(spec, backend="cpu")
+    if asked == AUTO and is_local(client):
+        dtype = str(product.types.compute)
+        return dataclasses.replace(spec, backend=resolve_backend(asked, dtype=dtype))
+    return spec
 
 
 def wants_dashboard(job_plan: JobPlan, product: Product, spec: JobSpec, client: Any) -> bool:

@@ -30,7 +30,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from outofcore.backends.registry import assumed_gpu, job_gpu_target
+from outofcore.backends.registry import assumed_gpu, backend_choice, job_gpu_target
 from outofcore.errors import InputError
 from outofcore.planner import tiling
 from outofcore.planner.device_plan import device_summary
@@ -98,6 +98,7 @@ class JobPlan:
             summary["device"] = self.device
         if self.gpu is not None:
             summary["gpu"] = self.gpu.as_dict()
+            summary["backend_choice"] = backend_choice(self.gpu.backend, self.gpu.dtype)
         return summary
 
 

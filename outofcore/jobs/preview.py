@@ -10,7 +10,7 @@ from typing import Any
 
 from outofcore.backends.registry import resolve_backend
 from outofcore.jobs.inputs import open_product
-from outofcore.jobs.placement import with_budget
+from outofcore.jobs.placement import backend_for_product, with_budget
 from outofcore.jobs.planning import JobPlan, job_workers, plan_job, with_predictions
 from outofcore.jobs.spec import JobSpec
 from outofcore.operands import arrays
@@ -37,11 +37,13 @@ def plan_product(
     if client and not is_local(client):
         client_security(client)  # the job's refusals (certificates, addresses)
     spec = with_budget(JobSpec.of(spec, options), client)
+    asked = spec.backend
     if is_local(client):  # as the job: this machine's GPU decides "auto" (jobs/setup.py)
-        spec = replace(spec, backend=resolve_backend(spec.backend))
+        spec = replace(spec, backend=resolve_backend(asked))
     product = open_product(a, b, spec)
     if product.empty:
         return product, None
+    spec = backend_for_product(spec, asked, product, client)
     job_plan = plan_job(product, spec, job_workers(spec, client))
     predicted = with_predictions(
         job_plan, product, spec, client, reprobe=reprobe, device_memory=spec.device_memory

@@ -13,7 +13,7 @@ from outofcore import config
 from outofcore.backends.registry import gpu_node, resolve_backend
 from outofcore.jobs.inputs import Operands
 from outofcore.jobs.phases import Phases
-from outofcore.jobs.placement import wants_dashboard, where_it_runs
+from outofcore.jobs.placement import backend_for_product, wants_dashboard, where_it_runs
 from outofcore.jobs.planning import JobPlan, plan_job
 from outofcore.jobs.spec import JobSpec
 from outofcore.journal.lease import check_not_held
@@ -72,8 +72,9 @@ def prepare_job(
     spec, client = where_it_runs(spec, options, client)  # and the budget per worker
     # A scheduler address that names no scheduler, or where none answers: before anything.
     check_client(client, config.number("connect-timeout", positive=True))
+    asked = spec.backend
     if is_local(client):  # the tasks run on this machine: its GPU decides, before any work
-        spec = replace(spec, backend=resolve_backend(spec.backend))
+        spec = replace(spec, backend=resolve_backend(asked))
     node = gpu_node(spec.backend) if spec.gpus else None  # its GPU workers' node
     interop.check_shareable(  # worker processes cannot see this process's memory
         {"input A": a, "input B": b, "the addend": spec.addend, "the output": out},
@@ -86,8 +87,7 @@ def prepare_job(
     start = operands.inspect(spec.overwrite)
     if operands.product.empty:
         return PreparedJob(spec, client, operands, start, None, False)
-    if operands.product.types.limbs is not None:  # no GPU kernel: the plan names the CPU
-        spec = replace(spec, backend="cpu")
+    spec = backend_for_product(spec, asked, operands.product, client)  # by its dtypes
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
     if start.existing is None:  # an output its disk cannot hold, before any write

@@ -15,8 +15,10 @@ def two_process_client(local_cluster):
         yield client
 
 
-#: Modules that call the worker's pieces directly, as a worker thread between tasks does.
-KEEPS_WORKER_STATE = {"test_chunkfiles", "test_engines"}
+#: Modules that call the worker's pieces directly, as a worker thread between tasks does,
+#: and test_auto_backend, whose in-process jobs run device engines (they keep their pinned
+#: buffers for the process's next job: outofcore.backends.device.engine.DeviceEngine.release).
+KEEPS_WORKER_STATE = {"test_chunkfiles", "test_engines", "test_auto_backend"}
 
 
 @pytest.fixture(autouse=True)

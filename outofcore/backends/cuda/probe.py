@@ -17,9 +17,6 @@ import sys
 
 from outofcore.errors import BackendError
 
-#: The extra each GPU backend needs (numba-cuda and its CUDA libraries; CuPy too for "cupy").
-EXTRAS = {"cuda": "cuda", "cupy": "cupy"}
-
 
 def simulator_enabled() -> bool:
     """Return True when numba.cuda runs (or, not imported yet, will run) on its simulator.
@@ -50,20 +47,46 @@ def numba_cuda_installed() -> bool:
         return False
 
 
-def require_numba_cuda(backend: str = "cuda") -> None:
+def cupy_installed() -> bool:
+    """Return True when CuPy (the ``[cupy]`` extra) is installed; imports nothing."""
+    if sys.modules.get("cupy") is not None:
+        return True
+    try:
+        return importlib.util.find_spec("cupy") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require_numba_cuda(backend: str = "cuda", extra: str = "cuda") -> None:
     """Raise BackendError naming the extra to install unless numba-cuda is installed.
 
     Raises
     ------
     BackendError
-        When numba-cuda is not installed: ``pip install 'outofcore[cuda]'``
-        (``[cupy]`` for ``backend="cupy"``).
+        When numba-cuda is not installed: ``pip install 'outofcore[EXTRA]'``
+        (``[cuda]``, or ``[cupy]`` for ``backend="cupy"``).
     """
     if not numba_cuda_installed():
-        extra = EXTRAS.get(backend, "cuda")
         raise BackendError(
             f"backend {backend!r} needs numba-cuda, which is not installed here: "
             f"pip install 'outofcore[{extra}]' (or use backend 'cpu')"
+        )
+
+
+def require_cupy() -> None:
+    """Raise BackendError naming the extra to install unless numba-cuda and CuPy are
+    installed (backend ``"cupy"``: our streams and buffers, cuBLAS's products).
+
+    Raises
+    ------
+    BackendError
+        When either is missing: ``pip install 'outofcore[cupy]'``.
+    """
+    require_numba_cuda("cupy", "cupy")
+    if not cupy_installed():
+        raise BackendError(
+            "backend 'cupy' needs CuPy, which is not installed here: "
+            "pip install 'outofcore[cupy]' (or use backend 'cuda')"
         )
 
 

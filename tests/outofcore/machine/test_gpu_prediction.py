@@ -13,6 +13,8 @@ from dataclasses import replace
 
 import pytest
 
+from outofcore.backends import registry
+from outofcore.backends.cuda import probe
 from outofcore.backends.cuda.rates import (
     CUBLAS_FLOPS,
     DECODE_BPS_PER_THREAD,
@@ -158,11 +160,32 @@ def test_a_gpu_target_exists_for_every_gpu_compute_dtype():
         assert cuda_target(dtype).kernel_flops == rate > 1e12
 
 
-def test_backend_cupy_is_planned_and_predicted_at_cublass_rate(folder, capsys):
+def test_backend_cupy_is_planned_and_predicted_at_cublass_rate(folder, capsys, monkeypatch):
+    monkeypatch.setattr(probe, "cupy_installed", lambda: True)  # the plan imports no CuPy
     spec = JobSpec(memory="64MiB", backend="cupy")
     gpu = plan_job(opened(spec), spec, FOUR_GPUS).gpu
     assert gpu.backend == "cupy" and gpu.kernel_flops == CUBLAS_FLOPS["float32"]
     auto = JobSpec(memory="64MiB", backend="auto", gpus=(0,))
     assert plan_job(opened(auto), auto, FOUR_GPUS).gpu.backend == "cuda"  # auto picks cuda
-    out = plan(capsys, "a.zarr", "b.zarr", "--backend", "cupy")
-    assert "cuBLAS 50.5 TFLOP/s float32" in unwrapped(out)
+    out = unwrapped(plan(capsys, "a.zarr", "b.zarr", "--backend", "cupy"))
+    assert "cuBLAS 50.5 TFLOP/s float32" in out
+    # The plan names the backend, beside our kernel's rate.
+    assert "backend        cupy: cuBLAS 50.5 TFLOP/s float32, our kernel 37.0 (0.73 of it)" in out
+
+
+def test_auto_on_a_gpu_with_cupy_plans_float64_on_cublas_and_says_why(folder, capsys, monkeypatch):
+    """Issue 54, item 6: this machine "has a GPU" (the CUDA backend's probe says so) and
+    "CuPy" (its probe): ``auto`` plans a float64 product on cuBLAS, 4x our kernel."""
+    cuda = replace(registry.get("cuda"), usable=lambda simulator_counts: True)
+    monkeypatch.setitem(registry._REGISTRY, "cuda", cuda)  # no public way to swap one
+    monkeypatch.setattr(probe, "cupy_installed", lambda: True)
+    random_array(folder / "a64.zarr", (512, 384), (64, 64), "float64", seed=5)
+    random_array(folder / "b64.zarr", (384, 448), (64, 64), "float64", seed=6)
+    out = unwrapped(plan(capsys, "a64.zarr", "b64.zarr", "--backend", "auto"))
+    assert "backend        cupy: cuBLAS 57.3 TFLOP/s float64, our kernel 14.6 (0.25 of it)" in out
+    summary = plan_json(capsys, "a64.zarr", "b64.zarr", "--backend", "auto")
+    assert summary["gpu"]["backend"] == "cupy" and summary["gpu"]["engine"] == "cuBLAS"
+    monkeypatch.setattr(probe, "cupy_installed", lambda: False)  # without CuPy: ours
+    assert plan_json(capsys, "a64.zarr", "b64.zarr", "--backend", "auto")["gpu"]["backend"] == (
+        "cuda"
+    )
