@@ -372,7 +372,7 @@ def _job_spec(args: argparse.Namespace, product: dict[str, Any]) -> Any:
         splits=args.splits,
         workers=args.workers,
         gpus=parse_gpus(args.gpus) if args.gpus else None,
-        progress=not (args.json or args.quiet),
+        progress=not args.quiet,  # on stderr: --json keeps stdout to the object alone
         dashboard=args.dashboard,
         storage_options=_storage(args),
     )
@@ -476,7 +476,7 @@ def _demo(args: argparse.Namespace) -> int:
             memory=args.memory,
             workers=args.workers,
             overwrite=True,
-            progress=not quiet,
+            progress=not args.quiet,  # stderr's; --json silences only the lines on stdout
             dashboard=args.dashboard,
         )
         result = run_job(paths["a"], paths["b"], paths["c"], spec=spec)

@@ -198,6 +198,23 @@ def test_quiet_jobs_print_nothing_but_what_they_are_asked_for(tmp_path):
     assert (demo.returncode, demo.stdout, demo.stderr) == (0, "", "")
 
 
+def test_json_keeps_stdout_to_its_object_and_stderr_to_the_progress(tmp_path):
+    """--json (issue 55, item 4): the object alone on stdout; the cluster line and the
+    progress still on stderr, as without it (only --quiet silences them)."""
+    a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
+    random_array(a, (300, 200), (64, 64), seed=1)
+    random_array(b, (200, 250), (64, 64), seed=2)
+    run = outofcore("matmul", a, b, "-o", c, "--memory", "256KiB", "--workers", "1", "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["tiles"] > 1  # nothing else on stdout
+    assert "Started a LocalCluster: 1 worker(s)" in run.stderr
+    assert re.search(r"matmul: \d+/\d+ tiles \(100%\) in ", run.stderr), run.stderr
+    demo = outofcore("demo", "--size", "256", "--chunk", "64", "--memory", "256KiB", "--json")
+    assert demo.returncode == 0, demo.stderr
+    assert json.loads(demo.stdout)["verify"]["passed"] is True
+    assert "matmul: " in demo.stderr
+
+
 def test_progress_into_a_log_file_is_lines_without_redraws(tmp_path):
     """stderr to a file (a batch job's log): a line at the start and one at the end, no \\r."""
     a, b, c = (str(tmp_path / name) for name in ("a.zarr", "b.zarr", "c.zarr"))
