@@ -10,8 +10,8 @@ A fenced block is code when its language is ``bash``, ``console``, ``python`` or
 
 What each kind of block does (:class:`Walk`):
 
-- ``bash``: ``outofcore`` commands run (shapes a hundred times smaller, optional
-  ``[...]`` parts left out: :func:`smaller`); ``export`` lines set the environment of
+- ``bash``: ``outofcore`` commands run as written, their shapes a hundred times
+  smaller (:func:`smaller`); ``export`` lines set the environment of
   the commands after them; ``python -m MODULE ARGS`` of a benchmark or a report has its
   arguments parsed by the module's own parser and nothing run (the benchmarks run small
   in tests/system/test_benchmarks.py); ``python -c`` and ``scripts/make-certificates``
@@ -65,7 +65,6 @@ NOT_HERE = {
 #: Modules whose arguments a document's command is checked against, not run.
 PARSED_ONLY = ("benchmarks.", "outofcore.backends.cuda.report", "tools.gpu_check")
 SMALLER = re.compile(r"--(shape|chunks) (\d+(?:,\d+)*)")
-OPTIONAL = re.compile(r"\s*\[[^\]]*\]")
 GUARD = 'if __name__ == "__main__":'
 
 
@@ -119,7 +118,8 @@ def commands(block: str) -> list[str]:
 
 
 def smaller(command: str) -> str:
-    """A command line with its optional parts left out and its shapes made smaller."""
+    """A command line with its shapes made smaller (nothing else changed: a command in a
+    document runs as a reader copies it, issue 55)."""
 
     def shrink(match: re.Match) -> str:
         """The matrix (or vector) sizes a hundred times smaller; a stack's batch kept."""
@@ -128,7 +128,7 @@ def smaller(command: str) -> str:
         smaller = [max(1, math.ceil(x / 100)) for x in sizes[len(batch) :]]
         return f"--{match.group(1)} {','.join(map(str, batch + smaller))}"
 
-    return SMALLER.sub(shrink, OPTIONAL.sub("", command))
+    return SMALLER.sub(shrink, command)
 
 
 def extras() -> set[str]:
