@@ -151,3 +151,29 @@ def test_a_benchmark_command_is_parsed_not_run(args, status, tmp_path):
     assert done.returncode == status, done.stderr
     assert not list(tmp_path.iterdir())  # nothing ran: nothing written
     assert (ROOT / "benchmarks" / "compare.py").is_file()
+
+
+def labels(text: str) -> list[str]:
+    """What each line of a command's output is (its words up to the figures), in order:
+    ``"Generating A and B"``, ``"tiles"``, ``"memory"``, ``"verify (Freivalds, 2 rounds)"``."""
+    found = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith(" " * 17):  # a wrapped line's rest
+            continue
+        head = re.split(r"[:\d/]| {2,}", line.strip(), maxsplit=1)[0].strip()
+        found.append(head)
+    return found
+
+
+def test_the_demos_sample_output_is_what_the_demo_prints_now(tmp_path):
+    """getting-started.md's sample of ``outofcore demo`` (issue 55, item 4: it was stale)
+    has the lines a demo prints today, in their order (the figures are the machine's)."""
+    text = (ROOT / "docs" / "getting-started.md").read_text()
+    sample = re.search(r"```\n(Generating A and B.*?)```", text, re.DOTALL)
+    assert sample is not None, "the demo's sample output is gone from getting-started.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "outofcore.cli", "demo", "--size", "512", "--chunk", "128"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert labels(sample[1]) == labels(done.stdout), (sample[1], done.stdout)
