@@ -30,10 +30,10 @@ from typing import Any
 from outofcore.errors import InputError
 from outofcore.frontends.xarray_dot import (
     DEFAULT_NAME,
-    _as_xr_dot,
-    _dims,
-    _one_dim,
-    _product_name,
+    as_xr_dot,
+    one_dim,
+    product_dims,
+    product_name,
     write_product,
 )
 from outofcore.jobs.spec import JobSpec, with_job_options
@@ -100,11 +100,11 @@ def dot(
     for label, x in (("a", a), ("b", b)):
         if not isinstance(x, xr.DataArray):
             raise InputError(f"{label} is a {type_name(x)}; outofcore.xarray.dot takes DataArrays")
-    summed, batch, kept = _dims(a.dims, b.dims, _one_dim(dim))
+    summed, batch, kept = product_dims(a.dims, b.dims, one_dim(dim))
     spec = JobSpec.of(spec, options)
     dims = (*batch, *kept)
-    reference, (a_read, b_read) = _as_xr_dot(a, b, summed, dims)
-    name = _product_name(name, reference)
+    reference, (a_read, b_read) = as_xr_dot(a, b, summed, dims)
+    name = product_name(name, reference)
     spec = replace(
         spec,
         transpose_a=a.dims[-2] == summed,

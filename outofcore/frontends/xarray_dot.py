@@ -31,7 +31,7 @@ DEFAULT_NAME = "dot"
 _POSITION = "\0outofcore position along dim {}"
 
 
-def _one_dim(dim: Any) -> Any:
+def one_dim(dim: Any) -> Any:
     """``dim`` as one name: a list, tuple or set of one name is that name (as ``xr.dot``
     reads it); None stays None."""
     if isinstance(dim, list | tuple | set | frozenset):
@@ -45,7 +45,7 @@ def _one_dim(dim: Any) -> Any:
     return dim
 
 
-def _dims(
+def product_dims(
     a_dims: tuple[Any, ...], b_dims: tuple[Any, ...], dim: Any
 ) -> tuple[Any, tuple[Any, ...], tuple[Any, Any]]:
     """The summed dimension, the batch dimensions and the two kept ones of ``a @ b``."""
@@ -81,7 +81,7 @@ def _dims(
     return dim, batch, (i, j)
 
 
-def _as_xr_dot(a: Any, b: Any, summed: Any, dims: tuple[Any, ...]) -> tuple[Any, tuple[Any, Any]]:
+def as_xr_dot(a: Any, b: Any, summed: Any, dims: tuple[Any, ...]) -> tuple[Any, tuple[Any, Any]]:
     """``xr.dot(a, b, dim=summed)`` of stand-ins of ``a`` and ``b`` (nothing computed: its
     dims, coordinates and name), and what the job reads for each operand as xr.dot
     aligns it: the DataArray itself, or the window of its stored array.
@@ -254,7 +254,7 @@ def _unmake_group(where: Location, remove_folder: bool) -> None:
         os.rmdir(where.path)
 
 
-def _product_name(name: Any, reference: Any) -> str:
+def product_name(name: Any, reference: Any) -> str:
     """The product's name in the group: ``name``, else xr.dot's, else :data:`DEFAULT_NAME`;
     refused where xarray could not store it beside the result's dims and coordinates."""
     said = "name"

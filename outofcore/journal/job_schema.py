@@ -113,7 +113,7 @@ def _check_items(
         )
 
 
-def _string_mapping(value: Any) -> bool:
+def string_mapping(value: Any) -> bool:
     """Whether ``value`` is a dict of strings to strings."""
     return isinstance(value, dict) and all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()

@@ -43,7 +43,7 @@ from typing import Any
 
 from zarr.core.sync import sync
 
-from outofcore.journal.job_schema import FORMAT, _string_mapping, check_job
+from outofcore.journal.job_schema import FORMAT, check_job, string_mapping
 from outofcore.journal.store import JournalError, JournalStore, parse_document, safe_name
 from outofcore.planner.plan import PartialTask, TileTask
 from outofcore.storage import deleting, manifest, storeops
@@ -187,7 +187,7 @@ class Journal(JournalStore):
         if not is_sealed(document):
             return {}
         kept = {name: tokens for name, tokens in document.items() if name != CHECKSUM}
-        return kept if all(_string_mapping(tokens) for tokens in kept.values()) else {}
+        return kept if all(string_mapping(tokens) for tokens in kept.values()) else {}
 
     # -- tile records ----------------------------------------------------------------
     def done_tiles(self, journal_id: str) -> set[str]:

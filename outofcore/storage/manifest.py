@@ -41,7 +41,7 @@ from zarr.storage import FsspecStore, LocalStore
 
 from outofcore.errors import InputError
 from outofcore.storage.documents import DocumentError, load_document
-from outofcore.storage.output_keys import _link_target, _list_store, _read_metadata, join_key
+from outofcore.storage.output_keys import join_key, link_target, list_store, read_metadata
 
 #: Folder of a job's journal inside its output (:mod:`outofcore.journal.records`).
 JOURNAL_DIR = "_outofcore"
@@ -287,7 +287,7 @@ def output_contents(store: Store, prefix: str, under: str = "") -> Contents:
     if base is not None:
         entries = _walk_local(base, top, under, forms)
     else:
-        entries = ((key, "file") for key in _list_store(store, top, under))
+        entries = ((key, "file") for key in list_store(store, top, under))
     found: dict[str, list[str]] = {
         "chunks": [], "metadata": [], "journal": [], "strangers": [], "links": [], "folders": []
     }  # fmt: skip
@@ -338,7 +338,7 @@ def _protocols(fs: object) -> tuple[str, ...]:
 def _chunk_forms(store: Store, top: str, base: str | None) -> tuple[ChunkKeys, ...]:
     forms = []
     for name in ("zarr.json", ".zarray"):
-        document = _read_metadata(store, top, base, name)
+        document = read_metadata(store, top, base, name)
         form = None if document is None else chunk_keys_of(name, document)
         if form is not None:
             forms.append(form)
@@ -356,7 +356,7 @@ def _walk_local(
     for part in [p for p in join_key(top, under).split("/") if p]:
         path = os.path.join(path, part)
         if os.path.islink(path):  # the output itself, or the folder listed, is a link
-            yield f"{os.path.relpath(path, base)} -> {_link_target(path)}", "links"
+            yield f"{os.path.relpath(path, base)} -> {link_target(path)}", "links"
             return
     output = os.path.join(base, top) if top else base
     pending = [under]
@@ -377,7 +377,7 @@ def _walk_local(
         for entry in entries:
             name = join_key(folder, entry.name)
             if entry.is_symlink():
-                yield f"{name} -> {_link_target(entry.path)}", "links"
+                yield f"{name} -> {link_target(entry.path)}", "links"
             elif entry.is_dir(follow_symlinks=False):
                 if is_our_folder(name, forms):
                     yield name, "folders"

@@ -20,7 +20,7 @@ def join_key(*parts: str) -> str:
     return "/".join(p for p in parts if p)
 
 
-def _read_metadata(store: Store, top: str, base: str | None, name: str) -> bytes | None:
+def read_metadata(store: Store, top: str, base: str | None, name: str) -> bytes | None:
     """The document ``name`` at the output's top, when it is a plain file of sane size."""
     if base is not None:  # by the one rule for what outofcore opens from an output
         path = os.path.join(base, join_key(top, name))
@@ -55,14 +55,15 @@ def _reader(store: Store) -> Store:
         return store
 
 
-def _link_target(path: str) -> str:
+def link_target(path: str) -> str:
+    """Where the symbolic link ``path`` points, for a message; ``"?"`` where unreadable."""
     try:
         return os.readlink(path)
     except OSError:
         return "?"
 
 
-def _list_store(store: Store, top: str, under: str) -> list[str]:
+def list_store(store: Store, top: str, under: str) -> list[str]:
     """Every key below the output (``under`` it), relative to the output."""
     start = join_key(top, under)
     reader = _reader(store)
