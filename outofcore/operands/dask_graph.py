@@ -344,6 +344,8 @@ def _reduction(graph: Any, name: str, reads: Any) -> tuple[Any, int, str, np.dty
     kind = {"mean_chunk": "mean", "sum": "sum"}.get(getattr(inner, "__name__", ""))
     if len(kinds) != 1 or kind not in kinds or len(chunk.indices) != 1:
         return None
+    if set(func.keywords) != {"dtype"}:  # nanmean: mean_chunk with sum=nansum, numel=...
+        return None  # NaN skipped, not summed: dask computes the vector (its own values)
     axis, dtype = chunk.task.kwargs.get("axis"), func.keywords.get("dtype")
     (operand, index) = chunk.indices[0]
     if axis not in ((0,), (1,)) or dtype is None or tuple(index) != tuple(chunk.output_indices):

@@ -271,3 +271,35 @@ def test_a_centred_gram_of_x_with_nan_or_inf_is_dasks(tall, bad):
     finite = np.isfinite(want)
     assert finite.sum() == (61 - 2) ** 2
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.parametrize("door", ["run_job", "to_zarr"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("where", ["over k", "along k", "gram"])
+def test_a_nanmean_subtracted_is_dasks_nanmean_not_a_mean(tall, where, dtype, door):
+    """``x - da.nanmean(x, ...)`` skips NaN in the vector where ``x - x.mean(...)`` sums
+    it: to_zarr took a nanmean for a mean and, for a mean along k, answered NaN in every
+    row where dask answers NaN in one (exit status 0).  The nanmean's values are dask's."""
+    folder, clean = tall
+    x = clean.astype(dtype)
+    x[37, 5] = np.nan
+    write_zarr(folder / "nan.zarr", x, (50, 13))
+    write_zarr(folder / "clean.zarr", clean.astype(dtype), (50, 13))
+    xd, yd = da.from_zarr(str(folder / "nan.zarr")), da.from_zarr(str(folder / "clean.zarr"))
+    if where == "over k":  # a column's nanmean, k the rows: C = xc.T @ y
+        a, b = (xd - da.nanmean(xd, axis=0)).T, yd
+    elif where == "along k":  # each row's nanmean, k the rows of x: A = x.T - those
+        a, b = xd.T - da.nanmean(xd, axis=1), yd
+    else:
+        b = xd - da.nanmean(xd, axis=0)
+        a = b.T
+    want = (a @ b).compute()
+    out = str(folder / f"{where}.zarr")
+    if door == "to_zarr":
+        got = outofcore.to_zarr(a @ b, out, client="sync", memory="256KiB")[...]
+    else:
+        got = run_job(a, b, out, **SYNC, memory="256KiB").output[...]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isfinite(want).sum() >= want.size // 2
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-3, atol=1e-2)
