@@ -282,6 +282,11 @@ def _step(graph: Any, layer: Any, reads: Any, vectors: Vectors) -> tuple[Step, s
         return None
     other_index = 1 - position
     name, index = indices[other_index]
+    blocks = layer.numblocks.get(name)
+    broadcast = _broadcast_vector(graph, name) if index and tuple(index) == out else None
+    if broadcast is not None:  # xarray's ``x - x.mean("time")``: the mean given a new axis
+        name, kept, blocks = broadcast
+        index = (out[kept],)
     if index is None:  # a scalar, inlined
         if isinstance(name, bool) or not isinstance(name, int | float | complex | np.number):
             return None
@@ -305,15 +310,48 @@ def _step(graph: Any, layer: Any, reads: Any, vectors: Vectors) -> tuple[Step, s
             array, over, _, vector_dtype = reduced  # ``x - x.mean(axis=0)``: a shift
             if name not in vectors.samples:
                 vectors.samples[name] = vectors.sample(array, over).astype(vector_dtype)
-                vectors.layers[name] = (graph, layer.numblocks.get(name))
+                vectors.layers[name] = (graph, blocks)
             step = Step(op, dtype, vectors.samples[name], axis, shift=True, mean_layer=name)
             return replace(step, mean_of=array, mean_axis=over), below
         if vectors.values.get(name) is None:  # dask's own values: the reference's
-            vectors.values[name] = _compute_vector(graph, name, layer.numblocks.get(name))
+            vectors.values[name] = _compute_vector(graph, name, blocks)
         other = vectors.values[name]
         if other is None:
             return None
     return Step(op, dtype, other, axis, reflected=position == 1), below
+
+
+def _broadcast_vector(graph: Any, name: str) -> tuple[str, int, tuple[int]] | None:
+    """A 1-D layer given a new axis to broadcast against a matrix (xarray's ``mean[None,
+    :]``: a getitem layer each of whose blocks indexes one block of the vector with one
+    ``None`` and one ``slice(None)``): the vector's layer, the matrix axis it runs along
+    and its block count; None for any other layer."""
+    from dask.array.chunk import getitem  # noqa: PLC0415
+    from dask.utils import key_split  # noqa: PLC0415
+
+    layer = graph.layers.get(name)
+    below = graph.dependencies.get(name, set())
+    if key_split(name) != "getitem" or layer is None or len(below) != 1:
+        return None
+    (vector,) = below
+    axes, blocks = set(), 0
+    for key, task in dict(layer).items():
+        args = getattr(task, "args", ())
+        if getattr(task, "func", None) is not getitem or len(args) != 2 or len(key) != 3:
+            return None
+        ref, index = args
+        if not isinstance(index, tuple) or len(index) != 2 or index.count(None) != 1:
+            return None
+        if slice(None) not in index:
+            return None
+        axis = index.index(slice(None))
+        if getattr(ref, "key", None) != (vector, key[1 + axis]) or key[2 - axis] != 0:
+            return None
+        axes.add(axis)
+        blocks += 1
+    if len(axes) != 1:
+        return None
+    return vector, axes.pop(), (blocks,)
 
 
 #: The layers of dask.array's ``mean`` and ``sum`` above their chunk layer.

@@ -92,6 +92,7 @@ def resolve(
     """
     if isinstance(source, Operand):
         return source
+    given = source  # what the user passed: the line that stores it is for it
     if _is_data_array(source):  # its zarr array, dask array or numpy values
         source, label = _data_array_data(source, label)
     if isinstance(source, zarr.Array | str | os.PathLike):
@@ -107,7 +108,7 @@ def resolve(
                 f"something ({_layer_summary(source)}), not one that only reads a zarr array; "
                 "outofcore reads stored arrays (it cannot fingerprint a graph for a resume, nor "
                 "bound its memory). Store it first, then pass the path: "
-                f"{store_line(label, source)}"
+                f"{store_line(label, given)}"
             )
         return found
     if isinstance(source, np.ndarray) and not isinstance(source, np.ma.MaskedArray):
@@ -322,11 +323,21 @@ def check_shareable(
 
 
 def store_line(label: str, value: Any) -> str:
-    """The line of code that stores ``value`` (argument ``label``) as a zarr array."""
+    """The line of code that stores ``value`` (argument ``label``) as a zarr array, and
+    for a DataArray the path to pass (valid code, run by the tests)."""
     variable = _variable(label)
     path = f"{variable}.zarr"
+    # zarr stores regular chunks only (equal, but for a smaller last one): dask's "auto"
+    irregular = _irregular(getattr(value, "chunks", None))
+    if _is_data_array(value):
+        chunked = ".chunk('auto')" if irregular else ""
+        return (
+            f"{variable}.to_dataset(name={variable!r}){chunked}.to_zarr({path!r}) and pass "
+            f"{path + '/' + variable!r}"
+        )
     if _is_dask_array(value):
-        return f"da.to_zarr({variable}, {path!r})"
+        rechunked = ".rechunk('auto')" if irregular else ""
+        return f"da.to_zarr({variable}{rechunked}, {path!r})"
     shape = getattr(value, "shape", None)
     if shape is not None and len(shape) >= 1:
         batch = (1,) * max(0, len(shape) - 2)
@@ -416,6 +427,20 @@ def _layer_summary(x: Any, limit: int = 4) -> str:
     return "layers " + ", ".join(kinds[:limit]) + more if kinds else "a graph"
 
 
+def _irregular(chunks: Any) -> bool:
+    """Whether dask ``chunks`` (a tuple of each dimension's sizes; None: not a dask
+    array's) are ones zarr cannot store: sizes that differ, but for a smaller last one."""
+    if not isinstance(chunks, tuple) or not all(isinstance(c, tuple) for c in chunks):
+        return False  # a zarr array's chunk shape, or not chunked
+    return any(
+        len(set(sizes[:-1])) > 1 or (len(sizes) > 1 and sizes[-1] > sizes[0])
+        for sizes in chunks
+    )
+
+
 def _variable(label: str) -> str:
-    """The argument's name in code: ``"input A"`` -> ``a``, ``"the addend"`` -> ``addend``."""
-    return label.split()[-1].lower()
+    """The argument's name in code: ``"input A"`` -> ``a``, ``"the addend"`` -> ``addend``
+    (what a label adds in parentheses, a DataArray's name and dims, left out)."""
+    words = label.split(" (", 1)[0].split()
+    name = words[-1].lower() if words else ""
+    return name if name.isidentifier() else "x"

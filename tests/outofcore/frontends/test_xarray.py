@@ -6,6 +6,8 @@ compared with ``xr.dot`` of the same DataArrays: values, dims and coordinates.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -367,3 +369,32 @@ def test_a_slice_of_the_users_and_the_alignment_are_read_as_one_window(feature_p
         got = ox.dot(a, b, dim="feature", out=str(out), client="sync", overwrite=True,
                      progress=False)  # fmt: skip
         assert_as_xr_dot(got, xr.dot(a.compute(), b.compute(), dim="feature"))
+
+
+@pytest.mark.parametrize("holes", [False, True], ids=["finite", "nan"])
+def test_a_centred_dataarray_runs_out_of_core_as_xr_dot(tmp_path, holes):
+    """Issue 55, item 2: ``x - x.mean("sample")`` of a DataArray xarray opened (its mean
+    given a new axis to broadcast, a NaN-skipping mean) is read from the stored x, by
+    xarray.dot as by to_zarr, never handed to dask.array; NaN where xr.dot has NaN."""
+    rng = np.random.default_rng(55)
+    values = (rng.standard_normal((61, 13)) + 4).astype(np.float64)
+    if holes:
+        values[7, 2] = np.nan
+    xs = stored(tmp_path, "x", values, ("sample", "feature"), (16, 5))
+    x = opened(xs, chunks={})
+    centred = x - x.mean("sample")
+    other = centred.rename({"feature": "feature_2"})
+    expected = xr.dot(centred, other, dim="sample").compute()
+    got = ox.dot(centred, other, dim="sample", out=str(tmp_path / "cov.zarr"), client="sync")
+    np.testing.assert_array_equal(np.isnan(got.values), np.isnan(expected.values))
+    assert_as_xr_dot(got.fillna(0), expected.fillna(0), 1e-9)
+    # to_zarr of the same product: out of core, no FallbackWarning (an error here).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", outofcore.FallbackWarning)
+        gram = outofcore.to_zarr(
+            centred.data.T @ centred.data, str(tmp_path / "g.zarr"), client="sync"
+        )
+    assert "outofcore" in gram.attrs
+    np.testing.assert_allclose(
+        np.nan_to_num(gram[...]), np.nan_to_num(expected.values), rtol=1e-9, atol=1e-9
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -295,7 +296,13 @@ def test_other_dask_arrays_are_refused_with_the_line_that_stores_them(stored, ki
     message = str(refused.value)
     assert message.startswith("input A is a dask array (dask.array.core.Array")
     assert "not one that only reads a zarr array" in message
-    assert message.endswith("da.to_zarr(a, 'a.zarr')")
+    # zarr stores regular chunks only: an irregular rechunk is rechunked first
+    line = (
+        "da.to_zarr(a.rechunk('auto'), 'a.zarr')"
+        if kind == "rechunk"
+        else "da.to_zarr(a, 'a.zarr')"
+    )
+    assert message.endswith(line)
     assert not (folder / "c.zarr").exists()
 
 
@@ -441,3 +448,34 @@ def test_the_output_opens_in_xarray_with_its_dimensions(tmp_path, zarr_format):
     assert_gemm_close(g.values, x.values, x.values, accumulated_in="float64", transpose_a=True)
     # Named dimensions work as xarray's: a reduction over one of them.
     assert results["y"].sum("sample").dims == ("component",)
+
+
+@pytest.mark.parametrize("kind", ["dask", "irregular dask", "dataarray", "centred dataarray"])
+def test_the_line_that_stores_a_refused_operand_runs_as_quoted(stored, kind, monkeypatch):
+    """Issue 55, item 2: every suggestion that quotes code is valid code: the refusal's
+    line, run as written where the user is (``a`` their operand), stores what the job
+    then reads (it suggested ``da.to_zarr('feature')), "'feature')).zarr")`` for a
+    DataArray)."""
+    folder, _, _ = stored
+    (folder / "user").mkdir()
+    monkeypatch.chdir(folder / "user")  # where the user runs the line (a.zarr is free)
+    random = da.random.default_rng(2).random((47, 31), chunks=(10, 10))
+    if kind == "dask":
+        a = random
+    elif kind == "irregular dask":  # chunks zarr cannot store as they are
+        a = random.rechunk(((10, 2, 35), (31,)))
+    else:
+        a = xr.DataArray(random, dims=("sample", "feature"), name="x")
+        if kind == "centred dataarray":  # computes more than a read: a rolling mean
+            a = a - a.rolling(sample=3, min_periods=1).mean()
+    with pytest.raises(InputError) as refused:
+        outofcore.matmul(a, folder / "b.zarr", folder / "c.zarr", **SYNC)
+    quoted = str(refused.value).rsplit(": ", 1)[1]
+    code, _, path = quoted.partition(" and pass ")
+    # Here, not on the module's cluster (its workers write relative paths in their own cwd)
+    with dask.config.set(scheduler="sync"):
+        exec(code, {"da": da, "a": a})  # noqa: S102 (the message's own line, as a user runs it)
+    path = eval(path) if path else "a.zarr"  # noqa: S307 (the quoted path)
+    c = outofcore.matmul(path, folder / "b.zarr", folder / "c.zarr", **SYNC)
+    expected = np.asarray(a) @ zarr.open_array(folder / "b.zarr")[...]
+    np.testing.assert_allclose(c[...], expected, rtol=1e-5)
