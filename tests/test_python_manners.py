@@ -72,7 +72,7 @@ def test_a_fourth_positional_is_pythons_type_error_naming_the_call(operands, tmp
     assert not out.exists()
     for call, extra in (
         (lambda: outofcore.gram(operands[0], out, "sync"), "gram() takes 2"),
-        (lambda: outofcore.plan(*operands, "sync"), "plan() takes 2"),
+        (lambda: outofcore.plan(*operands, "sync"), "plan() takes from 1 to 2"),
         (lambda: outofcore.verify(*operands, out, 3), "verify() takes 3"),
         (lambda: outofcore.api.run_job(*operands, out, None), "run_job() takes 3"),
         (lambda: outofcore.random_array(out, (4, 4), (2, 2), "float32", 7), "random_array()"),

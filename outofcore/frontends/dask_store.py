@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import warnings
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -106,13 +106,63 @@ def to_zarr(
             f"to_zarr stores a dask array; got a {type_name(x)}: for zarr arrays, paths and "
             "numpy arrays call outofcore.matmul(a, b, out)"
         )
-    spec = JobSpec.of(spec, options)
+    job = dask_job(x, JobSpec.of(spec, options))
+    if job.dask_computes is not None:
+        level = fallback if job.falls_back else "allow"
+        return _store_with_dask(x, url, client, job.spec, job.dask_computes, level)
+    out = matmul(job.a, job.b, url, spec=job.spec, client=client)
+    if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
+        raise RuntimeError(f"the product {out.shape} is not x's {x.shape}")
+    return out
+
+
+@dataclass(frozen=True)
+class DaskJob:
+    """What outofcore makes of a dask array ``x``: the outofcore job of the matrix product
+    at its top (operands ``a`` and ``b``, their steps and windows, and ``spec`` with the
+    product's transposes, scale and dtype), or why dask.array computes ``x`` instead."""
+
+    spec: JobSpec
+    a: Operand | None = None
+    b: Operand | None = None
+    #: The product, in words (``"matmul of a.zarr.T and a.zarr"``); empty for dask's.
+    described: str = ""
+    #: Why dask.array computes ``x`` (``"has no matrix product"``); None: outofcore does.
+    dask_computes: str | None = None
+    #: Whether what dask computes holds a matrix product (a fallback to warn of).
+    falls_back: bool = False
+
+
+def dask_job(x: Any, spec: JobSpec) -> DaskJob:
+    """The :class:`DaskJob` of the dask array ``x`` with the job options ``spec`` (what
+    :func:`to_zarr` runs and :func:`outofcore.plan` of one array plans); its vectors
+    (means, weights) are computed now, as the job's."""
     found = product_at_top(x, Vectors(reduce=sums_along, sample=sample_means))
     refusal = _why_dask_stores(x, found)
-    if refusal is not None:
-        why, dask_only = refusal
-        return _store_with_dask(x, url, client, spec, why, fallback if dask_only else "allow")
-    return _run_product(found, x, url, spec, client)
+    if found is None or refusal is not None:
+        why, falls_back = refusal if refusal is not None else ("has no matrix product", False)
+        return DaskJob(spec, dask_computes=why, falls_back=falls_back)
+    alpha = _times(spec.alpha, found.alpha)  # (a @ b) / (n - 1): the scale on top
+    out_dtype = spec.out_dtype if spec.out_dtype is not None else _dtype_kept(found, x, alpha)
+    spec = replace(
+        spec,
+        transpose_a=found.transpose_a,
+        transpose_b=found.transpose_b,
+        out_dtype=out_dtype,
+        alpha=alpha,
+    )
+    described = (
+        f"{found.call} of {describe(found.a)}"
+        f"{'' if found.a_window is None else found.a_window.text()}"
+        f"{'.T' if found.transpose_a else ''} and {describe(found.b)}"
+        f"{'' if found.b_window is None else found.b_window.text()}"
+        f"{'.T' if found.transpose_b else ''}"
+    )
+    logger.info("outofcore.to_zarr: %s runs as an outofcore job", described)
+    a_steps, b_steps = steps_by_path(found.a_steps), steps_by_path(found.b_steps)
+    a = Operand(by_path(found.a), steps=a_steps, window=found.a_window)  # flags: the spec's
+    b = Operand(by_path(found.b), steps=b_steps, window=found.b_window)
+    return DaskJob(spec, a, b, described)
 
 
 def _why_dask_stores(x: Any, found: FoundProduct | None) -> tuple[str, bool] | None:
@@ -137,36 +187,6 @@ def _why_dask_stores(x: Any, found: FoundProduct | None) -> tuple[str, bool] | N
         else "has no matrix product"
     )
     return why, bool(below)
-
-
-def _run_product(found: FoundProduct, x: Any, url: Any, spec: JobSpec, client: Any) -> Any:
-    """The product ``found`` at the top of ``x`` as an outofcore job, written at ``url``."""
-    alpha = _times(spec.alpha, found.alpha)  # (a @ b) / (n - 1): the scale on top
-    out_dtype = spec.out_dtype if spec.out_dtype is not None else _dtype_kept(found, x, alpha)
-    spec = replace(
-        spec,
-        transpose_a=found.transpose_a,
-        transpose_b=found.transpose_b,
-        out_dtype=out_dtype,
-        alpha=alpha,
-    )
-    logger.info(
-        "outofcore.to_zarr: %s of %s%s%s and %s%s%s runs as an outofcore job",
-        found.call,
-        describe(found.a),
-        "" if found.a_window is None else found.a_window.text(),
-        ".T" if found.transpose_a else "",
-        describe(found.b),
-        "" if found.b_window is None else found.b_window.text(),
-        ".T" if found.transpose_b else "",
-    )
-    a_steps, b_steps = steps_by_path(found.a_steps), steps_by_path(found.b_steps)
-    a = Operand(by_path(found.a), steps=a_steps, window=found.a_window)  # flags: the spec's
-    b = Operand(by_path(found.b), steps=b_steps, window=found.b_window)
-    out = matmul(a, b, url, spec=spec, client=client)
-    if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
-        raise RuntimeError(f"the product {out.shape} is not x's {x.shape}")
-    return out
 
 
 def _later(

@@ -10,10 +10,12 @@ command's table, ``repr()`` one short line, ``.summary`` the dict ``outofcore pl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from dask.utils import format_bytes
 
+from outofcore.errors import InputError
 from outofcore.frontends.cli_output import format_plan
 from outofcore.jobs.planning import JobPlan
 from outofcore.jobs.preview import plan_product
@@ -22,7 +24,7 @@ from outofcore.operands import arrays
 from outofcore.operands.product import Product
 from outofcore.planner.plan import Plan
 
-__all__ = ["PlanReport", "plan"]
+__all__ = ["DaskComputes", "PlanReport", "plan"]
 
 
 class PlanReport:
@@ -42,9 +44,12 @@ class PlanReport:
         The plan with the workers it was made for and what was predicted of it.
     """
 
-    def __init__(self, job_plan: JobPlan, product: Product) -> None:
+    def __init__(self, job_plan: JobPlan, product: Product, runs: str = "") -> None:
         self.job_plan = job_plan
         self.summary: dict[str, Any] = {**job_plan.summary(), "product": product.summary()}
+        #: For one dask array planned as to_zarr takes it: the product outofcore runs, in
+        #: words (``"matmul of x.zarr.T and x.zarr"``); empty for two operands.
+        self.runs = runs
 
     @property
     def plan(self) -> Plan:
@@ -116,7 +121,8 @@ class PlanReport:
         return None
 
     def __str__(self) -> str:
-        return format_plan(self.summary)
+        table = format_plan(self.summary)
+        return f"outofcore runs x's {self.runs} as a job:\n{table}" if self.runs else table
 
     def __repr__(self) -> str:
         m, n = self.shape
@@ -130,17 +136,35 @@ class PlanReport:
         )
 
 
+@dataclass(frozen=True)
+class DaskComputes:
+    """What ``outofcore.plan(x)`` says of a dask array ``x`` that dask.array computes, not
+    outofcore (as :func:`outofcore.to_zarr` would store it): ``why``, and whether a
+    matrix product is in what dask computes (``to_zarr`` warns of it)."""
+
+    why: str
+    falls_back: bool
+
+    def __str__(self) -> str:
+        product = " (a matrix product among it: to_zarr warns)" if self.falls_back else ""
+        return (
+            f"dask.array computes x{product}, without outofcore's memory budget, resume or "
+            f"progress: x {self.why}"
+        )
+
+
 @with_job_options()
 def plan(
-    a: arrays.ArrayLike,
-    b: arrays.ArrayLike,
+    a: Any,
+    b: arrays.ArrayLike | None = None,
     *,
     spec: JobSpec | None = None,
     client: Any = None,
     reprobe: bool = False,
     **options: Any,
-) -> PlanReport | None:
-    """The plan ``outofcore.matmul(a, b, out, ...)`` would run, with its predictions.
+) -> PlanReport | DaskComputes | None:
+    """The plan ``outofcore.matmul(a, b, out, ...)`` would run, with its predictions; or,
+    of one dask array ``a``, what ``outofcore.to_zarr(a, out, ...)`` would run.
 
     Nothing is written and no cluster starts: the job's workers are those it would get
     (a scheduler elsewhere, ``client``, is asked for its own).
@@ -148,7 +172,9 @@ def plan(
     Parameters
     ----------
     a, b
-        The operands, as :func:`outofcore.matmul` takes them.
+        The operands, as :func:`outofcore.matmul` takes them; or ``a`` alone, a dask
+        array, as :func:`outofcore.to_zarr` takes it (``x.T @ x``, ``(x - x.mean(axis=0)).T
+        @ y / n``): the plan of the product at its top, where outofcore runs it.
     spec
         The job's options as a :class:`~outofcore.jobs.spec.JobSpec`, or None to build
         one from ``options``.
@@ -162,10 +188,17 @@ def plan(
 
     Returns
     -------
-    PlanReport or None
+    PlanReport, DaskComputes or None
         The plan: ``print()`` shows the table ``outofcore plan`` prints, ``.summary`` is
-        what ``outofcore plan --json`` prints; None for an empty product (a dimension of
+        what ``outofcore plan --json`` prints (for one dask array, ``.runs`` names the
+        product outofcore runs); a :class:`DaskComputes` saying why where dask.array
+        would compute the one array given; None for an empty product (a dimension of
         0: no tile).
+
+    Raises
+    ------
+    InputError
+        For ``b`` left out where ``a`` is not a dask array.
 
     Examples
     --------
@@ -173,5 +206,25 @@ def plan(
     >>> print(p)  # the table `outofcore plan` prints                # doctest: +SKIP
     >>> p.tiles, p.task_bytes                                        # doctest: +SKIP
     """
+    runs = ""
+    if b is None:  # to_zarr's door: the product at the top of one dask array
+        job = _dask_job_of(a, JobSpec.of(spec, options))
+        if job.dask_computes is not None:
+            return DaskComputes(job.dask_computes, job.falls_back)
+        a, b, spec, options, runs = job.a, job.b, job.spec, {}, job.described
     product, job_plan = plan_product(a, b, spec, options, client, reprobe)
-    return None if job_plan is None else PlanReport(job_plan, product)
+    return None if job_plan is None else PlanReport(job_plan, product, runs)
+
+
+def _dask_job_of(x: Any, spec: JobSpec) -> Any:
+    """:func:`outofcore.frontends.dask_store.dask_job` of ``x``, a dask array."""
+    import dask.array as da  # noqa: PLC0415
+
+    from outofcore.frontends.dask_store import dask_job  # noqa: PLC0415 (imports dask)
+
+    if not isinstance(x, da.Array):
+        raise InputError(
+            f"plan takes two operands, or one dask array as to_zarr takes it; got a "
+            f"{type(x).__module__}.{type(x).__qualname__} alone"
+        )
+    return dask_job(x, spec)

@@ -99,3 +99,32 @@ def test_a_bad_fallback_is_a_value_error_and_a_wrong_type_a_type_error(x, tmp_pa
     with setting, pytest.raises(ValueError, match=named):
         outofcore.to_zarr(x + 1, str(tmp_path / "a.zarr"))
     assert not (tmp_path / "a.zarr").exists()
+
+
+def test_plan_of_one_dask_array_says_what_to_zarr_runs_and_what_dask_computes(x, tmp_path):
+    """Issue 55, item 2: ``outofcore.plan`` takes what ``to_zarr`` takes. Where the product
+    at the top runs out of core, its plan (the same as of the stored operands, naming the
+    product); else why dask.array computes it. Nothing is written."""
+    from outofcore.frontends.plan_report import DaskComputes
+
+    path = str(tmp_path / "x.zarr")
+    centred = x - x.mean(axis=0)
+    runs = outofcore.plan(centred.T @ centred / 79, memory="256KiB", client="sync")
+    direct = outofcore.plan(path, path, transpose_a=True, memory="256KiB", client="sync")
+    assert isinstance(runs, outofcore.PlanReport)
+    assert (runs.tiles, runs.tile, runs.tk) == (direct.tiles, direct.tile, direct.tk)
+    assert runs.summary["product"]["transpose_a"] is True
+    assert runs.summary["product"]["alpha"] == pytest.approx(1 / 79)
+    assert runs.runs.startswith("matmul of ") and runs.runs.endswith(
+        ".T and " + runs.runs[10:].split(".T and ")[1]
+    )
+    assert str(runs).startswith(f"outofcore runs x's {runs.runs} as a job:\n")
+    below = outofcore.plan((x.T @ x) + 1)
+    assert isinstance(below, DaskComputes) and below.falls_back
+    assert "has a matmul below its top" in below.why and "dask.array computes x" in str(below)
+    none = outofcore.plan(x + 1)
+    assert isinstance(none, DaskComputes) and not none.falls_back
+    assert none.why == "has no matrix product"
+    with pytest.raises(InputError, match="plan takes two operands, or one dask array"):
+        outofcore.plan(np.ones((3, 3)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.zarr"]  # nothing written
