@@ -151,10 +151,13 @@ def test_a_stop_that_hangs_ends_after_the_grace_with_the_same_last_line(tmp_path
         seconds = time.monotonic() - sent
         assert job.returncode == 130, stderr
         if second_signal:
-            assert "outofcore: interrupted (interrupted again)" in stderr and seconds < 1.0
+            # which way it left is the message's; the bound is the promise, load or
+            # not (its children are ended first: up to 2 s each way)
+            assert "outofcore: interrupted (interrupted again)" in stderr
+            assert seconds < EXIT_SECONDS, seconds
         else:
             assert "outofcore: interrupted (stopping took over 1 s)" in stderr
-            assert 0.9 < seconds < 5.0, seconds
+            assert 0.9 < seconds < EXIT_SECONDS, seconds  # the grace first, never less
 
 
 def test_ctrl_c_while_the_command_loads_is_one_line():
