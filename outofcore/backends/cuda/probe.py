@@ -39,20 +39,20 @@ def numba_cuda_installed() -> bool:
     numba-cuda ships the top-level package ``numba_cuda`` (which ``numba.cuda``
     resolves to); looking it up does not import numba.
     """
-    if sys.modules.get("numba.cuda") is not None:
-        return True
-    try:
-        return importlib.util.find_spec("numba_cuda") is not None
-    except (ImportError, ValueError):
-        return False
+    return _installed("numba.cuda", "numba_cuda")
 
 
 def cupy_installed() -> bool:
     """Return True when CuPy (the ``[cupy]`` extra) is installed; imports nothing."""
-    if sys.modules.get("cupy") is not None:
+    return _installed("cupy", "cupy")
+
+
+def _installed(module: str, package: str) -> bool:
+    """Whether ``module`` is imported already, or ``package`` can be found (unimported)."""
+    if sys.modules.get(module) is not None:
         return True
     try:
-        return importlib.util.find_spec("cupy") is not None
+        return importlib.util.find_spec(package) is not None
     except (ImportError, ValueError):
         return False
 
