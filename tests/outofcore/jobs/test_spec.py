@@ -88,7 +88,7 @@ def test_the_api_and_the_cli_run_the_same_spec(tmp_path, monkeypatch):
         "--output-codec", "zstd", "--scheduler", "sync", "--json",
     ])  # fmt: skip
     assert status == 0
-    assert seen == [dataclasses.replace(spec, progress=False)]
+    assert seen == [dataclasses.replace(spec, progress=True)]  # --json: progress on stderr
     c, d = (zarr.open_array(str(tmp_path / n)) for n in ("c.zarr", "d.zarr"))
     assert np.array_equal(c[...], d[...]) and c.chunks == d.chunks
     assert result.plan.task_budget_bytes == 64 * 1024
