@@ -433,8 +433,7 @@ def _irregular(chunks: Any) -> bool:
     if not isinstance(chunks, tuple) or not all(isinstance(c, tuple) for c in chunks):
         return False  # a zarr array's chunk shape, or not chunked
     return any(
-        len(set(sizes[:-1])) > 1 or (len(sizes) > 1 and sizes[-1] > sizes[0])
-        for sizes in chunks
+        len(set(sizes[:-1])) > 1 or (len(sizes) > 1 and sizes[-1] > sizes[0]) for sizes in chunks
     )
 
 
