@@ -11,7 +11,7 @@ command's table, ``repr()`` one short line, ``.summary`` the dict ``outofcore pl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dask.utils import format_bytes
 
@@ -23,6 +23,9 @@ from outofcore.jobs.spec import JobSpec, with_job_options
 from outofcore.operands import arrays
 from outofcore.operands.product import Product
 from outofcore.planner.plan import Plan
+
+if TYPE_CHECKING:
+    from outofcore.frontends.dask_store import DaskJob
 
 __all__ = ["DaskComputes", "PlanReport", "plan"]
 
@@ -216,8 +219,9 @@ def plan(
     return None if job_plan is None else PlanReport(job_plan, product, runs)
 
 
-def _dask_job_of(x: Any, spec: JobSpec) -> Any:
-    """:func:`outofcore.frontends.dask_store.dask_job` of ``x``, a dask array."""
+def _dask_job_of(x: Any, spec: JobSpec) -> DaskJob:
+    """:func:`outofcore.frontends.dask_store.dask_job` of ``x``, a dask array; its
+    transposes are ``x``'s own (``x.T @ x``), as ``to_zarr`` reads them."""
     import dask.array as da  # noqa: PLC0415
 
     from outofcore.frontends.dask_store import dask_job  # noqa: PLC0415 (imports dask)
@@ -226,5 +230,10 @@ def _dask_job_of(x: Any, spec: JobSpec) -> Any:
         raise InputError(
             f"plan takes two operands, or one dask array as to_zarr takes it; got a "
             f"{type(x).__module__}.{type(x).__qualname__} alone"
+        )
+    if spec.transpose_a or spec.transpose_b:
+        raise InputError(
+            f"transpose_a={spec.transpose_a}, transpose_b={spec.transpose_b}: plan of one "
+            "dask array reads its transposes from the array (x.T @ x), as to_zarr does"
         )
     return dask_job(x, spec)

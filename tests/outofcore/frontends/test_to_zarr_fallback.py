@@ -127,4 +127,6 @@ def test_plan_of_one_dask_array_says_what_to_zarr_runs_and_what_dask_computes(x,
     assert none.why == "has no matrix product"
     with pytest.raises(InputError, match="plan takes two operands, or one dask array"):
         outofcore.plan(np.ones((3, 3)))
+    with pytest.raises(InputError, match="reads its transposes from the array"):
+        outofcore.plan(x.T @ x, transpose_a=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.zarr"]  # nothing written
