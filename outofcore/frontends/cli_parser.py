@@ -401,7 +401,11 @@ def _add_storage_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_json(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object on stdout (progress and warnings stay on stderr)",
+    )
 
 
 def _add_quiet(
