@@ -24,10 +24,11 @@ operands first.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from outofcore.errors import InputError
+from outofcore.frontends.plan_report import PlanReport
 from outofcore.frontends.xarray_dot import (
     DEFAULT_NAME,
     as_xr_dot,
@@ -36,10 +37,11 @@ from outofcore.frontends.xarray_dot import (
     product_name,
     write_product,
 )
+from outofcore.jobs.preview import plan_product
 from outofcore.jobs.spec import JobSpec, with_job_options
 from outofcore.operands.interop import type_name
 
-__all__ = ["DEFAULT_NAME", "SET_BY_DOT", "dot"]
+__all__ = ["DEFAULT_NAME", "SET_BY_DOT", "dot", "plan"]
 
 #: Job options :func:`dot` sets from the dims; given as keywords they are refused.
 SET_BY_DOT = ("transpose_a", "transpose_b", "dimension_names")
@@ -96,22 +98,10 @@ def dot(
     """
     import xarray as xr  # noqa: PLC0415
 
-    _check_options(options, spec)
-    for label, x in (("a", a), ("b", b)):
-        if not isinstance(x, xr.DataArray):
-            raise InputError(f"{label} is a {type_name(x)}; outofcore.xarray.dot takes DataArrays")
-    summed, batch, kept = product_dims(a.dims, b.dims, one_dim(dim))
-    spec = JobSpec.of(spec, options)
-    dims = (*batch, *kept)
-    reference, (a_read, b_read) = as_xr_dot(a, b, summed, dims)
-    name = product_name(name, reference)
-    spec = replace(
-        spec,
-        transpose_a=a.dims[-2] == summed,
-        transpose_b=b.dims[-1] == summed,
-        dimension_names=tuple(str(d) for d in dims),
-    )
-    where = write_product(out, name, (a_read, b_read), reference, dims, spec, client)
+    job = _dot_job(a, b, dim, spec, options)
+    name = product_name(name, job.reference)
+    spec = job.spec
+    where = write_product(out, name, job.reads, job.reference, job.dims, spec, client)
     opened = xr.open_dataset(
         where.target,
         engine="zarr",
@@ -120,6 +110,75 @@ def dot(
         backend_kwargs={"storage_options": spec.storage_options} if spec.storage_options else {},
     )
     return opened[name]
+
+
+@with_job_options(excluding=SET_BY_DOT)
+def plan(
+    a: Any,
+    b: Any,
+    *,
+    dim: Any = None,
+    spec: JobSpec | None = None,
+    client: Any = None,
+    reprobe: bool = False,
+    **options: Any,
+) -> PlanReport | None:
+    """The plan :func:`dot` would run for ``xr.dot(a, b, dim=dim)``, with its predictions,
+    as :func:`outofcore.plan` gives it (``str()``: the table ``outofcore plan`` prints;
+    ``.runs`` names the product).  Nothing is written and no cluster starts; what
+    :func:`dot` refuses is refused here, before anything.
+
+    Parameters
+    ----------
+    a, b, dim, spec, client, **options
+        As :func:`dot`.
+    reprobe
+        Measure this machine again for the predicted time instead of using its cached
+        figures.
+
+    Returns
+    -------
+    PlanReport or None
+        The plan; None for an empty product.
+    """
+    job = _dot_job(a, b, dim, spec, options)
+    product, job_plan = plan_product(*job.reads, job.spec, {}, client, reprobe)
+    if job_plan is None:
+        return None
+    return PlanReport(job_plan, product, f"xr.dot(a, b, dim={job.summed!r})")
+
+
+@dataclass(frozen=True)
+class _DotJob:
+    """What :func:`dot` and :func:`plan` make of their arguments."""
+
+    summed: Any
+    dims: tuple[Any, ...]
+    reference: Any
+    reads: tuple[Any, Any]
+    spec: JobSpec
+
+
+def _dot_job(a: Any, b: Any, dim: Any, spec: JobSpec | None, options: Mapping[str, Any]) -> _DotJob:
+    """The product ``xr.dot(a, b, dim=dim)`` is, checked before any work: the summed and
+    kept dims, xr.dot's result on stand-ins, what the job reads of each operand, and the
+    job's spec with the transposes and dimension names the dims decide."""
+    import xarray as xr  # noqa: PLC0415
+
+    _check_options(options, spec)
+    for label, x in (("a", a), ("b", b)):
+        if not isinstance(x, xr.DataArray):
+            raise InputError(f"{label} is a {type_name(x)}; outofcore.xarray.dot takes DataArrays")
+    summed, batch, kept = product_dims(a.dims, b.dims, one_dim(dim))
+    dims = (*batch, *kept)
+    reference, reads = as_xr_dot(a, b, summed, dims)
+    job_spec = replace(
+        JobSpec.of(spec, options),
+        transpose_a=a.dims[-2] == summed,
+        transpose_b=b.dims[-1] == summed,
+        dimension_names=tuple(str(d) for d in dims),
+    )
+    return _DotJob(summed, dims, reference, reads, job_spec)
 
 
 def _check_options(options: Mapping[str, Any], spec: JobSpec | None) -> None:

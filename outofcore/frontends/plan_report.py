@@ -50,8 +50,8 @@ class PlanReport:
     def __init__(self, job_plan: JobPlan, product: Product, runs: str = "") -> None:
         self.job_plan = job_plan
         self.summary: dict[str, Any] = {**job_plan.summary(), "product": product.summary()}
-        #: For one dask array planned as to_zarr takes it: the product outofcore runs, in
-        #: words (``"matmul of x.zarr.T and x.zarr"``); empty for two operands.
+        #: For what to_zarr or xarray.dot takes: the product outofcore runs, in words
+        #: (``"x's matmul of x.zarr.T and x.zarr"``); empty for two operands.
         self.runs = runs
 
     @property
@@ -125,7 +125,7 @@ class PlanReport:
 
     def __str__(self) -> str:
         table = format_plan(self.summary)
-        return f"outofcore runs x's {self.runs} as a job:\n{table}" if self.runs else table
+        return f"outofcore runs {self.runs} as a job:\n{table}" if self.runs else table
 
     def __repr__(self) -> str:
         m, n = self.shape
@@ -214,7 +214,7 @@ def plan(
         job = _dask_job_of(a, JobSpec.of(spec, options))
         if job.dask_computes is not None:
             return DaskComputes(job.dask_computes, job.falls_back)
-        a, b, spec, options, runs = job.a, job.b, job.spec, {}, job.described
+        a, b, spec, options, runs = job.a, job.b, job.spec, {}, f"x's {job.described}"
     product, job_plan = plan_product(a, b, spec, options, client, reprobe)
     return None if job_plan is None else PlanReport(job_plan, product, runs)
 

@@ -115,10 +115,9 @@ def test_plan_of_one_dask_array_says_what_to_zarr_runs_and_what_dask_computes(x,
     assert (runs.tiles, runs.tile, runs.tk) == (direct.tiles, direct.tile, direct.tk)
     assert runs.summary["product"]["transpose_a"] is True
     assert runs.summary["product"]["alpha"] == pytest.approx(1 / 79)
-    assert runs.runs.startswith("matmul of ") and runs.runs.endswith(
-        ".T and " + runs.runs[10:].split(".T and ")[1]
-    )
-    assert str(runs).startswith(f"outofcore runs x's {runs.runs} as a job:\n")
+    assert runs.runs.startswith("x's matmul of ") and ".T and " in runs.runs
+    assert "x.zarr" in runs.runs
+    assert str(runs).startswith(f"outofcore runs {runs.runs} as a job:\n")
     below = outofcore.plan((x.T @ x) + 1)
     assert isinstance(below, DaskComputes) and below.falls_back
     assert "has a matmul below its top" in below.why and "dask.array computes x" in str(below)

@@ -398,3 +398,26 @@ def test_a_centred_dataarray_runs_out_of_core_as_xr_dot(tmp_path, holes):
     np.testing.assert_allclose(
         np.nan_to_num(gram[...]), np.nan_to_num(expected.values), rtol=1e-9, atol=1e-9
     )
+
+
+def test_plan_is_the_plan_dot_runs_and_writes_nothing(pair):
+    """Issue 55, item 2: what xarray.dot takes, outofcore plans: the plan the job runs
+    (the same tiles as dot's own job), naming the product; dot's refusals are its own."""
+    folder, xs, ws = pair
+    x, w = opened(xs, chunks={}), opened(ws, chunks={})
+    planned = ox.plan(x, w, dim="feature", memory="64KiB", client="sync")
+    assert isinstance(planned, outofcore.PlanReport)
+    assert planned.runs == "xr.dot(a, b, dim='feature')"
+    assert str(planned).startswith("outofcore runs xr.dot(a, b, dim='feature') as a job:\n")
+    assert planned.shape == (53, 11)
+    assert not (folder / "p.zarr").exists()
+    got = ox.dot(x, w, dim="feature", out=str(folder / "p.zarr"), memory="64KiB", client="sync")
+    summary = (
+        got.attrs.get("outofcore")
+        or zarr.open_group(folder / "p.zarr")[got.name].attrs["outofcore"]
+    )
+    assert summary["summary"]["tiles"] == planned.tiles
+    with pytest.raises(InputError, match="xr.dot matches instead of multiplying"):
+        ox.plan(x, x, dim="sample")
+    with pytest.raises(TypeError, match="dot sets it from the dims"):
+        ox.plan(x, w, dim="feature", transpose_a=True)
