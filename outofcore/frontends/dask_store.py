@@ -110,6 +110,7 @@ def to_zarr(
     if job.dask_computes is not None:
         level = fallback if job.falls_back else "allow"
         return _store_with_dask(x, url, client, job.spec, job.dask_computes, level)
+    logger.info("outofcore.to_zarr: %s runs as an outofcore job", job.described)
     out = matmul(job.a, job.b, url, spec=job.spec, client=client)
     if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
         raise RuntimeError(f"the product {out.shape} is not x's {x.shape}")
@@ -158,7 +159,6 @@ def dask_job(x: Any, spec: JobSpec) -> DaskJob:
         f"{'' if found.b_window is None else found.b_window.text()}"
         f"{'.T' if found.transpose_b else ''}"
     )
-    logger.info("outofcore.to_zarr: %s runs as an outofcore job", described)
     a_steps, b_steps = steps_by_path(found.a_steps), steps_by_path(found.b_steps)
     a = Operand(by_path(found.a), steps=a_steps, window=found.a_window)  # flags: the spec's
     b = Operand(by_path(found.b), steps=b_steps, window=found.b_window)
