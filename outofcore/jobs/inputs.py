@@ -57,6 +57,8 @@ class Operands:
     fingerprints: dict[str, Fingerprint]
     #: What must match for a rerun to resume (:func:`outofcore.journal.identity.job_identity`).
     identity: dict[str, Any]
+    #: Whether an output that is not this job's is replaced (``JobSpec.overwrite``).
+    overwrite: bool = False
 
     @classmethod
     def open(
@@ -102,6 +104,7 @@ class Operands:
             where=describe_output(out),
             fingerprints=fingerprints,
             identity=identity,
+            overwrite=spec.overwrite,
         )
 
     @property
@@ -109,7 +112,7 @@ class Operands:
         """Every array the job reads, by name."""
         return self.product.inputs
 
-    def inspect(self, overwrite: bool) -> Start:
+    def inspect(self) -> Start:
         """How the job starts on its output now
         (:func:`outofcore.journal.resume.inspect_output`)."""
         return inspect_output(
@@ -118,6 +121,6 @@ class Operands:
             self.shape,
             self.dtype,
             self.identity,
-            overwrite,
+            self.overwrite,
             self.fingerprints,
         )

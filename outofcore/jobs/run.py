@@ -52,7 +52,7 @@ def execute_job(job: PreparedJob, phases: Phases) -> JobResult:
             executor = held.enter_context(open_job_executor(client, spec, job.dashboard))
             lease.on_lost(executor.abort)  # a lost lease stops the tasks: the job fails
         with phases("plan"):
-            check_start_unchanged(start, operands.inspect(spec.overwrite))
+            check_start_unchanged(start, operands.inspect())
             workers = executor.worker_shape()
             if not is_local(client):  # a cluster's workers decide, not this machine
                 where = getattr(getattr(client, "scheduler", None), "address", client)

@@ -40,8 +40,15 @@ class PreparedJob:
     #: The plan for the workers the job would get, before any cluster starts (None for an
     #: empty product); the job plans again with its cluster's workers.
     plan: JobPlan | None
-    #: Whether a LocalCluster the job starts serves Dask's dashboard.
-    dashboard: bool
+
+    @property
+    def dashboard(self) -> bool:
+        """Whether a LocalCluster the job starts serves Dask's dashboard
+        (:func:`~outofcore.jobs.placement.wants_dashboard`: asked for, or a plan predicted
+        to take long here), decided as the cluster starts: ``outofcore plan`` needs none."""
+        if self.plan is None:  # an empty product starts no cluster
+            return False
+        return wants_dashboard(self.plan, self.operands.product, self.spec, self.client)
 
     @property
     def empty(self) -> bool:
@@ -84,9 +91,9 @@ def prepare_job(
     )
     operands = Operands.open(a, b, out, spec, phases)
     check_not_held(operands.journal, operands.where)  # refuse at once, before any write
-    start = operands.inspect(spec.overwrite)
+    start = operands.inspect()
     if operands.product.empty:
-        return PreparedJob(spec, client, operands, start, None, False)
+        return PreparedJob(spec, client, operands, start, None)
     spec = backend_for_product(spec, asked, operands.product, client)  # by its dtypes
     if start.resuming:  # the plan must be the one the journal's tiles belong to
         spec = replace(spec, tile=tuple(start.document["tile"]), tk=int(start.document["tk"]))
@@ -98,5 +105,4 @@ def prepare_job(
     job_plan = plan_job(operands.product, spec, None, start.existing, client=client)
     # And a LocalCluster (or this process) that cannot fit this machine's memory cap.
     check_local_memory(client, spec.memory, spec.workers, spec.gpus)
-    dashboard = wants_dashboard(job_plan, operands.product, spec, client)
-    return PreparedJob(spec, client, operands, start, job_plan, dashboard)
+    return PreparedJob(spec, client, operands, start, job_plan)
