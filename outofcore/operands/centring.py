@@ -139,6 +139,16 @@ NOT_FINITE = (
 )
 
 
+def _sums(panel: np.ndarray, axis: int, dtype: np.dtype) -> np.ndarray:
+    """``panel``'s sums along ``axis`` in ``dtype``, NaN where a summed value is NaN or
+    ±Inf (:meth:`PanelSums.add`)."""
+    sums = np.sum(panel, axis=axis, dtype=dtype)
+    held = ~np.isfinite(panel).all(axis=axis)
+    if held.any():
+        sums[held] = np.nan
+    return sums
+
+
 @dataclass
 class PanelSums:
     """The sums over k of the A panels (one for each row of the tile) and of the B
@@ -154,27 +164,31 @@ class PanelSums:
         return cls(np.zeros(shape[0], dtype), np.zeros(shape[1], dtype))
 
     def add(self, a_panel: np.ndarray, b_panel: np.ndarray, same: bool) -> None:
-        """Add one panel pair (``same``: the B panel is the A panel's transpose)."""
-        a = np.sum(a_panel, axis=1, dtype=self.a.dtype)
+        """Add one panel pair (``same``: the B panel is the A panel's transpose).
+
+        The sum of a row of A (a column of B) that holds a NaN or ±Inf is NaN, whatever
+        its values: dask's mean of such a column of ``x`` is NaN or ±Inf, so its centred
+        column holds a NaN (``inf - inf``) and its row and column of the Gram are NaN
+        (:meth:`correct`); a sum of finite values that overflows stays ±Inf."""
+        a = _sums(a_panel, 1, self.a.dtype)
         self.a += a
-        self.b += a if same else np.sum(b_panel, axis=0, dtype=self.b.dtype)
+        self.b += a if same else _sums(b_panel, 0, self.b.dtype)
 
     def correct(self, r0: int, rows: np.ndarray, k: int) -> None:
         """Subtract ``s t^T / k`` from ``rows`` (rows ``r0`` on of the tile), in place.
 
         A column of ``x`` holding NaN or ±Inf has a mean that is NaN or ±Inf in numpy's
         and dask's centring, so its centred column holds a NaN and its row and column of
-        the Gram are NaN whole: where a panel sum is not finite, and the sums are wider
-        than the product's values (float64 sums of float32, which no sum of finite
-        values overflows, so only a NaN or an Inf of ``x`` makes one), its row or column
-        of the result is NaN, as dask's.
+        the Gram are NaN whole: where a panel sum is NaN (:meth:`add` makes it so for
+        such a column, in every dtype), its row or column of the result is NaN, as
+        dask's.
 
         Raises
         ------
         InputError
-            Where a value is not finite otherwise (a float64 ``x``, whose sums may
-            overflow; squares that overflow): numpy's NaN and Inf there follow from its
-            exact means, which this product does not read (:data:`NOT_FINITE`).
+            Where a value is not finite otherwise (finite values whose sums or squares
+            overflow): numpy's NaN and Inf there follow from its exact means, which this
+            product does not read (:data:`NOT_FINITE`).
         """
         if k:  # (s_i t_j) / k: the same bits for (i, j) and (j, i) of a symmetric tile
             with np.errstate(all="ignore"):  # non-finite: refused just below
@@ -183,13 +197,13 @@ class PanelSums:
                 np.subtract(rows, block, out=rows, casting="unsafe")
         if np.isfinite(rows).all():
             return
-        if self.a.dtype.itemsize > rows.dtype.itemsize:  # a NaN or Inf of x: dask's NaN
-            nan_rows = ~np.isfinite(self.a[r0 : r0 + len(rows)])
-            nan_cols = ~np.isfinite(self.b)
-            rows[nan_rows, :] = np.nan
-            rows[:, nan_cols] = np.nan
-            if np.isfinite(rows[~nan_rows][:, ~nan_cols]).all():
-                return
+        nan_rows = np.isnan(self.a[r0 : r0 + len(rows)])  # a NaN or Inf of x: dask's NaN
+        nan_cols = np.isnan(self.b)
+        nan = complex(np.nan, np.nan) if rows.dtype.kind == "c" else np.nan  # as dask's
+        rows[nan_rows, :] = nan
+        rows[:, nan_cols] = nan
+        if np.isfinite(rows[~nan_rows][:, ~nan_cols]).all():
+            return
         raise InputError(NOT_FINITE)  # numpy's NaN/Inf come from its exact mean
 
     def vector(self) -> np.ndarray:
