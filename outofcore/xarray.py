@@ -17,19 +17,23 @@ xarray's own refusals (duplicate or conflicting indexes).  Where the alignment r
 each operand as stored, or as one run of consecutive positions of a matrix (a window,
 :mod:`outofcore.operands.windows`), the job reads exactly that; anything else (coordinates in
 another order, shared values that are no run of positions, a stack's subset) is
-refused, naming the dimension and why, with the lines that align and store the
-operands first.
+computed by dask.array as ``xr.dot`` computes it, and stored in the group as the
+product: a :class:`~outofcore.errors.FallbackWarning` naming the dimension and why (and
+the lines that align and store the operands first, to run it out of core), or under
+``fallback="error"`` a refusal before anything is written (issue 53).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from outofcore.errors import InputError
-from outofcore.frontends.plan_report import PlanReport
+from outofcore.frontends.dask_store import fallback_level, store_with_dask
+from outofcore.frontends.plan_report import DaskComputes, PlanReport
 from outofcore.frontends.xarray_dot import (
+    ALIGN_FIRST,
     DEFAULT_NAME,
     as_xr_dot,
     one_dim,
@@ -55,6 +59,7 @@ def dot(
     dim: Any = None,
     out: str,
     name: str | None = None,
+    fallback: str | None = None,
     spec: JobSpec | None = None,
     client: Any = None,
     **options: Any,
@@ -75,6 +80,14 @@ def dot(
     name
         The product's name in ``out``; None: the name ``xr.dot`` gives it, else
         :data:`DEFAULT_NAME`.  A dimension's or coordinate's name is refused.
+    fallback
+        Where xr.dot's alignment is no read of the stored arrays (shared labels in
+        another order, values that are no run of positions, a stack's subset), dask.array
+        computes ``xr.dot`` and stores it: ``"warn"`` (a
+        :class:`~outofcore.errors.FallbackWarning` naming the dimension and why),
+        ``"allow"`` (silent) or ``"error"`` (a :class:`~outofcore.errors.FallbackError`
+        before anything is written).  None: the ``outofcore.fallback`` setting (default
+        ``"warn"``), as :func:`outofcore.to_zarr`.
     spec, client, **options
         As :func:`outofcore.matmul` (``memory``, ``overwrite``, ...), less the options
         the dims decide (:data:`SET_BY_DOT`).
@@ -92,16 +105,20 @@ def dot(
         For a keyword that is no option (``xr.dot``'s einsum ones included).
     InputError
         Before anything is written: when ``a`` and ``b`` do not make a matrix product
-        (naming their dims), when ``xr.dot`` would refuse them, when its alignment is
-        not a read of the stored arrays (naming the dimension and why), or for a
-        ``name`` that is not one.
+        (naming their dims), when ``xr.dot`` would refuse them, or for a ``name`` that is
+        not one; a :class:`~outofcore.errors.FallbackError` under ``fallback="error"``
+        where dask.array would compute it; where dask.array computes it, for job
+        options it does not take (``memory``, ...).
     """
     import xarray as xr  # noqa: PLC0415
 
     job = _dot_job(a, b, dim, spec, options)
     name = product_name(name, job.reference)
     spec = job.spec
-    where = write_product(out, name, job.reads, job.reference, job.dims, spec, client)
+    store = None
+    if job.reads is None:  # an alignment outofcore cannot read: dask computes xr.dot
+        store = _by_dask(a, b, job, fallback_level(fallback), client)
+    where = write_product(out, name, job.reads, job.reference, job.dims, spec, client, store)
     opened = xr.open_dataset(
         where.target,
         engine="zarr",
@@ -142,10 +159,12 @@ def plan(
         The plan; None for an empty product.
     """
     job = _dot_job(a, b, dim, spec, options)
+    if job.reads is None:
+        return DaskComputes(_dask_computes(job), True, job.call, "dot")
     product, job_plan = plan_product(*job.reads, job.spec, {}, client, reprobe)
     if job_plan is None:
         return None
-    return PlanReport(job_plan, product, f"xr.dot(a, b, dim={job.summed!r})")
+    return PlanReport(job_plan, product, job.call)
 
 
 @dataclass(frozen=True)
@@ -155,8 +174,54 @@ class _DotJob:
     summed: Any
     dims: tuple[Any, ...]
     reference: Any
-    reads: tuple[Any, Any]
+    #: What the job reads of a and b; None where xr.dot's alignment is no read of them
+    #: (``unread`` says why) and dask computes the product.
+    reads: tuple[Any, Any] | None
     spec: JobSpec
+    unread: str = ""
+
+    @property
+    def call(self) -> str:
+        """The product, as the user would write it."""
+        return f"xr.dot(a, b, dim={self.summed!r})"
+
+
+def _dask_computes(job: _DotJob) -> str:
+    """Why dask computes ``job``'s product, in words that follow its call."""
+    return f"aligns a and b as outofcore cannot read them ({job.unread})"
+
+
+def _by_dask(a: Any, b: Any, job: _DotJob, fallback: str, client: Any) -> Callable[[str], Any]:
+    """What stores ``xr.dot(a, b)`` with dask.array at a path (its data, as the stored
+    arrays' chunks read it; warned of, or under ``fallback="error"`` refused, before
+    anything is written: :func:`outofcore.frontends.dask_store.store_with_dask`)."""
+    import dask.array as da  # noqa: PLC0415
+    import xarray as xr  # noqa: PLC0415
+
+    # The options the user gave (those dot sets from the dims are dask's to keep).
+    options = replace(job.spec, transpose_a=False, transpose_b=False, dimension_names=None)
+    part = f"{job.call} {_dask_computes(job)}"
+
+    def store(url: str) -> Any:
+        data = xr.dot(_as_dask(a), _as_dask(b), dim=job.summed).data  # lazy over dask
+        if not isinstance(data, da.Array):  # operands in memory (client="sync")
+            data = da.from_array(data, chunks=-1)
+        return store_with_dask(
+            data, url, client, options, part, fallback,
+            caller="outofcore.xarray.dot", instead=f"to run it out of core, {ALIGN_FIRST}",
+            dimension_names=job.spec.dimension_names,
+        )  # fmt: skip
+
+    return store
+
+
+def _as_dask(x: Any) -> Any:
+    """``x`` over dask, chunked as its zarr array is stored where it is opened lazily
+    (``xr.open_dataarray`` without ``chunks=``), so that dask reads it in chunks; dask's
+    or an in-memory one as it is."""
+    if x.chunks is not None or "chunks" not in x.encoding:
+        return x
+    return x.chunk(dict(zip(x.dims, x.encoding["chunks"], strict=False)))
 
 
 def _dot_job(a: Any, b: Any, dim: Any, spec: JobSpec | None, options: Mapping[str, Any]) -> _DotJob:
@@ -171,14 +236,14 @@ def _dot_job(a: Any, b: Any, dim: Any, spec: JobSpec | None, options: Mapping[st
             raise InputError(f"{label} is a {type_name(x)}; outofcore.xarray.dot takes DataArrays")
     summed, batch, kept = product_dims(a.dims, b.dims, one_dim(dim))
     dims = (*batch, *kept)
-    reference, reads = as_xr_dot(a, b, summed, dims)
+    xr_dot = as_xr_dot(a, b, summed, dims)
     job_spec = replace(
         JobSpec.of(spec, options),
         transpose_a=a.dims[-2] == summed,
         transpose_b=b.dims[-1] == summed,
         dimension_names=tuple(str(d) for d in dims),
     )
-    return _DotJob(summed, dims, reference, reads, job_spec)
+    return _DotJob(summed, dims, xr_dot.reference, xr_dot.reads, job_spec, xr_dot.unread)
 
 
 def _check_options(options: Mapping[str, Any], spec: JobSpec | None) -> None:

@@ -39,6 +39,7 @@ from outofcore.jobs.entry import matmul
 from outofcore.jobs.planning import asked_layout
 from outofcore.jobs.spec import JobSpec, with_job_options
 from outofcore.journal.targets import JOB_ATTRIBUTE, check_replaceable
+from outofcore.operands.arrays import named_dimensions
 from outofcore.operands.dask_graph import Vectors
 from outofcore.operands.dtypes import product_types
 from outofcore.operands.interop import Operand, by_path, steps_by_path, type_name
@@ -97,7 +98,7 @@ def to_zarr(
     """
     import dask.array as da  # noqa: PLC0415
 
-    fallback = _fallback(fallback)
+    fallback = fallback_level(fallback)
     if not compute:
         JobSpec.of(spec, options)  # an unknown option is refused now, not when computed
         return _later(x, url, spec, client, options, fallback)
@@ -109,7 +110,8 @@ def to_zarr(
     job = dask_job(x, JobSpec.of(spec, options))
     if job.dask_computes is not None:
         level = fallback if job.falls_back else "allow"
-        return _store_with_dask(x, url, client, job.spec, job.dask_computes, level)
+        part = f"x ({x.name!r}, {x.dtype} {'x'.join(map(str, x.shape))}) {job.dask_computes}"
+        return store_with_dask(x, url, client, job.spec, part, level)
     logger.info("outofcore.to_zarr: %s runs as an outofcore job", job.described)
     out = matmul(job.a, job.b, url, spec=job.spec, client=client)
     if tuple(out.shape) != tuple(x.shape):  # never: product_at_top's rules
@@ -250,7 +252,7 @@ def _dtype_kept(found: FoundProduct, x: Any, alpha: int | float | complex) -> np
     return np.dtype(x.dtype)
 
 
-def _fallback(value: str | None) -> str:
+def fallback_level(value: str | None) -> str:
     """``fallback=`` checked (``"warn"``, ``"error"``, ``"allow"``), or the setting's."""
     if value is None:
         return config.value("fallback")
@@ -259,37 +261,55 @@ def _fallback(value: str | None) -> str:
     return config.checked("fallback", value, "fallback")
 
 
-def _store_with_dask(
-    x: Any, url: Any, client: Any, spec: JobSpec, why: str, fallback: str
+def store_with_dask(
+    x: Any,
+    url: Any,
+    client: Any,
+    spec: JobSpec,
+    part: str,
+    fallback: str,
+    *,
+    caller: str = "outofcore.to_zarr",
+    instead: str = "fallback='warn' lets dask.array store it",
+    dimension_names: tuple[str, ...] | None = None,
 ) -> zarr.Array:
-    """dask.array's ``to_zarr`` of ``x`` into an array outofcore creates at ``url``; a
-    product it computes warned of, or refused, as ``fallback`` says."""
+    """dask.array's ``to_zarr`` of ``x`` into an array outofcore creates at ``url`` (named
+    ``dimension_names``, in ``spec.zarr_format``), marked complete once stored; ``part``
+    (what dask computes and why, in words) warned of by ``caller``, or refused, as
+    ``fallback`` says (``instead``: what to do about a refusal).
+
+    Raises
+    ------
+    FallbackError
+        Under ``fallback="error"``, before anything is written.
+    InputError
+        For options of an outofcore product in ``spec`` (dask.array takes none of them).
+    """
     import dask.array as da  # noqa: PLC0415
 
-    part = f"x ({x.name!r}, {x.dtype} {'x'.join(map(str, x.shape))}) {why}"
     said = (
-        f"outofcore.to_zarr: {part}; dask.array computes it, without outofcore's memory "
-        "budget, resume or progress"
+        f"{caller}: {part}; dask.array computes it, without outofcore's memory budget, resume "
+        "or progress"
     )
     if fallback == "error":
         raise FallbackError(
             f"{said}: refused, as fallback='error' (or the outofcore.fallback setting) asks; "
-            "fallback='warn' lets dask.array store it"
+            f"{instead}"
         )
 
     default = JobSpec()
     product_options = sorted(
         f.name
         for f in fields(JobSpec)
-        if f.name not in ("overwrite", "storage_options", "progress")
+        if f.name not in ("overwrite", "storage_options", "progress", "zarr_format")
         and not (f.name == "chunks" and x.ndim >= 2)
         and getattr(spec, f.name) != getattr(default, f.name)
     )
     if product_options:
         raise InputError(
-            f"{product_options} are options of an outofcore product, and x ({x.name!r}) {why}: "
-            "it is stored by dask.array, which takes overwrite, storage_options and (for a "
-            "matrix or a stack) chunks"
+            f"{product_options} are options of an outofcore product, and {part}: it is "
+            "stored by dask.array, which takes overwrite, storage_options, zarr_format and "
+            "(for a matrix or a stack) chunks"
         )
     where = locate(url, spec.storage_options)
     clear_own_array(where, check_replaceable(where, deep=spec.overwrite), spec.overwrite)
@@ -302,13 +322,17 @@ def _store_with_dask(
     asked, _ = asked_layout(spec, *x.shape[-2:]) if x.ndim >= 2 else (None, None)
     if asked is not None:  # the matrices' chunks asked, clipped as a job's; a stack's batch 1
         chunks = (1,) * (x.ndim - 2) + tuple(max(1, size) for size in asked)
+    record = {JOB_ATTRIBUTE: {"complete": False, "stored_by": "dask.array.to_zarr"}}
+    names, attributes = named_dimensions(dimension_names, x.ndim, spec.zarr_format, record)
     target = zarr.create_array(
         where.target,
         **zarr_options(where),
         shape=x.shape,
         chunks=chunks,
         dtype=x.dtype,
-        attributes={JOB_ATTRIBUTE: {"complete": False, "stored_by": "dask.array.to_zarr"}},
+        zarr_format=spec.zarr_format,
+        dimension_names=names,
+        attributes=attributes,
         config=WRITE_CONFIG,
     )
     with computing_on(client, config.number("connect-timeout", positive=True)):

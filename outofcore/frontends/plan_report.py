@@ -143,16 +143,20 @@ class PlanReport:
 class DaskComputes:
     """What ``outofcore.plan(x)`` says of a dask array ``x`` that dask.array computes, not
     outofcore (as :func:`outofcore.to_zarr` would store it): ``why``, and whether a
-    matrix product is in what dask computes (``to_zarr`` warns of it)."""
+    matrix product is in what dask computes (``to_zarr`` warns of it); and
+    ``outofcore.xarray.plan`` of an ``xr.dot`` whose alignment dask computes (``what``
+    is then the call, ``caller`` ``dot``)."""
 
     why: str
     falls_back: bool
+    what: str = "x"
+    caller: str = "to_zarr"
 
     def __str__(self) -> str:
-        product = " (a matrix product among it: to_zarr warns)" if self.falls_back else ""
+        product = f" (a matrix product among it: {self.caller} warns)" if self.falls_back else ""
         return (
-            f"dask.array computes x{product}, without outofcore's memory budget, resume or "
-            f"progress: x {self.why}"
+            f"dask.array computes {self.what}{product}, without outofcore's memory budget, "
+            f"resume or progress: {self.what} {self.why}"
         )
 
 

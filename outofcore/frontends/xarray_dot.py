@@ -5,7 +5,8 @@ name and coordinates."""
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -81,15 +82,31 @@ def product_dims(
     return dim, batch, (i, j)
 
 
-def as_xr_dot(a: Any, b: Any, summed: Any, dims: tuple[Any, ...]) -> tuple[Any, tuple[Any, Any]]:
-    """``xr.dot(a, b, dim=summed)`` of stand-ins of ``a`` and ``b`` (nothing computed: its
-    dims, coordinates and name), and what the job reads for each operand as xr.dot
-    aligns it: the DataArray itself, or the window of its stored array.
+@dataclass(frozen=True)
+class XrDot:
+    """``xr.dot`` of two operands as outofcore sees it, before any work."""
+
+    #: ``xr.dot`` of stand-ins (nothing computed): the result's dims, coordinates and name.
+    reference: Any
+    #: What the job reads for each operand as xr.dot aligns it (the DataArray itself, or
+    #: the window of its stored array); None where the alignment is no read of them.
+    reads: tuple[Any, Any] | None
+    #: Why the alignment is no read (naming the dimension), where ``reads`` is None.
+    unread: str = ""
+
+
+class _NotARead(Exception):
+    """The alignment xr.dot makes of an operand is no read of its stored array."""
+
+
+def as_xr_dot(a: Any, b: Any, summed: Any, dims: tuple[Any, ...]) -> XrDot:
+    """``xr.dot(a, b, dim=summed)`` of stand-ins of ``a`` and ``b``, and what the job reads
+    of each as xr.dot aligns it, or why that alignment is no read of them.
 
     Raises
     ------
     InputError
-        Where xarray refuses the operands, or its alignment is not a read of them.
+        Where xarray refuses the operands.
     """
     import xarray as xr  # noqa: PLC0415
     from xarray.core.options import OPTIONS  # noqa: PLC0415
@@ -111,8 +128,11 @@ def as_xr_dot(a: Any, b: Any, summed: Any, dims: tuple[Any, ...]) -> tuple[Any, 
         )
     positions = [_positions(x, y) for x, y in zip((a, b), aligned, strict=True)]
     why = {d: _why_differ(a, b, d, positions, join) for p in positions for d in p}
-    reads = (_read(a, "a", positions[0], why), _read(b, "b", positions[1], why))
-    return reference, reads
+    try:
+        reads = (_read(a, "a", positions[0], why), _read(b, "b", positions[1], why))
+    except _NotARead as exc:
+        return XrDot(reference, None, str(exc))
+    return XrDot(reference, reads)
 
 
 def _stand_in(x: Any, positions: bool = False) -> Any:
@@ -159,16 +179,16 @@ def _read(x: Any, label: str, moved: dict[Any, np.ndarray], why: dict[Any, str])
     run = _run(at)
     if x.ndim != 2 or len(moved) != 1 or run is None:
         reads = "a stack only whole" if x.ndim != 2 else "a matrix whole or one run of positions"
-        raise InputError(
+        raise _NotARead(
             f"{why[d]}; xr.dot aligns them first (the shared values, paired by value), and "
             f"outofcore reads each operand as stored ({reads}), which this alignment of "
-            f"{label} is not; {_ALIGN_FIRST}"
+            f"{label} is not"
         )
     operand = resolve(x, label, None)
     if operand.steps:
-        raise InputError(
+        raise _NotARead(
             f"{why[d]}, and {label} computes something ({len(operand.steps)} elementwise "
-            f"steps), which outofcore does not read in part; {_ALIGN_FIRST}"
+            "steps), which outofcore does not read in part"
         )
     axis = x.dims.index(d)
     stored_axis = 1 - axis if operand.transposed else axis
@@ -180,8 +200,8 @@ def _read(x: Any, label: str, moved: dict[Any, np.ndarray], why: dict[Any, str])
     return Operand(operand.source, operand.transposed, operand.steps, window)
 
 
-#: What to do about an alignment outofcore cannot read.
-_ALIGN_FIRST = (
+#: What to do about an alignment outofcore cannot read, to run the product out of core.
+ALIGN_FIRST = (
     "align and store them first, then pass the stored copies: a, b = xr.align(a, b); "
     "a.to_zarr('a_aligned.zarr'); b.to_zarr('b_aligned.zarr'); and reopen each with "
     "xr.open_dataarray(path, engine='zarr', chunks={})"
@@ -369,16 +389,18 @@ def _write_coordinates(
 def write_product(
     out: str,
     name: str,
-    reads: tuple[Any, Any],
+    reads: tuple[Any, Any] | None,
     reference: Any,
     dims: tuple[Any, ...],
     spec: JobSpec,
     client: Any,
+    store: Callable[[str], Any] | None = None,
 ) -> Location:
     """Write ``xr.dot``'s product (``reference``: its stand-in) into the group ``out``:
     the group made where there is none (and removed again, with a folder made for it, when
     the job is refused before any work), the product as ``out/name`` from the operands'
-    ``reads``, then its coordinates.  Returns the group's location."""
+    ``reads`` (or, where ``reads`` is None, by ``store`` of that path), then its
+    coordinates.  Returns the group's location."""
     coordinates = _coordinates(reference)
     where = locate(out, spec.storage_options)
     made = not _check_group(where)
@@ -387,7 +409,12 @@ def write_product(
         _make_group(where, spec.zarr_format)
     try:
         targets = _coordinate_targets(where, coordinates, dims, spec)
-        matmul(*reads, f"{out}/{name}", spec, client=client)
+        if reads is not None:
+            matmul(*reads, f"{out}/{name}", spec, client=client)
+        elif store is not None:
+            store(f"{out}/{name}")
+        else:  # pragma: no cover (dot passes one or the other)
+            raise RuntimeError("write_product got neither reads nor store")
     except InputError:  # refused before any work: the group made for it goes too
         if made:
             _unmake_group(where, remove_folder=not folder)

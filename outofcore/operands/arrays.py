@@ -182,6 +182,23 @@ def output_grid(array: zarr.Array) -> tuple[int, ...]:
     return tuple(array.shards or array.chunks)
 
 
+def named_dimensions(
+    dimension_names: DimensionNames | None,
+    ndim: int,
+    zarr_format: int,
+    attributes: dict[str, Any],
+) -> tuple[tuple[str | None, ...] | None, dict[str, Any]]:
+    """The ``dimension_names`` and attributes that name an array's ``ndim`` dimensions
+    in ``zarr_format``: format 3's ``dimension_names`` (None for an unnamed one; none at
+    all when every one is), format 2's xarray ``_ARRAY_DIMENSIONS`` attribute when every
+    one is named (xarray needs a name for each)."""
+    dimension_names = dimension_names or (None,) * ndim
+    named = any(name is not None for name in dimension_names)
+    if zarr_format == 2 and named and all(name is not None for name in dimension_names):
+        attributes = {**attributes, XARRAY_DIMENSIONS: list(dimension_names)}
+    return (tuple(dimension_names) if named and zarr_format == 3 else None), attributes
+
+
 def create_output(
     location: Location,
     shape: tuple[int, ...],
@@ -215,10 +232,7 @@ def create_output(
         raise InputError(f"zarr_format = {zarr_format!r}: choose 2 or 3")
     if shards is not None and zarr_format == 2:
         raise InputError(f"zarr format 2 has no shards (asked for shards {shards})")
-    dimension_names = dimension_names or (None,) * len(shape)
-    named = any(name is not None for name in dimension_names)
-    if zarr_format == 2 and named and all(name is not None for name in dimension_names):
-        attributes = {**attributes, XARRAY_DIMENSIONS: list(dimension_names)}
+    names, attributes = named_dimensions(dimension_names, len(shape), zarr_format, attributes)
     return zarr.create_array(
         location.target,  # file:// URLs as local paths
         **zarr_options(location),
@@ -226,7 +240,7 @@ def create_output(
         chunks=chunks,
         shards=shards,
         zarr_format=zarr_format,
-        dimension_names=tuple(dimension_names) if named and zarr_format == 3 else None,
+        dimension_names=names,
         dtype=dtype,
         overwrite=overwrite,
         attributes=attributes,

@@ -6,8 +6,10 @@ compared with ``xr.dot`` of the same DataArrays: values, dims and coordinates.
 
 from __future__ import annotations
 
+import re
 import warnings
 
+import dask
 import numpy as np
 import pytest
 import xarray as xr
@@ -15,7 +17,8 @@ import zarr
 
 import outofcore
 import outofcore.xarray as ox
-from outofcore.errors import InputError, OutputExistsError
+from outofcore.errors import FallbackError, InputError, OutputExistsError
+from outofcore.frontends.plan_report import DaskComputes
 
 
 def stored(folder, name, values, dims, chunks, coords=None, encoding=None):
@@ -225,17 +228,39 @@ def test_summed_coordinates_that_differ_are_summed_over_the_shared_ones_as_xr_do
     ],
     ids=["reversed", "swapped", "every-other", "wrapped", "disjoint"],
 )
-def test_summed_coordinates_outofcore_cannot_read_aligned_are_refused_before_any_work(
-    feature_pair, values, why
+@pytest.mark.parametrize("chunks", [{}, None], ids=["dask", "lazy"])
+def test_summed_coordinates_outofcore_cannot_read_aligned_are_xr_dots_by_dask_saying_why(
+    feature_pair, values, why, chunks
 ):
+    """Issue 53, item 6: an alignment that is no read of the stored arrays (the same labels
+    in another order among them) gives xr.dot's answer, computed by dask.array, with a
+    FallbackWarning naming the dimension and why; ``outofcore.xarray.plan`` says so;
+    ``fallback="error"`` (or the setting) refuses it before anything is written, with the
+    lines that align and store the operands first (on 1c76acf: refused in every case)."""
     folder, xs, w_at = feature_pair
-    x, w = opened(xs, {}), opened(w_at(values), {})
-    assert xr.dot(x, w, dim="feature").shape == (7, 3)  # outofcore refuses it, saying why
-    with pytest.raises(InputError, match=rf"dimension 'feature' differ between a and b: {why}"):
-        ox.dot(x, w, dim="feature", out=str(folder / "c.zarr"), client="sync")
-    with pytest.raises(InputError, match=r"a, b = xr.align\(a, b\)"):
-        ox.dot(x, w, dim="feature", out=str(folder / "c.zarr"), client="sync")
-    assert not (folder / "c.zarr").exists()
+    x, w = opened(xs, chunks), opened(w_at(values), chunks)
+    expected = xr.dot(x.compute(), w.compute(), dim="feature")
+    said = rf"dimension 'feature' differ between a and b: {why}"
+    out = folder / "c.zarr"
+    with pytest.warns(outofcore.FallbackWarning, match=said):
+        got = ox.dot(x, w, dim="feature", out=str(out), client="sync", progress=False)
+    assert_as_xr_dot(got, expected)
+    product = zarr.open_group(out)[got.name]
+    assert product.attrs["outofcore"] == {"complete": True, "stored_by": "dask.array.to_zarr"}
+    report = ox.plan(x, w, dim="feature")
+    assert isinstance(report, DaskComputes) and report.falls_back
+    assert re.search(rf"dask.array computes xr.dot\(a, b, dim='feature'\).*{said}", str(report))
+    for refusing in ({"fallback": "error"}, {}):
+        refused = folder / "refused.zarr"
+        setting = {} if refusing else {"outofcore.fallback": "error"}
+        with dask.config.set(setting), pytest.raises(FallbackError, match=said) as caught:
+            ox.dot(x, w, dim="feature", out=str(refused), client="sync", **refusing)
+        assert "a, b = xr.align(a, b)" in str(caught.value)
+        assert not refused.exists()
+    with pytest.raises(InputError, match=r"\['memory'\] are options of an outofcore product"):
+        ox.dot(x, w, dim="feature", out=str(folder / "m.zarr"), client="sync", memory="64MiB",
+               fallback="allow")  # fmt: skip
+    assert not (folder / "m.zarr").exists()
 
 
 def test_what_xr_dot_refuses_is_refused_and_equal_duplicates_are_computed(feature_pair):
@@ -323,9 +348,13 @@ def test_stacks_are_summed_over_every_shared_dim_without_dim_so_refused(tmp_path
     assert xr.dot(xa, xb).dims == ("i", "j")  # run is summed too: no stack of products
     with pytest.raises(InputError, match=r"xr.dot sums over every dimension both have"):
         ox.dot(xa, xb, out=str(tmp_path / "c.zarr"), client="sync")
-    other_runs = xb.assign_coords(run=[2, 3])
-    with pytest.raises(InputError, match=r"dimension 'run' differ.*a stack only whole"):
-        ox.dot(xa, other_runs, dim="k", out=str(tmp_path / "c.zarr"), client="sync")
+    # A stack's batch in another order, or a part of it: xr.dot's, by dask (issue 53).
+    for label, runs in (("part", [2, 3]), ("reordered", [2, 1])):
+        other_runs = xb.assign_coords(run=runs)
+        out = str(tmp_path / f"{label}.zarr")
+        with pytest.warns(outofcore.FallbackWarning, match=r"dimension 'run' differ.*stack only"):
+            got = ox.dot(xa, other_runs, dim="k", out=out, client="sync", progress=False)
+        assert_as_xr_dot(got, xr.dot(xa.compute(), other_runs.compute(), dim="k"))
     assert not (tmp_path / "c.zarr").exists()
     got = ox.dot(xa, xb, dim=["k"], out=str(tmp_path / "c.zarr"), client="sync", progress=False)
     assert_as_xr_dot(got, xr.dot(xa, xb, dim=["k"]))
