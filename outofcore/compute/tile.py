@@ -11,6 +11,7 @@ twice (a retry, a lost worker) gives the same result.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -212,8 +213,11 @@ class TilePanels:
             kept = self.staged[operand] = np.empty(size, dtype=array.dtype)
         return kept
 
-    def load(self, position: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """Read the ``position``-th panel pair into its slot; return it and the bytes decoded."""
+    def load(
+        self, position: int, read: Callable[[], None] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """Read the ``position``-th panel pair into its slot; return it and the bytes decoded.
+        ``read`` is called once each operand's part is in (read, or held already)."""
         job, task, product = self.job, self.task, self.job.product
         k0, k1 = job.panels[self.order[position]]
         slot = position % PANELS_IN_FLIGHT
@@ -233,6 +237,8 @@ class TilePanels:
                 product.values("A"), a_matrix, product.transpose_a, rows, ks, a_panel, staging,
                 product.a_steps,
             )  # fmt: skip
+        if read is not None:
+            read()
         if read_b:
             staging = self._staging("b", depth * tn)
             b_matrix = product.matrix("B", task.batch)
@@ -240,6 +246,8 @@ class TilePanels:
                 product.values("B"), b_matrix, product.transpose_b, ks, cols, b_panel, staging,
                 product.b_steps,
             )  # fmt: skip
+        if read is not None:
+            read()
         if is_diagonal(job, task):
             a_panel, b_panel = (b_panel.T, b_panel) if product.transpose_a else (a_panel, a_panel.T)
         if self.sums is not None:  # loads run one at a time, each panel once
@@ -321,6 +329,10 @@ class _PanelLoop:
         self.block = write_block_rows(output_grid(job)[0], task.shape[0])
         self.read_wait = self.compute = self.write = 0.0
         self.bytes_read = 0
+        #: Steps of the tile's work done (each panel's A read, B read, product), told to
+        #: the job's progress as they end (the reader and the loop each add theirs).
+        self.steps = 0
+        self._steps_lock = threading.Lock()
         self.decode_cpu, self.write_cpu = CpuMeter(), CpuMeter()
 
     def multiply_and_write(self) -> np.ndarray:
@@ -356,7 +368,7 @@ class _PanelLoop:
             self.compute += time.perf_counter() - t1
             self.read_wait += t1 - t0
             self.bytes_read += nbytes
-            panel_progress.report(self.job.job_id, self.task.key, s + 1, count)
+            self._step()
         t0 = time.perf_counter()
         tile = self.engine.finish_tile()
         if diagonal:
@@ -407,9 +419,19 @@ class _PanelLoop:
         return writes
 
     def _load(self, position: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """:meth:`TilePanels.load`, its CPU seconds measured."""
+        """:meth:`TilePanels.load`, its CPU seconds measured, each operand read a step."""
         with self.decode_cpu.span():
-            return self.panels.load(position)
+            return self.panels.load(position, self._step)
+
+    def _step(self) -> None:
+        """One more step of :attr:`steps` done, reported
+        (:func:`outofcore.compute.panel_progress.report`: of ``STEPS_PER_PANEL`` a panel),
+        so that the job's progress moves while a panel is read, not once it is multiplied."""
+        with self._steps_lock:
+            self.steps += 1
+            done = self.steps
+        total = STEPS_PER_PANEL * len(self.job.panels)
+        panel_progress.report(self.job.job_id, self.task.key, done, total)
 
     def _write_rows(self, r0: int, rows: np.ndarray) -> None:
         """Hand finished ``rows`` at row ``r0`` of the tile to the sink (after the owner
@@ -433,6 +455,9 @@ def write_finished_rows(job: TileJob, task: TileTask, r0: int, rows: np.ndarray)
     out = job.product.matrix("out", task.batch)
     return write_region(job.c, out.start(*origin), out.view(values))
 
+
+#: The steps of a panel the job's progress counts: its A read, its B read, its product.
+STEPS_PER_PANEL = 3
 
 #: The last panels of a tile are multiplied row block by row block, so that the
 #: write of C overlaps their compute: all the panels in memory at once (two

@@ -3,16 +3,17 @@
 A bar redraws itself with carriage returns, which a log file or a pipe keeps
 as one long line of updates.  When the stream is not a terminal,
 :func:`progress` writes a line when the job starts, at most one every
-:data:`LINE_EVERY_SECONDS` while tiles (or their panels) finish, and a last one when it
-ends (or stops)::
+:data:`LINE_EVERY_SECONDS` while the job runs (a line on time whether or not a tile or
+panel finished since), and a last one when it ends (or stops)::
 
     matmul: 0/96 tiles (0%)
     matmul: 12/96 tiles (12%), 3.10 s elapsed, 3.87 tiles/s, about 22 s left
     matmul: 96/96 tiles (100%) in 24.81 s, 3.87 tiles/s
 
-The panels multiplied within running tasks count as their share of a task
-(:mod:`outofcore.compute.panel_progress`), so a job of one or two tiles moves, and its
-time left is known from the first panels::
+The steps done within running tasks (each panel's A read, its B read, its product:
+:mod:`outofcore.compute.panel_progress`) count as their share of a task, so a job of
+one or two tiles moves while a panel is read, and its time left is known from the first
+steps::
 
     matmul: 0/1 tiles (38%), 15.2 s elapsed, about 25 s left
 """
@@ -68,19 +69,47 @@ def progress(
         return
     stream = sys.stderr if stream is None else stream
     if _is_terminal(stream):
-        with tqdm(
-            total=total, initial=done, unit=unit, desc=name, file=stream, dynamic_ncols=True
-        ) as bar:
+        with (
+            tqdm(
+                total=total, initial=done, unit=unit, desc=name, file=stream, dynamic_ncols=True
+            ) as bar,
+            _ticking(bar.refresh, LINE_EVERY_SECONDS),
+        ):  # its elapsed time moves
             yield BarProgress(bar, done)
         return
     every = LINE_EVERY_SECONDS if every is None else every
     lines = ProgressLines(total, done, unit, name, stream, every)
     try:
-        yield lines
+        with _ticking(lines.tick, every):
+            yield lines
     except BaseException:
         lines.close(stopped=True)
         raise
     lines.close()
+
+
+@contextlib.contextmanager
+def _ticking(tick: Callable[[], Any], every: float) -> Iterator[None]:
+    """Call ``tick`` every ``every`` seconds from a thread of its own while the block runs,
+    so that progress is shown on time though no task or panel reports (a panel read for
+    long on a loaded machine); stopped, and waited for, when the block ends.  ``every``
+    0 (a line at each report) ticks never."""
+    if every <= 0:
+        yield
+        return
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(every):
+            tick()
+
+    ticker = threading.Thread(target=run, name="outofcore-progress", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join(timeout=every + 1)
 
 
 class Ignored:
@@ -194,6 +223,11 @@ class ProgressLines:
     def panel(self, key: str, done: int, total: int) -> None:
         """``done`` of ``total`` panels of the running task ``key``; a line when due."""
         self.running.panel(key, done, total)
+        self._maybe_line()
+
+    def tick(self) -> None:
+        """A line when ``every`` seconds passed since the last, whatever reported since:
+        the time elapsed and left move on though no step ended."""
         self._maybe_line()
 
     def _maybe_line(self) -> None:

@@ -116,9 +116,9 @@ def test_a_job_of_one_tile_moves_with_its_panels(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(progress_module, "LINE_EVERY_SECONDS", 0.3)
     load = TilePanels.load
 
-    def slow_load(self, position):
+    def slow_load(self, position, read=None):
         time.sleep(0.25)
-        return load(self, position)
+        return load(self, position, read)
 
     monkeypatch.setattr(TilePanels, "load", slow_load)
     rng = np.random.default_rng(1)
@@ -136,6 +136,51 @@ def test_a_job_of_one_tile_moves_with_its_panels(tmp_path, monkeypatch, capsys):
     shares = [int(re.search(r"\((\d+)%\)", line)[1]) for line in moving]
     assert shares == sorted(shares) and shares[0] > 0 and shares[-1] < 100
     assert all("elapsed" in line and "left" in line for line in moving)
+
+
+def test_a_panel_read_for_long_moves_the_progress_and_lines_come_on_time(
+    tmp_path, monkeypatch, capsys
+):
+    """Issue 55, item 4: progress moved once a panel was multiplied, 25 s apart on a
+    loaded machine.  Now each operand read is a step of its own, and a line comes every
+    LINE_EVERY_SECONDS though nothing finished since (here: one tile of one panel whose A
+    and B reads each take 1.2 s, lines every 0.3 s; counted steps, not the machine's
+    speed: every line after the first says the time elapsed, and the share moves to a
+    third once A is in, before the product)."""
+    import re  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    from outofcore.api import run_job  # noqa: PLC0415
+    from outofcore.compute import tile as tile_module  # noqa: PLC0415
+    from outofcore.jobs import progress as progress_module  # noqa: PLC0415
+    from tests.helpers import write_zarr  # noqa: PLC0415
+
+    monkeypatch.setattr(progress_module, "LINE_EVERY_SECONDS", 0.3)
+    read = tile_module.read_operand
+
+    def slow_read(*args):
+        time.sleep(1.2)
+        return read(*args)
+
+    monkeypatch.setattr(tile_module, "read_operand", slow_read)
+    rng = np.random.default_rng(2)
+    write_zarr(tmp_path / "a.zarr", rng.standard_normal((32, 24)).astype("float32"), (32, 24))
+    write_zarr(tmp_path / "b.zarr", rng.standard_normal((24, 16)).astype("float32"), (24, 16))
+    result = run_job(
+        tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr",
+        client="sync", progress=True,
+    )  # fmt: skip
+    assert len(result.plan.tasks) == 1 and len(result.plan.panels) == 1  # one panel
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("matmul:")]
+    moving = lines[1:-1]
+    # 2.4 s of reads: a line each 0.3 s at most, whatever reported (one panel: the old
+    # rule gave none between the first and the last).
+    assert len(moving) >= 4, lines
+    assert all("elapsed" in line for line in moving)
+    shares = [int(re.search(r"\((\d+)%\)", line)[1]) for line in moving]
+    assert shares == sorted(shares) and 33 in shares and shares[-1] < 100, lines
 
 
 def test_panel_reports_of_a_worker_process_reach_the_client(local_cluster):
