@@ -20,7 +20,7 @@ from benchmarks.null_device import thread_counts
 from tools.gpu_check import common
 from tools.gpu_check import runner as check
 from tools.gpu_check.alternatives import square_tile
-from tools.gpu_check.kernel_hash import kernels_sha256, last_checked
+from tools.gpu_check.kernel_hash import WHEN_CHANGED, kernels_sha256, last_checked
 from tools.gpu_check.perf_phase import choose_size, estimate_seconds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,11 +125,30 @@ def test_phases_past_the_deadline_are_skipped_not_run(tmp_path):
 
 
 def test_the_gpu_timeouts_fit_one_device_call():
-    """The phases' timeouts on a GPU add up to the deadline, under 9 minutes with the
-    wheels' install (scripts/gpu-check allows it 120 s, and it took about 20 s)."""
-    assert sum(phase.timeout for phase in check.PHASES) <= check.DEADLINE <= 540 - 30
+    """Issue 52, item 6: the timeouts on a GPU of the phases that always run add up to
+    the deadline, and the deadline with the wheels' install (about 20 s) to one device
+    call of 420 s; the figures that matter come first, the phases run only when the
+    kernels changed last; ``--list --json`` prints them in that order."""
+    always = [p for p in check.PHASES if p.name not in WHEN_CHANGED]
+    assert sum(phase.timeout for phase in always) <= check.DEADLINE <= 420 - 30
     assert [p.name for p in check.PHASES][-2:] == ["sanitizer", "pytest"]
+    assert [p.name for p in check.PHASES][:5] == [
+        "env", "compile_cache", "job", "alternatives", "perf"
+    ]  # fmt: skip
     assert set(check.PHASE_FUNCTIONS) >= {p.name for p in check.PHASES}
+    listed = subprocess.run(
+        [sys.executable, "-m", "tools.gpu_check", "--list", "--json"],
+        capture_output=True, text=True, timeout=60, check=True, cwd=check.REPO,
+    )  # fmt: skip
+    document = json.loads(listed.stdout)
+    assert document["deadline_s"] == check.DEADLINE
+    assert [row["name"] for row in document["phases"]] == [p.name for p in check.PHASES]
+    assert [row["timeout_s"] for row in document["phases"]] == [p.timeout for p in check.PHASES]
+    assert {row["runs"] for row in document["phases"] if row["name"] in WHEN_CHANGED} == {
+        "when the kernels changed"
+    }
+    script = (check.REPO / "scripts" / "gpu-check").read_text()
+    assert "timeout_s=420" in script and "CALL_SECONDS:-410" in script
 
 
 def test_sanitizer_and_pytest_run_only_when_the_kernels_changed(tmp_path):
