@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -416,13 +418,30 @@ def variants(dtypes=DTYPES) -> list[tuple[str, str]]:
     return out
 
 
-def run(archs=DEFAULT_ARCHS, dtypes=DTYPES) -> list[VariantReport]:
-    """Compile and analyse every variant for every architecture."""
-    return [
-        report_variant(np.dtype(dt), arch, kernel=kernel)
-        for dt, kernel in variants(dtypes)
-        for arch in archs
-    ]
+def run(archs=DEFAULT_ARCHS, dtypes=DTYPES, jobs: int = 1) -> list[VariantReport]:
+    """Compile and analyse every variant for every architecture, ``jobs`` at a time (each
+    in a fresh process of its own where more than one: NVVM compiles one kernel on one
+    core, for minutes at sm_90), in the order of :func:`variants`."""
+    work = [(dt, arch, kernel) for dt, kernel in variants(dtypes) for arch in archs]
+    if jobs <= 1 or len(work) <= 1:
+        return [_report(item) for item in work]
+    context = multiprocessing.get_context("spawn")  # no state of this process's numba
+    with ProcessPoolExecutor(min(jobs, len(work)), mp_context=context) as pool:
+        return list(pool.map(_report, work))
+
+
+def _report(item: tuple[str, str, str]) -> VariantReport:
+    """:func:`report_variant` of one ``(dtype, arch, kernel)``."""
+    dtype, arch, kernel = item
+    return report_variant(np.dtype(dtype), arch, kernel=kernel)
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        return os.cpu_count() or 1
 
 
 def format_table(reports: list[VariantReport]) -> str:
@@ -455,6 +474,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--arch", nargs="+", default=list(DEFAULT_ARCHS), help="e.g. sm_80 sm_90")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="variants compiled at once, each in a process (default: the cores here)",
+    )
     args = parser.parse_args(argv)
     reason = missing_toolchain()
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
@@ -463,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compile report: toolchain missing: {reason}", file=sys.stderr)
         return 2
     archs = list(dict.fromkeys(args.arch))  # as asked: `--arch sm_80` compiles sm_80 alone
-    reports = run(archs)
+    reports = run(archs, jobs=cores() if args.jobs is None else args.jobs)
     problems = [f"{r.name} {r.arch}: {p}" for r in reports for p in r.problems]
     if args.json:
         print(
