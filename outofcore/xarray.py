@@ -139,7 +139,7 @@ def plan(
     client: Any = None,
     reprobe: bool = False,
     **options: Any,
-) -> PlanReport | None:
+) -> PlanReport | DaskComputes | None:
     """The plan :func:`dot` would run for ``xr.dot(a, b, dim=dim)``, with its predictions,
     as :func:`outofcore.plan` gives it (``str()``: the table ``outofcore plan`` prints;
     ``.runs`` names the product).  Nothing is written and no cluster starts; what
@@ -155,8 +155,10 @@ def plan(
 
     Returns
     -------
-    PlanReport or None
-        The plan; None for an empty product.
+    PlanReport, DaskComputes or None
+        The plan; a :class:`~outofcore.frontends.plan_report.DaskComputes` naming the
+        dimension where xr.dot's alignment is no read of the stored arrays (dask.array
+        computes it: :func:`dot`'s ``fallback``); None for an empty product.
     """
     job = _dot_job(a, b, dim, spec, options)
     if job.reads is None:
