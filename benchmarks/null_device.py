@@ -44,8 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness.inputs import add_tiling_arguments, ensure_array
-from benchmarks.harness.reports import save_json
+from benchmarks.harness.inputs import add_tiling_arguments, ensure_pair
+from benchmarks.harness.reports import markdown_table, save_json
 from outofcore.backends.cuda import rates as gpu_rates
 from outofcore.backends.timed import RATES, TimedDevice, TimedEngine, TimedModel
 from outofcore.planner.gpu_rates import gpu_target
@@ -144,11 +144,7 @@ class Row:
 
 def make_inputs(folder: Path, sizes: Sizes) -> tuple[Path, Path]:
     """A (``m x k``) and B (``k x n``), seeded float32 zstd zarr arrays, cached in ``folder``."""
-    a = folder / f"null-a-{sizes.m}x{sizes.k}-c{sizes.chunk}.zarr"
-    b = folder / f"null-b-{sizes.k}x{sizes.n}-c{sizes.chunk}.zarr"
-    ensure_array(a, (sizes.m, sizes.k), (sizes.chunk, sizes.chunk), seed=1)
-    ensure_array(b, (sizes.k, sizes.n), (sizes.chunk, sizes.chunk), seed=2)
-    return a, b
+    return ensure_pair(folder, "null", sizes.m, sizes.k, sizes.n, sizes.chunk)
 
 
 def decode_rate(path: Path, threads: int, repeats: int = 2) -> float:
@@ -335,16 +331,13 @@ def run(folder: Path, sizes: Sizes, model: DeviceModel, most: int | None = None)
 
 def format_table(rows: Sequence[Row]) -> str:
     """The rows as a Markdown table (docs/gpu.md keeps one)."""
-    lines = [
-        "| threads | decode GB/s | predicted task s | measured task s | read wait % | ratio |",
-        "|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        lines.append(
-            f"| {row.threads} | {row.decode_gb_s:.2f} | {row.predicted_s:.2f} | "
-            f"{row.measured_s:.2f} | {row.read_wait_pct:.0f} | {row.ratio:.2f} |"
-        )
-    return "\n".join(lines)
+    head = ("threads", "decode GB/s", "predicted task s", "measured task s", "read wait %", "ratio")
+    cells = (
+        (row.threads, f"{row.decode_gb_s:.2f}", f"{row.predicted_s:.2f}",
+         f"{row.measured_s:.2f}", f"{row.read_wait_pct:.0f}", f"{row.ratio:.2f}")
+        for row in rows
+    )  # fmt: skip
+    return markdown_table(head, "rrrrrr", cells)
 
 
 def main(argv: list[str] | None = None) -> int:

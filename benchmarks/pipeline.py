@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.inputs import add_tiling_arguments, ensure_array
+from benchmarks.harness.inputs import add_tiling_arguments, ensure_pair
 from benchmarks.harness.reports import markdown_table, save_json
 from outofcore import config
 from outofcore.api import run_job
@@ -92,11 +92,7 @@ class Sizes:
 
 def make_inputs(folder: Path, sizes: Sizes) -> tuple[Path, Path]:
     """A and B, seeded float32 zstd arrays, cached in ``folder``."""
-    a = folder / f"pipeline-a-{sizes.size}x{sizes.k}-c{sizes.chunk}.zarr"
-    b = folder / f"pipeline-b-{sizes.k}x{sizes.size}-c{sizes.chunk}.zarr"
-    ensure_array(a, (sizes.size, sizes.k), (sizes.chunk, sizes.chunk), seed=1)
-    ensure_array(b, (sizes.k, sizes.size), (sizes.chunk, sizes.chunk), seed=2)
-    return a, b
+    return ensure_pair(folder, "pipeline", sizes.size, sizes.k, sizes.size, sizes.chunk)
 
 
 def run_once(

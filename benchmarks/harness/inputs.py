@@ -132,6 +132,16 @@ def ensure_array(path: Path, shape: tuple[int, int], chunks: tuple[int, int], se
     return path
 
 
+def ensure_pair(folder: Path, name: str, m: int, k: int, n: int, chunk: int) -> tuple[Path, Path]:
+    """A (``m x k``) and B (``k x n``) of :func:`ensure_array` in square ``chunk`` chunks,
+    seeded 1 and 2, cached in ``folder`` under ``name``."""
+    a = folder / f"{name}-a-{m}x{k}-c{chunk}.zarr"
+    b = folder / f"{name}-b-{k}x{n}-c{chunk}.zarr"
+    ensure_array(a, (m, k), (chunk, chunk), seed=1)
+    ensure_array(b, (k, n), (chunk, chunk), seed=2)
+    return a, b
+
+
 def add_folder_arguments(parser: argparse.ArgumentParser) -> None:
     """``--data-dir`` (inputs, cached) and ``--out-dir`` (results), the harness's defaults."""
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
