@@ -161,7 +161,7 @@ def test_registers_over_the_limit_are_a_problem():
 def test_the_report_exits_1_on_a_kernel_over_the_limit(monkeypatch, capsys):
     monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
     monkeypatch.setattr(report, "missing_toolchain", lambda: None)
-    monkeypatch.setattr(report, "run", lambda archs: [over_the_limit()])
+    monkeypatch.setattr(report, "run", lambda archs, jobs=1: [over_the_limit()])
     assert report.main(["--arch", "sm_90"]) == 1
     out = capsys.readouterr().out
     assert "| gemm_complex128_64x64x8_4x4 | sm_90 | 132 | 0/0 |" in out
