@@ -131,6 +131,7 @@ def test_the_gpu_timeouts_fit_one_device_call():
     kernels changed last; ``--list --json`` prints them in that order."""
     always = [p for p in check.PHASES if p.name not in WHEN_CHANGED]
     assert sum(phase.timeout for phase in always) <= check.DEADLINE <= 420 - 30
+    assert sum(phase.timeout for phase in check.PHASES) <= 420  # issue 52: --list sums
     assert [p.name for p in check.PHASES][-2:] == ["sanitizer", "pytest"]
     assert [p.name for p in check.PHASES][:5] == [
         "env", "compile_cache", "job", "alternatives", "perf"
