@@ -18,7 +18,7 @@ import warnings
 import dask.array as da
 import numpy as np
 import zarr
-from hypothesis import event, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 import outofcore
@@ -94,7 +94,26 @@ def huge_in(values: np.ndarray) -> bool:
     return bool(finite.size) and finite.max() ** 2 > np.finfo(values.dtype).max
 
 
+def infinite_in(case: dict, dtype: np.dtype) -> bool:
+    """Whether a complex operand holds an infinity: then NaN or Inf in each part of a
+    product is the multiplication's choice (``(a+bj) * (inf+0j)``: numpy's matmul gives
+    ``nan+infj``, its einsum and dask's chunked sum ``inf+infj``), not the data's."""
+    return dtype.kind == "c" and any(np.isinf(case[name]).any() for name in ("x", "y"))
+
+
+#: CI's failure of 2026-12-02: numpy's matmul gives nan+infj there, dask inf+infj.
+ONE_SIDE_INF = {
+    "x": np.array([[0.12573022 + 0.64042265j], [-0.13210486 + 0.10490012j]]),
+    "y": np.array([[np.inf + 0j], [-0.13210486 + 0.10490012j]]),
+    "chunks": (1, 1),
+    "y_chunks": (1, 1),
+    "form": "one side",
+    "memory": "256KiB",
+}
+
+
 @given(case=cases())
+@example(case=ONE_SIDE_INF)
 def test_a_centred_product_is_dasks_with_nan_inf_and_huge_values(tmp_path, case):
     folder = tempfile.mkdtemp(dir=tmp_path)
     dtype = case["x"].dtype
@@ -133,7 +152,7 @@ def test_a_centred_product_is_dasks_with_nan_inf_and_huge_values(tmp_path, case)
         # one order, inf in another): non-finite where dask's is, as xr.dot's test asks.
         theirs_finite = np.isfinite(want.real) & np.isfinite(want.imag)
         np.testing.assert_array_equal(np.isfinite(got.real) & np.isfinite(got.imag), theirs_finite)
-        if not huge_in(case["x"]) and not huge_in(case["y"]):
+        if not (huge_in(case["x"]) or huge_in(case["y"]) or infinite_in(case, dtype)):
             np.testing.assert_array_equal(np.isnan(got), np.isnan(want))  # NaN of x: NaN
         got, want = (np.where(theirs_finite, v, 0) for v in (got, want))
     for part in (np.real, np.imag) if dtype.kind == "c" else (np.real,):
