@@ -121,19 +121,22 @@ def local_machine(
 
 
 #: Figures of a slow machine, for a job's own decisions where this one has not been
-#: probed yet (:func:`predicted_seconds`): about a third of the rates measured on this
-#: project's 2-core EPYC (docs/performance.md), so that a job is rather thought long.
+#: probed yet (:func:`predicted_seconds`): a third of the rates the probe measured on
+#: this project's 2-core EPYC with both cores free (2026-12-02: sgemm 188 GFLOP/s, zstd
+#: decode 1.17 GB/s, raw reads 3.5 GB/s and writes 554 MB/s, disk reads 1.9 GB/s;
+#: docs/performance.md), so that a job is rather thought long, but a 3 s job not 17 s
+#: (the dashboard's import is 0.4 s of it: :func:`outofcore.jobs.placement.wants_dashboard`).
 ASSUMED_FIGURES = Figures(
     measured="assumed",
     threads=1,
-    sgemm_flops=20e9,
-    sgemm_small_flops=15e9,
-    dgemm_small_flops=7e9,
-    zstd_decode_bps=250e6,
-    zstd_encode_bps=120e6,
-    raw_read_bps=700e6,
-    raw_write_bps=350e6,
-    disk_read_bps=500e6,
+    sgemm_flops=63e9,
+    sgemm_small_flops=55e9,
+    dgemm_small_flops=30e9,
+    zstd_decode_bps=390e6,
+    zstd_encode_bps=130e6,
+    raw_read_bps=1.15e9,
+    raw_write_bps=185e6,
+    disk_read_bps=630e6,
     disk_unbuffered=False,
     compression=0.92,
     overlap=0.0,
