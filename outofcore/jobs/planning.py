@@ -248,7 +248,10 @@ def plan_job(
     problem = planned_problem(product, spec, existing)
     task_budget = spec.memory // max(1, workers.threads_per_worker)
     # Decode threads: a core each of the task's share (CPU affinity), buffers in the budget
-    threads = decode_threads(problem, task_budget, workers.blas_threads, DEFAULT_IO_CONCURRENCY)
+    # (half of it for a GPU's tiles, an eighth for BLAS's).
+    threads = decode_threads(
+        problem, task_budget, workers.blas_threads, DEFAULT_IO_CONCURRENCY, gpu=gpu is not None
+    )
     plan = make_output_plan(
         problem,
         task_budget,

@@ -119,18 +119,28 @@ def input_chunk_bytes(problem: Problem) -> int:
 #: when :func:`decode_threads` chooses how many chunks it decodes at once.
 DECODE_BUFFER_SHARE = 1 / 8
 
+#: The same for a task whose tiles a GPU multiplies: its kernel outruns any number of
+#: decoding cores (a 721 GFLOP product is 0.02 s of an H200 and seconds of zstd), so
+#: its cores all decode where half its budget holds their buffers; the host tile it
+#: streams to the device is the other half.
+GPU_DECODE_BUFFER_SHARE = 1 / 2
 
-def decode_threads(problem: Problem, task_budget: int, cores: int, least: int) -> int:
+
+def decode_threads(
+    problem: Problem, task_budget: int, cores: int, least: int, *, gpu: bool = False
+) -> int:
     """Chunks a task reads and decodes at once from a local disk: one a core it may use
     (``cores``, its share of the worker's CPU affinity), at least ``least``, and no more
     than keep their codec buffers (two of :func:`input_chunk_bytes` each, counted by
-    :func:`loop_bytes`) within :data:`DECODE_BUFFER_SHARE` of ``task_budget``.
+    :func:`loop_bytes`) within :data:`DECODE_BUFFER_SHARE` of ``task_budget``, or
+    :data:`GPU_DECODE_BUFFER_SHARE` for a task whose tiles a GPU multiplies (``gpu``).
 
     Decoding zstd costs about 1.3 CPU s a GiB: a GPU's tiles are fed only with many
     cores decoding (design.md, "The GPU pipeline"), and a CPU worker's next panel is
     decoded while BLAS multiplies the last one."""
     per_thread = 2 * max(1, input_chunk_bytes(problem))
-    within = int(task_budget * DECODE_BUFFER_SHARE) // per_thread
+    share = GPU_DECODE_BUFFER_SHARE if gpu else DECODE_BUFFER_SHARE
+    within = int(task_budget * share) // per_thread
     return max(least, min(cores, within))
 
 

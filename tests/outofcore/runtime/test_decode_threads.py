@@ -15,7 +15,12 @@ import pytest
 from outofcore.jobs.inputs import open_product
 from outofcore.jobs.planning import plan_job
 from outofcore.jobs.spec import JobSpec
-from outofcore.planner.memory import DECODE_BUFFER_SHARE, decode_threads, input_chunk_bytes
+from outofcore.planner.memory import (
+    DECODE_BUFFER_SHARE,
+    GPU_DECODE_BUFFER_SHARE,
+    decode_threads,
+    input_chunk_bytes,
+)
 from outofcore.planner.plan import DEFAULT_IO_CONCURRENCY
 from outofcore.planner.problem import Problem
 from outofcore.runtime.executors import WorkerShape
@@ -38,6 +43,34 @@ def test_a_thread_a_core_within_an_eighth_of_the_budget():
     # Never fewer than the least asked (the plan's default), even with one core.
     assert decode_threads(BIG_CHUNKS, 2**30, 1, DEFAULT_IO_CONCURRENCY) == DEFAULT_IO_CONCURRENCY
     assert decode_threads(BIG_CHUNKS, 2**20, 16, 2) == 2
+
+
+def test_a_gpu_task_decodes_on_its_cores_within_half_its_budget():
+    """Issue 52: the 721 GFLOP job's GPU worker decoded 4 chunks at once on a 16-core node
+    (an eighth of 1 GiB); its kernel waits on zstd, so a GPU's task takes every core of
+    its share that half its budget holds buffers for."""
+    chunk = input_chunk_bytes(BIG_CHUNKS)
+    assert decode_threads(BIG_CHUNKS, 2**30, 16, DEFAULT_IO_CONCURRENCY, gpu=True) == 16
+    # Two tiles in flight on the GPU: 512 MiB and 8 cores a task.
+    assert decode_threads(BIG_CHUNKS, 2**29, 8, DEFAULT_IO_CONCURRENCY, gpu=True) == 8
+    assert decode_threads(BIG_CHUNKS, 2**29, 8, DEFAULT_IO_CONCURRENCY) == 2  # BLAS's share
+    # 256 MiB: half of it holds four threads' buffers, not the 8 cores'.
+    assert decode_threads(BIG_CHUNKS, 2**28, 8, DEFAULT_IO_CONCURRENCY, gpu=True) == 4
+    assert 4 * 2 * chunk <= 2**28 * GPU_DECODE_BUFFER_SHARE < 5 * 2 * chunk
+
+
+def test_a_gpu_plan_decodes_on_more_cores_than_a_cpu_plan_of_the_same_budget(tmp_path):
+    write_zarr(tmp_path / "a.zarr", np.ones((2048, 1024), "float32"), (512, 512))
+    write_zarr(tmp_path / "b.zarr", np.ones((1024, 2048), "float32"), (512, 512))
+    shape = {"workers": 1, "threads_per_worker": 1, "blas_threads": 16}
+    cpu_spec, gpu_spec = JobSpec(memory="64MiB"), JobSpec(memory="64MiB", backend="cuda")
+    product = open_product(str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr"), cpu_spec)
+    cpu = plan_job(product, cpu_spec, WorkerShape(**shape))
+    gpu = plan_job(product, gpu_spec, WorkerShape(**shape, gpu_workers=1))
+    assert cpu.gpu is None and gpu.gpu is not None
+    # 1 MiB chunks, 2 MiB a thread: an eighth of 64 MiB holds 4; half of it holds 16.
+    assert (cpu.plan.io_concurrency, gpu.plan.io_concurrency) == (4, 16)
+    assert gpu.plan.task_bytes <= 64 * 2**20  # the buffers in the budget with the tile
 
 
 def test_the_plan_decodes_with_the_cores_of_its_workers(tmp_path):
