@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,7 +36,7 @@ from outofcore.compute.tile_io import (
 from outofcore.compute.tile_job import TileJob
 from outofcore.compute.worker_context import worker_context
 from outofcore.operands.centring import PanelSums
-from outofcore.operands.reading import read_operand
+from outofcore.operands.reading import read_operand, reads_chunk_files
 from outofcore.planner.memory import PANELS_IN_FLIGHT, write_block_rows
 from outofcore.planner.plan import TileTask
 from outofcore.storage import chunkfiles
@@ -113,7 +113,7 @@ def compute_tile(
     setup = time.perf_counter() - started
     with (
         context.blas_threads(job.blas_threads),
-        ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-read") as reader,
+        ThreadPoolExecutor(max_workers=2, thread_name_prefix="outofcore-read") as reader,
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="outofcore-write") as writer,
     ):
         run = _PanelLoop(job, task, engine, panels, reader, writer, before_write, sink)
@@ -168,6 +168,8 @@ class TilePanels:
     staged: dict[str, np.ndarray] = field(default_factory=dict)
     #: The sums over k of the panels read, for a product centred from them.
     sums: PanelSums | None = None
+    #: Whether A's and B's parts of a panel are read at once (:meth:`load`).
+    together: bool = False
 
     @classmethod
     def prepare(cls, job: TileJob, task: TileTask, engine: TileEngine) -> TilePanels:
@@ -198,7 +200,9 @@ class TilePanels:
             slots.append(buffer if buffer is not None else engine.host_buffer(size, dtype))
         sums = PanelSums.zeros(task.shape, dtype) if job.product.panel_sums else None
         holds = (reuse.a is not None, reuse.b is not None)
-        return cls(job, task, reuse.order, a, b, *holds, sums=sums)
+        product = job.product
+        together = reads_chunk_files(product.values("A")) and reads_chunk_files(product.values("B"))
+        return cls(job, task, reuse.order, a, b, *holds, sums=sums, together=together)
 
     def _staging(self, operand: str, size: int) -> np.ndarray | None:
         """A buffer of ``operand``'s stored dtype to decode into before converting (or None).
@@ -214,10 +218,20 @@ class TilePanels:
         return kept
 
     def load(
-        self, position: int, read: Callable[[], None] | None = None
+        self,
+        position: int,
+        read: Callable[[], None] | None = None,
+        alongside: Callable[[Callable[[], None]], Future] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """Read the ``position``-th panel pair into its slot; return it and the bytes decoded.
-        ``read`` is called once each operand's part is in (read, or held already)."""
+        ``read`` is called once each operand's part is in (read, or held already), from
+        the thread that read it.
+
+        ``alongside(part)`` runs ``part`` in another thread: where both operands are read
+        from their chunk files (:func:`~outofcore.operands.reading.reads_chunk_files`), A's
+        part is read there while B's is read here, so that the chunk-file threads decode
+        both panels' chunks together (A's last chunks no longer leave threads idle
+        before B's first); their chunks in flight stay bounded by those threads."""
         job, task, product = self.job, self.task, self.job.product
         k0, k1 = job.panels[self.order[position]]
         slot = position % PANELS_IN_FLIGHT
@@ -230,24 +244,39 @@ class TilePanels:
         if is_diagonal(job, task):  # X.T @ X or X @ X.T: one panel of X is both operands
             read_a, read_b = read_a and not product.transpose_a, read_b and product.transpose_a
         rows, cols, ks = slice(task.row0, task.row1), slice(task.col0, task.col1), slice(k0, k1)
-        if read_a:
+
+        def part_a() -> None:
             staging = self._staging("a", tm * depth)
             a_matrix = product.matrix("A", task.batch)
             read_operand(
                 product.values("A"), a_matrix, product.transpose_a, rows, ks, a_panel, staging,
                 product.a_steps,
             )  # fmt: skip
-        if read is not None:
-            read()
-        if read_b:
+
+        def part_b() -> None:
             staging = self._staging("b", depth * tn)
             b_matrix = product.matrix("B", task.batch)
             read_operand(
                 product.values("B"), b_matrix, product.transpose_b, ks, cols, b_panel, staging,
                 product.b_steps,
             )  # fmt: skip
-        if read is not None:
-            read()
+
+        done = read or (lambda: None)
+        if read_a and read_b and alongside is not None and self.together:
+            a_read = alongside(lambda: (part_a(), done()))  # each part's step as it ends
+            try:
+                part_b()
+            finally:  # A's part ends before this load does, whatever B's did
+                wait([a_read])
+            done()
+            a_read.result()
+        else:
+            if read_a:
+                part_a()
+            done()
+            if read_b:
+                part_b()
+            done()
         if is_diagonal(job, task):
             a_panel, b_panel = (b_panel.T, b_panel) if product.transpose_a else (a_panel, a_panel.T)
         if self.sums is not None:  # loads run one at a time, each panel once
@@ -419,9 +448,19 @@ class _PanelLoop:
         return writes
 
     def _load(self, position: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """:meth:`TilePanels.load`, its CPU seconds measured, each operand read a step."""
+        """:meth:`TilePanels.load`, its CPU seconds measured, each operand read a step, A's
+        part read alongside in the reader's second thread (one load runs at a time)."""
         with self.decode_cpu.span():
-            return self.panels.load(position, self._step)
+            return self.panels.load(position, self._step, self._alongside)
+
+    def _alongside(self, part: Callable[[], None]) -> Future:
+        """``part`` in the reader's other thread, its CPU seconds measured there."""
+
+        def metered() -> None:
+            with self.decode_cpu.span():
+                part()
+
+        return self.reader.submit(metered)
 
     def _step(self) -> None:
         """One more step of :attr:`steps` done, reported

@@ -259,6 +259,17 @@ def read_panel(array: zarr.Array, selection: tuple[slice, ...], out: np.ndarray)
     )
 
 
+def reads_chunk_files(array: zarr.Array | Joined) -> bool:
+    """Whether :func:`read_panel` reads ``array`` (every part of a joined one) from its
+    chunk files: reads whose chunks in flight the process's chunk-file threads bound
+    (:meth:`outofcore.storage.chunk_io.ChunkIO.run_per_chunk`), so that two at once hold
+    no more codec buffers than one (zarr's reads hold their own requests each)."""
+    parts = array.arrays if isinstance(array, Joined) else (array,)
+    return all(
+        isinstance(part, zarr.Array) and chunkfiles.read_layout(part) is not None for part in parts
+    )
+
+
 #: Bytes of one block :func:`sums_along` reads at a time, in each of its threads.
 SUM_BLOCK_BYTES = 64 * 2**20
 
