@@ -19,6 +19,7 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before anything imports nu
 import atexit
 import contextlib
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,13 @@ if (Path(os.environ["OUTOFCORE_TEST_REAL_HOME"]) / ".pyenv").is_dir():
     )
 os.environ["HOME"] = tempfile.mkdtemp(prefix="outofcore-test-home-")
 atexit.register(shutil.rmtree, os.environ["HOME"], ignore_errors=True)
+
+# Ctrl-C as a terminal gives it: a suite started with SIGINT ignored (a background job of a
+# shell without job control, nohup, some CI runners) hands SIG_IGN to every process it
+# starts, and tests/system/test_interrupt.py's commands would never see their Ctrl-C. A
+# Python handler here is SIG_DFL again in each program this run execs.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile(
     "default",

@@ -18,15 +18,19 @@ from outofcore.api import run_job
 from tests.helpers import ROOT, assert_product_close, tile_records, write_zarr
 
 #: Runs the job with every durable flush of C's chunks and every journal write logged in
-#: order; SIGKILLs itself right after the ``KILL_AT``-th flush of C's chunks.
+#: order; SIGKILLs itself right after the ``KILL_AT``-th flush of C's chunks. A journal
+#: write and its line are one step under a lock the kill takes too: with two tiles in
+#: flight, a record written by one thread was otherwise on disk and not yet in the log
+#: when the other thread's flush killed the process (a side-by-side run saw it).
 JOB = """
-import os, signal, sys
+import os, signal, sys, threading
 from outofcore.api import run_job
 from outofcore.journal import store
 from outofcore.storage import writing
 
 folder, kill_at = sys.argv[1], int(sys.argv[2])
 log = open(os.path.join(folder, "events.log"), "a", buffering=1)
+logging = threading.RLock()  # a journal write may flush through make_durable
 flushes = 0
 make_durable, write_durably = writing.make_durable, store.write_durably
 
@@ -35,16 +39,18 @@ def logged_make_durable(files, root):
     files = list(files)
     make_durable(files, root)
     chunks = [f for f in files if os.sep + "c.zarr" + os.sep + "c" + os.sep in f]
-    for path in chunks:
-        log.write("durable " + os.path.relpath(path, folder) + "\\n")
-    if chunks:
-        flushes += 1
-        if flushes == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+    with logging:
+        for path in chunks:
+            log.write("durable " + os.path.relpath(path, folder) + "\\n")
+        if chunks:
+            flushes += 1
+            if flushes == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
 
 def logged_write_durably(path, data, **options):
-    written = write_durably(path, data, **options)
-    log.write("journal " + os.path.relpath(path, folder) + "\\n")
+    with logging:
+        written = write_durably(path, data, **options)
+        log.write("journal " + os.path.relpath(path, folder) + "\\n")
     return written
 
 writing.make_durable, store.write_durably = logged_make_durable, logged_write_durably
